@@ -1,0 +1,42 @@
+"""The parts of lossguard.toml that reading needs: alias extensions and user-defined line formats.
+(Settings for the daemon and Slack live beside these as those features land.)"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from .aliases import Aliases
+from .errors import ConfigError
+from .formats.custom import LineFormatSpec
+from .reader import FORMAT_NAMES, ReadOptions
+from .tomlio import load_toml
+
+
+def _explain(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err["loc"])
+        parts.append(f"{where}: {err['msg']}")
+    return "; ".join(parts)
+
+
+def read_options(config: Path | None, *, fmt: str | None = None) -> ReadOptions:
+    if config is None:
+        return ReadOptions(format=fmt)
+    data = load_toml(config)
+    aliases = data.get("aliases", {})
+    if not isinstance(aliases, dict):
+        raise ConfigError(f"{config}: [aliases] must be a table of metric = [tags]")
+    specs = []
+    for i, raw in enumerate(data.get("formats", [])):
+        try:
+            spec = LineFormatSpec.model_validate(raw)
+        except ValidationError as exc:
+            name = raw.get("name", f"#{i + 1}") if isinstance(raw, dict) else f"#{i + 1}"
+            raise ConfigError(f"{config}: [[formats]] {name}: {_explain(exc)}") from None
+        if spec.name in FORMAT_NAMES:
+            raise ConfigError(f"{config}: [[formats]] {spec.name}: that name is a built-in format; pick another")
+        specs.append(spec)
+    return ReadOptions(aliases=Aliases.build(aliases, origin=str(config)), custom=tuple(specs), format=fmt)

@@ -1,0 +1,37 @@
+"""Where a reader stopped in a file, and the little parsing state it needs to go on from there.
+
+A cursor only ever points just past complete data (a whole line, a whole event record), so a reader
+called again on a grown file continues exactly where the previous call stopped, and reading a file in
+one go or in many pieces gives the same rows. It serialises to JSON for the daemon's state store.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, replace
+
+
+@dataclass(frozen=True)
+class Cursor:
+    offset: int = 0
+    """Bytes consumed: the next read starts here."""
+    line: int = 0
+    """Lines consumed (text formats), for messages that name a line."""
+    index: int = 0
+    """Records numbered so far (formats without steps) or entries consumed (whole-document formats)."""
+    last_step: int | None = None
+    """The last step a record carried, for records that carry none (DeepSpeed OVERFLOW lines...)."""
+    header: str | None = None
+    """A CSV file's header line, which later chunks of the file do not repeat."""
+    skipping: bool = False
+    """Inside an over-long line that is being discarded up to its newline."""
+
+    def advance(self, **changes: object) -> Cursor:
+        return replace(self, **changes)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> Cursor:
+        return cls(**json.loads(text))

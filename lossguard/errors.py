@@ -1,0 +1,24 @@
+"""The exception tree. Library errors are translated into these at the module that owns the library,
+so callers (the CLI, the daemon) handle one family and never see a raw traceback for bad input."""
+
+from __future__ import annotations
+
+
+class LossguardError(Exception):
+    """Base of every error lossguard raises on purpose."""
+
+
+class ConfigError(LossguardError):
+    """A configuration, alias or rules file is invalid; the message names the file and the field."""
+
+
+class SourceError(LossguardError):
+    """A log file could not be read (vanished, permission denied, not a file)."""
+
+
+class FormatError(LossguardError):
+    """A file's content is not in the format it was read as."""
+
+
+class UsageError(LossguardError):
+    """The command line asked for something impossible (a path that does not exist...)."""

@@ -1,0 +1,1 @@
+"""Bytes -> canonical rows: one small module per log format, plus sniffing (sniff.py)."""

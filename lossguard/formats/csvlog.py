@@ -1,0 +1,118 @@
+"""CSV metrics files: PyTorch Lightning's CSVLogger `metrics.csv` (sparse columns, train and val rows
+interleaved) and any CSV with a step column (or none: rows are then numbered).
+
+Lightning rewrites the whole file, with a wider header, when a new metric first appears. The cursor
+keeps the header it read and how many data rows it has handed out; a changed header means "read the
+file again from the top and skip the rows already handed out".
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+
+import polars as pl
+
+from .. import table
+from ..cursor import Cursor
+from ..problems import Problem
+from ..sources.textfile import iter_blocks
+from .base import Parsed
+
+STEP_COLUMNS = ("step", "global_step", "iteration", "iter", "trainer/global_step", "_step", "num_updates", "steps")
+
+
+def _first_line(path: Path) -> str | None:
+    with open(path, "rb") as fh:
+        head = fh.readline(1 << 20)
+    if not head.endswith(b"\n"):
+        return None
+    return head.decode("utf-8", errors="replace").rstrip("\r\n")
+
+
+def _frame(header: str, body: str, *, source: str, first_line: int, problems: list[Problem]) -> pl.DataFrame:
+    """All cells as strings; polars does the work, the stdlib reader only where polars refuses."""
+    data = (header + "\n" + body).encode("utf-8")
+    try:
+        return pl.read_csv(io.BytesIO(data), infer_schema=False, truncate_ragged_lines=True)
+    except pl.exceptions.PolarsError as exc:
+        names = next(csv.reader([header]))
+        rows = []
+        for i, fields in enumerate(csv.reader(io.StringIO(body))):
+            if len(fields) > len(names):
+                problems.append(Problem(source, f"row has {len(fields)} fields, header has {len(names)}; extra fields ignored", line=first_line + i))
+            rows.append((fields + [""] * len(names))[: len(names)])
+        if not rows:
+            problems.append(Problem(source, f"unreadable CSV: {exc}", line=first_line))
+        return pl.DataFrame(rows, schema=dict.fromkeys(names, pl.String()), orient="row")
+
+
+def _rows(frame: pl.DataFrame, cursor: Cursor) -> tuple[pl.DataFrame, Cursor]:
+    """Long rows in file order (row, then column) with `record`, the 1-based data-row number."""
+    lowered = {c.lower(): c for c in frame.columns}
+    step_col = next((lowered[k] for k in STEP_COLUMNS if k in lowered), None)
+    n = frame.height
+    if n == 0:
+        return table.empty_raw().with_columns(pl.lit(None, dtype=pl.Int64).alias("record")), cursor
+    record = pl.int_range(cursor.index + 1, cursor.index + 1 + n, dtype=pl.Int64)
+    if step_col is None:
+        step = record
+    else:
+        step = pl.col(step_col).str.strip_chars().cast(pl.Float64, strict=False).cast(pl.Int64, strict=False)
+    values = [c for c in frame.columns if c != step_col and c]
+    stepped = frame.select(step.alias("step"), record.alias("record"), *[
+        pl.col(c).str.strip_chars().cast(pl.Float64, strict=False) for c in values
+    ])
+    rows = (
+        stepped.unpivot(index=["step", "record"], variable_name="tag", value_name="value")
+        .sort("record", maintain_order=True)
+        .filter(pl.col("value").is_not_null() & pl.col("step").is_not_null())
+        .with_columns(pl.lit(None, dtype=pl.Float64).alias("wall_time"))
+    )
+    own = stepped.get_column("step").drop_nulls() if step_col else None
+    last_step = own[-1] if own is not None and own.len() else cursor.last_step
+    return rows, cursor.advance(index=cursor.index + n, last_step=last_step)
+
+
+class CsvFormat:
+    name = "csv"
+
+    def read(self, path: Path, cursor: Cursor, *, final: bool) -> Parsed:
+        parsed = self._read(path, cursor, final=final)
+        return Parsed(table.conform_raw(parsed.rows), parsed.cursor, parsed.problems)
+
+    def _read(self, path: Path, cursor: Cursor, *, final: bool) -> Parsed:
+        problems: list[Problem] = []
+        source = str(path)
+        if cursor.header is not None and cursor.offset > 0:
+            current = _first_line(path)
+            if current is not None and current != cursor.header:
+                # Rewritten with a new header (Lightning adds a column): start over, skip what was seen.
+                fresh = self._read(path, Cursor(), final=final)
+                message = "rewritten with a new header; read again from the top, rows already read are skipped"
+                return Parsed(
+                    fresh.rows.filter(pl.col("record") > cursor.index),
+                    fresh.cursor,
+                    (*fresh.problems, Problem(source, message, line=1)),
+                )
+        frames: list[pl.DataFrame] = []
+        for block in iter_blocks(path, cursor, final=final, problems=problems):
+            text, first = block.text, block.first_line
+            header = cursor.header
+            if header is None:
+                if not text:
+                    cursor = block.cursor
+                    continue
+                head, _, text = text.partition("\n")
+                header, first = head.rstrip("\r"), first + 1
+            if text.strip():
+                frame = _frame(header, text, source=source, first_line=first, problems=problems)
+                rows, cursor = _rows(frame, cursor)
+                frames.append(rows)
+            cursor = block.cursor.advance(header=header, index=cursor.index, last_step=cursor.last_step)
+        rows = pl.concat(frames) if frames else _rows(pl.DataFrame(), cursor)[0]
+        return Parsed(rows, cursor, tuple(problems))
+
+
+CSV = CsvFormat()

@@ -1,0 +1,57 @@
+"""User-defined line formats: a regex with named groups, declared in lossguard.toml, for logs no
+built-in reader knows. The group `step` (optional) is the step; every other named group is a
+metric tag. The same regex runs in polars (Rust regex) over all lines at once.
+
+    [[formats]]
+    name = "mytrainer"
+    files = "*.train.log"          # optional: only files whose name matches
+    pattern = 'it=(?P<step>\\d+) obj=(?P<loss>\\S+) eta=(?P<lr>\\S+)'
+"""
+
+from __future__ import annotations
+
+import re
+
+import polars as pl
+from pydantic import BaseModel, ConfigDict, field_validator
+
+from .. import table
+from ..cursor import Cursor
+from .base import LineFormat
+from .pairs import records_to_rows
+
+
+class LineFormatSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    pattern: str
+    files: str | None = None
+
+    @field_validator("pattern")
+    @classmethod
+    def _compiles(cls, value: str) -> str:
+        try:
+            compiled = re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"not a valid regular expression: {exc}") from None
+        if not set(compiled.groupindex) - {"step"}:
+            raise ValueError("needs at least one named group besides `step`, e.g. (?P<loss>[0-9.eE+-]+)")
+        return value
+
+    def line_format(self) -> LineFormat:
+        groups = [g for g in re.compile(self.pattern).groupindex if g != "step"]
+        has_step = "step" in re.compile(self.pattern).groupindex
+        pattern = self.pattern
+
+        def parse(lines: pl.DataFrame, cursor: Cursor) -> tuple[pl.DataFrame, Cursor]:
+            found = lines.select("line_no", pl.col("text").str.extract_groups(pattern).alias("g")).unnest("g")
+            found = found.filter(pl.any_horizontal(pl.col(g).is_not_null() for g in groups))
+            pairs = found.unpivot(index="line_no", on=groups + (["step"] if has_step else []), variable_name="key", value_name="value")
+            pairs = pairs.sort("line_no", maintain_order=True).with_columns(
+                pl.col("value").str.strip_chars().cast(pl.Float64, strict=False)
+            ).filter(pl.col("value").is_not_null())
+            rows, state = records_to_rows(pairs, cursor, step_keys=("step",) if has_step else ())
+            return table.conform_raw(rows), state
+
+        return LineFormat(self.name, parse, prefilter=None)

@@ -1,0 +1,33 @@
+"""JSON lines and HF Trainer console output: one flat dict per line, JSON (`"k": v`) or Python
+repr (`'k': v`), often behind a timestamp or a tqdm bar. Values may be NaN/Infinity, quoted numbers
+("7.21" in fairseq's JSON log) or wrapped (`np.float64(1.5)`, `tensor(1.5)`)."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from .. import table
+from ..cursor import Cursor
+from .base import LineFormat
+from .pairs import NUMBER, pairs_frame, records_to_rows
+
+PAIR = (
+    r"""["'](?P<key>[^"'\n]{1,200})["']\s*:\s*(?:[A-Za-z_][\w.]*\()?["']?(?P<value>"""
+    + NUMBER
+    + r""")["']?\s*(?:,|\}|\))"""
+)
+STEP_KEYS = (
+    "step", "global_step", "iter", "iteration", "current_steps", "_step", "num_updates",
+    "train/global_step", "trainer/global_step", "steps",
+)
+# HF Trainer's end-of-training summary ({'train_runtime': ..., 'train_loss': ...}) is not a step.
+SUMMARY_KEYS = ("train_runtime", "train_samples_per_second", "total_flos")
+
+
+def parse(lines: pl.DataFrame, cursor: Cursor) -> tuple[pl.DataFrame, Cursor]:
+    rows, state = records_to_rows(pairs_frame(lines, PAIR), cursor, step_keys=STEP_KEYS, drop_record_keys=SUMMARY_KEYS)
+    return table.conform_raw(rows), state
+
+
+JSONL = LineFormat("jsonl", parse, prefilter=r"\{")
+HF_CONSOLE = LineFormat("hf_console", parse, prefilter=r"\{")

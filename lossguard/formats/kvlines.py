@@ -1,0 +1,40 @@
+"""Step lines of `name value` pairs, as nanoGPT, build-nanogpt, llm.c, modded-nanogpt and fairseq's
+simple/hydra log formats print them:
+
+    iter 100: loss 4.2345, time 12.3ms
+    step    10 | loss: 9.44 | lr 9.2e-06 | norm: 3.56 | dt: 412.1ms
+    step:1/20344 train_loss:22.62 train_time:123ms
+    | epoch 001 | loss 7.21 | lr 0.0005 | gnorm 1.2 | num_updates 100
+    epoch 001:    100 / 1000 loss=7.21, lr=0.0005, gnorm=1.2, num_updates=100
+
+A line is a record only if it names its step: banners, config dumps and `validation loss: 3.2`
+lines without a step are noise here, and taking them would put numbers on made-up steps.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from .. import table
+from ..cursor import Cursor
+from .base import LineFormat
+from .pairs import NUMBER, pairs_frame, records_to_rows
+
+# A name is one word, or two (`train loss`, `val loss`): the qualifier decides which curve it is.
+PAIR = r"(?:^|[\s|,;\[(])(?P<key>(?:[A-Za-z_][\w./-]* )?[A-Za-z_][\w./-]*)(?:\s*[:=]\s*|\s+)(?P<value>" + NUMBER + ")"
+STEP_KEYS = ("step", "iter", "iteration", "num_updates", "global_step", "_step", "steps", "it")
+PREFILTER = r"(?i)\b(?:step|iter|iteration|num_updates|global_step|it)\b"
+
+
+def parse(lines: pl.DataFrame, cursor: Cursor) -> tuple[pl.DataFrame, Cursor]:
+    pairs = pairs_frame(lines, PAIR)
+    # `at step 20`, `global step 20`: a step key keeps its meaning whatever word stands before it.
+    last_word = pl.col("key").str.extract(r"(\S+)$", 1)
+    pairs = pairs.with_columns(
+        pl.when(last_word.str.to_lowercase().is_in(list(STEP_KEYS))).then(last_word).otherwise(pl.col("key")).alias("key")
+    )
+    rows, state = records_to_rows(pairs, cursor, step_keys=STEP_KEYS, require_step=True)
+    return table.conform_raw(rows), state
+
+
+KV_LINES = LineFormat("kv_lines", parse, prefilter=PREFILTER)

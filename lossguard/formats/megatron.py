@@ -1,0 +1,67 @@
+"""Megatron-LM / Megatron-DeepSpeed console lines, with or without a launcher prefix (`[default7]:`):
+
+    iteration     3200/  100000 | ... | learning rate: 1.5E-04 | lm loss: 2.2E+00 | loss scale: 4096.0 |
+    grad norm: 0.95 | number of skipped iterations: 0 | number of nan iterations: 0 |
+    validation loss at iteration 1000 | lm loss value: 3.2E+00 | lm loss PPL: 2.4E+01 |
+    [deepscale] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 1048576, reducing to 524288
+
+OVERFLOW lines are printed while the next iteration runs, before its line: they are put at the step
+after the last iteration line seen, and carry the new (halved) scale as a loss_scale value.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from .. import table
+from ..cursor import Cursor
+from .base import LineFormat
+from .pairs import NUMBER, pairs_frame, records_to_rows
+
+PAIR = r"\|\s*(?P<key>[A-Za-z][^|:]*?)\s*:\s*(?P<value>" + NUMBER + ")"
+ITERATION = r"\biteration\s+(\d+)\s*/\s*\d+"
+VALIDATION = r"validation loss at iteration\s+(\d+)"
+OVERFLOW = r"OVERFLOW!.*?Attempted loss scale:\s*(" + NUMBER + r"),\s*reducing to\s*(" + NUMBER + ")"
+PREFILTER = r"iteration\s+\d+\s*/|OVERFLOW!|validation loss at iteration"
+
+
+def parse(lines: pl.DataFrame, cursor: Cursor) -> tuple[pl.DataFrame, Cursor]:
+    marked = lines.with_columns(
+        pl.col("text").str.extract(ITERATION, 1).cast(pl.Int64, strict=False).alias("it"),
+        pl.col("text").str.extract(VALIDATION, 1).cast(pl.Int64, strict=False).alias("val"),
+        pl.col("text").str.extract(OVERFLOW, 2).cast(pl.Float64, strict=False).alias("scale"),
+    )
+    # The step each OVERFLOW line belongs to: one past the iteration line before it.
+    marked = marked.with_columns(
+        (pl.col("it").shift(1).forward_fill().fill_null(pl.lit(cursor.last_step, dtype=pl.Int64)).fill_null(0) + 1).alias(
+            "after"
+        )
+    )
+    iterations = marked.filter(pl.col("it").is_not_null())
+    rows, state = records_to_rows(
+        pairs_frame(iterations, PAIR),
+        cursor,
+        line_steps=iterations.select("line_no", pl.col("it").alias("step")),
+        require_step=True,
+    )
+    validations = marked.filter(pl.col("val").is_not_null() & pl.col("it").is_null())
+    vrows = (
+        pairs_frame(validations, PAIR)
+        .join(validations.select("line_no", "val"), on="line_no")
+        .select(
+            pl.col("val").alias("step"),
+            (pl.lit("validation ") + pl.col("key")).alias("tag"),
+            "value",
+            "line_no",
+        )
+    )
+    orows = marked.filter(pl.col("scale").is_not_null()).select(
+        pl.col("after").alias("step"), pl.lit("OVERFLOW loss scale").alias("tag"), pl.col("scale").alias("value"), "line_no"
+    )
+    if vrows.height or orows.height:
+        rows = pl.concat([rows, vrows, orows], how="diagonal_relaxed").sort("line_no", maintain_order=True)
+    last = iterations.get_column("it").drop_nulls()
+    return table.conform_raw(rows), state.advance(last_step=last[-1] if last.len() else cursor.last_step)
+
+
+MEGATRON = LineFormat("megatron", parse, prefilter=PREFILTER)

@@ -1,0 +1,86 @@
+"""Key/value pairs pulled out of lines with one vectorised regex, then laid out as long rows.
+
+Shared by every line format that writes `name <sep> number` pairs (JSON lines, HF console dicts,
+nanoGPT/fairseq/llm.c key-value lines, Megatron): only the pair regex, the step keys and a few
+format-specific lines differ, so the hot path (regex over all lines in Rust) is written once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import polars as pl
+
+from .. import table
+from ..cursor import Cursor
+
+NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?i:nan|inf(?:inity)?)\b"
+
+
+def pairs_frame(lines: pl.DataFrame, pair_re: str) -> pl.DataFrame:
+    """(line_no, key, value) for every pair in every line, in line order. `pair_re` has the named
+    groups `key` and `value`."""
+    matched = (
+        lines.select("line_no", pl.col("text").str.extract_all(pair_re).alias("pair"))
+        .filter(pl.col("pair").list.len() > 0)
+        .explode("pair")
+    )
+    groups = matched.get_column("pair").str.extract_groups(pair_re)
+    return matched.select(
+        "line_no",
+        groups.struct.field("key").str.strip_chars().alias("key"),
+        groups.struct.field("value").str.strip_chars().cast(pl.Float64, strict=False).alias("value"),
+    ).filter(pl.col("value").is_not_null())
+
+
+def records_to_rows(
+    pairs: pl.DataFrame,
+    cursor: Cursor,
+    *,
+    step_keys: Sequence[str] = (),
+    line_steps: pl.DataFrame | None = None,
+    drop_record_keys: Sequence[str] = (),
+    require_step: bool = False,
+) -> tuple[pl.DataFrame, Cursor]:
+    """Lay pairs out as raw rows (plus the `line_no` each came from), one record per line.
+
+    A record's step is, in order: its own step key (or `line_steps`, a frame line_no -> step from a
+    format-specific regex); the last step seen before it; else its ordinal number, counting on from
+    `cursor.index`, for formats that carry no step at all (HF console dicts). Records holding any of
+    `drop_record_keys` are summaries, not points of the curve, and are dropped whole.
+    """
+    low_key = pl.col("key").str.to_lowercase()
+    if drop_record_keys:
+        bad = pairs.filter(low_key.is_in(list(drop_record_keys))).get_column("line_no").unique()
+        pairs = pairs.filter(~pl.col("line_no").is_in(bad.implode()))
+    is_step = low_key.is_in(list(step_keys)) if step_keys else pl.lit(False)
+    steps = (
+        pairs.filter(is_step)
+        .group_by("line_no", maintain_order=True)
+        .agg(pl.col("value").first().cast(pl.Int64, strict=False).alias("step"))
+    )
+    if line_steps is not None:
+        steps = pl.concat([line_steps.select("line_no", pl.col("step").cast(pl.Int64)), steps]).unique(
+            "line_no", keep="first", maintain_order=True
+        )
+    metrics = pairs.filter(~is_step)
+    records = metrics.select("line_no").unique(maintain_order=True).join(steps, on="line_no", how="left")
+    if require_step:
+        records = records.filter(pl.col("step").is_not_null())
+    n = records.height
+    if n == 0:
+        return table.empty_raw().with_columns(pl.lit(None, dtype=pl.Int64).alias("line_no")), cursor
+    records = records.with_columns(
+        pl.coalesce(
+            pl.col("step"),
+            pl.col("step").forward_fill(),
+            pl.lit(cursor.last_step, dtype=pl.Int64),
+            pl.int_range(cursor.index + 1, cursor.index + 1 + n, dtype=pl.Int64),
+        ).alias("filled")
+    )
+    own = records.get_column("step").drop_nulls()
+    last_step = own[-1] if own.len() else cursor.last_step
+    rows = metrics.join(records.select("line_no", pl.col("filled").alias("step")), on="line_no", how="inner").select(
+        "step", pl.col("key").alias("tag"), "value", pl.lit(None, dtype=pl.Float64).alias("wall_time"), "line_no"
+    )
+    return rows, cursor.advance(index=cursor.index + n, last_step=last_step)

@@ -1,0 +1,74 @@
+"""HF Transformers `trainer_state.json`: a whole JSON document, rewritten at every checkpoint, whose
+`log_history` only ever grows. The cursor counts entries handed out; a half-written file (the
+Trainer writing it right now) is not an error until a final read."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from .. import table
+from ..cursor import Cursor
+from ..problems import Problem
+from .base import Parsed
+from .dictlines import SUMMARY_KEYS
+
+import polars as pl
+
+
+def _number(value: object) -> float | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return None
+    return None
+
+
+class TrainerStateFormat:
+    name = "hf_trainer_state"
+
+    def read(self, path: Path, cursor: Cursor, *, final: bool) -> Parsed:
+        source = str(path)
+        raw = path.read_bytes()
+        try:
+            doc = json.loads(raw)
+            history = doc["log_history"]
+            if not isinstance(history, list):
+                raise TypeError("log_history is not a list")
+        except (ValueError, KeyError, TypeError) as exc:
+            if not final:
+                return Parsed(table.empty_raw(), cursor)
+            return Parsed(table.empty_raw(), cursor, (Problem(source, f"not a readable trainer_state.json: {exc}"),))
+        problems: list[Problem] = []
+        start = cursor.index
+        if len(history) < start:
+            problems.append(Problem(source, "log_history is shorter than before (a new run in this folder?); read again from its start"))
+            start = 0
+        steps: list[int] = []
+        tags: list[str] = []
+        values: list[float] = []
+        for entry in history[start:]:
+            if not isinstance(entry, dict) or any(k in entry for k in SUMMARY_KEYS):
+                continue
+            step = _number(entry.get("step"))
+            if step is None or math.isnan(step):
+                continue
+            for key, value in entry.items():
+                number = _number(value)
+                if key == "step" or number is None:
+                    continue
+                steps.append(int(step))
+                tags.append(key)
+                values.append(number)
+        rows = pl.DataFrame({"step": steps, "tag": tags, "value": values}, schema={"step": pl.Int64(), "tag": pl.String(), "value": pl.Float64()})
+        last = steps[-1] if steps else cursor.last_step
+        return Parsed(table.conform_raw(rows), cursor.advance(offset=len(raw), index=len(history), last_step=last), tuple(problems))
+
+
+TRAINER_STATE = TrainerStateFormat()

@@ -1,0 +1,125 @@
+"""The one reader API: a file and a cursor in, canonical rows and the next cursor out.
+
+`read()` serves both the one-shot audit (final=True: the file is complete) and the daemon (final=False:
+the file may still grow, so half-written data is left for the next call). Nothing raises out of it for
+bad content or a file that vanished: problems come back as data, naming the file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import polars as pl
+
+from . import table
+from .aliases import Aliases
+from .cursor import Cursor
+from .errors import UsageError
+from .formats.base import Parsed
+from .formats.csvlog import CSV
+from .formats.custom import LineFormatSpec
+from .formats.dictlines import HF_CONSOLE, JSONL
+from .formats.kvlines import KV_LINES
+from .formats.megatron import MEGATRON
+from .formats.sniff import detect
+from .formats.tfevents import TFEVENTS
+from .formats.trainer_state import TRAINER_STATE
+from .problems import Problem
+from .sources.discover import Found, discover
+
+BUILTIN = {f.name: f for f in (TFEVENTS, JSONL, HF_CONSOLE, CSV, TRAINER_STATE, MEGATRON, KV_LINES)}
+FORMAT_NAMES = tuple(BUILTIN)
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    aliases: Aliases = field(default_factory=Aliases.default)
+    custom: tuple[LineFormatSpec, ...] = ()
+    format: str | None = None
+    """Read every file as this format instead of detecting it."""
+
+    def reader(self, name: str):
+        for spec in self.custom:
+            if spec.name == name:
+                return spec.line_format()
+        try:
+            return BUILTIN[name]
+        except KeyError:
+            known = ", ".join([*FORMAT_NAMES, *(s.name for s in self.custom)])
+            raise UsageError(f"unknown format {name!r}; known formats: {known}") from None
+
+    def detect(self, path: Path) -> str | None:
+        return self.format or detect(path, self.custom)
+
+
+@dataclass(frozen=True)
+class ReadResult:
+    frame: pl.DataFrame
+    cursor: Cursor
+    problems: tuple[Problem, ...] = ()
+    dead: bool = False
+
+
+def read(path: Path, cursor: Cursor = Cursor(), *, run: str, fmt: str, final: bool, options: ReadOptions) -> ReadResult:
+    reader = options.reader(fmt)
+    try:
+        parsed: Parsed = reader.read(path, cursor, final=final)
+    except FileNotFoundError:
+        return ReadResult(table.empty(), cursor, (Problem(str(path), "file vanished before it could be read"),))
+    except PermissionError:
+        return ReadResult(table.empty(), cursor, (Problem(str(path), "permission denied"),))
+    except IsADirectoryError:
+        return ReadResult(table.empty(), cursor, (Problem(str(path), "is a folder, not a log file"),), dead=True)
+    except OSError as exc:
+        return ReadResult(table.empty(), cursor, (Problem(str(path), f"cannot read: {exc.strerror or exc}"),))
+    tags = parsed.rows.get_column("tag").unique().to_list() if parsed.rows.height else []
+    frame = table.finish(parsed.rows, run=run, source=str(path), metric_of=options.aliases.mapping(tags))
+    return ReadResult(frame, parsed.cursor, parsed.problems, parsed.dead)
+
+
+@dataclass(frozen=True)
+class FileResult:
+    found: Found
+    format: str | None
+    result: ReadResult | None
+
+
+def read_found(found: Found, options: ReadOptions) -> FileResult:
+    try:
+        fmt = options.detect(found.path)
+    except OSError as exc:
+        problem = Problem(str(found.path), f"cannot read: {exc.strerror or exc}")
+        return FileResult(found, None, ReadResult(table.empty(), Cursor(), (problem,)))
+    if fmt is None:
+        return FileResult(found, None, None)
+    return FileResult(found, fmt, read(found.path, run=found.run, fmt=fmt, final=True, options=options))
+
+
+def collect(paths: Sequence[Path], options: ReadOptions) -> tuple[list[Found], list[Problem]]:
+    problems: list[Problem] = []
+    found: list[Found] = []
+    globs = [s.files for s in options.custom if s.files]
+    for root in paths:
+        if not root.exists():
+            raise UsageError(f"{root}: no such file or folder")
+        found.extend(discover(root, extra_globs=globs, problems=problems))
+    return found, problems
+
+
+def read_paths(paths: Sequence[Path], options: ReadOptions = ReadOptions()) -> tuple[pl.DataFrame, list[FileResult], list[Problem]]:
+    """Read every log under the given files and folders, completely (the audit's case)."""
+    found, problems = collect(paths, options)
+    results = [read_found(f, options) for f in found]
+    frames = []
+    for res in results:
+        if res.result is None:
+            if res.found.path in paths or res.found.path.suffix.lower() in {".jsonl", ".csv", ".log"}:
+                problems.append(Problem(str(res.found.path), "no training metrics recognised in this file"))
+            continue
+        problems.extend(res.result.problems)
+        if res.result.frame.height:
+            frames.append(res.result.frame)
+    frame = pl.concat(frames) if frames else table.empty()
+    return frame, results, problems

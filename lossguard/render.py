@@ -1,0 +1,37 @@
+"""Writing the canonical table for people (aligned text) and programs (CSV, JSON lines)."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import TextIO
+
+import polars as pl
+
+
+def _json_number(value: float | None) -> object:
+    # JSON has no NaN/Infinity; they are kept as the strings every JSON parser can carry.
+    if value is None:
+        return None
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "Infinity" if value > 0 else "-Infinity"
+    return value
+
+
+def write_table(frame: pl.DataFrame, fmt: str, out: TextIO) -> None:
+    if fmt == "csv":
+        out.write(frame.write_csv(float_precision=None))
+    elif fmt == "json":
+        for row in frame.iter_rows(named=True):
+            row["value"] = _json_number(row["value"])
+            row["wall_time"] = _json_number(row["wall_time"])
+            out.write(json.dumps(row) + "\n")
+    else:
+        cols = frame.columns
+        rows = [[("" if v is None else (repr(v) if isinstance(v, float) else str(v))) for v in r] for r in frame.iter_rows()]
+        widths = [max([len(c)] + [len(r[i]) for r in rows]) for i, c in enumerate(cols)]
+        out.write("  ".join(c.ljust(w) for c, w in zip(cols, widths)).rstrip() + "\n")
+        for r in rows:
+            out.write("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() + "\n")

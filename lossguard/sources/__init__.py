@@ -1,0 +1,1 @@
+"""Where bytes come from: run discovery, complete lines of text files, and TFRecord framing."""

@@ -1,0 +1,94 @@
+"""Complete lines of a (possibly growing) text file, from a byte offset, in bounded blocks.
+
+The offset only ever moves past a newline: a half-written last line is left for the next call, except
+on a final read (a one-shot scan of a finished file), where the last unterminated line counts.
+A line longer than MAX_LINE is skipped with one warning instead of being buffered without bound.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..cursor import Cursor
+from ..problems import Problem
+
+BLOCK = 32 << 20
+MAX_LINE = 16 << 20
+
+
+@dataclass(frozen=True)
+class TextBlock:
+    text: str
+    first_line: int
+    """1-based number of the block's first line in the file."""
+    cursor: Cursor
+    """Where reading continues after this block."""
+
+
+def _decode(data: bytes, *, first_line: int, source: str, problems: list[Problem]) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = first_line + data.count(b"\n", 0, exc.start)
+        problems.append(Problem(source, "bytes that are not UTF-8 (replaced; the rest of the file is still read)", line=line))
+        return data.decode("utf-8", errors="replace")
+
+
+def iter_blocks(
+    path: Path, cursor: Cursor, *, final: bool, problems: list[Problem], block: int = BLOCK, max_line: int = MAX_LINE
+) -> Iterator[TextBlock]:
+    source = str(path)
+    offset, line, skipping = cursor.offset, cursor.line, cursor.skipping
+    decode_warned = False
+    last = cursor
+    with open(path, "rb") as fh:
+        fh.seek(offset)
+        carry = b""
+        while True:
+            data = fh.read(block)
+            if not data:
+                break
+            buf = carry + data if carry else data
+            carry = b""
+            if skipping:
+                nl = buf.find(b"\n")
+                if nl < 0:
+                    offset += len(buf)
+                    continue
+                offset += nl + 1
+                line += 1
+                buf = buf[nl + 1 :]
+                skipping = False
+            cut = buf.rfind(b"\n")
+            if cut < 0:
+                if len(buf) > max_line:
+                    problems.append(Problem(source, f"line longer than {max_line >> 20} MiB skipped", line=line + 1))
+                    offset += len(buf)
+                    skipping = True
+                else:
+                    carry = buf
+                continue
+            complete, carry = buf[: cut + 1], buf[cut + 1 :]
+            before = len(problems)
+            text = _decode(complete, first_line=line + 1, source=source, problems=[] if decode_warned else problems)
+            decode_warned = decode_warned or len(problems) > before
+            offset += len(complete)
+            first = line + 1
+            line += complete.count(b"\n")
+            last = cursor.advance(offset=offset, line=line, skipping=False)
+            yield TextBlock(text, first, last)
+            if len(carry) > max_line:
+                problems.append(Problem(source, f"line longer than {max_line >> 20} MiB skipped", line=line + 1))
+                offset += len(carry)
+                carry = b""
+                skipping = True
+    if final and carry and not skipping:
+        text = _decode(carry, first_line=line + 1, source=source, problems=[] if decode_warned else problems)
+        offset += len(carry)
+        line += 1
+        yield TextBlock(text + "\n", line, cursor.advance(offset=offset, line=line, skipping=False))
+    elif (offset, skipping) != (last.offset, last.skipping):
+        # No more lines, but an over-long line was skipped past: report where reading stands.
+        yield TextBlock("", line + 1, cursor.advance(offset=offset, line=line, skipping=skipping))

@@ -1,0 +1,60 @@
+"""The canonical long table every reader produces, and the small helpers that build it.
+
+One row per (step, tag) value as written in the log. Keeping the raw order and every row (duplicates
+from several ranks, steps going backwards after a resume) is deliberate: deciding segments is the
+stream layer's job, and it can only do it if the reader lost nothing.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+SCHEMA: dict[str, pl.DataType] = {
+    "run": pl.String(),
+    "source": pl.String(),
+    "step": pl.Int64(),
+    "metric": pl.String(),
+    "tag": pl.String(),
+    "value": pl.Float64(),
+    "wall_time": pl.Float64(),
+}
+COLUMNS = list(SCHEMA)
+
+# What a format parser returns before run, source and metric are attached.
+RAW_SCHEMA: dict[str, pl.DataType] = {
+    "step": pl.Int64(),
+    "tag": pl.String(),
+    "value": pl.Float64(),
+    "wall_time": pl.Float64(),
+}
+
+CANONICAL_METRICS = ("loss", "eval_loss", "lr", "grad_norm", "loss_scale")
+
+
+def empty_raw() -> pl.DataFrame:
+    return pl.DataFrame(schema=RAW_SCHEMA)
+
+
+def empty() -> pl.DataFrame:
+    return pl.DataFrame(schema=SCHEMA)
+
+
+def conform_raw(frame: pl.DataFrame) -> pl.DataFrame:
+    """Cast and order a parser's output to RAW_SCHEMA (missing wall_time becomes null)."""
+    if "wall_time" not in frame.columns:
+        frame = frame.with_columns(pl.lit(None, dtype=pl.Float64).alias("wall_time"))
+    return frame.select([pl.col(c).cast(t) for c, t in RAW_SCHEMA.items()])
+
+
+def finish(raw: pl.DataFrame, *, run: str, source: str, metric_of: dict[str, str]) -> pl.DataFrame:
+    """Attach run, source and the canonical metric name to a parser's raw rows."""
+    tags = raw.get_column("tag").unique().to_list() if raw.height else []
+    mapping = pl.DataFrame(
+        {"tag": tags, "metric": [metric_of.get(t, t) for t in tags]},
+        schema={"tag": pl.String(), "metric": pl.String()},
+    )
+    return (
+        raw.join(mapping, on="tag", how="left", maintain_order="left")
+        .with_columns(pl.lit(run).alias("run"), pl.lit(source).alias("source"))
+        .select([pl.col(c).cast(t) for c, t in SCHEMA.items()])
+    )

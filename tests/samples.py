@@ -1,0 +1,75 @@
+"""Small logs in each text format, as their tools print them (noise included), for tests that
+need to cut, grow and damage files."""
+
+from __future__ import annotations
+
+HF_CONSOLE = """\
+***** Running training *****
+  Num examples = 1000
+  0%|          | 0/300 [00:00<?, ?it/s]
+{'loss': 2.3026, 'grad_norm': 1.25, 'learning_rate': 4.9e-05, 'epoch': 0.03}
+ 10%|█         | 30/300 [00:10<01:30,  3.00it/s]\r{'loss': 2.1, 'grad_norm': np.float64(1.5), 'learning_rate': 4.8e-05, 'epoch': 0.07}
+{'eval_loss': 2.05, 'eval_runtime': 1.2, 'eval_samples_per_second': 80.0, 'epoch': 0.1}
+{'loss': nan, 'grad_norm': inf, 'learning_rate': 4.7e-05, 'epoch': 0.1}
+{'loss': 1.95, 'grad_norm': 0.9, 'learning_rate': 4.6e-05, 'epoch': 0.13}
+{'train_runtime': 100.1, 'train_samples_per_second': 29.9, 'train_steps_per_second': 3.0, 'train_loss': 2.0, 'epoch': 1.0}
+"""
+
+NANOGPT = """\
+tokens per iteration will be: 491,520
+iter 0: loss 10.9917, time 5126.47ms, mfu -100.00%
+iter 10: loss 9.4371, time 312.15ms, mfu 42.11%
+step 20: train loss 8.9123, val loss 8.9331
+iter 20: loss 8.8012, time 311.90ms, mfu 42.13%
+"""
+
+LLMC = """\
+step    1/74 | train loss 11.010029 | norm 15.4317 | lr 1.00e-06 | 3125.80 ms | 42.1% bf16 MFU | 167738 tok/s
+step    2/74 | train loss 10.847216 | norm 13.9807 | lr 2.00e-06 | 311.39 ms | 42.3% bf16 MFU | 168383 tok/s
+val loss 10.7
+step    3/74 | train loss 10.532 | norm 12.5 | lr 3.00e-06 | 311.0 ms | 42.3% bf16 MFU | 168401 tok/s
+"""
+
+FAIRSEQ = """\
+2021-03-01 10:00:00 | INFO | fairseq_cli.train | task: language_modeling
+2021-03-01 10:00:10 | INFO | train_inner | epoch 001:    100 / 1000 loss=9.21, ppl=592.3, wps=12345.6, ups=1.2, wpb=4096, bsz=8, num_updates=100, lr=0.0005, gnorm=1.2, clip=0, train_wall=80, wall=90
+| epoch 001 | loss 8.71 | ppl 418.9 | wps 12000 | ups 1.1 | num_updates 200 | lr 0.0005 | gnorm 1.1 |
+2021-03-01 10:01:00 | INFO | train_inner | {"epoch": 1, "update": 0.3, "loss": "8.5", "ppl": "362", "num_updates": "300", "lr": "0.0005", "gnorm": "1.05"}
+"""
+
+JSONL = """\
+{"step": 1, "loss": 3.5, "lr": 1e-4, "grad_norm": 2.0}
+{"step": 2, "loss": NaN, "lr": 1e-4, "grad_norm": Infinity}
+{"step": 3, "loss": "nan", "lr": 1e-4, "note": "ok", "grad_norm": 1.5}
+{"step": 3, "loss": 3.4, "lr": 1e-4}
+{"step": 2, "loss": 3.6, "lr": 1e-4}
+"""
+
+LIGHTNING_CSV = """\
+epoch,step,train_loss_step,val_loss,lr-AdamW
+0,49,7.62,,0.001
+0,99,7.10,,0.001
+0,99,,7.3,
+1,149,6.90,,0.0009
+1,199,nan,,0.0009
+"""
+
+MEGATRON = """\
+using world size: 8
+ iteration      100/   1000 | consumed samples:  800 | learning rate: 1.000E-04 | global batch size:     8 | lm loss: 5.200000E+00 | loss scale: 4096.0 | grad norm: 1.234 | number of skipped iterations:   0 | number of nan iterations:   0 |
+[2022-01-19 13:09:13,305] [INFO] [stage_1_and_2.py:1644:step] [deepscale] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 4096.0, reducing to 2048.0
+[default3]: iteration      101/   1000 | consumed samples:  808 | learning rate: 1.000E-04 | global batch size:     8 | lm loss: 5.100000E+00 | loss scale: 2048.0 | grad norm: 1.100 | number of skipped iterations:   1 | number of nan iterations:   0 |
+-------------------------------------------------------------------------------------------------
+ validation loss at iteration 101 | lm loss value: 5.050000E+00 | lm loss PPL: 1.560E+02 |
+-------------------------------------------------------------------------------------------------
+"""
+
+ALL = {
+    "hf_console": ("train_stdout.txt", HF_CONSOLE),
+    "kv_nanogpt": ("nanogpt.log", NANOGPT),
+    "kv_llmc": ("llmc.log", LLMC),
+    "kv_fairseq": ("fairseq.log", FAIRSEQ),
+    "jsonl": ("metrics.jsonl", JSONL),
+    "csv": ("metrics.csv", LIGHTNING_CSV),
+    "megatron": ("megatron.log", MEGATRON),
+}

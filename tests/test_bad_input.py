@@ -1,0 +1,159 @@
+"""Bad input: at most one clear problem per file, naming it (and the line or offset); the other files
+are still read; nothing raises out of the reader."""
+
+from __future__ import annotations
+
+import os
+
+import polars as pl
+import pytest
+
+from lossguard.cursor import Cursor
+from lossguard.errors import UsageError
+from lossguard.reader import ReadOptions, read, read_paths
+from lossguard.sources import textfile
+
+from . import samples
+
+GOOD = samples.JSONL
+
+
+def _with_good(tmp_path):
+    (tmp_path / "good.jsonl").write_text(GOOD)
+
+
+def _good_rows(frame):
+    return frame.filter(pl.col("source").str.ends_with("good.jsonl")).height
+
+
+def test_empty_file_is_not_an_error(tmp_path):
+    _with_good(tmp_path)
+    (tmp_path / "empty.log").write_bytes(b"")
+    frame, _, problems = read_paths([tmp_path])
+    assert _good_rows(frame) == 13
+    assert [str(p) for p in problems] == [f"{tmp_path / 'empty.log'}: no training metrics recognised in this file"]
+
+
+def test_binary_garbage_with_a_log_name_gives_one_problem(tmp_path):
+    _with_good(tmp_path)
+    (tmp_path / "train.log").write_bytes(os.urandom(50_000) + b"\x00" * 10)
+    frame, _, problems = read_paths([tmp_path])
+    assert _good_rows(frame) == 13
+    assert len(problems) == 1 and "train.log" in str(problems[0])
+
+
+def test_non_utf8_bytes_are_reported_with_their_line_and_the_rest_is_read(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_bytes(b'{"step": 1, "loss": 2.0}\n{"step": 2, "loss": 1.9, "x": "\xff\xfe"}\n{"step": 3, "loss": 1.8}\n')
+    frame, _, problems = read_paths([path])
+    assert frame.filter(pl.col("metric") == "loss").get_column("step").to_list() == [1, 2, 3]
+    assert len(problems) == 1 and problems[0].line == 2 and "UTF-8" in problems[0].message
+
+
+def test_overlong_line_is_skipped_with_one_problem(tmp_path, monkeypatch):
+    monkeypatch.setattr(textfile, "MAX_LINE", 1000)
+    monkeypatch.setattr(textfile, "BLOCK", 256)
+    path = tmp_path / "metrics.jsonl"
+    path.write_bytes(b'{"step": 1, "loss": 2.0}\n' + b"x" * 5000 + b'\n{"step": 2, "loss": 1.9}\n')
+    problems = []
+    blocks = list(textfile.iter_blocks(path, Cursor(), final=True, problems=problems, block=256, max_line=1000))
+    text = "".join(b.text for b in blocks)
+    assert '"step": 1' in text and '"step": 2' in text and "xxx" not in text
+    assert len(problems) == 1 and problems[0].line == 2
+    assert blocks[-1].cursor.offset == path.stat().st_size
+
+
+def test_fifty_megabyte_line_without_newline_is_not_buffered_forever(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_bytes(b'{"step": 1, "loss": 2.0}\n' + b"y" * (50 << 20))
+    res = read(path, Cursor(), run="r", fmt="jsonl", final=False, options=ReadOptions())
+    assert res.frame.height == 1
+    assert len(res.problems) == 1 and "longer than" in res.problems[0].message
+    assert res.cursor.skipping and res.cursor.offset == path.stat().st_size
+    with open(path, "ab") as fh:
+        fh.write(b'yyy\n{"step": 2, "loss": 1.5}\n')
+    again = read(path, res.cursor, run="r", fmt="jsonl", final=False, options=ReadOptions())
+    assert again.frame.select("step", "value").rows() == [(2, 1.5)]
+    assert again.problems == ()
+
+
+def test_vanished_file_is_one_problem(tmp_path):
+    path = tmp_path / "gone.jsonl"
+    res = read(path, Cursor(), run="r", fmt="jsonl", final=True, options=ReadOptions())
+    assert res.frame.height == 0
+    assert [p.message for p in res.problems] == ["file vanished before it could be read"]
+
+
+def test_permission_denied_is_one_problem(tmp_path, monkeypatch):
+    # Tests run as root in CI, where chmod 000 does not deny anything: make open() refuse instead.
+    path = tmp_path / "locked.jsonl"
+    path.write_text(GOOD)
+    real_open = open
+
+    def refusing_open(file, *args, **kwargs):
+        if str(file) == str(path):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr("builtins.open", refusing_open)
+    res = read(path, Cursor(), run="r", fmt="jsonl", final=True, options=ReadOptions())
+    assert [str(p) for p in res.problems] == [f"{path}: permission denied"]
+
+
+def test_symlink_loop_under_the_root_ends_the_walk(tmp_path):
+    run = tmp_path / "runs" / "a"
+    run.mkdir(parents=True)
+    (run / "metrics.jsonl").write_text(GOOD)
+    (run / "loop").symlink_to(tmp_path / "runs", target_is_directory=True)
+    frame, results, problems = read_paths([tmp_path / "runs"])
+    assert len(results) == 1
+    assert frame.height == 13
+    assert len(problems) == 1 and "loop" in problems[0].message
+
+
+def test_duplicate_and_backward_steps_are_all_kept_in_file_order(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("".join(f'{{"step": {s}, "loss": {v}}}\n' for s, v in [(1, 3.0), (2, 2.9), (2, 2.9), (3, 2.8), (2, 2.95), (3, 2.85)]))
+    frame, _, problems = read_paths([path])
+    assert frame.select("step", "value").rows() == [(1, 3.0), (2, 2.9), (2, 2.9), (3, 2.8), (2, 2.95), (3, 2.85)]
+    assert problems == []
+
+
+def test_path_that_does_not_exist_is_a_usage_error(tmp_path):
+    with pytest.raises(UsageError, match="no such file or folder"):
+        read_paths([tmp_path / "nope"])
+
+
+def test_a_rewritten_lightning_csv_is_read_again_without_repeating_rows(tmp_path):
+    path = tmp_path / "metrics.csv"
+    path.write_text("epoch,step,train_loss_step\n0,1,3.0\n0,2,2.9\n")
+    first = read(path, Cursor(), run="r", fmt="csv", final=False, options=ReadOptions())
+    assert first.frame.filter(pl.col("metric") == "loss").select("step", "value").rows() == [(1, 3.0), (2, 2.9)]
+    # Lightning saw a new metric: it rewrites the file with a wider header.
+    path.write_text("epoch,step,train_loss_step,val_loss\n0,1,3.0,\n0,2,2.9,\n0,3,2.8,\n0,3,,2.7\n")
+    second = read(path, first.cursor, run="r", fmt="csv", final=False, options=ReadOptions())
+    assert second.frame.filter(pl.col("metric") != "epoch").select("step", "metric", "value").rows() == [(3, "loss", 2.8), (3, "eval_loss", 2.7)]
+    assert len(second.problems) == 1 and "rewritten" in second.problems[0].message
+
+
+def test_half_written_trainer_state_waits_until_complete(tmp_path, corpus):
+    src = (corpus / "hf_trainer/t5_summarization_trainer_state.json").read_bytes()
+    path = tmp_path / "trainer_state.json"
+    path.write_bytes(src[: len(src) // 2])
+    res = read(path, Cursor(), run="r", fmt="hf_trainer_state", final=False, options=ReadOptions())
+    assert res.frame.height == 0 and res.problems == () and res.cursor == Cursor()
+    path.write_bytes(src)
+    res = read(path, res.cursor, run="r", fmt="hf_trainer_state", final=False, options=ReadOptions())
+    assert res.frame.filter(pl.col("metric") == "loss").height == 430
+    again = read(path, res.cursor, run="r", fmt="hf_trainer_state", final=False, options=ReadOptions())
+    assert again.frame.height == 0
+
+
+def test_only_the_newest_hf_checkpoint_state_is_read(tmp_path, corpus):
+    src = (corpus / "hf_trainer/t5_summarization_trainer_state.json").read_text()
+    for n in (500, 1000, 1500):
+        (tmp_path / "out" / f"checkpoint-{n}").mkdir(parents=True)
+        (tmp_path / "out" / f"checkpoint-{n}" / "trainer_state.json").write_text(src)
+    frame, results, _ = read_paths([tmp_path])
+    assert [r.found.path.parent.name for r in results] == ["checkpoint-1500"]
+    assert set(frame.get_column("run")) == {"out"}

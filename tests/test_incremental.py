@@ -1,0 +1,79 @@
+"""Reading a file in one go, and reading it in many arbitrary pieces as it grows, give the same table:
+the daemon and the audit must never disagree about what a log says."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from lossguard.cursor import Cursor
+from lossguard.formats.sniff import detect
+from lossguard.reader import ReadOptions, read
+
+from . import samples
+from .conftest import CORPUS
+from .writers import write_tb1
+
+OPTIONS = ReadOptions()
+
+
+def _corpus_head(rel: str, size: int) -> bytes:
+    return (CORPUS / rel).read_bytes()[:size]
+
+
+TEXTS = {name: (fname, text.encode()) for name, (fname, text) in samples.ALL.items()}
+TEXTS["megatron_real"] = ("perf.log", _corpus_head("megatron/bigscience_meg_ds_3d_gpt2_perf_n16_ds_off.log", 100_058))
+TEXTS["lightning_real"] = ("metrics.csv", _corpus_head("csv/slm_training_lightning_v0_metrics.csv", 20_000))
+TEXTS["llamafactory_real"] = ("trainer_log.jsonl", _corpus_head("jsonl/luojiu_7b_llamafactory_pretrain_trainer_log.jsonl", 30_000))
+TEXTS["buildnanogpt_real"] = ("run.out", _corpus_head("other/build_nanogpt_agndm_bigger_254M.log", 40_000))
+
+
+def _grow_and_read(path: Path, data: bytes, cuts: list[int], fmt: str) -> tuple[pl.DataFrame, Cursor]:
+    path.write_bytes(b"")
+    cursor = Cursor()
+    frames = []
+    for cut in [*sorted(set(cuts)), len(data)]:
+        with open(path, "ab") as fh:
+            fh.write(data[path.stat().st_size : cut])
+        res = read(path, cursor, run="r", fmt=fmt, final=False, options=OPTIONS)
+        assert res.problems == ()
+        frames.append(res.frame)
+        cursor = res.cursor
+    res = read(path, cursor, run="r", fmt=fmt, final=True, options=OPTIONS)
+    frames.append(res.frame)
+    return pl.concat(frames), res.cursor
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(name=st.sampled_from(sorted(TEXTS)), fractions=st.lists(st.floats(0, 1), max_size=12))
+def test_text_read_in_pieces_equals_read_in_one_go(tmp_path, name, fractions):
+    fname, data = TEXTS[name]
+    whole_path = tmp_path / f"whole-{fname}"
+    whole_path.write_bytes(data)
+    fmt = detect(whole_path)
+    assert fmt is not None
+    whole = read(whole_path, run="r", fmt=fmt, final=True, options=OPTIONS)
+    grown, cursor = _grow_and_read(tmp_path / fname, data, [int(f * len(data)) for f in fractions], fmt)
+    assert whole.frame.height > 0
+    assert grown.drop("source").equals(whole.frame.drop("source"))
+    assert cursor.offset == len(data)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(fractions=st.lists(st.floats(0, 1), max_size=10))
+def test_event_file_read_in_pieces_equals_read_in_one_go(tmp_path_factory, fractions):
+    folder = tmp_path_factory.mktemp("tb")
+    src = write_tb1(folder / "src", [(s, t, 1.0 / (s + 1)) for s in range(300) for t in ("loss", "lr")])
+    data = src.read_bytes()
+    whole = read(src, run="r", fmt="tfevents", final=True, options=OPTIONS)
+    grown, cursor = _grow_and_read(folder / src.name, data, [int(f * len(data)) for f in fractions], "tfevents")
+    assert grown.drop("source").equals(whole.frame.drop("source"))
+    assert cursor.offset == len(data)
+
+
+def test_cursor_survives_json_round_trip():
+    cursor = Cursor(offset=10, line=3, index=2, last_step=7, header="a,b", skipping=True)
+    assert Cursor.from_json(cursor.to_json()) == cursor

@@ -1,0 +1,143 @@
+"""Each line format on the lines its tools really print, noise and odd values included."""
+
+from __future__ import annotations
+
+import math
+
+import polars as pl
+import pytest
+
+from lossguard.reader import ReadOptions, read_paths
+
+from . import samples
+
+
+def read_text(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text(text)
+    frame, results, problems = read_paths([path], ReadOptions())
+    return frame, results, problems
+
+
+def points(frame, metric):
+    return frame.filter(pl.col("metric") == metric).select("step", "value").rows()
+
+
+def test_hf_console_dicts_are_numbered_and_the_summary_line_is_dropped(tmp_path):
+    frame, results, problems = read_text(tmp_path, "train_stdout.txt", samples.HF_CONSOLE)
+    assert results[0].format == "hf_console"
+    assert problems == []
+    loss = points(frame, "loss")
+    assert [s for s, _ in loss] == [1, 2, 4, 5]
+    assert math.isnan(loss[2][1])
+    assert points(frame, "eval_loss") == [(3, 2.05)]
+    assert points(frame, "grad_norm")[1] == (2, 1.5)  # np.float64(1.5)
+    assert points(frame, "grad_norm")[2] == (4, math.inf)
+    assert "train_loss" not in frame.get_column("tag").to_list()
+
+
+def test_nanogpt_iter_lines(tmp_path):
+    frame, results, _ = read_text(tmp_path, "nanogpt.log", samples.NANOGPT)
+    assert results[0].format == "kv_lines"
+    assert points(frame, "loss") == [(0, 10.9917), (10, 9.4371), (20, 8.9123), (20, 8.8012)]
+    assert points(frame, "eval_loss") == [(20, 8.9331)]
+
+
+def test_llmc_step_lines_with_two_word_names(tmp_path):
+    frame, _, _ = read_text(tmp_path, "llmc.log", samples.LLMC)
+    assert points(frame, "loss") == [(1, 11.010029), (2, 10.847216), (3, 10.532)]
+    assert points(frame, "grad_norm")[0] == (1, 15.4317)
+    assert points(frame, "lr")[2] == (3, 3e-06)
+
+
+def test_fairseq_simple_hydra_and_json_lines(tmp_path):
+    frame, _, _ = read_text(tmp_path, "fairseq.log", samples.FAIRSEQ)
+    assert points(frame, "loss") == [(100, 9.21), (200, 8.71)]
+    assert points(frame, "grad_norm") == [(100, 1.2), (200, 1.1)]
+
+
+def test_fairseq_json_log_lines(tmp_path):
+    text = "\n".join(line for line in samples.FAIRSEQ.splitlines() if "{" in line) + "\n"
+    frame, results, _ = read_text(tmp_path, "fairseq_json.log", text)
+    assert results[0].format == "jsonl"
+    assert points(frame, "loss") == [(300, 8.5)]
+    assert points(frame, "grad_norm") == [(300, 1.05)]
+
+
+def test_jsonl_keeps_nan_inf_duplicates_and_rewinds(tmp_path):
+    frame, _, _ = read_text(tmp_path, "metrics.jsonl", samples.JSONL)
+    loss = points(frame, "loss")
+    assert [s for s, _ in loss] == [1, 2, 3, 3, 2]
+    assert math.isnan(loss[1][1]) and math.isnan(loss[2][1])
+    assert points(frame, "grad_norm")[1] == (2, math.inf)
+    assert "note" not in frame.get_column("tag").to_list()
+
+
+def test_lightning_csv_sparse_columns(tmp_path):
+    frame, results, _ = read_text(tmp_path, "metrics.csv", samples.LIGHTNING_CSV)
+    assert results[0].format == "csv"
+    loss = points(frame, "loss")
+    assert [s for s, _ in loss] == [49, 99, 149, 199] and math.isnan(loss[3][1])
+    assert points(frame, "eval_loss") == [(99, 7.3)]
+    assert points(frame, "lr") == [(49, 0.001), (99, 0.001), (149, 0.0009), (199, 0.0009)]
+    assert frame.filter(pl.col("metric") == "lr").get_column("tag").unique().to_list() == ["lr-AdamW"]
+
+
+def test_csv_without_a_step_column_numbers_rows(tmp_path):
+    frame, _, _ = read_text(tmp_path, "log.csv", "loss,acc\n3.0,0.1\n2.5,0.2\n")
+    assert points(frame, "loss") == [(1, 3.0), (2, 2.5)]
+
+
+def test_megatron_lines_with_prefixes_overflow_and_validation(tmp_path):
+    frame, results, _ = read_text(tmp_path, "megatron.log", samples.MEGATRON)
+    assert results[0].format == "megatron"
+    assert points(frame, "loss") == [(100, 5.2), (101, 5.1)]
+    assert points(frame, "eval_loss") == [(101, 5.05)]
+    scale = frame.filter(pl.col("metric") == "loss_scale").select("step", "tag", "value").rows()
+    assert scale == [(100, "loss scale", 4096.0), (101, "OVERFLOW loss scale", 2048.0), (101, "loss scale", 2048.0)]
+    assert points(frame, "number of skipped iterations") == [(100, 0.0), (101, 1.0)]
+
+
+def test_user_defined_regex_format_from_config(tmp_path):
+    config = tmp_path / "lossguard.toml"
+    config.write_text(
+        """
+[aliases]
+loss = ["objective"]
+
+[[formats]]
+name = "mytrainer"
+files = "*.mylog"
+pattern = 'it=(?P<step>\\d+) objective=(?P<objective>\\S+) eta=(?P<lr>\\S+)'
+"""
+    )
+    log = tmp_path / "job.mylog"
+    log.write_text("boot\nit=1 objective=4.5 eta=0.1\nnoise it=x\nit=2 objective=nan eta=0.1\n")
+    from lossguard.config import read_options
+
+    frame, results, problems = read_paths([log], read_options(config))
+    assert results[0].format == "mytrainer"
+    loss = points(frame, "loss")
+    assert loss[0] == (1, 4.5) and loss[1][0] == 2 and math.isnan(loss[1][1])
+    assert points(frame, "lr") == [(1, 0.1), (2, 0.1)]
+
+
+@pytest.mark.parametrize(
+    "body,message",
+    [
+        pytest.param('[[formats]]\nname = "x"\npattern = "(unclosed"\n', "not a valid regular expression", id="bad regex"),
+        pytest.param('[[formats]]\nname = "x"\npattern = "(?P<step>\\\\d+)"\n', "at least one named group", id="no metric group"),
+        pytest.param('[[formats]]\nname = "jsonl"\npattern = "(?P<loss>\\\\d+)"\n', "built-in format", id="shadows a built-in"),
+        pytest.param("[aliases]\nloss = 'x'\n", "must be a list", id="alias not a list"),
+        pytest.param("[aliases\n", "not valid TOML", id="bad toml"),
+    ],
+)
+def test_bad_config_names_the_file_and_the_problem(tmp_path, body, message):
+    from lossguard.config import read_options
+    from lossguard.errors import ConfigError
+
+    config = tmp_path / "lossguard.toml"
+    config.write_text(body)
+    with pytest.raises(ConfigError) as info:
+        read_options(config)
+    assert str(config) in str(info.value) and message in str(info.value)
