@@ -1,0 +1,352 @@
+"""Pure cause labelling: an incident and its run's context in, ranked causes with evidence out.
+
+The heuristics are those an experienced engineer applies when looking at the curves, written down so
+they can be judged (README, "Why lossguard says what it says"):
+
+- gradient_explosion: the grad norm peaks far above its median of the previous 50 logged values at,
+  or just before, the spike. 3x is suspicious, 10x and more is an explosion.
+- numerical_instability: a NaN/Inf in the loss or grad norm; an fp16 loss scale halving repeatedly
+  (DeepSpeed OVERFLOW lines); Megatron's skipped/NaN iteration counters rising.
+- lr_schedule: the LR moves by far more than the schedule's own step-to-step change right before the
+  spike (a scheduler restart, a wrong resume). An upward jump is damning; a drop much less so.
+- lr_too_high: the LR is at (>= 90% of) the highest value its schedule reached, warmup ended shortly
+  before (within about one warmup length), or the LR was still rising smoothly.
+- bad_batch: one or two flagged points that recover at once, with a calm grad norm and no LR event.
+- model_architecture: spikes that keep coming back (3 or more on the run), a grad-norm baseline that
+  keeps climbing, or a NaN that never goes away.
+- unknown: the context needed is missing; says which metric would have settled it.
+
+Confidences are independent plausibilities in [0, 1], not probabilities that sum to one.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import polars as pl
+
+from .model import Cause, Incident
+
+LOSS_RULE_KINDS = ("ratio", "zscore", "ewm", "sustained", "threshold", "nonfinite")
+
+
+@dataclass(frozen=True)
+class Series:
+    steps: np.ndarray
+    values: np.ndarray
+
+    @classmethod
+    def of(cls, frame: pl.DataFrame | None) -> Series | None:
+        if frame is None or not frame.height:
+            return None
+        return cls(frame.get_column("step").to_numpy(), frame.get_column("value").to_numpy())
+
+    def between(self, lo: float, hi: float) -> tuple[np.ndarray, np.ndarray]:
+        a, b = np.searchsorted(self.steps, lo, "left"), np.searchsorted(self.steps, hi, "right")
+        return self.steps[a:b], self.values[a:b]
+
+    def before(self, step: float, n: int) -> np.ndarray:
+        i = np.searchsorted(self.steps, step, "left")
+        return self.values[max(0, i - n) : i]
+
+    def at_or_before(self, step: float) -> tuple[int, float] | None:
+        i = np.searchsorted(self.steps, step, "right") - 1
+        if i < 0:
+            return None
+        return int(self.steps[i]), float(self.values[i])
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """What the labeller may look at: the run's context streams (sorted by step) and its incidents."""
+
+    loss: Series | None
+    lr: Series | None = None
+    grad_norm: Series | None = None
+    loss_scale: Series | None = None
+    overflow: Series | None = None
+    skipped: Series | None = None
+    nan_iterations: Series | None = None
+    incidents: tuple[Incident, ...] = field(default=())
+
+    @property
+    def interval(self) -> float:
+        """Typical steps between two loss points (HF logs every 500 steps, nanoGPT every step)."""
+        if self.loss is None or self.loss.steps.size < 2:
+            return 1.0
+        d = np.diff(self.loss.steps)
+        d = d[d > 0]
+        return float(np.median(d)) if d.size else 1.0
+
+
+def _fmt(x: float) -> str:
+    if not math.isfinite(x):
+        return "NaN" if math.isnan(x) else ("Inf" if x > 0 else "-Inf")
+    if x == 0:
+        return "0"
+    if abs(x) >= 1e4 or abs(x) < 1e-2:
+        return f"{x:.1e}"
+    return f"{x:.3g}"
+
+
+def _steps_phrase(n: float) -> str:
+    n = int(round(n))
+    if n == 0:
+        return "at the same step as the loss spike"
+    if n > 0:
+        return f"{n} step{'s' if n != 1 else ''} before the loss spike"
+    return f"{-n} step{'s' if n != -1 else ''} after the loss spike began"
+
+
+def _gradient(inc: Incident, ctx: RunContext, near_lo: float) -> tuple[Cause | None, float | None]:
+    gn = ctx.grad_norm
+    if gn is None:
+        return None, None
+    prior = gn.before(near_lo, 50)
+    prior = prior[np.isfinite(prior)]
+    if prior.size < 3:
+        # A short log: the values before the spike step itself are all the history there is.
+        prior = gn.before(inc.step, 50)
+        prior = prior[np.isfinite(prior)]
+    steps, values = gn.between(near_lo, max(inc.peak_step, inc.step))
+    finite = np.isfinite(values)
+    if prior.size < 2 or not finite.any():
+        return None, None
+    median = float(np.median(prior))
+    if median <= 0:
+        return None, None
+    k = int(np.argmax(np.where(finite, values, -np.inf)))
+    peak, at = float(values[k]), int(steps[k])
+    ratio = peak / median
+    if ratio < 3:
+        return None, ratio
+    confidence = min(0.95, 0.45 + 0.15 * math.log2(ratio / 1.5))
+    onset = int(steps[np.argmax(np.where(finite, values, -np.inf) >= 3 * median)])
+    evidence = f"grad_norm {_fmt(peak)} = {ratio:.0f}x its median over the previous {prior.size} values"
+    if onset == at:
+        evidence += f", {_steps_phrase(inc.step - at)}"
+    else:
+        evidence += f" at step {at}; first above 3x {_steps_phrase(inc.step - onset)} (step {onset})"
+    suggestion = "Clip gradients (max_norm=1.0; lower it if already clipping) and resume from a checkpoint before step " f"{inc.step}."
+    return Cause("gradient_explosion", confidence, evidence, suggestion), ratio
+
+
+def _numerical(inc: Incident, ctx: RunContext, lo: float, hi: float) -> Cause | None:
+    found: list[tuple[float, str]] = []
+    if inc.kind == "nonfinite":
+        found.append((0.95, f"{inc.metric} is {_fmt(inc.value)} at step {inc.step}"))
+    for name, series in (("loss", ctx.loss), ("grad_norm", ctx.grad_norm)):
+        if series is None or (inc.kind == "nonfinite" and inc.metric == name):
+            continue
+        steps, values = series.between(lo, hi)
+        bad = ~np.isfinite(values)
+        if bad.any():
+            found.append((0.85, f"{name} is {_fmt(float(values[bad][0]))} at step {int(steps[bad][0])}"))
+    if ctx.loss_scale is not None:
+        steps, values = ctx.loss_scale.between(lo, hi)
+        before = ctx.loss_scale.before(lo, 1)
+        seq = np.concatenate([before, values]) if before.size else values
+        seq = seq[np.isfinite(seq)]
+        if seq.size >= 2:
+            halvings = int(np.sum(np.diff(seq) < 0))
+            drop = seq[0] / seq.min() if seq.min() > 0 else math.inf
+            if halvings >= 2 or drop >= 4:
+                found.append((0.75, f"fp16 loss scale fell {_fmt(seq[0])} -> {_fmt(float(seq.min()))} ({halvings} reductions) around the spike"))
+    if ctx.overflow is not None:
+        steps, _ = ctx.overflow.between(lo, hi)
+        if steps.size:
+            found.append((0.6 + min(0.2, 0.04 * steps.size), f"{steps.size} DeepSpeed OVERFLOW (skipped step) line{'s' if steps.size != 1 else ''} between steps {int(steps[0])} and {int(steps[-1])}"))
+    for label, series in (("skipped", ctx.skipped), ("NaN", ctx.nan_iterations)):
+        if series is None:
+            continue
+        steps, values = series.between(lo, hi)
+        positive = values[np.isfinite(values) & (values > 0)]
+        if positive.size:
+            found.append((0.6, f"Megatron counted {int(positive.sum())} {label} iteration(s) around the spike"))
+    if not found:
+        return None
+    found.sort(key=lambda f: -f[0])
+    confidence = min(0.97, found[0][0] + 0.05 * (len(found) - 1))
+    return Cause(
+        "numerical_instability",
+        confidence,
+        "; ".join(text for _, text in found),
+        "Prefer bf16 to fp16 (or keep softmax/attention logits in fp32), check the loss-scaler settings "
+        "(initial and minimum scale), and look for log(0) or division by zero in the loss.",
+    )
+
+
+def _lr_events(inc: Incident, ctx: RunContext, interval: float) -> tuple[Cause | None, Cause | None]:
+    lr = ctx.lr
+    if lr is None or lr.steps.size < 3:
+        return None, None
+    upto = lr.steps <= inc.step
+    if not upto.any():
+        return None, None
+    steps, values = lr.steps[upto], lr.values[upto]
+    finite = np.isfinite(values)
+    steps, values = steps[finite], values[finite]
+    if steps.size < 2:
+        return None, None
+    schedule: Cause | None = None
+    diffs = np.diff(values)
+    recent = np.abs(diffs[-60:-3]) if diffs.size > 6 else np.abs(diffs[:-1])
+    moving = recent[recent > 0]
+    typical = float(np.median(moving)) if moving.size else 0.0
+    lo = inc.step - max(3 * interval, 1)
+    for j in range(diffs.size - 1, -1, -1):
+        at = steps[j + 1]
+        if at < lo:
+            break
+        prev, cur = float(values[j]), float(values[j + 1])
+        jump = cur - prev
+        big = abs(jump) >= max(10 * typical, 0.2 * abs(prev)) and abs(jump) > 0
+        if big:
+            up = jump > 0
+            schedule = Cause(
+                "lr_schedule",
+                0.8 if up else 0.35,
+                f"lr {'jumped' if up else 'dropped'} {_fmt(prev)} -> {_fmt(cur)} at step {int(at)}, "
+                f"{_steps_phrase(inc.step - at).replace('the loss spike', 'the spike')}; the schedule's usual step-to-step change is {_fmt(typical)}",
+                "Check the LR scheduler: a jump like this usually means it restarted or was not restored on resume; "
+                "restore its state (or set the intended LR) and resume from a checkpoint before the jump.",
+            )
+            break
+    # The schedule's peak as far as the log shows it (the whole run in an audit, so far in the daemon).
+    all_values = lr.values[np.isfinite(lr.values)]
+    all_steps = lr.steps[np.isfinite(lr.values)]
+    peak = float(all_values.max())
+    current = float(values[-1])
+    if peak <= 0:
+        return None, schedule
+    frac = current / peak
+    high: Cause | None = None
+    reached = int(all_steps[np.argmax(all_values >= 0.99 * peak)])
+    first_step, start = int(all_steps[0]), float(all_values[0])
+    warmup = start < 0.5 * peak and reached > first_step
+    warm_len = reached - first_step
+    since = inc.step - reached
+    rising = values.size >= 2 and values[-1] > values[-2]
+    if schedule is None and warmup and since < 0 and rising and frac >= 0.5:
+        confidence, when = 0.5, f"still warming up toward {_fmt(peak)} (reached at step {reached})"
+    elif schedule is None and frac >= 0.9 and since >= 0:
+        if warmup and since <= max(warm_len, 3 * interval):
+            confidence, when = 0.75, f"warmup ended {since} steps earlier (at step {reached})"
+        elif warmup and since <= 3 * warm_len:
+            confidence, when = 0.55, f"warmup ended {since} steps earlier (at step {reached})"
+        elif warmup:
+            confidence, when = 0.3, f"the LR has been near its peak since step {reached}"
+        else:
+            confidence, when = 0.3, "no warmup visible in the log"
+    else:
+        return None, schedule
+    high = Cause(
+        "lr_too_high",
+        confidence,
+        f"lr {_fmt(current)} = {frac:.0%} of its max {_fmt(peak)}, {when}",
+        f"Lower the peak LR (e.g. to {_fmt(peak / 2)}) or lengthen warmup, and resume from a checkpoint before step {inc.step}.",
+    )
+    return high, schedule
+
+
+def _recurrence(inc: Incident, ctx: RunContext) -> Cause | None:
+    same = [i for i in ctx.incidents if i.metric == inc.metric and i.kind != "nonfinite"]
+    notes: list[str] = []
+    confidence = 0.0
+    if len(same) >= 3:
+        confidence = min(0.7, 0.45 + 0.1 * (len(same) - 3))
+        notes.append(f"{len(same)} {inc.metric} spikes on this run (steps {', '.join(str(i.step) for i in same[:6])}{'...' if len(same) > 6 else ''})")
+        gn = ctx.grad_norm
+        if gn is not None and gn.steps.size >= 40:
+            values = gn.values[np.isfinite(gn.values)]
+            # Skip the first tenth (warmup's large norms), compare the next quarter with the last.
+            tenth, quarter = values.size // 10, values.size // 4
+            early, late = float(np.median(values[tenth : tenth + quarter])), float(np.median(values[-quarter:]))
+            if early > 0 and late / early >= 2:
+                confidence = min(0.9, confidence + 0.2)
+                notes.append(f"grad_norm baseline climbing ({_fmt(early)} -> {_fmt(late)} median)")
+    if inc.kind == "nonfinite" and inc.end_step is None:
+        confidence = max(confidence, 0.7)
+        notes.append(f"{inc.metric} stays non-finite from step {inc.step} to the end of the log")
+    if not notes:
+        return None
+    return Cause(
+        "model_architecture",
+        confidence,
+        "; ".join(notes),
+        "Check where NaN/Inf first appear and add normalization (pre-LN, QK-layernorm, a z-loss on the logits); "
+        "scale down the init of residual projections.",
+    )
+
+
+def _bad_batch(
+    inc: Incident, ctx: RunContext, interval: float, gn_ratio: float | None, lr_event: bool, numerical: Cause | None
+) -> Cause | None:
+    if inc.end_step is None or inc.points > 2:
+        return None
+    quick = inc.end_step - inc.step <= 3 * interval
+    if not quick:
+        return None
+    if gn_ratio is not None and gn_ratio >= 3:
+        return None
+    if lr_event:
+        return None
+    recovered = f"back under the threshold {int((inc.end_step - inc.step) / interval) or 1} point(s) later"
+    if gn_ratio is None:
+        confidence, calm = 0.45, "no grad_norm logged to rule out an explosion"
+    else:
+        confidence, calm = 0.7, f"grad_norm only {gn_ratio:.1f}x its median"
+    notes = []
+    if len([i for i in ctx.incidents if i.metric == inc.metric and i.kind != "nonfinite"]) >= 3:
+        confidence -= 0.2
+        notes.append("but spikes recur on this run")
+    if numerical is not None and numerical.confidence >= 0.6:
+        # A bad batch can produce a NaN, but the numerics are then the better lead.
+        confidence = min(confidence, 0.4)
+    return Cause(
+        "bad_batch",
+        max(0.1, confidence),
+        "; ".join([f"isolated spike at step {inc.step}, {recovered}", calm, "no LR event", *notes]),
+        f"Inspect the batch(es) of step {inc.step} (data order is deterministic) and skip them on resume; gradient clipping limits the damage.",
+    )
+
+
+def label(inc: Incident, ctx: RunContext) -> tuple[Cause, ...]:
+    interval = ctx.interval
+    near_lo = inc.step - 3 * interval
+    hi = max(inc.peak_step, inc.step) + interval
+    causes: list[Cause] = []
+    grad, gn_ratio = _gradient(inc, ctx, near_lo)
+    numerical = _numerical(inc, ctx, inc.step - 10 * interval, hi)
+    high, schedule = _lr_events(inc, ctx, interval)
+    recurrence = _recurrence(inc, ctx)
+    batch = _bad_batch(inc, ctx, interval, gn_ratio, schedule is not None and schedule.confidence >= 0.5, numerical)
+    causes = [c for c in (grad, numerical, high, schedule, recurrence, batch) if c is not None]
+    missing = [name for name, s in (("grad_norm", ctx.grad_norm), ("lr", ctx.lr)) if s is None]
+    top = max((c.confidence for c in causes), default=0.0)
+    if missing and top < 0.6:
+        causes.append(
+            Cause(
+                "unknown",
+                0.5 if top < 0.4 else 0.3,
+                f"no {' or '.join(missing)} logged: {'an explosion cannot be told from a bad batch' if 'grad_norm' in missing else 'an LR cause cannot be checked'}",
+                f"Log {' and '.join(missing)} (HF Trainer logs both; Lightning: LearningRateMonitor and a grad-norm callback) so the next spike can be diagnosed.",
+            )
+        )
+    elif top < 0.4:
+        causes.append(
+            Cause(
+                "unknown",
+                0.35,
+                "no clear signal in lr, grad_norm or loss scale around the spike",
+                f"Look at the data and the job's other logs (restarts, node failures) around step {inc.step}.",
+            )
+        )
+    return tuple(sorted(causes, key=lambda c: (-c.confidence, c.cause)))
+
+
+def label_all(incidents: Sequence[Incident], ctx: RunContext) -> list[Incident]:
+    return [inc.with_causes(label(inc, ctx)) for inc in incidents]

@@ -1,0 +1,215 @@
+"""Pure detection: a metric stream and a rule in, incidents out. No clock, no I/O, so `scan` and
+`watch` can never disagree about the same points.
+
+Every rule is judged with vectorised polars expressions over the whole stream (rolling windows per
+evaluation unit, see streams.segments_with_history); only the few flagged points are walked in Python
+to group them into incidents and find where each recovered.
+
+Statistical rules (ratio, zscore, ewm, sustained) see only finite values: a NaN neither enters a
+window nor resets it, and the `nonfinite` rule is what catches it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import polars as pl
+
+from .model import Incident
+from .rules import EwmRule, NonFiniteRule, RatioRule, Rule, SustainedRule, ThresholdRule, ZScoreRule
+from .streams import segments_with_history
+
+_STATISTICAL = (RatioRule, ZScoreRule, EwmRule, SustainedRule)
+
+
+def _judge(units: pl.DataFrame, rule: Rule) -> pl.DataFrame:
+    """Per point: `flag`, the `baseline` it was compared with, the `limit` it had to exceed, and how
+    many points back the condition began (`onset`)."""
+    v = pl.col("value")
+    over = "unit"
+    seen = pl.int_range(1, pl.len() + 1).over(over)
+    onset = 0
+    if isinstance(rule, RatioRule):
+        window = {"mean": v.rolling_mean, "median": v.rolling_median, "max": v.rolling_max}[rule.baseline]
+        baseline = window(rule.window, min_samples=rule.window).shift(1).over(over)
+        limit = baseline * rule.factor
+        cond = v > limit
+    elif isinstance(rule, ZScoreRule):
+        baseline = v.rolling_mean(rule.window, min_samples=rule.window).shift(1).over(over)
+        spread = v.rolling_std(rule.window, min_samples=rule.window).shift(1).over(over)
+        limit = baseline + rule.k * spread
+        cond = v > limit
+    elif isinstance(rule, EwmRule):
+        baseline = v.ewm_mean(alpha=rule.alpha, adjust=False).shift(1).over(over)
+        limit = baseline * rule.factor
+        cond = v > limit
+    elif isinstance(rule, SustainedRule):
+        baseline = v.rolling_mean(rule.window, min_samples=rule.window).shift(rule.patience).over(over)
+        limit = baseline * rule.factor
+        cond = v.rolling_min(rule.patience, min_samples=rule.patience).over(over) > limit
+        onset = rule.patience - 1
+    elif isinstance(rule, (ThresholdRule, NonFiniteRule)):
+        if isinstance(rule, NonFiniteRule):
+            raw = ~v.is_finite()
+            baseline = pl.lit(None, dtype=pl.Float64)
+            limit = pl.lit(None, dtype=pl.Float64)
+        else:
+            bound = rule.above if rule.above is not None else rule.below
+            raw = (v > rule.above) if rule.above is not None else (v < rule.below)
+            baseline = pl.lit(bound, dtype=pl.Float64)
+            limit = pl.lit(bound, dtype=pl.Float64)
+        run_id = (~raw).cum_sum().over(over)
+        streak = raw.cast(pl.Int64).cum_sum().over([over, run_id])
+        cond = raw & (streak >= rule.patience)
+        onset = rule.patience - 1
+    else:  # pragma: no cover - the rule union is closed
+        raise TypeError(rule)
+    return units.with_columns(
+        (cond.fill_null(False) & pl.col("judge") & (seen >= rule.history)).alias("flag"),
+        baseline.alias("baseline"),
+        limit.alias("limit"),
+        pl.lit(onset).alias("onset"),
+    )
+
+
+def _recovery(values: np.ndarray, start: int, stop: int, above: callable, need: int) -> int | None:
+    """Index of the first of `need` consecutive points in [start, stop) that are not `above`."""
+    run = 0
+    chunk = 64
+    i = start
+    while i < stop:
+        block = ~above(values[i : min(stop, i + chunk)])
+        for j, ok in enumerate(block):
+            run = run + 1 if ok else 0
+            if run == need:
+                return i + j - need + 1
+        i += chunk
+        chunk *= 2
+    return None
+
+
+def detect(points: pl.DataFrame, rule: Rule, *, run: str) -> list[Incident]:
+    """Incidents of one rule on one stream (columns step, value, segment; file order)."""
+    if isinstance(rule, _STATISTICAL):
+        points = points.filter(pl.col("value").is_finite())
+    units = segments_with_history(points, rule.lookback)
+    if not units.height:
+        return []
+    judged = _judge(units, rule)
+    flagged_any = judged.get_column("flag").any()
+    if not flagged_any:
+        return []
+    incidents: list[Incident] = []
+    seen_keys: set[int] = set()
+    for (unit,), part in judged.partition_by("unit", as_dict=True, maintain_order=True).items():
+        found = _incidents(part, rule, run=run, segment=int(unit))
+        for inc in found:
+            # A replay after a resume must not raise the incident of the original timeline again.
+            if inc.step in seen_keys:
+                continue
+            seen_keys.add(inc.step)
+            incidents.append(inc)
+    return _apply_cooldown(incidents, rule)
+
+
+def _incidents(part: pl.DataFrame, rule: Rule, *, run: str, segment: int) -> list[Incident]:
+    flags = part.get_column("flag").to_numpy()
+    idx = np.flatnonzero(flags)
+    if not idx.size:
+        return []
+    steps = part.get_column("step").to_numpy()
+    values = part.get_column("value").to_numpy()
+    baselines = part.get_column("baseline").to_numpy()
+    limits = part.get_column("limit").to_numpy()
+    onset = int(part.get_column("onset")[0])
+    n = len(values)
+    out: list[Incident] = []
+    covered_until = -1  # index up to which the current incident has not recovered
+    for f in idx.tolist():
+        if f < covered_until:
+            out[-1] = _extend(out[-1], f, steps, values)
+            continue
+        first = max(0, f - onset)
+        limit = limits[f]
+        above = _above(rule, limit)
+        end = _recovery(values, f + 1, n, above, rule.recovery)
+        span_end = end if end is not None else n
+        window = values[first:span_end]
+        if isinstance(rule, NonFiniteRule):
+            peak = first + int(np.flatnonzero(~np.isfinite(window))[0])
+        else:
+            finite = np.where(np.isfinite(window), window, -np.inf)
+            peak = first + int(np.argmax(finite))
+        base = baselines[f]
+        out.append(
+            Incident(
+                run=run,
+                metric=rule.metric,
+                rule=rule.name,
+                kind=rule.kind,
+                severity=rule.severity,
+                step=int(steps[first]),
+                peak_step=int(steps[peak]),
+                value=float(values[peak]),
+                baseline=None if base is None or (isinstance(base, float) and math.isnan(base)) else float(base),
+                threshold=None if limit is None or (isinstance(limit, float) and math.isnan(limit)) else float(limit),
+                end_step=None if end is None else int(steps[end]),
+                last_flagged_step=int(steps[f]),
+                points=1,
+                segment=segment,
+            )
+        )
+        covered_until = span_end
+    return out
+
+
+def _above(rule: Rule, limit: float | None):
+    if isinstance(rule, NonFiniteRule):
+        return lambda a: ~np.isfinite(a)
+    if isinstance(rule, ThresholdRule) and rule.below is not None:
+        return lambda a: a < rule.below
+    return lambda a: a > limit
+
+
+def _extend(inc: Incident, f: int, steps: np.ndarray, values: np.ndarray) -> Incident:
+    from dataclasses import replace
+
+    return replace(inc, last_flagged_step=int(steps[f]), points=inc.points + 1)
+
+
+def _apply_cooldown(incidents: list[Incident], rule: Rule) -> list[Incident]:
+    """Within `cooldown` steps after an incident, the rule opens no new one: it is folded into the
+    previous incident instead (its points count, nothing is lost)."""
+    if rule.cooldown <= 0 or len(incidents) < 2:
+        return incidents
+    from dataclasses import replace
+
+    merged = [incidents[0]]
+    for inc in incidents[1:]:
+        prev = merged[-1]
+        last = prev.last_flagged_step if prev.last_flagged_step is not None else prev.step
+        if inc.segment == prev.segment and inc.step - last <= rule.cooldown:
+            better = inc.value > prev.value if math.isfinite(inc.value) and math.isfinite(prev.value) else False
+            merged[-1] = replace(
+                prev,
+                last_flagged_step=inc.last_flagged_step,
+                points=prev.points + inc.points,
+                end_step=inc.end_step,
+                peak_step=inc.peak_step if better else prev.peak_step,
+                value=inc.value if better else prev.value,
+            )
+        else:
+            merged.append(inc)
+    return merged
+
+
+def detect_all(streams: dict[str, pl.DataFrame], rules: Sequence[Rule], *, run: str) -> list[Incident]:
+    out: list[Incident] = []
+    for rule in rules:
+        points = streams.get(rule.metric)
+        if points is None or not points.height:
+            continue
+        out.extend(detect(points, rule, run=run))
+    return sorted(out, key=lambda i: (i.step, i.rule))

@@ -1,0 +1,79 @@
+"""One analysis, shared by `scan` (a whole run at once) and `watch` (the daemon): streams from the
+canonical table, incidents from the rules, causes from the context."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import polars as pl
+
+from .causes import RunContext, Series, label_all
+from .detect import detect_all
+from .model import Incident
+from .rules import RuleSet
+from .streams import context, stream
+
+JUDGED = ("loss", "eval_loss", "lr", "grad_norm", "loss_scale")
+
+
+@dataclass(frozen=True)
+class RunAnalysis:
+    run: str
+    metrics: dict[str, str]
+    """canonical metric -> the tag it was read from"""
+    steps: int
+    """loss points read (after collapsing duplicate steps)"""
+    first_step: int | None
+    last_step: int | None
+    incidents: tuple[Incident, ...]
+
+
+def _tag_series(run_frame: pl.DataFrame, tag: str) -> Series | None:
+    rows = run_frame.filter(pl.col("tag") == tag).select("step", "value")
+    if not rows.height:
+        return None
+    return Series.of(rows.unique(subset=["step"], keep="last", maintain_order=True).sort("step"))
+
+
+def run_context(run_frame: pl.DataFrame, incidents: tuple[Incident, ...] = ()) -> RunContext:
+    return RunContext(
+        loss=Series.of(context(run_frame, "loss")),
+        lr=Series.of(context(run_frame, "lr")),
+        grad_norm=Series.of(context(run_frame, "grad_norm")),
+        loss_scale=Series.of(context(run_frame, "loss_scale")),
+        overflow=_tag_series(run_frame, "OVERFLOW loss scale"),
+        skipped=_tag_series(run_frame, "number of skipped iterations"),
+        nan_iterations=_tag_series(run_frame, "number of nan iterations"),
+        incidents=incidents,
+    )
+
+
+def analyse_run(run_frame: pl.DataFrame, rules: RuleSet, *, run: str) -> RunAnalysis:
+    active = rules.for_run(run)
+    streams = {m: stream(run_frame, m) for m in {r.metric for r in active}}
+    incidents = tuple(detect_all(streams, active, run=run))
+    labelled = tuple(label_all(incidents, run_context(run_frame, incidents)))
+    loss = streams.get("loss")
+    if loss is None:
+        loss = stream(run_frame, "loss")
+    metrics = {}
+    for metric in JUDGED:
+        tags = run_frame.filter(pl.col("metric") == metric).get_column("tag")
+        if tags.len():
+            metrics[metric] = tags.value_counts(sort=True).get_column("tag")[0]
+    steps = run_frame.get_column("step")
+    return RunAnalysis(
+        run=run,
+        metrics=metrics,
+        steps=loss.height,
+        first_step=None if not steps.len() else int(steps.min()),
+        last_step=None if not steps.len() else int(steps.max()),
+        incidents=labelled,
+    )
+
+
+def analyse(frame: pl.DataFrame, rules: RuleSet) -> list[RunAnalysis]:
+    out = []
+    for (run,), part in frame.partition_by("run", as_dict=True, maintain_order=True).items():
+        out.append(analyse_run(part, rules, run=run))
+    return sorted(out, key=lambda a: a.run)

@@ -1,0 +1,59 @@
+"""From the long table to the streams rules judge: one metric of one run as (step, value), in the
+order the run wrote it, with ranks' duplicate rows collapsed and resumes split into segments.
+
+A step going backwards is a resume from a checkpoint. What the run did from that step on is replaced
+by the replay, so each segment is judged with the history the replay really continues from: the
+points of the earlier timeline before the segment's first step.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+
+def primary_tag(run_frame: pl.DataFrame, metric: str) -> str | None:
+    """The tag that carries a metric when several do (`loss` and `train/loss`): the one with most points."""
+    tags = run_frame.filter(pl.col("metric") == metric).group_by("tag", maintain_order=True).len()
+    if not tags.height:
+        return None
+    return tags.sort("len", descending=True, maintain_order=True).get_column("tag")[0]
+
+
+def stream(run_frame: pl.DataFrame, metric: str) -> pl.DataFrame:
+    """(step, value, segment) of one metric; the last row wins where one step repeats in a segment."""
+    tag = primary_tag(run_frame, metric)
+    if tag is None:
+        return pl.DataFrame(schema={"step": pl.Int64(), "value": pl.Float64(), "segment": pl.Int64()})
+    points = run_frame.filter((pl.col("metric") == metric) & (pl.col("tag") == tag)).select("step", "value")
+    return collapse(points)
+
+
+def collapse(points: pl.DataFrame) -> pl.DataFrame:
+    points = points.with_columns((pl.col("step") < pl.col("step").shift(1)).fill_null(False).cum_sum().cast(pl.Int64).alias("segment"))
+    return points.unique(subset=["segment", "step"], keep="last", maintain_order=True)
+
+
+def context(run_frame: pl.DataFrame, metric: str) -> pl.DataFrame:
+    """(step, value) of a context metric in step order, the latest write of each step winning: causes
+    look things up by step, and after a resume the replayed values are the ones that held."""
+    s = stream(run_frame, metric)
+    return s.unique(subset=["step"], keep="last", maintain_order=True).sort("step").select("step", "value")
+
+
+def segments_with_history(points: pl.DataFrame, lookback: int) -> pl.DataFrame:
+    """Evaluation units: each segment's points (judge=True) after up to `lookback` points of the
+    timeline it continues from (judge=False). Columns: unit, step, value, judge."""
+    parts = []
+    timeline = points.head(0).select("step", "value")
+    for seg, rows in points.partition_by("segment", as_dict=True, maintain_order=True).items():
+        seg_id = seg[0] if isinstance(seg, tuple) else seg
+        rows = rows.select("step", "value")
+        first = rows.get_column("step")[0]
+        before = timeline.filter(pl.col("step") < first)
+        history = before.tail(lookback) if lookback > 0 else before.head(0)
+        parts.append(history.with_columns(pl.lit(False).alias("judge"), pl.lit(seg_id, dtype=pl.Int64).alias("unit")))
+        parts.append(rows.with_columns(pl.lit(True).alias("judge"), pl.lit(seg_id, dtype=pl.Int64).alias("unit")))
+        timeline = pl.concat([before, rows])
+    if not parts:
+        return pl.DataFrame(schema={"step": pl.Int64(), "value": pl.Float64(), "judge": pl.Boolean(), "unit": pl.Int64()})
+    return pl.concat(parts)

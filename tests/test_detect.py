@@ -1,0 +1,177 @@
+"""Spike rules on streams: the seed's rule exactly, every kind, incidents, resumes and duplicates."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import polars as pl
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lossguard.detect import detect
+from lossguard.engine import analyse_run
+from lossguard.rules import RuleSet, _RULE, default_rules
+from lossguard.streams import collapse
+
+from . import synth
+
+
+def seed_detect_loss_spike(losses, threshold=2.0):
+    """../shared/seed/training_optimization.py's rule, minus its prints."""
+    if len(losses) < 10:
+        return False
+    recent_avg = np.mean(losses[-10:-1])
+    return losses[-1] > threshold * recent_avg
+
+
+DEFAULT_LOSS_RULE = next(r for r in default_rules().rules if r.name == "loss-spike")
+
+
+def rule(**kw):
+    kw.setdefault("name", "r")
+    kw.setdefault("metric", "loss")
+    return _RULE.validate_python(kw)
+
+
+def stream_of(values, steps=None):
+    steps = list(range(1, len(values) + 1)) if steps is None else steps
+    return collapse(pl.DataFrame({"step": steps, "value": values}, schema={"step": pl.Int64, "value": pl.Float64}))
+
+
+def flagged_steps(values, r, steps=None):
+    """Steps the rule flags, point by point (an incident's flagged points, not only its first)."""
+    from lossguard.detect import _judge
+    from lossguard.streams import segments_with_history
+
+    pts = stream_of(values, steps)
+    if r.kind in ("ratio", "zscore", "ewm", "sustained"):
+        pts = pts.filter(pl.col("value").is_finite())
+    judged = _judge(segments_with_history(pts, r.lookback), r)
+    return judged.filter(pl.col("flag")).get_column("step").to_list()
+
+
+finite = st.floats(min_value=-1e6, max_value=1e6, allow_nan=False, allow_infinity=False)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(finite, min_size=0, max_size=40))
+def test_default_rule_flags_exactly_what_the_seed_function_flags(values):
+    flagged = set(flagged_steps(values, DEFAULT_LOSS_RULE)) if values else set()
+    for n in range(1, len(values) + 1):
+        assert (n in flagged) == bool(seed_detect_loss_spike(values[:n])), (n, values[:n])
+
+
+def test_seed_example_is_one_incident():
+    losses = [0.5, 0.48, 0.47, 0.46, 0.45, 0.44, 0.43, 0.42, 0.41, 0.40, 1.2]
+    (inc,) = detect(stream_of(losses), DEFAULT_LOSS_RULE, run="r")
+    assert (inc.step, inc.peak_step, inc.value) == (11, 11, 1.2)
+    assert inc.baseline == pytest.approx(np.mean(losses[1:10]))
+    assert inc.ratio == pytest.approx(1.2 / np.mean(losses[1:10]))
+    assert inc.end_step is None  # the log ends at the spike: still open
+
+
+def test_consecutive_flagged_points_are_one_incident_that_recovers():
+    values = [1.0] * 20 + [3.0, 3.5, 2.5] + [1.0] * 10
+    (inc,) = detect(stream_of(values), DEFAULT_LOSS_RULE, run="r")
+    assert (inc.step, inc.peak_step, inc.value) == (21, 22, 3.5)
+    assert inc.end_step == 24
+    assert inc.points >= 1
+
+
+def test_nan_does_not_blind_the_ratio_rule_and_is_caught_by_nonfinite():
+    values = [1.0] * 12 + [math.nan] + [1.0, 3.0] + [1.0] * 5
+    ratio_incidents = detect(stream_of(values), DEFAULT_LOSS_RULE, run="r")
+    assert [i.step for i in ratio_incidents] == [15]
+    nonfinite = next(r for r in default_rules().rules if r.name == "loss-nonfinite")
+    (nan_inc,) = detect(stream_of(values), nonfinite, run="r")
+    assert nan_inc.step == 13 and math.isnan(nan_inc.value) and nan_inc.end_step == 14
+
+
+def test_nan_that_never_recovers_stays_open():
+    nonfinite = next(r for r in default_rules().rules if r.name == "loss-nonfinite")
+    (inc,) = detect(stream_of([1.0] * 5 + [math.nan] * 5), nonfinite, run="r")
+    assert inc.step == 6 and inc.end_step is None
+
+
+def test_rewound_steps_start_a_new_segment_without_repeating_the_incident():
+    steps = list(range(1, 31)) + list(range(15, 31))
+    values = [1.0] * 20 + [3.0] + [1.0] * 9 + [1.0] * 5 + [3.0] + [1.0] * 10  # the replay spikes at step 20 again
+    incidents = detect(stream_of(values, steps), DEFAULT_LOSS_RULE, run="r")
+    assert [i.step for i in incidents] == [21, 20]
+    # A rewind alone raises nothing: the same steps replayed calmly.
+    calm = [1.0] * 30 + [1.0] * 16
+    assert detect(stream_of(calm, steps), DEFAULT_LOSS_RULE, run="r") == []
+
+
+def test_replayed_spike_at_the_same_step_is_not_raised_twice():
+    steps = list(range(1, 31)) + list(range(15, 31))
+    values = [1.0] * 20 + [3.0] + [1.0] * 9 + [1.0] * 6 + [3.0] + [1.0] * 9
+    incidents = detect(stream_of(values, steps), DEFAULT_LOSS_RULE, run="r")
+    assert [i.step for i in incidents] == [21]
+
+
+def test_resumed_segment_continues_its_window_from_the_matching_step():
+    # After the rewind to step 15 the window holds steps 6..14 of the first timeline: a spike at the
+    # replay's second point is judged against them, not skipped for lack of history.
+    steps = list(range(1, 21)) + list(range(15, 25))
+    values = [1.0] * 20 + [1.0, 2.5] + [1.0] * 8
+    assert [i.step for i in detect(stream_of(values, steps), DEFAULT_LOSS_RULE, run="r")] == [16]
+
+
+def test_duplicate_rows_of_one_step_collapse_to_one_point():
+    steps = [s for s in range(1, 21) for _ in range(4)]  # four ranks print each step
+    values = [1.0] * 80
+    values[-4:] = [3.0] * 4
+    pts = stream_of(values, steps)
+    assert pts.height == 20
+    assert [i.step for i in detect(pts, DEFAULT_LOSS_RULE, run="r")] == [20]
+
+
+def test_lr_decay_drop_and_steep_early_descent_are_not_spikes():
+    t = np.arange(1, 2001)
+    loss = 10 * np.exp(-t / 50) + 2.0
+    loss[1000:] *= 0.5  # a step decay of the LR drops the loss sharply
+    frame = synth.long_frame("clean")
+    assert detect(stream_of(list(loss)), DEFAULT_LOSS_RULE, run="r") == []
+    assert analyse_run(frame, default_rules(), run="clean").incidents == ()
+
+
+@pytest.mark.parametrize(
+    "kw,values,expected",
+    [
+        pytest.param(dict(kind="zscore", k=6, window=20), [1.0 + 0.01 * (i % 3) for i in range(30)] + [1.5] + [1.0] * 5, [31], id="zscore 6 sigma"),
+        pytest.param(dict(kind="ewm", factor=1.5, alpha=0.1), [1.0] * 30 + [1.6] + [1.0] * 5, [31], id="ewm ratio"),
+        pytest.param(dict(kind="threshold", above=10.0, patience=3), [1.0] * 5 + [11.0, 12.0] + [1.0] + [11.0, 12.0, 13.0] + [1.0] * 5, [9], id="threshold with patience"),
+        pytest.param(dict(kind="threshold", below=0.5), [1.0] * 5 + [0.1] + [1.0] * 5, [6], id="threshold below"),
+        pytest.param(dict(kind="sustained", factor=2.0, window=10, patience=4), [1.0] * 20 + [4.0] * 3 + [1.0] * 5 + [4.0] * 6 + [1.0] * 5, [29], id="sustained needs patience"),
+        pytest.param(dict(kind="ratio", factor=10.0, window=5, baseline="max"), [1.0, 2.0, 1.0, 1.0, 1.0, 25.0] + [1.0] * 5, [6], id="ratio to the window max"),
+        pytest.param(dict(kind="ratio", factor=10.0, window=5, baseline="max"), [1.0, 2.0, 1.0, 1.0, 1.0, 15.0] + [1.0] * 5, [], id="under 10x the window max"),
+        pytest.param(dict(kind="ratio", factor=10.0, window=5, baseline="mean"), [1.0, 2.0, 1.0, 1.0, 1.0, 15.0] + [1.0] * 5, [6], id="over 10x the window mean"),
+        pytest.param(dict(kind="nonfinite"), [1.0, math.inf, 1.0, 1.0, 1.0, -math.inf, 1.0, 1.0, 1.0], [2, 6], id="inf is non-finite"),
+    ],
+)
+def test_rule_kinds(kw, values, expected):
+    incidents = detect(stream_of(values), rule(**kw), run="r")
+    assert [i.step for i in incidents] == expected
+
+
+def test_cooldown_folds_a_close_second_spike_into_the_first():
+    values = [1.0] * 20 + [3.0] + [1.0] * 5 + [3.0] + [1.0] * 10
+    assert len(detect(stream_of(values), rule(kind="ratio", factor=2.0, window=9), run="r")) == 2
+    (inc,) = detect(stream_of(values), rule(kind="ratio", factor=2.0, window=9, cooldown=10), run="r")
+    assert inc.points == 2 and inc.last_flagged_step == 27
+
+
+def test_runs_glob_limits_a_rule():
+    rules = RuleSet((rule(kind="nonfinite", runs="prod/*"),), "test")
+    frame = synth.long_frame("numerical_instability", run="dev/x")
+    assert analyse_run(frame, rules, run="dev/x").incidents == ()
+    assert len(analyse_run(frame.with_columns(pl.lit("prod/x").alias("run")), rules, run="prod/x").incidents) == 1
+
+
+def test_min_history_holds_the_rule_back():
+    values = [1.0, 1.0, 1.0, 5.0] + [1.0] * 3
+    assert detect(stream_of(values), rule(kind="ratio", window=3), run="r")[0].step == 4
+    assert detect(stream_of(values), rule(kind="ratio", window=3, min_history=6), run="r") == []
