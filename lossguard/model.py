@@ -9,7 +9,8 @@ from dataclasses import dataclass, field, replace
 CAUSES = ("lr_too_high", "gradient_explosion", "bad_batch", "numerical_instability", "lr_schedule", "model_architecture", "unknown")
 
 
-def _num(value: float | None) -> float | str | None:
+def json_number(value: float | None) -> float | str | None:
+    """JSON has no NaN/Infinity: they are written as the strings every JSON parser can carry."""
     if value is None:
         return None
     if math.isnan(value):
@@ -77,9 +78,9 @@ class Incident:
             "step": self.step,
             "peak_step": self.peak_step,
             "end_step": self.end_step,
-            "value": _num(self.value),
-            "baseline": _num(self.baseline),
-            "threshold": _num(self.threshold),
+            "value": json_number(self.value),
+            "baseline": json_number(self.baseline),
+            "threshold": json_number(self.threshold),
             "ratio": None if ratio is None else round(ratio, 4),
             "points": self.points,
             "causes": [c.to_json() for c in self.causes],

@@ -3,21 +3,11 @@
 from __future__ import annotations
 
 import json
-import math
 from typing import TextIO
 
 import polars as pl
 
-
-def _json_number(value: float | None) -> object:
-    # JSON has no NaN/Infinity; they are kept as the strings every JSON parser can carry.
-    if value is None:
-        return None
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "Infinity" if value > 0 else "-Infinity"
-    return value
+from .model import json_number
 
 
 def write_table(frame: pl.DataFrame, fmt: str, out: TextIO) -> None:
@@ -25,8 +15,8 @@ def write_table(frame: pl.DataFrame, fmt: str, out: TextIO) -> None:
         out.write(frame.write_csv(float_precision=None))
     elif fmt == "json":
         for row in frame.iter_rows(named=True):
-            row["value"] = _json_number(row["value"])
-            row["wall_time"] = _json_number(row["wall_time"])
+            row["value"] = json_number(row["value"])
+            row["wall_time"] = json_number(row["wall_time"])
             out.write(json.dumps(row) + "\n")
     else:
         cols = frame.columns
