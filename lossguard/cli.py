@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from . import __version__
-from .errors import LossguardError
+from .errors import LossguardError, UsageError
 
 EXIT_OK, EXIT_FOUND, EXIT_USAGE = 0, 1, 2
 
@@ -53,6 +53,94 @@ def _cmd_read(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _add_scan(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "scan",
+        help="audit every run under a folder: spikes and their likely causes",
+        formatter_class=_Formatter,
+        description="Find every run under PATH, read its logs, apply the spike rules and say why each\n"
+        "spike most likely happened.\n\n"
+        "Exit codes: 0 no spike found; 1 spikes found; 2 usage error, bad rules or config,\n"
+        "or (with --strict) a file that could not be read.",
+        epilog="Example:\n  lossguard scan runs/\n  lossguard scan runs/ --format json --output report.json\n"
+        "  lossguard scan runs/ --rules olmo-core\n  lossguard scan runs/ --compare-rules rules/default.toml llm-foundry",
+    )
+    p.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="folder of runs, run folder or log file")
+    p.add_argument("--rules", action="append", type=Path, metavar="FILE_OR_DIR", help="rules file, folder of them, or a preset name (repeatable; default: the packaged default rules)")
+    p.add_argument("--format", choices=["table", "json", "markdown", "html"], default="table", help="report format (default: table)")
+    p.add_argument("--output", type=Path, metavar="FILE", help="write the report to FILE instead of stdout")
+    p.add_argument("--run", metavar="GLOB", help="only runs whose name matches GLOB")
+    p.add_argument("--metric", metavar="NAME", help="only spikes of this metric (loss, eval_loss, grad_norm...)")
+    p.add_argument("--since", type=int, metavar="STEP", help="only spikes that start at or after STEP")
+    p.add_argument("--jobs", type=int, default=None, metavar="N", help="runs read in parallel (default: the cores available, for scans large enough to gain from it)")
+    p.add_argument("--strict", action="store_true", help="exit 2 if any file could not be read")
+    p.add_argument("--quiet", action="store_true", help="no progress bar, no warnings on stderr")
+    p.add_argument("--config", type=Path, help="lossguard.toml with [aliases] and [[formats]]")
+    p.add_argument("--compare-rules", nargs=2, type=Path, metavar=("A", "B"), help="backtest: what rules A and B flag differently, per run")
+    p.set_defaults(func=_cmd_scan)
+
+
+def _cmd_scan(args: argparse.Namespace) -> int:
+    import os
+    from dataclasses import replace
+
+    from . import compare as cmp
+    from . import report
+    from .config import read_options
+    from .progress import Progress
+    from .rules import load_rules
+    from .scan import scan
+
+    options = read_options(args.config)
+    jobs = args.jobs
+    if jobs is not None and jobs < 1:
+        raise UsageError("--jobs must be at least 1")
+    show_progress = sys.stderr.isatty() and not args.quiet
+    rule_sets = [load_rules([p]) for p in args.compare_rules] if args.compare_rules else [load_rules(args.rules)]
+    results = []
+    for rules in rule_sets:
+        progress = Progress() if show_progress else None
+        try:
+            result = scan(args.paths, rules=rules, options=options, run_glob=args.run, jobs=jobs, progress=progress)
+        finally:
+            if progress:
+                progress.close()
+        if args.metric or args.since is not None:
+            keep = lambda i: (not args.metric or i.metric == args.metric) and (args.since is None or i.step >= args.since)  # noqa: E731
+            runs = tuple(replace(r, analysis=replace(r.analysis, incidents=tuple(filter(keep, r.incidents)))) for r in result.runs)
+            result = replace(result, runs=runs)
+        results.append(result)
+    result = results[0]
+    if not result.runs and not result.all_problems:
+        raise UsageError(f"no training logs found under {', '.join(map(str, args.paths))}")
+    if args.compare_rules:
+        rows = cmp.compare(results[0], results[1])
+        names = [results[0].rules.origin, results[1].rules.origin]
+        if args.format == "json":
+            import json
+
+            text = json.dumps(cmp.to_json(rows, *names), indent=2) + "\n"
+        else:
+            text = cmp.to_text(rows, *names)
+    else:
+        colour = args.output is None and sys.stdout.isatty() and not os.environ.get("NO_COLOR")
+        text = report.render(result, args.format, colour=colour)
+    if args.output:
+        args.output.write_text(text, encoding="utf-8")
+    else:
+        sys.stdout.write(text)
+    problems = result.all_problems
+    if problems and not args.quiet and (args.output or args.format != "table"):
+        for problem in problems:
+            print(f"warning: {problem}", file=sys.stderr)
+    if not result.runs:
+        print("lossguard: error: no file under the given paths could be read", file=sys.stderr)
+        return EXIT_USAGE
+    if args.strict and problems:
+        return EXIT_USAGE
+    return EXIT_FOUND if any(r.incidents for r in results[0].runs) else EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="lossguard",
@@ -64,6 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true", help="show tracebacks for errors")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     _add_read(sub)
+    _add_scan(sub)
     return parser
 
 

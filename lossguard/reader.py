@@ -97,6 +97,17 @@ def read_found(found: Found, options: ReadOptions) -> FileResult:
     return FileResult(found, fmt, read(found.path, run=found.run, fmt=fmt, final=True, options=options))
 
 
+WORTH_A_WARNING = {".jsonl", ".ndjson", ".csv", ".log"}
+
+
+def unrecognised(path: Path, *, explicit: bool) -> Problem | None:
+    """A file no format claimed: worth a warning if the user named it or its name promises metrics
+    (a stray README.txt under a runs folder is not)."""
+    if explicit or path.suffix.lower() in WORTH_A_WARNING or path.name.startswith("events.out.tfevents"):
+        return Problem(str(path), "no training metrics recognised in this file")
+    return None
+
+
 def collect(paths: Sequence[Path], options: ReadOptions) -> tuple[list[Found], list[Problem]]:
     problems: list[Problem] = []
     found: list[Found] = []
@@ -104,7 +115,12 @@ def collect(paths: Sequence[Path], options: ReadOptions) -> tuple[list[Found], l
     for root in paths:
         if not root.exists():
             raise UsageError(f"{root}: no such file or folder")
-        found.extend(discover(root, extra_globs=globs, problems=problems))
+        here = discover(root, extra_globs=globs, problems=problems)
+        if len(paths) > 1:
+            # Several roots: "." (or the same relative name) under two of them must not merge.
+            label = root.name or str(root)
+            here = [Found(label if f.run == "." else f"{label}/{f.run}", f.path) for f in here]
+        found.extend(here)
     return found, problems
 
 
@@ -115,8 +131,9 @@ def read_paths(paths: Sequence[Path], options: ReadOptions = ReadOptions()) -> t
     frames = []
     for res in results:
         if res.result is None:
-            if res.found.path in paths or res.found.path.suffix.lower() in {".jsonl", ".csv", ".log"}:
-                problems.append(Problem(str(res.found.path), "no training metrics recognised in this file"))
+            problem = unrecognised(res.found.path, explicit=res.found.path in paths)
+            if problem:
+                problems.append(problem)
             continue
         problems.extend(res.result.problems)
         if res.result.frame.height:

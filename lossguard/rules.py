@@ -214,7 +214,7 @@ def parse_rules(data: dict, *, origin: str) -> tuple[Rule, ...]:
 
 def default_rules() -> RuleSet:
     text = resources.files("lossguard").joinpath("data/default.toml").read_text("utf-8")
-    origin = "lossguard/data/default.toml"
+    origin = "default"
     return RuleSet(parse_rules(load_toml_text(text, origin=origin), origin=origin), origin)
 
 

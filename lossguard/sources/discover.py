@@ -2,8 +2,9 @@
 the folder holding the logs, relative to the scanned root ("." for the root itself).
 
 Files whose name says nothing about the run (events.out.tfevents.*, trainer_state.json, metrics.csv,
-trainer_log.jsonl...) belong to their folder's run. Any other log (`train.log`, `exp3.out`) is a run of
-its own, named folder/stem, because one folder often collects the logs of many jobs.
+trainer_log.jsonl...) belong to their folder's run, and so does a free-named log (`train.log`) that is
+the only one in its folder. Where a folder holds several free-named logs (`exp3.out`, `exp4.out`: one
+folder collecting the logs of many jobs), each is a run of its own, named folder/stem.
 
 The walk follows symlinks (runs are often linked in from scratch storage) but never enters a folder
 twice, so a symlink loop under the root ends the walk instead of hanging it.
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatch
@@ -45,10 +47,15 @@ def is_candidate(name: str, extra_globs: Sequence[str] = ()) -> bool:
     return os.path.splitext(name)[1].lower() in LOG_SUFFIXES
 
 
-def run_name(path: Path, root: Path) -> str:
-    """The run a file belongs to, relative to the root it was found under."""
+def _names_its_run(name: str) -> bool:
+    return name.startswith("events.out.tfevents") or name in RUN_IS_FOLDER
+
+
+def run_name(path: Path, root: Path, *, alone: bool = False) -> str:
+    """The run a file belongs to, relative to the root it was found under. `alone`: the file is the
+    only free-named log in its folder."""
     folder = path.parent
-    if path.name.startswith("events.out.tfevents") or path.name in RUN_IS_FOLDER:
+    if _names_its_run(path.name) or (alone and root != path):
         if folder.name and _CHECKPOINT.match(folder.name):
             folder = folder.parent
         if root == path:
@@ -117,5 +124,6 @@ def discover(root: Path, *, extra_globs: Sequence[str] = (), problems: list[Prob
     """Every candidate log file under root (or root itself, if it is a file), with its run name."""
     if root.is_file():
         return [Found(run_name(root, root), root)]
-    files = [p for p in _walk(root, problems) if is_candidate(p.name, extra_globs)]
-    return sorted(Found(run_name(p, root), p) for p in _newest_trainer_states(files))
+    files = _newest_trainer_states([p for p in _walk(root, problems) if is_candidate(p.name, extra_globs)])
+    free = Counter(p.parent for p in files if not _names_its_run(p.name))
+    return sorted(Found(run_name(p, root, alone=free[p.parent] == 1), p) for p in files)

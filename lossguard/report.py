@@ -1,0 +1,301 @@
+"""Scan output: a terminal table for people, JSON for programs, Markdown for PRs and chat, and one
+self-contained HTML file with the curves. All four render the same ScanResult."""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+from collections import Counter
+
+from . import __version__
+from .model import Incident, json_number
+from .scan import Curve, RunReport, ScanResult
+
+BARS = "▁▂▃▄▅▆▇█"
+
+
+def sparkline(values: tuple[float, ...] | list[float]) -> str:
+    finite = [v for v in values if math.isfinite(v)]
+    if not finite:
+        return "×" * len(values)
+    lo, hi = min(finite), max(finite)
+    span = hi - lo or 1.0
+    return "".join(BARS[min(7, int((v - lo) / span * 7.999))] if math.isfinite(v) else "×" for v in values)
+
+
+def fmt(x: float | None) -> str:
+    if x is None:
+        return "-"
+    if not math.isfinite(x):
+        return "NaN" if math.isnan(x) else ("Inf" if x > 0 else "-Inf")
+    if x != 0 and (abs(x) >= 1e5 or abs(x) < 1e-3):
+        return f"{x:.3e}"
+    return f"{x:.4g}"
+
+
+def _worst(rep: RunReport) -> float | None:
+    ratios = [i.ratio for i in rep.incidents if i.ratio is not None]
+    return max(ratios) if ratios else None
+
+
+def _top_cause(rep: RunReport) -> str:
+    counts = Counter(i.causes[0].cause for i in rep.incidents if i.causes)
+    return counts.most_common(1)[0][0] if counts else "-"
+
+
+def summary(result: ScanResult) -> dict[str, object]:
+    incidents = result.incidents
+    problems = result.all_problems
+    return {
+        "runs": len(result.runs),
+        "runs_with_spikes": sum(1 for r in result.runs if r.incidents),
+        "spikes": len(incidents),
+        "by_severity": dict(Counter(i.severity for i in incidents)),
+        "by_cause": dict(Counter(i.causes[0].cause for i in incidents if i.causes)),
+        "files": result.files,
+        "bytes": result.bytes,
+        "warnings": len(problems),
+    }
+
+
+def to_json(result: ScanResult) -> str:
+    doc = {
+        "lossguard_version": __version__,
+        "rules": [r.model_dump() for r in result.rules.rules],
+        "runs": [
+            {
+                "run": rep.run,
+                "source": rep.source,
+                "format": ",".join(rep.formats),
+                "metrics": rep.analysis.metrics,
+                "steps": rep.analysis.steps,
+                "first_step": rep.analysis.first_step,
+                "last_step": rep.analysis.last_step,
+                "spikes": [i.to_json() for i in rep.incidents],
+                "warnings": [p.to_json() for p in rep.problems],
+            }
+            for rep in result.runs
+        ],
+        "warnings": [p.to_json() for p in result.problems],
+        "summary": summary(result),
+    }
+    return json.dumps(doc, indent=2, default=json_number) + "\n"
+
+
+class _Style:
+    def __init__(self, colour: bool) -> None:
+        self.colour = colour
+
+    def __call__(self, text: str, code: str) -> str:
+        return f"\x1b[{code}m{text}\x1b[0m" if self.colour else text
+
+
+SEVERITY_COLOUR = {"critical": "1;31", "warning": "33", "info": "36"}
+
+
+def _table(rows: list[list[str]], header: list[str], right: set[int]) -> list[str]:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+
+    return [line(header), line(["-" * w for w in widths]), *(line(r) for r in rows)]
+
+
+def _incident_head(inc: Incident) -> str:
+    ratio = f" ({inc.ratio:.1f}x)" if inc.ratio is not None else ""
+    end = f"recovered at step {inc.end_step}" if inc.end_step is not None else "still open at the end of the log"
+    return f"{inc.metric} {fmt(inc.value)} vs baseline {fmt(inc.baseline)}{ratio}, peak at step {inc.peak_step}, {end}"
+
+
+def to_text(result: ScanResult, *, colour: bool = False) -> str:
+    st = _Style(colour)
+    out = [
+        st(f"lossguard {__version__}", "1")
+        + f": {len(result.runs)} run(s), {result.files} file(s), rules: {result.rules.origin} ({len(result.rules.rules)})",
+        "",
+    ]
+    rows = [
+        [rep.run, ",".join(rep.formats), str(rep.analysis.steps), str(rep.analysis.last_step if rep.analysis.last_step is not None else "-"),
+         str(len(rep.incidents)), f"{_worst(rep):.1f}x" if _worst(rep) else "-", _top_cause(rep)]
+        for rep in result.runs
+    ]
+    out += _table(rows, ["RUN", "FORMAT", "STEPS", "LAST STEP", "SPIKES", "WORST", "TOP CAUSE"], {2, 3, 4, 5})
+    for rep in result.runs:
+        for inc in rep.incidents:
+            out.append("")
+            sev = st(inc.severity.upper(), SEVERITY_COLOUR.get(inc.severity, "0"))
+            out.append(f"{sev} {st(rep.run, '1')} step {inc.step} · rule {inc.rule}")
+            out.append(f"  {_incident_head(inc)}")
+            spark = rep.sparks.get((inc.rule, inc.step))
+            if spark:
+                out.append(f"  {inc.metric}: {sparkline(spark)}")
+            for cause in inc.causes:
+                out.append(f"  {st(f'{cause.confidence:4.0%}', '1')} {cause.cause}: {cause.evidence}")
+                out.append(f"       → {cause.suggestion}")
+    problems = result.all_problems
+    if problems:
+        out += ["", st(f"{len(problems)} warning(s):", "33")]
+        out += [f"  {p}" for p in problems]
+    s = summary(result)
+    out += ["", f"{s['spikes']} spike(s) in {s['runs_with_spikes']} of {s['runs']} run(s)."]
+    return "\n".join(out) + "\n"
+
+
+def _md(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def to_markdown(result: ScanResult) -> str:
+    s = summary(result)
+    out = [f"## lossguard scan: {s['spikes']} spike(s) in {s['runs_with_spikes']} of {s['runs']} run(s)", ""]
+    out += ["| run | format | steps | last step | spikes | worst | top cause |", "|---|---|--:|--:|--:|--:|---|"]
+    for rep in result.runs:
+        worst = _worst(rep)
+        out.append(
+            f"| {_md(rep.run)} | {','.join(rep.formats)} | {rep.analysis.steps} | {rep.analysis.last_step} | {len(rep.incidents)} | "
+            f"{f'{worst:.1f}x' if worst else '-'} | {_top_cause(rep)} |"
+        )
+    incidents = [(rep, inc) for rep in result.runs for inc in rep.incidents]
+    if incidents:
+        out += ["", "### Spikes", "", "| run | step | rule | severity | value | baseline | ratio | end | likely cause | evidence |", "|---|--:|---|---|--:|--:|--:|--:|---|---|"]
+        for rep, inc in incidents:
+            top = inc.causes[0] if inc.causes else None
+            out.append(
+                f"| {_md(rep.run)} | {inc.step} | {inc.rule} | {inc.severity} | {fmt(inc.value)} | {fmt(inc.baseline)} | "
+                f"{f'{inc.ratio:.1f}x' if inc.ratio else '-'} | {inc.end_step if inc.end_step is not None else 'open'} | "
+                f"{top.cause + f' ({top.confidence:.0%})' if top else '-'} | {_md(top.evidence) if top else ''} |"
+            )
+    problems = result.all_problems
+    if problems:
+        out += ["", "### Warnings", ""] + [f"- `{_md(str(p))}`" for p in problems]
+    return "\n".join(out) + "\n"
+
+
+# --- HTML -----------------------------------------------------------------------------------------
+
+_CSS = """
+body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#1d2330;background:#fff}
+h1{font-size:20px;margin:0 0 4px} h2{font-size:16px;margin:28px 0 8px;border-top:1px solid #dde2ea;padding-top:16px}
+table{border-collapse:collapse;margin:8px 0} th,td{padding:4px 10px;border-bottom:1px solid #e6e9ef;text-align:left}
+td.n{text-align:right;font-variant-numeric:tabular-nums} .muted{color:#6b7383}
+.run{display:flex;gap:24px;align-items:flex-start;flex-wrap:wrap} .plots{flex:0 0 auto}
+.evidence{flex:1 1 360px;max-width:640px} .inc{border-left:4px solid #d9534f;padding:4px 12px;margin:0 0 12px;background:#fcf6f5}
+.inc.warning{border-color:#e6a23c;background:#fdf9f2} .inc.info{border-color:#409eff;background:#f3f8fe}
+.cause{margin:4px 0} .conf{font-weight:600;display:inline-block;min-width:3em} .sugg{color:#3b4a63;margin-left:3em}
+svg text{font:11px system-ui,sans-serif;fill:#4a5263} .log{display:none} body.logscale .log{display:block} body.logscale .lin{display:none}
+label{user-select:none;cursor:pointer}
+"""
+
+_W, _H, _PAD_L, _PAD_R, _PAD_T, _PAD_B = 640, 150, 56, 12, 14, 22
+
+
+def _ticks(lo: float, hi: float, n: int = 4) -> list[float]:
+    if hi <= lo:
+        return [lo]
+    return [lo + (hi - lo) * k / n for k in range(n + 1)]
+
+
+def _panel(curve: Curve, name: str, x0: float, x1: float, incidents: list[Incident], *, log: bool, colour: str) -> str:
+    pts = [(s, v) for s, v in zip(curve.steps, curve.values) if math.isfinite(v) and (v > 0 or not log)]
+    bad = [s for s, v in zip(curve.steps, curve.values) if not math.isfinite(v)]
+    if not pts:
+        return ""
+    ys = [math.log10(v) if log else v for _, v in pts]
+    lo, hi = min(ys), max(ys)
+    if hi == lo:
+        lo, hi = lo - 1, hi + 1
+    span_x = (x1 - x0) or 1.0
+
+    def X(s: float) -> float:
+        return _PAD_L + (s - x0) / span_x * (_W - _PAD_L - _PAD_R)
+
+    def Y(y: float) -> float:
+        return _PAD_T + (hi - y) / (hi - lo) * (_H - _PAD_T - _PAD_B)
+
+    parts = [f'<svg width="{_W}" height="{_H}" viewBox="0 0 {_W} {_H}" role="img" aria-label="{html.escape(name)}">']
+    parts.append(f'<rect x="{_PAD_L}" y="{_PAD_T}" width="{_W - _PAD_L - _PAD_R}" height="{_H - _PAD_T - _PAD_B}" fill="#fafbfc" stroke="#e1e5ec"/>')
+    for inc in incidents:
+        a = X(inc.step)
+        b = X(inc.end_step if inc.end_step is not None else max(inc.peak_step, inc.step))
+        parts.append(f'<rect class="mark" x="{a - 1:.1f}" y="{_PAD_T}" width="{max(2.0, b - a + 2):.1f}" height="{_H - _PAD_T - _PAD_B}" fill="#d9534f" opacity="0.22"/>')
+    for s in bad:
+        parts.append(f'<line x1="{X(s):.1f}" x2="{X(s):.1f}" y1="{_PAD_T}" y2="{_H - _PAD_B}" stroke="#8b0000" stroke-dasharray="2,2"/>')
+    path = " ".join(f"{'M' if k == 0 else 'L'}{X(s):.1f},{Y(y):.1f}" for k, ((s, _), y) in enumerate(zip(pts, ys)))
+    parts.append(f'<path d="{path}" fill="none" stroke="{colour}" stroke-width="1.3"/>')
+    for t in _ticks(lo, hi):
+        label = fmt(10**t if log else t)
+        parts.append(f'<text x="{_PAD_L - 4}" y="{Y(t) + 4:.1f}" text-anchor="end">{label}</text>')
+    for t in _ticks(x0, x1):
+        parts.append(f'<text x="{X(t):.1f}" y="{_H - 6}" text-anchor="middle">{int(t)}</text>')
+    parts.append(f'<text x="{_PAD_L + 6}" y="{_PAD_T + 12}" font-weight="600">{html.escape(name)}{" (log)" if log else ""}</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _run_html(rep: RunReport) -> str:
+    steps = [s for c in rep.curves.values() for s in c.steps]
+    x0, x1 = (min(steps), max(steps)) if steps else (0, 1)
+    incs = list(rep.incidents)
+    plots = []
+    colours = {"loss": "#2f6fdf", "eval_loss": "#7a4fd6", "lr": "#1f9d55", "grad_norm": "#d97706"}
+    for metric in ("loss", "lr", "grad_norm"):
+        curve = rep.curves.get(metric)
+        if curve is None:
+            continue
+        marks = incs if metric == "loss" else [i for i in incs if i.metric == metric] or incs
+        if metric == "loss":
+            plots.append(f'<div class="lin">{_panel(curve, metric, x0, x1, marks, log=False, colour=colours[metric])}</div>')
+            plots.append(f'<div class="log">{_panel(curve, metric, x0, x1, marks, log=True, colour=colours[metric])}</div>')
+        else:
+            plots.append(f"<div>{_panel(curve, metric, x0, x1, marks, log=False, colour=colours[metric])}</div>")
+    ev = []
+    for inc in incs:
+        causes = "".join(
+            f'<div class="cause"><span class="conf">{c.confidence:.0%}</span> <b>{html.escape(c.cause)}</b>: {html.escape(c.evidence)}'
+            f'<div class="sugg">→ {html.escape(c.suggestion)}</div></div>'
+            for c in inc.causes
+        )
+        ev.append(
+            f'<div class="inc {html.escape(inc.severity)}"><b>step {inc.step}</b> · {html.escape(inc.rule)} ({html.escape(inc.severity)})<br>'
+            f"{html.escape(_incident_head(inc))}{causes}</div>"
+        )
+    return (
+        f'<h2 id="{html.escape(rep.run)}">{html.escape(rep.run)} <span class="muted">({html.escape(",".join(rep.formats))}, '
+        f"{rep.analysis.steps} steps, {html.escape(rep.source)})</span></h2>"
+        f'<div class="run"><div class="plots">{"".join(plots)}</div><div class="evidence">{"".join(ev)}</div></div>'
+    )
+
+
+def to_html(result: ScanResult) -> str:
+    s = summary(result)
+    rows = "".join(
+        f'<tr><td><a href="#{html.escape(rep.run)}">{html.escape(rep.run)}</a></td><td>{html.escape(",".join(rep.formats))}</td>'
+        f'<td class="n">{rep.analysis.steps}</td><td class="n">{len(rep.incidents)}</td><td class="n">{f"{_worst(rep):.1f}x" if _worst(rep) else "-"}</td>'
+        f"<td>{html.escape(_top_cause(rep))}</td></tr>"
+        for rep in result.runs
+    )
+    runs = "".join(_run_html(rep) for rep in result.runs if rep.incidents)
+    problems = "".join(f"<li><code>{html.escape(str(p))}</code></li>" for p in result.all_problems)
+    return (
+        "<!doctype html><html lang=en><head><meta charset=utf-8><title>lossguard scan</title>"
+        f"<style>{_CSS}</style></head><body>"
+        f"<h1>lossguard scan: {s['spikes']} spike(s) in {s['runs_with_spikes']} of {s['runs']} run(s)</h1>"
+        f'<div class="muted">lossguard {__version__} · rules: {html.escape(result.rules.origin)} · '
+        f'<label><input type="checkbox" id="logscale" onchange="document.body.classList.toggle(\'logscale\', this.checked)"> log-scale loss</label></div>'
+        f"<table><tr><th>run</th><th>format</th><th>steps</th><th>spikes</th><th>worst</th><th>top cause</th></tr>{rows}</table>"
+        f"{runs}"
+        + (f"<h2>Warnings</h2><ul>{problems}</ul>" if problems else "")
+        + "</body></html>\n"
+    )
+
+
+def render(result: ScanResult, fmt_name: str, *, colour: bool = False) -> str:
+    if fmt_name == "json":
+        return to_json(result)
+    if fmt_name == "markdown":
+        return to_markdown(result)
+    if fmt_name == "html":
+        return to_html(result)
+    return to_text(result, colour=colour)

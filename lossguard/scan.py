@@ -1,0 +1,188 @@
+"""The one-shot audit: find runs under the given paths, read each run's files, analyse the run, and
+keep what the reports need (never the whole table: memory stays bounded by the largest run).
+
+Runs are independent, so with jobs > 1 they are read and analysed in worker processes; results come
+back sorted by run name, so the output does not depend on which worker finished first.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from . import table
+from .engine import RunAnalysis, analyse_run
+from .model import Incident
+from .problems import Problem
+from .reader import ReadOptions, collect, read_found, unrecognised
+from .rules import RuleSet
+from .sources.discover import Found
+from .streams import context
+
+CURVE_POINTS = 1500
+PARALLEL_BYTES = 64 << 20
+SPARK_BEFORE, SPARK_AFTER = 24, 12
+
+
+@dataclass(frozen=True)
+class Curve:
+    steps: tuple[int, ...]
+    values: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class RunReport:
+    analysis: RunAnalysis
+    source: str
+    formats: tuple[str, ...]
+    files: int
+    problems: tuple[Problem, ...] = ()
+    curves: dict[str, Curve] = field(default_factory=dict)
+    sparks: dict[tuple[str, int], tuple[float, ...]] = field(default_factory=dict)
+    """Loss values around each incident, keyed by (rule, step)."""
+
+    @property
+    def run(self) -> str:
+        return self.analysis.run
+
+    @property
+    def incidents(self) -> tuple[Incident, ...]:
+        return self.analysis.incidents
+
+
+@dataclass(frozen=True)
+class ScanResult:
+    rules: RuleSet
+    runs: tuple[RunReport, ...]
+    problems: tuple[Problem, ...]
+    """Problems of files that belong to no run report (discovery, unrecognised files)."""
+    files: int
+    bytes: int
+
+    @property
+    def incidents(self) -> list[Incident]:
+        return [i for r in self.runs for i in r.incidents]
+
+    @property
+    def all_problems(self) -> list[Problem]:
+        return [*self.problems, *(p for r in self.runs for p in r.problems)]
+
+
+def _decimate(steps: np.ndarray, values: np.ndarray, limit: int = CURVE_POINTS) -> Curve:
+    """At most `limit` points, keeping each bucket's min and max so spikes stay visible."""
+    if steps.size <= limit:
+        return Curve(tuple(int(s) for s in steps), tuple(float(v) for v in values))
+    buckets = np.array_split(np.arange(steps.size), limit // 2)
+    keep: list[int] = []
+    for b in buckets:
+        vals = values[b]
+        finite = np.isfinite(vals)
+        if not finite.all():
+            keep.append(int(b[np.argmax(~finite)]))
+        if finite.any():
+            idx = b[finite]
+            keep.extend({int(idx[np.argmin(vals[finite])]), int(idx[np.argmax(vals[finite])])})
+    keep = sorted(set(keep))
+    return Curve(tuple(int(steps[i]) for i in keep), tuple(float(values[i]) for i in keep))
+
+
+def _spark(loss: pl.DataFrame, inc: Incident) -> tuple[float, ...]:
+    steps = loss.get_column("step").to_numpy()
+    values = loss.get_column("value").to_numpy()
+    i = int(np.searchsorted(steps, inc.step))
+    j = int(np.searchsorted(steps, inc.end_step if inc.end_step is not None else inc.peak_step, side="right"))
+    return tuple(float(v) for v in values[max(0, i - SPARK_BEFORE) : min(values.size, max(j, i + 1) + SPARK_AFTER)])
+
+
+def scan_run(run: str, paths: Sequence[str], rules: RuleSet, options: ReadOptions, explicit: frozenset[str] = frozenset()) -> RunReport:
+    """Read and analyse one run; a module-level function so worker processes can run it."""
+    frames, formats, problems = [], [], []
+    for path in paths:
+        res = read_found(Found(run, Path(path)), options)
+        if res.result is None:
+            problem = unrecognised(Path(path), explicit=path in explicit)
+            if problem:
+                problems.append(problem)
+            continue
+        problems.extend(res.result.problems)
+        # A file counts as read if it gave rows, or gave no complaint (a run that just started).
+        if res.format and (res.result.frame.height or not res.result.problems):
+            formats.append(res.format)
+        if res.result.frame.height:
+            frames.append(res.result.frame)
+    frame = pl.concat(frames) if frames else table.empty()
+    analysis = analyse_run(frame, rules, run=run)
+    curves = {}
+    for metric in ("loss", "lr", "grad_norm", "eval_loss"):
+        c = context(frame, metric)
+        if c.height:
+            curves[metric] = _decimate(c.get_column("step").to_numpy(), c.get_column("value").to_numpy())
+    loss = context(frame, analysis.incidents[0].metric) if analysis.incidents else None
+    sparks = {}
+    for inc in analysis.incidents:
+        series = loss if inc.metric == analysis.incidents[0].metric else context(frame, inc.metric)
+        sparks[(inc.rule, inc.step)] = _spark(series, inc)
+    parents = {str(Path(p).parent) for p in paths}
+    source = paths[0] if len(paths) == 1 else (parents.pop() if len(parents) == 1 else os.path.commonpath(paths))
+    return RunReport(analysis, source, tuple(dict.fromkeys(formats)), len(paths), tuple(problems), curves, sparks)
+
+
+def scan(
+    paths: Sequence[Path],
+    *,
+    rules: RuleSet,
+    options: ReadOptions = ReadOptions(),
+    run_glob: str | None = None,
+    jobs: int | None = 1,
+    progress: Callable[[int, int, int], None] | None = None,
+) -> ScanResult:
+    found, problems = collect(paths, options)
+    if run_glob:
+        found = [f for f in found if fnmatchcase(f.run, run_glob)]
+    by_run: dict[str, list[str]] = {}
+    sizes: dict[str, int] = {}
+    for f in found:
+        by_run.setdefault(f.run, []).append(str(f.path))
+        try:
+            sizes[f.run] = sizes.get(f.run, 0) + f.path.stat().st_size
+        except OSError:
+            pass
+    total = sum(sizes.values())
+    explicit = frozenset(str(p) for p in paths if p.is_file())
+    reports: list[RunReport] = []
+    done_bytes = 0
+    runs = sorted(by_run)
+    if jobs is None:
+        # Worker processes cost ~0.3 s each to start (polars import): worth it for large scans only.
+        jobs = len(os.sched_getaffinity(0)) if total >= PARALLEL_BYTES else 1
+    if jobs > 1 and len(runs) > 1:
+        import multiprocessing
+
+        # "spawn": forking a process that already runs polars' thread pool can deadlock.
+        with ProcessPoolExecutor(max_workers=min(jobs, len(runs)), mp_context=multiprocessing.get_context("spawn")) as pool:
+            futures = {pool.submit(scan_run, run, by_run[run], rules, options, explicit): run for run in runs}
+            from concurrent.futures import as_completed
+
+            for fut in as_completed(futures):
+                reports.append(fut.result())
+                done_bytes += sizes.get(futures[fut], 0)
+                if progress:
+                    progress(len(reports), len(runs), done_bytes)
+    else:
+        for run in runs:
+            reports.append(scan_run(run, by_run[run], rules, options, explicit))
+            done_bytes += sizes.get(run, 0)
+            if progress:
+                progress(len(reports), len(runs), done_bytes)
+    # A "run" in which no file was recognised is no run: only its warnings are kept.
+    ordered = sorted(reports, key=lambda r: r.run)
+    kept = tuple(r for r in ordered if r.formats)
+    orphans = [p for r in ordered if not r.formats for p in r.problems]
+    return ScanResult(rules, kept, tuple([*problems, *orphans]), files=len(found), bytes=total)

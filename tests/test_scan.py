@@ -1,0 +1,175 @@
+"""`lossguard scan` as a user runs it: on the sample runs, on bad input, in every output format."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lossguard.cli import main
+
+from .conftest import FIXTURES
+
+RUNS = FIXTURES / "runs"
+sys.path.insert(0, str(FIXTURES))
+import make_runs  # noqa: E402
+
+
+def lossguard(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "NO_COLOR"}
+    return subprocess.run([sys.executable, "-m", "lossguard.cli", *args], capture_output=True, text=True, cwd=cwd, env=env, timeout=120)
+
+
+def scan_json(capsys, *args: str) -> tuple[int, dict]:
+    code = main(["scan", *args, "--format", "json", "--quiet"])
+    return code, json.loads(capsys.readouterr().out)
+
+
+def test_sample_runs_are_labelled_with_the_causes_they_were_made_with(capsys):
+    code, doc = scan_json(capsys, str(RUNS))
+    assert code == 1
+    runs = {r["run"]: r for r in doc["runs"]}
+    assert set(runs) == set(make_runs.EXPECTED)
+    for run, cause in make_runs.EXPECTED.items():
+        spikes = [s for s in runs[run]["spikes"] if s["metric"] == "loss"]
+        if cause is None:
+            assert spikes == [], run
+        else:
+            assert spikes[0]["causes"][0]["cause"] == cause, run
+
+
+def test_sample_runs_script_rebuilds_the_shipped_runs(tmp_path, capsys):
+    make_runs.main(tmp_path / "runs")
+    _, fresh = scan_json(capsys, str(tmp_path / "runs"))
+    _, shipped = scan_json(capsys, str(RUNS))
+
+    def essence(doc):
+        return [(r["run"], r["format"], r["steps"], [(s["rule"], s["step"], s["causes"][0]["cause"]) for s in r["spikes"]]) for r in doc["runs"]]
+
+    assert essence(fresh) == essence(shipped)
+
+
+def test_json_report_is_stable_and_documented(capsys):
+    _, doc = scan_json(capsys, str(RUNS))
+    assert set(doc) == {"lossguard_version", "rules", "runs", "warnings", "summary"}
+    run = next(r for r in doc["runs"] if r["run"] == "megatron-grad-explosion")
+    assert set(run) == {"run", "source", "format", "metrics", "steps", "first_step", "last_step", "spikes", "warnings"}
+    assert run["source"].endswith("megatron-grad-explosion/train.log")
+    assert run["metrics"] == {"loss": "lm loss", "lr": "learning rate", "grad_norm": "grad norm"}
+    (spike,) = run["spikes"]
+    assert set(spike) == {"run", "metric", "rule", "kind", "severity", "step", "peak_step", "end_step", "value", "baseline", "threshold", "ratio", "points", "causes"}
+    assert spike["step"] == 701 and spike["end_step"] == 705 and spike["ratio"] > 2
+    assert doc["summary"]["spikes"] == sum(len(r["spikes"]) for r in doc["runs"])
+    nan_spike = next(s for r in doc["runs"] for s in r["spikes"] if s["rule"] == "loss-nonfinite")
+    assert nan_spike["value"] == "NaN"
+
+
+def test_run_names_are_relative_to_the_path_given(capsys):
+    _, doc = scan_json(capsys, str(RUNS / "lightning-bad-batch"))
+    assert [r["run"] for r in doc["runs"]] == ["version_0"]
+
+
+def test_table_on_a_pipe_has_no_colour_and_no_progress():
+    res = lossguard("scan", str(RUNS))
+    assert res.returncode == 1
+    assert "\x1b[" not in res.stdout and res.stderr == ""
+    assert "megatron-grad-explosion" in res.stdout and "gradient_explosion" in res.stdout
+    assert "▁" in res.stdout  # the sparkline
+
+
+def test_clean_runs_exit_zero(capsys):
+    assert main(["scan", str(RUNS / "tb-clean"), str(RUNS / "nanogpt-clean"), "--quiet"]) == 0
+    assert "0 spike(s) in 0 of 2 run(s)." in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        pytest.param(["nope/"], "nope: no such file or folder", id="missing path"),
+        pytest.param(["{runs}", "--rules", "{bad}"], "rule 'x': unknown kind 'ratoi'", id="bad rules"),
+        pytest.param(["{empty}"], "no training logs found under", id="empty folder"),
+        pytest.param(["{runs}", "--jobs", "0"], "--jobs must be at least 1", id="bad jobs"),
+    ],
+)
+def test_bad_input_is_one_clear_message_and_exit_2(tmp_path, args, message):
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[[rule]]\nname = "x"\nmetric = "loss"\nkind = "ratoi"\n')
+    (tmp_path / "empty").mkdir()
+    args = [a.format(runs=RUNS, bad=bad, empty=tmp_path / "empty") for a in args]
+    res = lossguard("scan", *args)
+    assert res.returncode == 2
+    assert message in res.stderr
+    assert "Traceback" not in res.stderr
+    assert res.stderr.count("\n") == 1
+
+
+def test_folder_of_only_unreadable_files_is_exit_2_with_each_named(tmp_path):
+    (tmp_path / "a.jsonl").write_bytes(b"\x00\x01garbage")
+    (tmp_path / "events.out.tfevents.1.host").write_bytes(b"not an event file at all")
+    res = lossguard("scan", str(tmp_path))
+    assert res.returncode == 2
+    assert "a.jsonl" in res.stdout + res.stderr and "events.out.tfevents.1.host" in res.stdout + res.stderr
+    assert "Traceback" not in res.stderr
+
+
+def test_some_bad_files_do_not_hide_the_good_ones_and_strict_makes_them_fatal(tmp_path):
+    import shutil
+
+    shutil.copytree(RUNS / "megatron-grad-explosion", tmp_path / "good")
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "metrics.jsonl").write_bytes(b"\xff\xfe\x00garbage\n")
+    res = lossguard("scan", str(tmp_path))
+    assert res.returncode == 1
+    assert "gradient_explosion" in res.stdout and "broken/metrics.jsonl" in res.stdout
+    assert lossguard("scan", str(tmp_path), "--strict").returncode == 2
+
+
+def test_parallel_scan_gives_the_same_report(capsys):
+    _, one = scan_json(capsys, str(RUNS), "--jobs", "1")
+    _, two = scan_json(capsys, str(RUNS), "--jobs", "2")
+    assert one == two
+
+
+def test_filters_since_metric_and_run(capsys):
+    _, doc = scan_json(capsys, str(RUNS), "--run", "megatron-*", "--metric", "loss", "--since", "702")
+    assert [r["run"] for r in doc["runs"]] == ["megatron-fp16-overflow", "megatron-grad-explosion"]
+    assert [(s["rule"], s["step"]) for r in doc["runs"] for s in r["spikes"]] == [("loss-spike", 702)]
+
+
+@pytest.mark.parametrize("preset", ["llm-foundry", "olmo-core", "lightning", "metaseq", "megatron"])
+def test_every_preset_scans(capsys, preset):
+    code, doc = scan_json(capsys, str(RUNS), "--rules", f"rules/presets/{preset}.toml")
+    assert code in (0, 1)
+    assert {r["name"] for r in doc["rules"]} and all(r["name"].startswith(preset.split("-")[0]) for r in doc["rules"])
+
+
+def test_compare_rules_shows_what_each_flags_alone(capsys):
+    code = main(["scan", str(RUNS), "--compare-rules", "rules/default.toml", "rules/presets/olmo-core.toml", "--format", "json", "--quiet"])
+    doc = json.loads(capsys.readouterr().out)
+    runs = {r["run"]: r for r in doc["runs"]}
+    bad = runs["lightning-bad-batch/version_0"]
+    assert bad["a"] == 1 and bad["a_per_10k_steps"] == pytest.approx(1 / 1200 * 1e4, rel=1e-3)
+    assert all(r["b"] <= r["a"] + len(r["only_b"]) for r in doc["runs"])
+    assert code in (0, 1)
+    main(["scan", str(RUNS), "--compare-rules", "rules/default.toml", "llm-foundry", "--quiet"])
+    text = capsys.readouterr().out
+    assert "ONLY A (steps)" in text and "alerts per 10k steps over all runs" in text
+
+
+def test_markdown_report_is_a_github_table(capsys):
+    main(["scan", str(RUNS), "--format", "markdown", "--quiet"])
+    out = capsys.readouterr().out
+    assert out.startswith("## lossguard scan: ")
+    assert "| run | format | steps | last step | spikes | worst | top cause |" in out
+    assert "| megatron-grad-explosion | 701 | loss-spike | warning |" in out
+
+
+def test_output_file(tmp_path, capsys):
+    target = tmp_path / "report.md"
+    assert main(["scan", str(RUNS), "--format", "markdown", "--output", str(target), "--quiet"]) == 1
+    assert capsys.readouterr().out == ""
+    assert target.read_text().startswith("## lossguard scan")
