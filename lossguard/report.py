@@ -188,7 +188,7 @@ svg text{font:11px system-ui,sans-serif;fill:#4a5263} .log{display:none} body.lo
 label{user-select:none;cursor:pointer}
 """
 
-_W, _H, _PAD_L, _PAD_R, _PAD_T, _PAD_B = 640, 150, 56, 12, 14, 22
+_W, _H, _PAD_L, _PAD_R, _PAD_T, _PAD_B = 660, 150, 64, 16, 14, 22
 
 
 def _ticks(lo: float, hi: float, n: int = 4) -> list[float]:
@@ -225,7 +225,7 @@ def _panel(curve: Curve, name: str, x0: float, x1: float, incidents: list[Incide
     path = " ".join(f"{'M' if k == 0 else 'L'}{X(s):.1f},{Y(y):.1f}" for k, ((s, _), y) in enumerate(zip(pts, ys)))
     parts.append(f'<path d="{path}" fill="none" stroke="{colour}" stroke-width="1.3"/>')
     for t in _ticks(lo, hi):
-        label = fmt(10**t if log else t)
+        label = f"{10**t if log else t:.3g}"
         parts.append(f'<text x="{_PAD_L - 4}" y="{Y(t) + 4:.1f}" text-anchor="end">{label}</text>')
     for t in _ticks(x0, x1):
         parts.append(f'<text x="{X(t):.1f}" y="{_H - 6}" text-anchor="middle">{int(t)}</text>')
