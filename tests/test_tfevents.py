@@ -199,3 +199,22 @@ def test_real_hf_event_file_reads_in_small_chunks_like_in_one_go(corpus):
     pieces = TFEVENTS.read(src, Cursor(), final=True, chunk=997).rows
     assert whole.height > 1000
     assert whole.equals(pieces)
+
+
+def test_vectorised_crc_matches_the_crc32c_package():
+    import crc32c
+
+    from lossguard.sources.tfrecord import crc32c_rows
+
+    rng = np.random.default_rng(1)
+    for length in (0, 1, 8, 37, 300):
+        rows = rng.integers(0, 256, size=(50, length), dtype=np.uint8)
+        assert crc32c_rows(rows).tolist() == [crc32c.crc32c(r.tobytes()) for r in rows]
+
+
+def test_framing_follows_a_pattern_that_changes_midway(tmp_path):
+    # Step varints grow from 1 to 2 to 3 bytes at 128 and 16384: the record lengths' cycle changes.
+    points = [(s, t, 0.5) for s in list(range(0, 300)) + list(range(16000, 16600)) for t in ("loss", "lr", "gn")]
+    path = write_tb1(tmp_path / "run", points)
+    frame = read_file(path).frame
+    assert frame.select("step", "tag").rows() == [(s, t) for s, t, _ in points]

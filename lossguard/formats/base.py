@@ -16,7 +16,7 @@ import polars as pl
 from .. import table
 from ..cursor import Cursor
 from ..problems import Problem
-from ..sources.textfile import iter_blocks
+from ..sources.textfile import iter_blocks, not_utf8
 
 
 @dataclass(frozen=True)
@@ -31,10 +31,12 @@ class Parsed:
 @dataclass(frozen=True)
 class LineFormat:
     """A format whose records are lines. `parse` turns a frame of lines (columns `line_no`, `text`) and
-    the cursor into raw rows plus the cursor fields it changed (index, last_step)."""
+    the cursor into raw rows plus the cursor fields it changed (index, last_step). It also gets the
+    block's bytes when the frame holds every line of them (nothing was filtered out), for parsers
+    that can cut fields straight from the bytes."""
 
     name: str
-    parse: Callable[[pl.DataFrame, Cursor], tuple[pl.DataFrame, Cursor]]
+    parse: Callable[[pl.DataFrame, Cursor, bytes | None], tuple[pl.DataFrame, Cursor]]
     prefilter: str | None = None
     """A regex a line must match to be worth parsing; cuts the regex work on noisy logs."""
     extra: dict[str, object] = field(default_factory=dict)
@@ -42,9 +44,16 @@ class LineFormat:
     def read(self, path: Path, cursor: Cursor, *, final: bool) -> Parsed:
         problems: list[Problem] = []
         frames: list[pl.DataFrame] = []
+        source = str(path)
+        warned = False
         for block in iter_blocks(path, cursor, final=final, problems=problems):
-            lines = split_lines(block.text, block.first_line, self.prefilter)
-            rows, state = self.parse(lines, cursor)
+            lines, problem = split_lines(block.data, block.first_line, source=source)
+            if problem and not warned:
+                problems.append(problem)
+                warned = True
+            kept = lines.filter(pl.col("text").str.contains(self.prefilter)) if self.prefilter else lines
+            raw = block.data if kept.height == lines.height and problem is None else None
+            rows, state = self.parse(kept, cursor, raw)
             if rows.height:
                 frames.append(rows)
             cursor = block.cursor.advance(index=state.index, last_step=state.last_step, header=state.header)
@@ -52,17 +61,23 @@ class LineFormat:
         return Parsed(rows, cursor, tuple(problems))
 
 
-def split_lines(text: str, first_line: int, prefilter: str | None) -> pl.DataFrame:
-    """A block of text as a frame (line_no, text), without the newline and any carriage returns."""
-    if not text:
-        return pl.DataFrame(schema={"line_no": pl.Int64(), "text": pl.String()})
-    lines = (
-        pl.DataFrame({"text": [text]})
-        .select(pl.col("text").str.strip_suffix("\n").str.split("\n"))
-        .explode("text")
-        .with_row_index("line_no", offset=first_line)
-        .with_columns(pl.col("line_no").cast(pl.Int64()))
-    )
-    if prefilter is not None:
-        lines = lines.filter(pl.col("text").str.contains(prefilter))
-    return lines
+def split_lines(data: bytes, first_line: int, *, source: str) -> tuple[pl.DataFrame, Problem | None]:
+    """A block of complete lines as a frame (line_no, text), cut by polars' native CSV reader (a
+    separator that never occurs, no quoting): far faster than splitting in Python."""
+    if not data:
+        return pl.DataFrame(schema={"line_no": pl.Int64(), "text": pl.String()}), None
+    problem = None
+    try:
+        lines = _read_lines(data, "utf8")
+    except pl.exceptions.ComputeError:
+        problem = not_utf8(data, first_line=first_line, source=source)
+        lines = _read_lines(data, "utf8-lossy")
+    lines = lines.with_row_index("line_no", offset=first_line).with_columns(pl.col("line_no").cast(pl.Int64()))
+    return lines, problem
+
+
+def _read_lines(data: bytes, encoding: str) -> pl.DataFrame:
+    return pl.read_csv(
+        data, has_header=False, separator="\x1f", quote_char=None, new_columns=["text"], infer_schema=False,
+        truncate_ragged_lines=True, encoding=encoding, raise_if_empty=False, missing_columns="insert",
+    ).select(pl.col("text").fill_null(""))

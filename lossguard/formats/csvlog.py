@@ -12,12 +12,13 @@ import csv
 import io
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 
 from .. import table
 from ..cursor import Cursor
 from ..problems import Problem
-from ..sources.textfile import iter_blocks
+from ..sources.textfile import iter_blocks, not_utf8
 from .base import Parsed
 
 STEP_COLUMNS = ("step", "global_step", "iteration", "iter", "trainer/global_step", "_step", "num_updates", "steps")
@@ -31,21 +32,32 @@ def _first_line(path: Path) -> str | None:
     return head.decode("utf-8", errors="replace").rstrip("\r\n")
 
 
-def _frame(header: str, body: str, *, source: str, first_line: int, problems: list[Problem]) -> pl.DataFrame:
+def _frame(header: str, body: bytes, *, source: str, first_line: int, problems: list[Problem]) -> pl.DataFrame:
     """All cells as strings; polars does the work, the stdlib reader only where polars refuses."""
-    data = (header + "\n" + body).encode("utf-8")
+    data = header.encode("utf-8") + b"\n" + body
+    names = next(csv.reader([header]))
     try:
-        return pl.read_csv(io.BytesIO(data), infer_schema=False, truncate_ragged_lines=True)
+        # Numbers parsed by the CSV reader itself; a column that is not numbers everywhere falls back to text.
+        return pl.read_csv(data, schema=dict.fromkeys(names, pl.Float64()), truncate_ragged_lines=True, encoding="utf8-lossy")
+    except pl.exceptions.PolarsError:
+        pass
+    try:
+        return pl.read_csv(data, infer_schema=False, truncate_ragged_lines=True, encoding="utf8-lossy")
     except pl.exceptions.PolarsError as exc:
-        names = next(csv.reader([header]))
         rows = []
-        for i, fields in enumerate(csv.reader(io.StringIO(body))):
+        for i, fields in enumerate(csv.reader(io.StringIO(body.decode("utf-8", errors="replace")))):
             if len(fields) > len(names):
                 problems.append(Problem(source, f"row has {len(fields)} fields, header has {len(names)}; extra fields ignored", line=first_line + i))
             rows.append((fields + [""] * len(names))[: len(names)])
         if not rows:
             problems.append(Problem(source, f"unreadable CSV: {exc}", line=first_line))
         return pl.DataFrame(rows, schema=dict.fromkeys(names, pl.String()), orient="row")
+
+
+def _numbers(column: pl.Series) -> pl.Series:
+    if column.dtype == pl.String:
+        return column.str.strip_chars().cast(pl.Float64, strict=False)
+    return column.cast(pl.Float64, strict=False)
 
 
 def _rows(frame: pl.DataFrame, cursor: Cursor) -> tuple[pl.DataFrame, Cursor]:
@@ -55,22 +67,26 @@ def _rows(frame: pl.DataFrame, cursor: Cursor) -> tuple[pl.DataFrame, Cursor]:
     n = frame.height
     if n == 0:
         return table.empty_raw().with_columns(pl.lit(None, dtype=pl.Int64).alias("record")), cursor
-    record = pl.int_range(cursor.index + 1, cursor.index + 1 + n, dtype=pl.Int64)
+    record = np.arange(cursor.index + 1, cursor.index + 1 + n, dtype=np.int64)
     if step_col is None:
-        step = record
+        steps = pl.Series(record)
     else:
-        step = pl.col(step_col).str.strip_chars().cast(pl.Float64, strict=False).cast(pl.Int64, strict=False)
-    values = [c for c in frame.columns if c != step_col and c]
-    stepped = frame.select(step.alias("step"), record.alias("record"), *[
-        pl.col(c).str.strip_chars().cast(pl.Float64, strict=False) for c in values
-    ])
-    rows = (
-        stepped.unpivot(index=["step", "record"], variable_name="tag", value_name="value")
-        .sort("record", maintain_order=True)
-        .filter(pl.col("value").is_not_null() & pl.col("step").is_not_null())
-        .with_columns(pl.lit(None, dtype=pl.Float64).alias("wall_time"))
-    )
-    own = stepped.get_column("step").drop_nulls() if step_col else None
+        steps = _numbers(frame.get_column(step_col)).cast(pl.Int64, strict=False)
+    names = [c for c in frame.columns if c != step_col and c]
+    values = frame.select([_numbers(frame.get_column(c)) for c in names])
+    # Row-major, as the file reads: every value of row 1, then of row 2...
+    valid = (values.select(pl.all().is_not_null()).to_numpy() & steps.is_not_null().to_numpy()[:, None]).ravel()
+    k = len(names)
+    rows = pl.DataFrame(
+        {
+            "step": np.repeat(steps.fill_null(0).to_numpy(), k)[valid],
+            "record": np.repeat(record, k)[valid],
+            "tag": pl.Series(names, dtype=pl.String()).gather(pl.Series(np.tile(np.arange(k, dtype=np.uint32), n)[valid])),
+            "value": values.to_numpy().astype(np.float64, copy=False).ravel()[valid],
+        },
+        schema={"step": pl.Int64(), "record": pl.Int64(), "tag": pl.String(), "value": pl.Float64()},
+    ).with_columns(pl.lit(None, dtype=pl.Float64).alias("wall_time"))
+    own = steps.drop_nulls() if step_col else None
     last_step = own[-1] if own is not None and own.len() else cursor.last_step
     return rows, cursor.advance(index=cursor.index + n, last_step=last_step)
 
@@ -97,17 +113,23 @@ class CsvFormat:
                     (*fresh.problems, Problem(source, message, line=1)),
                 )
         frames: list[pl.DataFrame] = []
+        warned = False
         for block in iter_blocks(path, cursor, final=final, problems=problems):
-            text, first = block.text, block.first_line
+            data, first = block.data, block.first_line
+            if not warned:
+                problem = not_utf8(data, first_line=first, source=source)
+                if problem:
+                    problems.append(problem)
+                    warned = True
             header = cursor.header
             if header is None:
-                if not text:
+                if not data:
                     cursor = block.cursor
                     continue
-                head, _, text = text.partition("\n")
-                header, first = head.rstrip("\r"), first + 1
-            if text.strip():
-                frame = _frame(header, text, source=source, first_line=first, problems=problems)
+                head, _, data = data.partition(b"\n")
+                header, first = head.decode("utf-8", errors="replace").rstrip("\r"), first + 1
+            if data.strip():
+                frame = _frame(header, data, source=source, first_line=first, problems=problems)
                 rows, cursor = _rows(frame, cursor)
                 frames.append(rows)
             cursor = block.cursor.advance(header=header, index=cursor.index, last_step=cursor.last_step)

@@ -44,7 +44,7 @@ class LineFormatSpec(BaseModel):
         has_step = "step" in re.compile(self.pattern).groupindex
         pattern = self.pattern
 
-        def parse(lines: pl.DataFrame, cursor: Cursor) -> tuple[pl.DataFrame, Cursor]:
+        def parse(lines: pl.DataFrame, cursor: Cursor, raw: bytes | None = None) -> tuple[pl.DataFrame, Cursor]:
             found = lines.select("line_no", pl.col("text").str.extract_groups(pattern).alias("g")).unnest("g")
             found = found.filter(pl.any_horizontal(pl.col(g).is_not_null() for g in groups))
             pairs = found.unpivot(index="line_no", on=groups + (["step"] if has_step else []), variable_name="key", value_name="value")

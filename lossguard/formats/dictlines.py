@@ -9,6 +9,7 @@ import polars as pl
 from .. import table
 from ..cursor import Cursor
 from .base import LineFormat
+from .fastpath import fast_pairs, json_pairs
 from .pairs import NUMBER, pairs_frame, records_to_rows
 
 PAIR = (
@@ -24,10 +25,29 @@ STEP_KEYS = (
 SUMMARY_KEYS = ("train_runtime", "train_samples_per_second", "total_flos")
 
 
-def parse(lines: pl.DataFrame, cursor: Cursor) -> tuple[pl.DataFrame, Cursor]:
-    rows, state = records_to_rows(pairs_frame(lines, PAIR), cursor, step_keys=STEP_KEYS, drop_record_keys=SUMMARY_KEYS)
+# The same pair, as one field of a line cut at its commas.
+CELL = PAIR.replace(r"""(?:,|\}|\))""", r"""(?:\}|\)|$)""")
+
+
+def parse(lines: pl.DataFrame, cursor: Cursor, raw: bytes | None = None) -> tuple[pl.DataFrame, Cursor]:
+    fast, rest = fast_pairs(lines, sep=",", cell_re=CELL, strip=" {}", raw=raw, one_pair_per_field=True)
+    rows, state = records_to_rows(_merge(fast, rest), cursor, step_keys=STEP_KEYS, drop_record_keys=SUMMARY_KEYS)
     return table.conform_raw(rows), state
 
 
-JSONL = LineFormat("jsonl", parse, prefilter=r"\{")
+def parse_json(lines: pl.DataFrame, cursor: Cursor, raw: bytes | None = None) -> tuple[pl.DataFrame, Cursor]:
+    fast, rest = json_pairs(lines, raw=raw)
+    if not fast.height:
+        fast, rest = fast_pairs(lines, sep=",", cell_re=CELL, strip=" {}", raw=raw, one_pair_per_field=True)
+    rows, state = records_to_rows(_merge(fast, rest), cursor, step_keys=STEP_KEYS, drop_record_keys=SUMMARY_KEYS)
+    return table.conform_raw(rows), state
+
+
+def _merge(fast: pl.DataFrame, rest: pl.DataFrame) -> pl.DataFrame:
+    if not fast.height:
+        return pairs_frame(rest, PAIR)
+    return pl.concat([fast, pairs_frame(rest, PAIR)]).sort("line_no", maintain_order=True)
+
+
+JSONL = LineFormat("jsonl", parse_json, prefilter=r"\{")
 HF_CONSOLE = LineFormat("hf_console", parse, prefilter=r"\{")

@@ -18,6 +18,7 @@ import polars as pl
 from .. import table
 from ..cursor import Cursor
 from .base import LineFormat
+from .fastpath import fast_pairs
 from .pairs import NUMBER, pairs_frame, records_to_rows
 
 # A name is one word, or two (`train loss`, `val loss`): the qualifier decides which curve it is.
@@ -26,8 +27,16 @@ STEP_KEYS = ("step", "iter", "iteration", "num_updates", "global_step", "_step",
 PREFILTER = r"(?i)\b(?:step|iter|iteration|num_updates|global_step|it)\b"
 
 
-def parse(lines: pl.DataFrame, cursor: Cursor) -> tuple[pl.DataFrame, Cursor]:
-    pairs = pairs_frame(lines, PAIR)
+def _pipe_separated(lines: pl.DataFrame) -> bool:
+    head = lines.get_column("text").head(200).drop_nulls()
+    return head.len() > 0 and float((head.str.count_matches("|", literal=True) >= 2).mean()) >= 0.9
+
+
+def parse(lines: pl.DataFrame, cursor: Cursor, raw: bytes | None = None) -> tuple[pl.DataFrame, Cursor]:
+    fast, rest = fast_pairs(lines, sep="|", cell_re=PAIR, raw=raw) if _pipe_separated(lines) else (None, lines)
+    pairs = pairs_frame(rest, PAIR)
+    if fast is not None and fast.height:
+        pairs = pl.concat([fast, pairs]).sort("line_no", maintain_order=True)
     # `at step 20`, `global step 20`: a step key keeps its meaning whatever word stands before it.
     last_word = pl.col("key").str.extract(r"(\S+)$", 1)
     pairs = pairs.with_columns(

@@ -16,16 +16,18 @@ import polars as pl
 from .. import table
 from ..cursor import Cursor
 from .base import LineFormat
+from .fastpath import fast_pairs
 from .pairs import NUMBER, pairs_frame, records_to_rows
 
 PAIR = r"\|\s*(?P<key>[A-Za-z][^|:]*?)\s*:\s*(?P<value>" + NUMBER + ")"
+CELL = r"(?P<key>[A-Za-z][^|:]*?)\s*:\s*(?P<value>" + NUMBER + ")"
 ITERATION = r"\biteration\s+(\d+)\s*/\s*\d+"
 VALIDATION = r"validation loss at iteration\s+(\d+)"
 OVERFLOW = r"OVERFLOW!.*?Attempted loss scale:\s*(" + NUMBER + r"),\s*reducing to\s*(" + NUMBER + ")"
 PREFILTER = r"iteration\s+\d+\s*/|OVERFLOW!|validation loss at iteration"
 
 
-def parse(lines: pl.DataFrame, cursor: Cursor) -> tuple[pl.DataFrame, Cursor]:
+def parse(lines: pl.DataFrame, cursor: Cursor, raw: bytes | None = None) -> tuple[pl.DataFrame, Cursor]:
     marked = lines.with_columns(
         pl.col("text").str.extract(ITERATION, 1).cast(pl.Int64, strict=False).alias("it"),
         pl.col("text").str.extract(VALIDATION, 1).cast(pl.Int64, strict=False).alias("val"),
@@ -38,8 +40,10 @@ def parse(lines: pl.DataFrame, cursor: Cursor) -> tuple[pl.DataFrame, Cursor]:
         )
     )
     iterations = marked.filter(pl.col("it").is_not_null())
+    fast, rest = fast_pairs(iterations.select("line_no", "text"), sep="|", cell_re=CELL, first_field_free=True, one_pair_per_field=True)
+    pairs = pl.concat([fast, pairs_frame(rest, PAIR)]).sort("line_no", maintain_order=True) if fast.height else pairs_frame(iterations, PAIR)
     rows, state = records_to_rows(
-        pairs_frame(iterations, PAIR),
+        pairs,
         cursor,
         line_steps=iterations.select("line_no", pl.col("it").alias("step")),
         require_step=True,

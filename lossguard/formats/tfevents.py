@@ -20,10 +20,10 @@ import polars as pl
 from .. import table
 from ..cursor import Cursor
 from ..problems import Problem
-from ..sources.tfrecord import frame
+from ..sources.tfrecord import data_checksums_ok, frame, rows_at
 from .base import Parsed
 
-CHUNK = 64 << 20
+CHUNK = 16 << 20
 MAX_TEMPLATES = 64
 
 # TensorFlow DataType enum values that can hold a scalar we read.
@@ -242,6 +242,8 @@ def decode(buf: bytes, starts: np.ndarray, lengths: np.ndarray, *, source: str, 
     slow: list[tuple[int, int, float, str, float]] = []  # (record, step, wall, tag, value)
     malformed = 0
     first_malformed = None
+    bad_crc = 0
+    first_bad_crc: int | None = None
 
     def walk(rec: int) -> Layout | None:
         nonlocal malformed, first_malformed
@@ -264,7 +266,15 @@ def decode(buf: bytes, starts: np.ndarray, lengths: np.ndarray, *, source: str, 
             members = order[bounds[g] : bounds[g + 1]]
             if length == 0:
                 continue
-            matrix = arr[starts[members][:, None] + np.arange(length)]
+            both = rows_at(arr, starts[members], length + 4)
+            matrix = both[:, :length]
+            stored = np.ascontiguousarray(both[:, length:]).view("<u4").ravel()
+            ok = data_checksums_ok(matrix, stored)
+            if not ok.all():
+                bad_crc += int((~ok).sum())
+                at = base_offset + int(starts[members][~ok].min()) - 12
+                first_bad_crc = at if first_bad_crc is None else min(first_bad_crc, at)
+                members, matrix = members[ok], matrix[ok]
             pending = np.arange(members.size)
             templates = 0
             while pending.size:
@@ -287,6 +297,10 @@ def decode(buf: bytes, starts: np.ndarray, lengths: np.ndarray, *, source: str, 
                 part["record"] = members[chosen]
                 parts.append(part)
                 pending = pending[~match]
+    if bad_crc:
+        problems.append(
+            Problem(source, f"{bad_crc} event record(s) with a bad data checksum skipped (first at byte {first_bad_crc})", offset=first_bad_crc)
+        )
     if malformed:
         problems.append(Problem(source, f"{malformed} event record(s) that are not valid Event protobufs skipped", offset=first_malformed))
     return _assemble(parts, slow), problems
@@ -301,18 +315,39 @@ def walk_all(view: memoryview, rec: int, starts: np.ndarray, lengths: np.ndarray
     slow.extend((rec, st, float("nan") if w is None else w, t, v) for st, w, t, v in found)
 
 
+def _tag_names(tags: np.ndarray) -> tuple[list[str], np.ndarray]:
+    """Distinct tags of a (records, tag length) byte matrix and each record's index into them.
+    Writers use a handful of tags, so peel them off one at a time rather than sorting rows."""
+    k = tags.shape[0]
+    index = np.full(k, -1, dtype=np.int64)
+    names: list[str] = []
+    rows = np.ascontiguousarray(tags).view(np.dtype((np.void, tags.shape[1]))).ravel() if tags.shape[1] else np.zeros(k, dtype="V1")
+    left = np.arange(k)
+    while left.size:
+        if len(names) >= 64:
+            uniq, inv = np.unique(rows[left], return_inverse=True)
+            index[left] = len(names) + inv.ravel()
+            names.extend(bytes(u).decode("utf-8", errors="replace") for u in uniq)
+            break
+        first = rows[left[0]]
+        same = rows[left] == first
+        index[left[same]] = len(names)
+        names.append(bytes(first).decode("utf-8", errors="replace"))
+        left = left[~same]
+    return names, index
+
+
 def _assemble(parts: list[dict[str, np.ndarray]], slow: list[tuple[int, int, float, str, float]]) -> pl.DataFrame:
     frames = []
     for part in parts:
-        uniq, inv = np.unique(part["tags"], axis=0, return_inverse=True)
-        names = [bytes(row).decode("utf-8", errors="replace") for row in uniq]
+        names, inv = _tag_names(part["tags"])
         frames.append(
             pl.DataFrame(
                 {
                     "record": part["record"].astype(np.int64),
                     "sub": np.zeros(part["record"].size, dtype=np.int64),
                     "step": part["step"],
-                    "tag": pl.Series(np.asarray(names, dtype=object)[inv.ravel()] if names else [], dtype=pl.String()),
+                    "tag": pl.Series(names, dtype=pl.String()).gather(inv) if names else pl.Series([], dtype=pl.String()),
                     "value": part["value"],
                     "wall_time": part["wall"],
                 }

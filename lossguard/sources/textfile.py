@@ -20,20 +20,22 @@ MAX_LINE = 16 << 20
 
 @dataclass(frozen=True)
 class TextBlock:
-    text: str
+    data: bytes
+    """Complete lines, each ending in a newline (undecoded: the parsers decode in bulk)."""
     first_line: int
     """1-based number of the block's first line in the file."""
     cursor: Cursor
     """Where reading continues after this block."""
 
 
-def _decode(data: bytes, *, first_line: int, source: str, problems: list[Problem]) -> str:
+def not_utf8(data: bytes, *, first_line: int, source: str) -> Problem | None:
+    """The problem to report for bytes that are not UTF-8 (they are read as U+FFFD), naming the line."""
     try:
-        return data.decode("utf-8")
+        data.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = first_line + data.count(b"\n", 0, exc.start)
-        problems.append(Problem(source, "bytes that are not UTF-8 (replaced; the rest of the file is still read)", line=line))
-        return data.decode("utf-8", errors="replace")
+        return Problem(source, "bytes that are not UTF-8 (replaced; the rest of the file is still read)", line=line)
+    return None
 
 
 def iter_blocks(
@@ -41,7 +43,6 @@ def iter_blocks(
 ) -> Iterator[TextBlock]:
     source = str(path)
     offset, line, skipping = cursor.offset, cursor.line, cursor.skipping
-    decode_warned = False
     last = cursor
     with open(path, "rb") as fh:
         fh.seek(offset)
@@ -71,24 +72,20 @@ def iter_blocks(
                     carry = buf
                 continue
             complete, carry = buf[: cut + 1], buf[cut + 1 :]
-            before = len(problems)
-            text = _decode(complete, first_line=line + 1, source=source, problems=[] if decode_warned else problems)
-            decode_warned = decode_warned or len(problems) > before
             offset += len(complete)
             first = line + 1
             line += complete.count(b"\n")
             last = cursor.advance(offset=offset, line=line, skipping=False)
-            yield TextBlock(text, first, last)
+            yield TextBlock(complete, first, last)
             if len(carry) > max_line:
                 problems.append(Problem(source, f"line longer than {max_line >> 20} MiB skipped", line=line + 1))
                 offset += len(carry)
                 carry = b""
                 skipping = True
     if final and carry and not skipping:
-        text = _decode(carry, first_line=line + 1, source=source, problems=[] if decode_warned else problems)
         offset += len(carry)
         line += 1
-        yield TextBlock(text + "\n", line, cursor.advance(offset=offset, line=line, skipping=False))
+        yield TextBlock(carry + b"\n", line, cursor.advance(offset=offset, line=line, skipping=False))
     elif (offset, skipping) != (last.offset, last.skipping):
         # No more lines, but an over-long line was skipped past: report where reading stands.
-        yield TextBlock("", line + 1, cursor.advance(offset=offset, line=line, skipping=skipping))
+        yield TextBlock(b"", line + 1, cursor.advance(offset=offset, line=line, skipping=skipping))

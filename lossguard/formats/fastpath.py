@@ -1,0 +1,174 @@
+"""The fast path for line formats: machine-written logs repeat one line shape millions of times.
+
+Lines are cut into fields by polars' CSV parser (native, multi-threaded) on the format's field
+separator (`,` between dict items, `|` between Megatron or build-nanogpt fields). One representative
+line tells which field holds which key; every field column is then checked at once (does each cell
+start with that key? does a field that holds no pair hold none anywhere?) and its numbers parsed
+column-wise. A line that does not fit the shape (other keys, a comma inside a string, an eval line
+among train lines) goes to the generic regex path instead, so the fast path changes speed, never
+results: the same cell regex decides what a pair is on both paths.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import polars as pl
+
+MIN_LINES = 2000
+_EMPTY_PAIRS = pl.DataFrame(schema={"line_no": pl.Int64(), "key": pl.String(), "value": pl.Float64()})
+
+
+def _value_group(cell_re: str) -> int:
+    return re.compile(cell_re).groupindex["value"]
+
+
+def fast_pairs(
+    lines: pl.DataFrame,
+    *,
+    sep: str,
+    cell_re: str,
+    strip: str = " ",
+    first_field_free: bool = False,
+    one_pair_per_field: bool = False,
+    raw: bytes | None = None,
+    min_lines: int | None = None,
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(pairs line_no/key/value of the lines that fit the shape, the lines left for the slow path).
+    `cell_re` finds one pair in a field, with the named groups `key` and `value`; with
+    `first_field_free` the text before the first separator is never a pair (Megatron's iteration);
+    `one_pair_per_field` when the syntax guarantees it (JSON, Megatron), which saves a regex pass.
+    `raw`: the bytes the lines were cut from, when `lines` holds all of them."""
+    min_lines = MIN_LINES if min_lines is None else min_lines
+    if lines.height < min_lines:
+        return _EMPTY_PAIRS, lines
+    texts = lines.get_column("text").fill_null("")
+    seps = texts.str.count_matches(sep, literal=True)
+    width = int(seps.head(500).max() or 0) + 1
+    if width < 2:
+        return _EMPTY_PAIRS, lines
+    data = raw if raw is not None else texts.str.join("\n").item().encode("utf-8") + b"\n"
+    try:
+        cells = pl.read_csv(
+            data, has_header=False, separator=sep, quote_char=None, infer_schema=False, truncate_ragged_lines=True,
+            new_columns=[f"c{i}" for i in range(width)], missing_columns="insert", raise_if_empty=False, encoding="utf8-lossy",
+        )
+    except pl.exceptions.PolarsError:
+        return _EMPTY_PAIRS, lines
+    if cells.height != lines.height or cells.width != width:
+        return _EMPTY_PAIRS, lines
+    pattern = re.compile(cell_re)
+    head = cells.head(500).with_columns(seps.head(500).alias("__n"))
+    rep = head.filter(pl.col("__n") == width - 1).drop("__n")
+    if not rep.height:
+        return _EMPTY_PAIRS, lines
+    rep_row = rep.row(0)
+    checks = [seps == (width - 1)]
+    columns: list[tuple[str, pl.Expr, pl.Expr]] = []
+    for i, cell in enumerate(rep_row):
+        if i == 0 and first_field_free:
+            continue
+        col = pl.col(f"c{i}").fill_null("").str.strip_chars(strip)
+        text = (cell or "").strip(strip)
+        found = list(pattern.finditer(text))
+        if len(found) > 1:
+            return _EMPTY_PAIRS, lines  # several pairs in one field: not this path's shape
+        if not found:
+            checks.append(~col.str.contains(cell_re))
+            continue
+        m = found[0]
+        prefix = text[: m.start("value")]
+        key = m.group("key").strip()
+        # Everything before the number must read the same; only the number may change.
+        literal = prefix.rstrip(" \t:=\"'(")
+        if not literal:
+            return _EMPTY_PAIRS, lines
+        checks.append(col.str.starts_with(literal))
+        if not one_pair_per_field:
+            checks.append(col.str.count_matches(cell_re) == 1)
+        # The number is what follows the literal, give or take quotes, a wrapper's parentheses, a unit.
+        rest = col.str.strip_prefix(literal).str.strip_chars_start(" \t:=\"'(")
+        quick = rest.str.strip_chars_end(" \"')}").cast(pl.Float64, strict=False)
+        columns.append((key, quick, col))
+    if not columns:
+        return _EMPTY_PAIRS, lines
+    fits = cells.select(pl.all_horizontal([c if isinstance(c, pl.Expr) else pl.lit(c) for c in checks[1:]]).fill_null(False)).to_series()
+    fits = (fits & checks[0]).to_numpy()
+    if not fits.any():
+        return _EMPTY_PAIRS, lines
+    mask = pl.Series(fits)
+    kept = cells.filter(mask)
+    values = kept.select([v.alias(f"v{i}") for i, (_, v, _) in enumerate(columns)])
+    group = _value_group(cell_re)
+    for i, (_, _, cell) in enumerate(columns):
+        # Cells the quick parse could not read (a unit after the number, say): the regex decides.
+        missing = values.get_column(f"v{i}").is_null()
+        if missing.any():
+            slow = kept.filter(missing).select(cell.str.extract(cell_re, group).cast(pl.Float64, strict=False)).to_series()
+            values = values.with_columns(values.get_column(f"v{i}").scatter(missing.arg_true(), slow))
+    matrix = values.to_numpy().astype(np.float64, copy=False)
+    valid = values.select(pl.all().is_not_null()).to_numpy().ravel()
+    k = len(columns)
+    line_nos = lines.get_column("line_no").to_numpy()[fits]
+    key_index = pl.Series(np.tile(np.arange(k, dtype=np.uint32), line_nos.size)[valid])
+    names = pl.Series([key for key, _, _ in columns], dtype=pl.String())
+    pairs = pl.DataFrame(
+        {"line_no": np.repeat(line_nos, k)[valid], "key": names.gather(key_index), "value": matrix.ravel()[valid]},
+        schema={"line_no": pl.Int64(), "key": pl.String(), "value": pl.Float64()},
+    )
+    return pairs, lines.filter(~mask)
+
+
+_NESTED = (pl.Struct, pl.List, pl.Array, pl.Object)
+
+
+def json_pairs(lines: pl.DataFrame, *, raw: bytes | None = None, min_lines: int | None = None) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """JSON lines through polars' native NDJSON reader. A line counts as read only if the reader
+    kept every one of its keys (as many cells as `":` in the line): a key the schema inference did not
+    see, a nested object, a duplicate key, all send that line to the regex path instead."""
+    min_lines = MIN_LINES if min_lines is None else min_lines
+    if lines.height < min_lines:
+        return _EMPTY_PAIRS, lines
+    texts = lines.get_column("text").fill_null("")
+    objects = texts.str.starts_with("{")
+    if not objects.all():
+        raw = None
+    if raw is None:
+        raw = texts.filter(objects).str.join("\n").item().encode("utf-8") + b"\n"
+    # Python's json writes NaN and Infinity bare, which no JSON parser accepts: quote them.
+    raw = raw.replace(b": NaN", b': "NaN"').replace(b": -Infinity", b': "-Infinity"').replace(b": Infinity", b': "Infinity"')
+    try:
+        frame = pl.read_ndjson(raw, infer_schema_length=1000)
+    except pl.exceptions.PolarsError:
+        return _EMPTY_PAIRS, lines
+    chosen = lines.filter(objects)
+    if frame.height != chosen.height or not frame.width:
+        return _EMPTY_PAIRS, lines
+    chosen_text = chosen.get_column("text")
+    expected = chosen_text.str.count_matches('":', literal=True) - chosen_text.str.count_matches('": null', literal=True)
+    present = frame.select(pl.sum_horizontal(pl.all().is_not_null())).to_series()
+    nested = [c for c, t in frame.schema.items() if isinstance(t, _NESTED) or t in _NESTED]
+    fits = present == expected
+    for c in nested:
+        fits = fits & frame.get_column(c).is_null()
+    numeric = [c for c, t in frame.schema.items() if c not in nested and t != pl.Boolean]
+    values = frame.select([
+        (pl.col(c).str.strip_chars("\"").cast(pl.Float64, strict=False) if frame.schema[c] == pl.String else pl.col(c).cast(pl.Float64))
+        for c in numeric
+    ]).filter(fits)
+    mask = fits.to_numpy()
+    line_nos = chosen.get_column("line_no").to_numpy()[mask]
+    k = len(numeric)
+    if k == 0:
+        pairs = _EMPTY_PAIRS
+    else:
+        valid = values.select(pl.all().is_not_null()).to_numpy().ravel()
+        matrix = values.to_numpy().astype(np.float64, copy=False)
+        key_index = pl.Series(np.tile(np.arange(k, dtype=np.uint32), line_nos.size)[valid])
+        pairs = pl.DataFrame(
+            {"line_no": np.repeat(line_nos, k)[valid], "key": pl.Series(numeric, dtype=pl.String()).gather(key_index), "value": matrix.ravel()[valid]},
+            schema={"line_no": pl.Int64(), "key": pl.String(), "value": pl.Float64()},
+        )
+    rest = pl.concat([lines.filter(~objects), chosen.filter(~fits)]).sort("line_no")
+    return pairs, rest

@@ -1,0 +1,83 @@
+"""The fast path for line formats must give exactly what the regex path gives, line for line: it may
+change speed, never results. Each sample is repeated past the fast path's threshold, with a few odd
+lines mixed in that must fall back to the regex path."""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+
+from lossguard.cursor import Cursor
+from lossguard.formats import base, fastpath
+from lossguard.formats.dictlines import parse, parse_json
+from lossguard.formats.kvlines import parse as parse_kv
+from lossguard.formats.megatron import parse as parse_megatron
+
+from . import samples
+
+ODD = {
+    "jsonl": ['{"step": 7, "loss": 1.5, "note": "a, b", "lr": 0.1}', '{"step": 8, "nested": {"loss": 2.0}, "lr": 0.2}', '{"step": 9, "loss": null, "lr": NaN}'],
+    "hf_console": ["{'eval_loss': 2.0, 'epoch': 0.5}", "{'loss': nan, 'grad_norm': np.float64(3.5), 'learning_rate': 1e-05, 'epoch': 0.6}"],
+    "kv": ["step 12 | loss: 9.1 | lr 9e-06 | norm: 3.1 | dt: 412.1ms | note", "step 13 | val loss: 8.8"],
+    "megatron": [" iteration      300/   1000 | lm loss: 5.0E+00 | grad norm: 1.5 | extra field: 3 |"],
+}
+BASE = {
+    "jsonl": ('{"step": %d, "loss": %f, "lr": 1e-4, "grad_norm": %f, "tag": "x"}', parse_json),
+    "hf_console": ("{'loss': %f, 'grad_norm': %f, 'learning_rate': 4.9e-05, 'epoch': %d}", parse),
+    "kv": ("step %d | loss: %f | lr 9.2e-06 | norm: %f | dt: 412.1ms | tok/sec: 1493812.55", parse_kv),
+    "megatron": (" iteration %8d/ 1000000 | learning rate: 1.000E-04 | lm loss: %E | loss scale: 4096.0 | grad norm: %f | number of skipped iterations:   0 |", parse_megatron),
+}
+
+
+def _lines(kind: str) -> pl.DataFrame:
+    template, _ = BASE[kind]
+    texts = []
+    for i in range(3000):
+        if kind in ("jsonl", "kv", "megatron"):
+            texts.append(template % (i, 2.0 + i * 1e-4, 1.0 + (i % 7) * 0.1))
+        else:
+            texts.append(template % (2.0 + i * 1e-4, 1.0 + (i % 7) * 0.1, i))
+        if i % 400 == 17:
+            texts.extend(ODD[kind])
+    return pl.DataFrame({"line_no": range(1, len(texts) + 1), "text": texts}, schema={"line_no": pl.Int64, "text": pl.String})
+
+
+@pytest.mark.parametrize("kind", sorted(BASE))
+def test_fast_path_gives_what_the_regex_path_gives(kind, monkeypatch):
+    _, parse_fn = BASE[kind]
+    lines = _lines(kind)
+    raw = ("\n".join(lines.get_column("text")) + "\n").encode()
+    fast_rows, fast_cursor = parse_fn(lines, Cursor(), raw)
+    # The fast path really took the bulk of the lines (else this test would compare the slow path with itself).
+    seen = []
+    real = fastpath.fast_pairs
+
+    def spy(*args, **kwargs):
+        pairs, rest = real(*args, **kwargs)
+        seen.append(pairs.get_column("line_no").n_unique())
+        return pairs, rest
+
+    monkeypatch.setattr("lossguard.formats.dictlines.fast_pairs", spy)
+    monkeypatch.setattr("lossguard.formats.kvlines.fast_pairs", spy)
+    monkeypatch.setattr("lossguard.formats.megatron.fast_pairs", spy)
+    real_json = fastpath.json_pairs
+
+    def spy_json(*args, **kwargs):
+        pairs, rest = real_json(*args, **kwargs)
+        seen.append(pairs.get_column("line_no").n_unique())
+        return pairs, rest
+
+    monkeypatch.setattr("lossguard.formats.dictlines.json_pairs", spy_json)
+    parse_fn(lines, Cursor(), raw)
+    assert max(seen) > 2900
+    monkeypatch.setattr(fastpath, "MIN_LINES", 10**9)
+    slow_rows, slow_cursor = parse_fn(lines, Cursor(), raw)
+    assert slow_rows.height > 3000
+    assert fast_rows.equals(slow_rows)
+    assert fast_cursor == slow_cursor
+
+
+def test_split_lines_keeps_blank_lines_numbered():
+    lines, problem = base.split_lines(b"a\n\nb\r\n", 5, source="x")
+    assert lines.rows() == [(5, "a"), (6, ""), (7, "b")]
+    assert problem is None
