@@ -24,31 +24,39 @@ from .streams import segments_with_history
 _STATISTICAL = (RatioRule, ZScoreRule, EwmRule, SustainedRule)
 
 
-def _judge(units: pl.DataFrame, rule: Rule) -> pl.DataFrame:
-    """Per point: `flag`, the `baseline` it was compared with, the `limit` it had to exceed, and how
-    many points back the condition began (`onset`)."""
+def _judge(units: pl.DataFrame, rule: Rule, *, seen_before: int = 0) -> tuple[pl.DataFrame, int]:
+    """The flagged points only: their row index `i` in `units`, the `baseline` each was compared
+    with and the `limit` it exceeded; and how many points back the condition began (`onset`).
+    Only flagged rows are materialised: on a healthy stream that is none of millions."""
     v = pl.col("value")
-    over = "unit"
-    seen = pl.int_range(1, pl.len() + 1).over(over)
+    single = units.get_column("unit").n_unique() <= 1
+
+    def per_unit(e: pl.Expr, *extra: str) -> pl.Expr:
+        # Window expressions cost a group-by; a stream that never rewound needs none.
+        if single and not extra:
+            return e
+        return e.over(["unit", *extra])
+
+    seen = per_unit(pl.int_range(1, pl.len() + 1)) + seen_before
     onset = 0
     if isinstance(rule, RatioRule):
         window = {"mean": v.rolling_mean, "median": v.rolling_median, "max": v.rolling_max}[rule.baseline]
-        baseline = window(rule.window, min_samples=rule.window).shift(1).over(over)
+        baseline = per_unit(window(rule.window, min_samples=rule.window).shift(1))
         limit = baseline * rule.factor
         cond = v > limit
     elif isinstance(rule, ZScoreRule):
-        baseline = v.rolling_mean(rule.window, min_samples=rule.window).shift(1).over(over)
-        spread = v.rolling_std(rule.window, min_samples=rule.window).shift(1).over(over)
+        baseline = per_unit(v.rolling_mean(rule.window, min_samples=rule.window).shift(1))
+        spread = per_unit(v.rolling_std(rule.window, min_samples=rule.window).shift(1))
         limit = baseline + rule.k * spread
         cond = v > limit
     elif isinstance(rule, EwmRule):
-        baseline = v.ewm_mean(alpha=rule.alpha, adjust=False).shift(1).over(over)
+        baseline = per_unit(v.ewm_mean(alpha=rule.alpha, adjust=False).shift(1))
         limit = baseline * rule.factor
         cond = v > limit
     elif isinstance(rule, SustainedRule):
-        baseline = v.rolling_mean(rule.window, min_samples=rule.window).shift(rule.patience).over(over)
+        baseline = per_unit(v.rolling_mean(rule.window, min_samples=rule.window).shift(rule.patience))
         limit = baseline * rule.factor
-        cond = v.rolling_min(rule.patience, min_samples=rule.patience).over(over) > limit
+        cond = per_unit(v.rolling_min(rule.patience, min_samples=rule.patience)) > limit
         onset = rule.patience - 1
     elif isinstance(rule, (ThresholdRule, NonFiniteRule)):
         if isinstance(rule, NonFiniteRule):
@@ -60,18 +68,26 @@ def _judge(units: pl.DataFrame, rule: Rule) -> pl.DataFrame:
             raw = (v > rule.above) if rule.above is not None else (v < rule.below)
             baseline = pl.lit(bound, dtype=pl.Float64)
             limit = pl.lit(bound, dtype=pl.Float64)
-        run_id = (~raw).cum_sum().over(over)
-        streak = raw.cast(pl.Int64).cum_sum().over([over, run_id])
+        # Length of the run of consecutive raw points ending here: index minus the last clean index.
+        index = per_unit(pl.int_range(0, pl.len()))
+        last_clean = per_unit(pl.when(~raw).then(index).otherwise(None).forward_fill()).fill_null(-1)
+        streak = index - last_clean
         cond = raw & (streak >= rule.patience)
         onset = rule.patience - 1
     else:  # pragma: no cover - the rule union is closed
         raise TypeError(rule)
-    return units.with_columns(
-        (cond.fill_null(False) & pl.col("judge") & (seen >= rule.history)).alias("flag"),
-        baseline.alias("baseline"),
-        limit.alias("limit"),
-        pl.lit(onset).alias("onset"),
+    flag = cond.fill_null(False) & (seen >= rule.history)
+    if not single or not units.get_column("judge").all():
+        flag = flag & pl.col("judge")
+    flagged = (
+        units.lazy()
+        .with_row_index("i")
+        .with_columns(flag.alias("__flag"), baseline.alias("baseline"), limit.alias("limit"))
+        .filter(pl.col("__flag"))
+        .select(pl.col("i").cast(pl.Int64), "baseline", "limit")
+        .collect()
     )
+    return flagged, onset
 
 
 def _recovery(values: np.ndarray, start: int, stop: int, above: callable, need: int) -> int | None:
@@ -92,19 +108,32 @@ def _recovery(values: np.ndarray, start: int, stop: int, above: callable, need: 
 
 def detect(points: pl.DataFrame, rule: Rule, *, run: str) -> list[Incident]:
     """Incidents of one rule on one stream (columns step, value, segment; file order)."""
+    all_finite = points.select(pl.col("value").is_finite().all()).item()
     if isinstance(rule, _STATISTICAL):
-        points = points.filter(pl.col("value").is_finite())
+        if not all_finite:
+            points = points.filter(pl.col("value").is_finite())
+    elif isinstance(rule, NonFiniteRule) and all_finite:
+        return []
     units = segments_with_history(points, rule.lookback)
     if not units.height:
         return []
-    judged = _judge(units, rule)
-    flagged_any = judged.get_column("flag").any()
-    if not flagged_any:
+    flagged, onset = _judge(units, rule)
+    if not flagged.height:
         return []
     incidents: list[Incident] = []
     seen_keys: set[int] = set()
-    for (unit,), part in judged.partition_by("unit", as_dict=True, maintain_order=True).items():
-        found = _incidents(part, rule, run=run, segment=int(unit))
+    unit_of = units.get_column("unit")
+    if unit_of.n_unique() <= 1:
+        parts = [(int(unit_of[0]), units, flagged)]
+    else:
+        starts = units.with_row_index("i").group_by("unit", maintain_order=True).agg(pl.col("i").min().alias("start"), pl.len().alias("n"))
+        parts = []
+        for unit, start, n in starts.iter_rows():
+            mine = flagged.filter((pl.col("i") >= start) & (pl.col("i") < start + n)).with_columns(pl.col("i") - start)
+            if mine.height:
+                parts.append((unit, units.slice(start, n), mine))
+    for unit, part, mine in parts:
+        found = _incidents(part, mine, onset, rule, run=run, segment=int(unit))
         for inc in found:
             # A replay after a resume must not raise the incident of the original timeline again.
             if inc.step in seen_keys:
@@ -114,16 +143,14 @@ def detect(points: pl.DataFrame, rule: Rule, *, run: str) -> list[Incident]:
     return _apply_cooldown(incidents, rule)
 
 
-def _incidents(part: pl.DataFrame, rule: Rule, *, run: str, segment: int) -> list[Incident]:
-    flags = part.get_column("flag").to_numpy()
-    idx = np.flatnonzero(flags)
+def _incidents(part: pl.DataFrame, flagged: pl.DataFrame, onset: int, rule: Rule, *, run: str, segment: int) -> list[Incident]:
+    idx = flagged.get_column("i").to_numpy()
     if not idx.size:
         return []
     steps = part.get_column("step").to_numpy()
     values = part.get_column("value").to_numpy()
-    baselines = part.get_column("baseline").to_numpy()
-    limits = part.get_column("limit").to_numpy()
-    onset = int(part.get_column("onset")[0])
+    baselines = dict(zip(idx.tolist(), flagged.get_column("baseline").to_list()))
+    limits = dict(zip(idx.tolist(), flagged.get_column("limit").to_list()))
     n = len(values)
     out: list[Incident] = []
     covered_until = -1  # index up to which the current incident has not recovered
@@ -153,8 +180,8 @@ def _incidents(part: pl.DataFrame, rule: Rule, *, run: str, segment: int) -> lis
                 step=int(steps[first]),
                 peak_step=int(steps[peak]),
                 value=float(values[peak]),
-                baseline=None if base is None or (isinstance(base, float) and math.isnan(base)) else float(base),
-                threshold=None if limit is None or (isinstance(limit, float) and math.isnan(limit)) else float(limit),
+                baseline=None if base is None or math.isnan(base) else float(base),
+                threshold=None if limit is None or math.isnan(limit) else float(limit),
                 end_step=None if end is None else int(steps[end]),
                 last_flagged_step=int(steps[f]),
                 points=1,
@@ -203,6 +230,26 @@ def _apply_cooldown(incidents: list[Incident], rule: Rule) -> list[Incident]:
         else:
             merged.append(inc)
     return merged
+
+
+def detect_tail(history: pl.DataFrame, new: pl.DataFrame, rule: Rule, *, run: str, seen_before: int = 0) -> list[Incident]:
+    """Incidents among `new` points only, judged with `history`, the points of the stream just before
+    them (the daemon keeps rule.lookback of them). Costs time in the new points, not the stream's
+    length. `seen_before`: points the stream held before `history`, for min_history."""
+    if isinstance(rule, _STATISTICAL):
+        history = history.filter(pl.col("value").is_finite())
+        new = new.filter(pl.col("value").is_finite())
+    history = history.tail(rule.lookback) if rule.lookback else history.head(0)
+    units = pl.concat(
+        [
+            history.select("step", "value").with_columns(pl.lit(False).alias("judge")),
+            new.select("step", "value").with_columns(pl.lit(True).alias("judge")),
+        ]
+    ).with_columns(pl.lit(0, dtype=pl.Int64).alias("unit"))
+    flagged, onset = _judge(units, rule, seen_before=seen_before)
+    if not flagged.height:
+        return []
+    return _incidents(units, flagged, onset, rule, run=run, segment=0)
 
 
 def detect_all(streams: dict[str, pl.DataFrame], rules: Sequence[Rule], *, run: str) -> list[Incident]:

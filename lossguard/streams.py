@@ -43,6 +43,9 @@ def context(run_frame: pl.DataFrame, metric: str) -> pl.DataFrame:
 def segments_with_history(points: pl.DataFrame, lookback: int) -> pl.DataFrame:
     """Evaluation units: each segment's points (judge=True) after up to `lookback` points of the
     timeline it continues from (judge=False). Columns: unit, step, value, judge."""
+    if points.get_column("segment").n_unique() <= 1:
+        # A run that never rewound: one unit, no history to splice in.
+        return points.select("step", "value", pl.lit(True).alias("judge"), pl.lit(0, dtype=pl.Int64).alias("unit"))
     parts = []
     timeline = points.head(0).select("step", "value")
     for seg, rows in points.partition_by("segment", as_dict=True, maintain_order=True).items():

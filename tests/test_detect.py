@@ -48,8 +48,9 @@ def flagged_steps(values, r, steps=None):
     pts = stream_of(values, steps)
     if r.kind in ("ratio", "zscore", "ewm", "sustained"):
         pts = pts.filter(pl.col("value").is_finite())
-    judged = _judge(segments_with_history(pts, r.lookback), r)
-    return judged.filter(pl.col("flag")).get_column("step").to_list()
+    units = segments_with_history(pts, r.lookback)
+    flagged, _ = _judge(units, r)
+    return units.get_column("step").gather(flagged.get_column("i")).to_list()
 
 
 finite = st.floats(min_value=-1e6, max_value=1e6, allow_nan=False, allow_infinity=False)
@@ -175,3 +176,21 @@ def test_min_history_holds_the_rule_back():
     values = [1.0, 1.0, 1.0, 5.0] + [1.0] * 3
     assert detect(stream_of(values), rule(kind="ratio", window=3), run="r")[0].step == 4
     assert detect(stream_of(values), rule(kind="ratio", window=3, min_history=6), run="r") == []
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.floats(min_value=0.1, max_value=100), min_size=12, max_size=60), st.integers(1, 10))
+def test_judging_new_points_with_a_tail_flags_what_a_full_pass_flags(values, n_new):
+    from lossguard.detect import detect_tail
+
+    n_new = min(n_new, len(values) - 1)
+    pts = stream_of(values)
+    full = {i.step for i in detect(pts, DEFAULT_LOSS_RULE, run="r")} | set(flagged_steps(values, DEFAULT_LOSS_RULE))
+    cut = len(values) - n_new
+    history, new = pts.head(cut), pts.tail(n_new)
+    tail_flags = set(flagged_steps(values, DEFAULT_LOSS_RULE)) & set(new.get_column("step").to_list())
+    found = detect_tail(history.tail(50), new, DEFAULT_LOSS_RULE, run="r", seen_before=max(0, cut - 50))
+    assert {i.step for i in found} <= tail_flags
+    if tail_flags:
+        assert min(i.step for i in found) == min(tail_flags)
+    assert full >= {i.step for i in found}
