@@ -11,7 +11,7 @@ from .causes import RunContext, Series, label_all
 from .detect import detect_all
 from .model import Incident
 from .rules import RuleSet
-from .streams import context, stream
+from .streams import as_context, by_metric
 
 JUDGED = ("loss", "eval_loss", "lr", "grad_norm", "loss_scale")
 
@@ -35,12 +35,12 @@ def _tag_series(run_frame: pl.DataFrame, tag: str) -> Series | None:
     return Series.of(rows.unique(subset=["step"], keep="last", maintain_order=True).sort("step"))
 
 
-def run_context(run_frame: pl.DataFrame, incidents: tuple[Incident, ...] = ()) -> RunContext:
+def run_context(run_frame: pl.DataFrame, streams: dict[str, pl.DataFrame], incidents: tuple[Incident, ...] = ()) -> RunContext:
     return RunContext(
-        loss=Series.of(context(run_frame, "loss")),
-        lr=Series.of(context(run_frame, "lr")),
-        grad_norm=Series.of(context(run_frame, "grad_norm")),
-        loss_scale=Series.of(context(run_frame, "loss_scale")),
+        loss=Series.of(as_context(streams["loss"])),
+        lr=Series.of(as_context(streams["lr"])),
+        grad_norm=Series.of(as_context(streams["grad_norm"])),
+        loss_scale=Series.of(as_context(streams["loss_scale"])),
         overflow=_tag_series(run_frame, "OVERFLOW loss scale"),
         skipped=_tag_series(run_frame, "number of skipped iterations"),
         nan_iterations=_tag_series(run_frame, "number of nan iterations"),
@@ -49,20 +49,23 @@ def run_context(run_frame: pl.DataFrame, incidents: tuple[Incident, ...] = ()) -
 
 
 def analyse_run(run_frame: pl.DataFrame, rules: RuleSet, *, run: str) -> RunAnalysis:
+    return analyse_streams(run_frame, rules, run=run)[0]
+
+
+def analyse_streams(run_frame: pl.DataFrame, rules: RuleSet, *, run: str) -> tuple[RunAnalysis, dict[str, pl.DataFrame]]:
+    """The analysis, and the streams it was made from (the scan plots them)."""
     active = rules.for_run(run)
-    streams = {m: stream(run_frame, m) for m in {r.metric for r in active}}
+    streams = by_metric(run_frame, JUDGED)
     incidents = tuple(detect_all(streams, active, run=run))
-    labelled = tuple(label_all(incidents, run_context(run_frame, incidents)))
-    loss = streams.get("loss")
-    if loss is None:
-        loss = stream(run_frame, "loss")
+    labelled = tuple(label_all(incidents, run_context(run_frame, streams, incidents)))
+    loss = streams["loss"]
     metrics = {}
     for metric in JUDGED:
         tags = run_frame.filter(pl.col("metric") == metric).get_column("tag")
         if tags.len():
             metrics[metric] = tags.value_counts(sort=True).get_column("tag")[0]
     steps = run_frame.get_column("step")
-    return RunAnalysis(
+    analysis = RunAnalysis(
         run=run,
         metrics=metrics,
         steps=loss.height,
@@ -70,6 +73,7 @@ def analyse_run(run_frame: pl.DataFrame, rules: RuleSet, *, run: str) -> RunAnal
         last_step=None if not steps.len() else int(steps.max()),
         incidents=labelled,
     )
+    return analysis, streams
 
 
 def analyse(frame: pl.DataFrame, rules: RuleSet) -> list[RunAnalysis]:

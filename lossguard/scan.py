@@ -18,13 +18,13 @@ import numpy as np
 import polars as pl
 
 from . import table
-from .engine import RunAnalysis, analyse_run
+from .engine import RunAnalysis, analyse_streams
 from .model import Incident
 from .problems import Problem
 from .reader import ReadOptions, collect, read_found, unrecognised
 from .rules import RuleSet
 from .sources.discover import Found
-from .streams import context
+from .streams import as_context, context
 
 CURVE_POINTS = 1500
 PARALLEL_BYTES = 64 << 20
@@ -118,17 +118,14 @@ def scan_run(run: str, paths: Sequence[str], rules: RuleSet, options: ReadOption
         if res.result.frame.height:
             frames.append(res.result.frame)
     frame = pl.concat(frames) if frames else table.empty()
-    analysis = analyse_run(frame, rules, run=run)
+    analysis, streams = analyse_streams(frame, rules, run=run)
+    contexts = {m: as_context(s) for m, s in streams.items()}
     curves = {}
     for metric in ("loss", "lr", "grad_norm", "eval_loss"):
-        c = context(frame, metric)
+        c = contexts[metric]
         if c.height:
             curves[metric] = _decimate(c.get_column("step").to_numpy(), c.get_column("value").to_numpy())
-    loss = context(frame, analysis.incidents[0].metric) if analysis.incidents else None
-    sparks = {}
-    for inc in analysis.incidents:
-        series = loss if inc.metric == analysis.incidents[0].metric else context(frame, inc.metric)
-        sparks[(inc.rule, inc.step)] = _spark(series, inc)
+    sparks = {(inc.rule, inc.step): _spark(contexts.get(inc.metric) if inc.metric in contexts else context(frame, inc.metric), inc) for inc in analysis.incidents}
     parents = {str(Path(p).parent) for p in paths}
     source = paths[0] if len(paths) == 1 else (parents.pop() if len(parents) == 1 else os.path.commonpath(paths))
     return RunReport(analysis, source, tuple(dict.fromkeys(formats)), len(paths), tuple(problems), curves, sparks)

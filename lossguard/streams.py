@@ -29,15 +29,31 @@ def stream(run_frame: pl.DataFrame, metric: str) -> pl.DataFrame:
 
 
 def collapse(points: pl.DataFrame) -> pl.DataFrame:
+    steps = points.get_column("step")
+    if steps.len() < 2 or bool((steps.diff().drop_nulls() > 0).all()):
+        # The common case, strictly increasing steps: one segment, nothing to collapse.
+        return points.with_columns(pl.lit(0, dtype=pl.Int64).alias("segment"))
     points = points.with_columns((pl.col("step") < pl.col("step").shift(1)).fill_null(False).cum_sum().cast(pl.Int64).alias("segment"))
     return points.unique(subset=["segment", "step"], keep="last", maintain_order=True)
+
+
+def by_metric(run_frame: pl.DataFrame, metrics: tuple[str, ...]) -> dict[str, pl.DataFrame]:
+    """Each metric's stream, from one pass over the run's table."""
+    wanted = run_frame.filter(pl.col("metric").is_in(list(metrics)))
+    parts = wanted.partition_by("metric", as_dict=True, maintain_order=True)
+    return {m: stream(parts.get((m,), wanted.head(0)), m) for m in metrics}
 
 
 def context(run_frame: pl.DataFrame, metric: str) -> pl.DataFrame:
     """(step, value) of a context metric in step order, the latest write of each step winning: causes
     look things up by step, and after a resume the replayed values are the ones that held."""
-    s = stream(run_frame, metric)
-    return s.unique(subset=["step"], keep="last", maintain_order=True).sort("step").select("step", "value")
+    return as_context(stream(run_frame, metric))
+
+
+def as_context(points: pl.DataFrame) -> pl.DataFrame:
+    if not points.height or points.get_column("segment").max() == 0:
+        return points.select("step", "value")  # one segment: steps already increase strictly
+    return points.unique(subset=["step"], keep="last", maintain_order=True).sort("step").select("step", "value")
 
 
 def segments_with_history(points: pl.DataFrame, lookback: int) -> pl.DataFrame:

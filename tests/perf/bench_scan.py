@@ -1,0 +1,100 @@
+"""Whole-process figures for `lossguard scan`: start-up, the sample runs, many small runs, a large
+runs folder (bounded memory, both cores), one large log.
+
+    python tests/perf/bench_scan.py [--runs 1000] [--run-mb 10]
+
+The runs folder is generated into perf-data/ (one template log per format, copied run after run),
+mixing TensorBoard event files, JSON lines, Lightning CSV, Megatron and nanoGPT logs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _common  # noqa: E402
+from _common import DATA, ROOT, measure  # noqa: E402
+
+SCAN = """
+import resource, sys, time
+from lossguard.cli import main
+t = time.perf_counter()
+code = main({argv!r})
+took = time.perf_counter() - t
+me = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+print(code, round(me), round(kids), round(took, 3), file=sys.stderr if False else sys.stdout)
+"""
+
+
+def runs_folder(n: int, run_mb: int) -> Path:
+    from bench_readers import text_file
+
+    folder = DATA / f"runs-{n}x{run_mb}mb"
+    if folder.exists():
+        return folder
+    templates = {
+        "jsonl": text_file("jsonl", run_mb),
+        "csv": text_file("csv", run_mb),
+        "megatron": text_file("megatron", run_mb),
+        "kv_lines": text_file("kv_lines", run_mb),
+    }
+    events = _common.event_file(max(1000, run_mb * 1_000_000 // 55))
+    kinds = ["tfevents", *templates]
+    for i in range(n):
+        kind = kinds[i % len(kinds)]
+        run = folder / f"run{i:04d}"
+        run.mkdir(parents=True)
+        if kind == "tfevents":
+            shutil.copy(events, run / "events.out.tfevents.1700000000.bench")
+        else:
+            src = templates[kind]
+            shutil.copy(src, run / ({"csv": "metrics.csv", "jsonl": "metrics.jsonl"}.get(kind, "train.log")))
+    return folder
+
+
+def scan(args: list[str]) -> tuple[float, float, float, str]:
+    seconds, rss, out = measure(SCAN.format(argv=["scan", *args, "--quiet", "--format", "json", "--output", "/dev/null"]))
+    code, me, kids, took = out.split()
+    return seconds, float(me), float(kids), code
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", type=int, default=1000)
+    ap.add_argument("--run-mb", type=int, default=10)
+    ap.add_argument("--small-runs", type=int, default=1000)
+    ap.add_argument("--big-mb", type=int, default=1024)
+    args = ap.parse_args()
+    print("lossguard scan, whole process (wall time; peak RSS of the scan process and of its largest worker)")
+    seconds, _ = _common.measure_cmd([sys.executable, "-m", "lossguard.cli", "--help"])
+    print(f"  lossguard --help                          {seconds:7.2f} s")
+    one = ROOT / "tests/fixtures/runs/megatron-grad-explosion/train.log"
+    s, me, kids, _ = scan([str(one)])
+    print(f"  scan one small file                       {s:7.2f} s  {me:6.0f} MB")
+    s, me, kids, _ = scan([str(ROOT / "tests/fixtures/runs")])
+    print(f"  scan the sample runs (8 runs)             {s:7.2f} s  {me:6.0f} MB")
+    small = DATA / f"small-runs-{args.small_runs}"
+    if not small.exists():
+        for i in range(args.small_runs):
+            (small / f"run{i:04d}").mkdir(parents=True)
+            shutil.copy(one, small / f"run{i:04d}" / "train.log")
+    s, me, kids, _ = scan([str(small)])
+    print(f"  scan {args.small_runs} small runs ({args.small_runs * one.stat().st_size / 1e6:.0f} MB)          {s:7.2f} s  {me:6.0f} MB  workers {kids:.0f} MB")
+    from bench_readers import text_file
+
+    big = text_file("jsonl", args.big_mb)
+    s, me, kids, _ = scan([str(big)])
+    print(f"  scan one {big.stat().st_size / 1e9:.1f} GB JSONL log             {s:7.2f} s  {me:6.0f} MB")
+    folder = runs_folder(args.runs, args.run_mb)
+    total = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) / 1e9
+    for jobs in ("1", "2"):
+        s, me, kids, _ = scan([str(folder), "--jobs", jobs])
+        print(f"  scan {args.runs} runs, {total:.1f} GB, --jobs {jobs}        {s:7.1f} s  main {me:5.0f} MB  largest worker {kids:5.0f} MB  ({total * 1e3 / s:.0f} MB/s)")
+
+
+if __name__ == "__main__":
+    main()
