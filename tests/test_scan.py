@@ -173,3 +173,22 @@ def test_output_file(tmp_path, capsys):
     assert main(["scan", str(RUNS), "--format", "markdown", "--output", str(target), "--quiet"]) == 1
     assert capsys.readouterr().out == ""
     assert target.read_text().startswith("## lossguard scan")
+
+
+def test_progress_line_counts_runs_and_bytes_and_ends_with_a_newline():
+    import io
+
+    from lossguard.progress import Progress
+
+    out = io.StringIO()
+    progress = Progress(stream=out, delay=0.0)
+    progress(1, 4, 5_000_000)
+    progress(4, 4, 20_000_000)
+    progress.close()
+    text = out.getvalue()
+    assert "1/4 runs, 5.0 MB" in text and "4/4 runs, 20.0 MB" in text and text.endswith("\n")
+    quiet = io.StringIO()
+    fast = Progress(stream=quiet, delay=60.0)
+    fast(4, 4, 1)
+    fast.close()
+    assert quiet.getvalue() == ""  # a scan that finished in a moment shows no bar

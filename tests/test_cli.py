@@ -1,0 +1,84 @@
+"""The command line: every command documents itself with an example; `lossguard read` prints exactly
+the canonical table."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from lossguard.cli import build_parser, main
+
+from .conftest import CORPUS, FIXTURES
+
+
+def _commands():
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
+    return sub.choices
+
+
+@pytest.mark.parametrize("name", sorted(_commands()))
+def test_every_command_has_help_with_an_example(name, capsys):
+    with pytest.raises(SystemExit) as info:
+        main([name, "--help"])
+    assert info.value.code == 0
+    out = capsys.readouterr().out
+    assert "Example:" in out and f"lossguard {name}" in out
+
+
+def test_top_level_help_and_no_command(capsys):
+    assert main([]) == 2
+    assert "Example:" in capsys.readouterr().out
+
+
+def test_read_csv_has_the_canonical_header_and_values(tmp_path, capsys):
+    log = tmp_path / "metrics.jsonl"
+    log.write_text('{"step": 1, "loss": 2.5, "lr": 0.001}\n{"step": 2, "loss": NaN}\n')
+    assert main(["read", str(log), "--format", "csv"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "run,source,step,metric,tag,value,wall_time"
+    assert out[1] == f"metrics,{log},1,loss,loss,2.5,"
+    assert out[2] == f"metrics,{log},1,lr,lr,0.001,"
+    assert out[3] == f"metrics,{log},2,loss,loss,NaN,"
+
+
+def test_read_json_is_one_object_per_row_with_nan_as_a_string(tmp_path, capsys):
+    log = tmp_path / "metrics.jsonl"
+    log.write_text('{"step": 1, "loss": 2.5}\n{"step": 2, "loss": Infinity}\n')
+    main(["read", str(log), "--format", "json"])
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert rows[0] == {"run": "metrics", "source": str(log), "step": 1, "metric": "loss", "tag": "loss", "value": 2.5, "wall_time": None}
+    assert rows[1]["value"] == "Infinity"
+
+
+def test_read_table_filters_by_metric_and_shows_wall_time_for_event_files(capsys):
+    main(["read", str(CORPUS / "tfevents/satd_hmer_lightning_lr_sgd"), "--metric", "lr"])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["run", "source", "step", "metric", "tag", "value", "wall_time"]
+    assert len(lines) == 241 and all(" lr-SGD " in line for line in lines[1:])
+    assert float(lines[1].split()[-1]) > 1.6e9
+
+
+def test_read_with_an_explicit_format_and_a_bad_one(tmp_path, capsys):
+    log = tmp_path / "weird.dat"
+    log.write_text("step 1 | loss: 3.0\nstep 2 | loss: 2.0\n")
+    assert main(["read", str(log), "--log-format", "kv_lines", "--format", "csv"]) == 0
+    assert capsys.readouterr().out.count("\n") == 3
+    assert main(["read", str(log), "--log-format", "nope"]) == 2
+    assert "unknown format 'nope'" in capsys.readouterr().err
+
+
+def test_read_warns_about_unreadable_files_on_stderr_and_goes_on(tmp_path, capsys):
+    (tmp_path / "good.jsonl").write_text('{"step": 1, "loss": 2.0}\n')
+    (tmp_path / "bad.jsonl").write_bytes(b"\x00\x01\x02")
+    assert main(["read", str(tmp_path), "--format", "csv"]) == 0
+    captured = capsys.readouterr()
+    assert "good.jsonl" in captured.out
+    assert f"warning: {tmp_path / 'bad.jsonl'}: no training metrics recognised in this file" in captured.err
+
+
+def test_debug_shows_the_traceback(tmp_path):
+    with pytest.raises(Exception):
+        main(["--debug", "scan", str(tmp_path / "missing")])
