@@ -141,6 +141,49 @@ def _cmd_scan(args: argparse.Namespace) -> int:
     return EXIT_FOUND if any(r.incidents for r in results[0].runs) else EXIT_OK
 
 
+def _add_alert(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "alert",
+        help="Slack alerts: send a test message",
+        formatter_class=_Formatter,
+        description="Alert sinks. `alert test` posts a test message with the configured Slack bot token\n"
+        "(LOSSGUARD_SLACK_TOKEN + LOSSGUARD_SLACK_CHANNEL) or webhook (LOSSGUARD_SLACK_WEBHOOK_URL) and says\n"
+        "exactly what went wrong if it fails. Exit 0 when delivered, 1 when Slack refused, 2 when unconfigured.",
+        epilog="Example:\n  LOSSGUARD_SLACK_TOKEN=xoxb-... lossguard alert test --channel '#training'",
+    )
+    p.add_argument("action", choices=["test"], help="what to do")
+    p.add_argument("--channel", help="channel to post to (default: LOSSGUARD_SLACK_CHANNEL)")
+    p.add_argument("--config", type=Path, help="lossguard.toml with a [slack] table")
+    p.set_defaults(func=_cmd_alert)
+
+
+def _cmd_alert(args: argparse.Namespace) -> int:
+    import socket
+
+    from .alerts.message import build_test
+    from .alerts.slack import SlackBot, SlackWebhook
+    from .settings import load_settings
+
+    settings = load_settings(args.config)
+    channel = args.channel or settings.slack_channel
+    if settings.slack_token is not None:
+        if not channel:
+            raise UsageError("a bot token needs a channel: --channel or LOSSGUARD_SLACK_CHANNEL")
+        sink = SlackBot(settings.slack_token.get_secret_value(), channel, base_url=settings.slack_base_url, retries=2)
+        target = f"channel {channel}"
+    elif settings.slack_webhook_url is not None:
+        sink = SlackWebhook(settings.slack_webhook_url.get_secret_value(), retries=2)
+        target = "the incoming webhook"
+    else:
+        raise UsageError("Slack is not configured: set LOSSGUARD_SLACK_TOKEN and LOSSGUARD_SLACK_CHANNEL, or LOSSGUARD_SLACK_WEBHOOK_URL")
+    delivery = sink.post(build_test(host=socket.gethostname(), channel=channel))
+    if delivery.ok:
+        print(f"test message delivered to {target}")
+        return EXIT_OK
+    print(f"lossguard: test message to {target} failed: {delivery.describe()}", file=sys.stderr)
+    return EXIT_FOUND
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="lossguard",
@@ -153,6 +196,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     _add_read(sub)
     _add_scan(sub)
+    _add_alert(sub)
     return parser
 
 

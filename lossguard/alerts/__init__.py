@@ -1,0 +1,1 @@
+"""From incidents to notifications: message building (pure) and the sinks that deliver them."""

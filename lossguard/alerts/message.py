@@ -1,0 +1,154 @@
+"""Building the Slack message for an incident: Block Kit blocks plus a complete plain-text fallback.
+
+Pure: an incident and a few facts (host, source, the loss around it) in, a Message out; no clock,
+no I/O. Every string that came from a log or a path is escaped for mrkdwn wherever Slack parses it,
+so a run named `<!channel>` cannot ping a channel and `<http://x|y>` cannot forge a link. Slack's
+limits are respected by cutting at whole lines.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from ..model import Cause, Incident
+
+MAX_BLOCKS = 50
+MAX_SECTION = 3000
+MAX_TEXT = 40000
+MAX_HEADER = 150
+BARS = "▁▂▃▄▅▆▇█"
+
+CAUSE_TITLES = {
+    "lr_too_high": "Learning rate too high",
+    "gradient_explosion": "Gradient explosion",
+    "bad_batch": "Bad batch",
+    "numerical_instability": "Numerical instability",
+    "lr_schedule": "LR-schedule issue",
+    "model_architecture": "Model architecture",
+    "unknown": "Unknown",
+}
+EVENT_TITLES = {
+    "opened": "{sev}: {metric} spike",
+    "updated": "{sev}: {metric} spike grew",
+    "resolved": "Resolved: {metric} spike",
+    "relabelled": "Cause revised: {metric} spike",
+}
+SEVERITY_EMOJI = {"critical": ":rotating_light:", "warning": ":warning:", "info": ":information_source:"}
+
+
+@dataclass(frozen=True)
+class Message:
+    text: str
+    blocks: tuple[dict, ...] = field(default=())
+
+    def as_kwargs(self) -> dict[str, object]:
+        return {"text": self.text, "blocks": list(self.blocks)}
+
+
+def escape(text: str) -> str:
+    """mrkdwn control characters as entities (Slack's own rule: &, <, > and nothing else)."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def code(text: str) -> str:
+    """An inline code span that a backtick in the text cannot end early."""
+    return "`" + escape(text).replace("`", "ˋ") + "`"
+
+
+def fmt(x: float | None) -> str:
+    if x is None:
+        return "-"
+    if not math.isfinite(x):
+        return "NaN" if math.isnan(x) else ("Inf" if x > 0 else "-Inf")
+    if x != 0 and (abs(x) >= 1e5 or abs(x) < 1e-3):
+        return f"{x:.3e}"
+    return f"{x:.4g}"
+
+
+def sparkline(values: tuple[float, ...] | list[float]) -> str:
+    finite = [v for v in values if math.isfinite(v)]
+    if not finite:
+        return "×" * len(values)
+    lo, hi = min(finite), max(finite)
+    span = hi - lo or 1.0
+    return "".join(BARS[min(7, int((v - lo) / span * 7.999))] if math.isfinite(v) else "×" for v in values)
+
+
+def cut_lines(text: str, limit: int) -> str:
+    """At most `limit` characters, cut after a whole line (a line never ends inside a code span
+    here: spans are built per line), with a marker that something was left out."""
+    if len(text) <= limit:
+        return text
+    marker = "\n…"
+    room = limit - len(marker)
+    cut = text.rfind("\n", 0, room + 1)
+    if cut <= 0:
+        # One enormous line: cut it, closing a code span the cut would leave open.
+        head = text[:room - 1]
+        if head.count("`") % 2:
+            head += "`"
+        return head + marker[1:]
+    return text[:cut] + marker
+
+
+def _section(text: str) -> dict:
+    return {"type": "section", "text": {"type": "mrkdwn", "text": cut_lines(text, MAX_SECTION)}}
+
+
+def _cause_lines(cause: Cause, rank: int) -> str:
+    title = CAUSE_TITLES.get(cause.cause, cause.cause)
+    return f"*{rank}. {escape(title)}* ({cause.confidence:.0%})\n>{escape(cause.evidence)}\n_Try:_ {escape(cause.suggestion)}"
+
+
+def build(
+    inc: Incident,
+    *,
+    event: str = "opened",
+    host: str,
+    source: str,
+    spark: tuple[float, ...] = (),
+    version: str = "",
+) -> Message:
+    sev = inc.severity.upper()
+    metric = inc.metric.replace("_", " ")
+    title = EVENT_TITLES.get(event, "{sev}: {metric} spike").format(sev=sev, metric=metric)
+    emoji = ":white_check_mark:" if event == "resolved" else SEVERITY_EMOJI.get(inc.severity, "")
+    header = f"{emoji} {title} in {inc.run}".strip()
+    ratio = f" ({inc.ratio:.1f}×)" if inc.ratio is not None else ""
+    end = f"recovered at step {inc.end_step}" if inc.end_step is not None else "still open"
+    facts = (
+        f"*Run* {code(inc.run)}  ·  *step {inc.step}* (peak at {inc.peak_step}, {end})\n"
+        f"*{escape(inc.metric)}* {fmt(inc.value)} vs baseline {fmt(inc.baseline)}{ratio}  ·  rule {code(inc.rule)}"
+    )
+    blocks: list[dict] = [
+        {"type": "header", "text": {"type": "plain_text", "text": header[:MAX_HEADER], "emoji": True}},
+        _section(facts),
+    ]
+    if inc.causes:
+        blocks.append(_section("\n".join(_cause_lines(c, i + 1) for i, c in enumerate(inc.causes))))
+    if spark:
+        blocks.append(_section(f"{escape(inc.metric)} around the spike: {code(sparkline(spark))}"))
+    context = f"source {code(source)}  ·  host {code(host)}" + (f"  ·  lossguard {escape(version)}" if version else "")
+    blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": cut_lines(context, MAX_SECTION)}]})
+    blocks = blocks[:MAX_BLOCKS]
+
+    top = inc.causes[0] if inc.causes else None
+    lines = [
+        f"[{sev}] {escape(inc.run)}: {escape(inc.metric)} spike at step {inc.step}"
+        + (f" ({fmt(inc.value)} vs baseline {fmt(inc.baseline)}{ratio})" if inc.baseline is not None else f" ({fmt(inc.value)})")
+        + (" - resolved" if event == "resolved" else ""),
+        f"rule {escape(inc.rule)}; peak at step {inc.peak_step}; {end}",
+    ]
+    if top is not None:
+        lines.append(f"likely {CAUSE_TITLES.get(top.cause, top.cause).lower()} ({top.confidence:.0%}): {escape(top.evidence)}")
+        lines.append(f"try: {escape(top.suggestion)}")
+        for other in inc.causes[1:]:
+            lines.append(f"also possible: {CAUSE_TITLES.get(other.cause, other.cause).lower()} ({other.confidence:.0%}): {escape(other.evidence)}")
+    lines.append(f"source {escape(source)} on {escape(host)}")
+    return Message(cut_lines("\n".join(lines), MAX_TEXT), tuple(blocks))
+
+
+def build_test(*, host: str, channel: str | None) -> Message:
+    text = f"lossguard test message from {escape(host)}" + (f" to {escape(channel)}" if channel else "") + ": alerts will arrive here."
+    return Message(text, ({"type": "section", "text": {"type": "mrkdwn", "text": text}},))

@@ -1,0 +1,140 @@
+"""The one module that talks to Slack (slack-sdk), and turns its errors into lossguard's.
+
+Delivery answers "did it work, and if not, is it worth trying again": slack-sdk's retry handlers
+own the waiting (429 honours Retry-After; 5xx and dropped connections back off with jitter); what is
+left after them is classified here. HTTP 200 with `ok: false` is a failure. Errors that retrying
+cannot fix (a revoked token, a missing channel) are permanent, with the fix spelled out. The token
+never appears in a message, an exception or a log line.
+"""
+
+from __future__ import annotations
+
+import socket
+import urllib.error
+from dataclasses import dataclass
+
+from slack_sdk import WebClient
+from slack_sdk.errors import SlackApiError, SlackClientError
+from slack_sdk.http_retry.builtin_handlers import ConnectionErrorRetryHandler, RateLimitErrorRetryHandler, RetryHandler
+from slack_sdk.http_retry.builtin_interval_calculators import BackoffRetryIntervalCalculator
+from slack_sdk.http_retry.jitter import RandomJitter
+from slack_sdk.webhook import WebhookClient
+
+from .message import Message
+
+DEFAULT_BASE_URL = "https://slack.com/api/"
+
+PERMANENT = {
+    "invalid_auth": "the token is not valid: check LOSSGUARD_SLACK_TOKEN (or the slack_token credential)",
+    "not_authed": "no token was sent: set LOSSGUARD_SLACK_TOKEN (or the slack_token credential)",
+    "token_revoked": "the token was revoked: create a new bot token and install it",
+    "account_inactive": "the token's user or app is deactivated: reinstall the Slack app",
+    "channel_not_found": "the channel does not exist or the bot cannot see it: check LOSSGUARD_SLACK_CHANNEL",
+    "not_in_channel": "the bot is not in the channel: invite it with /invite @<bot> in that channel",
+    "is_archived": "the channel is archived: unarchive it or pick another channel",
+    "missing_scope": "the bot token lacks a scope: add chat:write (and files:write for plots) and reinstall",
+    "invalid_token": "the webhook URL is not valid: create a new incoming webhook",
+    "no_service": "the webhook was disabled or removed: create a new incoming webhook",
+    "no_team": "the webhook's workspace is gone: create a new incoming webhook",
+    "action_prohibited": "an admin restricted posting with this webhook",
+    "channel_is_archived": "the webhook's channel is archived: create a webhook for another channel",
+}
+
+
+@dataclass(frozen=True)
+class Delivery:
+    ok: bool
+    ts: str | None = None
+    """The posted message's timestamp (its id, for threads and updates)."""
+    channel: str | None = None
+    error: str | None = None
+    permanent: bool = False
+    fix: str | None = None
+
+    def describe(self) -> str:
+        if self.ok:
+            return "delivered"
+        kind = "permanent" if self.permanent else "temporary"
+        return f"{kind} Slack error: {self.error}" + (f" ({self.fix})" if self.fix else "")
+
+
+class _ServerErrorRetryHandler(RetryHandler):
+    """Any 5xx is worth another try (slack-sdk's own handler only retries 500 and 503)."""
+
+    def _can_retry(self, *, state, request, response=None, error=None) -> bool:  # noqa: ANN001
+        return response is not None and 500 <= response.status_code < 600
+
+
+def retry_handlers(*, retries: int = 4, backoff: float = 0.5) -> list[RetryHandler]:
+    interval = BackoffRetryIntervalCalculator(backoff_factor=backoff, jitter=RandomJitter())
+    return [
+        ConnectionErrorRetryHandler(max_retry_count=retries, interval_calculator=interval,
+                                    error_types=[urllib.error.URLError, ConnectionResetError, ConnectionRefusedError, socket.timeout, TimeoutError]),
+        RateLimitErrorRetryHandler(max_retry_count=retries),
+        _ServerErrorRetryHandler(max_retry_count=retries, interval_calculator=interval),
+    ]
+
+
+def _failure(error: str) -> Delivery:
+    return Delivery(ok=False, error=error, permanent=error in PERMANENT, fix=PERMANENT.get(error))
+
+
+def _scrub(text: str, secret: str | None) -> str:
+    return text.replace(secret, "***") if secret else text
+
+
+class SlackBot:
+    """A bot token: threads, updates of the parent message."""
+
+    def __init__(self, token: str, channel: str, *, base_url: str = DEFAULT_BASE_URL, timeout: int = 10, retries: int = 4, backoff: float = 0.5) -> None:
+        if not base_url.endswith("/"):
+            base_url += "/"
+        self._token = token
+        self.channel = channel
+        self._client = WebClient(token=token, base_url=base_url, timeout=timeout, retry_handlers=retry_handlers(retries=retries, backoff=backoff))
+
+    def __repr__(self) -> str:
+        return f"SlackBot(channel={self.channel!r}, token=***)"
+
+    def post(self, message: Message, *, thread_ts: str | None = None, channel: str | None = None) -> Delivery:
+        return self._call("chat_postMessage", channel=channel or self.channel, thread_ts=thread_ts, **message.as_kwargs())
+
+    def update(self, message: Message, *, ts: str, channel: str) -> Delivery:
+        return self._call("chat_update", channel=channel, ts=ts, **message.as_kwargs())
+
+    def _call(self, method: str, **kwargs: object) -> Delivery:
+        kwargs = {k: v for k, v in kwargs.items() if v is not None}
+        try:
+            response = getattr(self._client, method)(**kwargs)
+        except SlackApiError as exc:
+            error = exc.response.get("error") if exc.response is not None else None
+            status = exc.response.status_code if exc.response is not None else None
+            if error:
+                return _failure(str(error))
+            return Delivery(ok=False, error=f"HTTP {status}" if status else "no answer", permanent=False)
+        except (SlackClientError, OSError, urllib.error.URLError) as exc:
+            return Delivery(ok=False, error=_scrub(f"{type(exc).__name__}: {exc}", self._token), permanent=False)
+        return Delivery(ok=True, ts=response.get("ts"), channel=response.get("channel"))
+
+
+class SlackWebhook:
+    """An incoming webhook: the simplest setup; no threads, no updates."""
+
+    def __init__(self, url: str, *, timeout: int = 10, retries: int = 4, backoff: float = 0.5) -> None:
+        self._url = url
+        self._client = WebhookClient(url, timeout=timeout, retry_handlers=retry_handlers(retries=retries, backoff=backoff))
+
+    def __repr__(self) -> str:
+        return "SlackWebhook(url=***)"
+
+    def post(self, message: Message, **_: object) -> Delivery:
+        try:
+            response = self._client.send(**message.as_kwargs())
+        except (SlackClientError, OSError, urllib.error.URLError) as exc:
+            return Delivery(ok=False, error=_scrub(f"{type(exc).__name__}: {exc}", self._url), permanent=False)
+        if response.status_code == 200:
+            return Delivery(ok=True)
+        body = (response.body or "").strip()
+        if body in PERMANENT:
+            return _failure(body)
+        return Delivery(ok=False, error=f"HTTP {response.status_code}: {_scrub(body[:200], self._url)}", permanent=400 <= response.status_code < 500 and response.status_code != 429)

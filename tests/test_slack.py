@@ -1,0 +1,146 @@
+"""Slack delivery through the real slack-sdk, against a local server that answers like Slack; we
+assert on what the server received, not on our own calls."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from lossguard.alerts.message import build
+from lossguard.alerts.slack import SlackBot, SlackWebhook
+from lossguard.cli import main
+from lossguard.engine import analyse_run
+from lossguard.rules import default_rules
+
+from . import synth
+from .slack_server import Answer, SlackServer
+
+TOKEN = "xoxb-0000-SECRET-TOKEN"
+
+
+@pytest.fixture(autouse=True)
+def no_proxy(monkeypatch):
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+def slack():
+    with SlackServer() as server:
+        yield server
+
+
+def _message():
+    inc = analyse_run(synth.long_frame("gradient_explosion"), default_rules(), run="exp/7b").incidents[0]
+    return build(inc, host="gpu-node-3", source="/runs/exp/7b/train.log", spark=(1.0, 1.1, 5.0, 1.0))
+
+
+def test_post_sends_token_channel_text_and_blocks(slack):
+    bot = SlackBot(TOKEN, "#training", base_url=slack.base_url, backoff=0.01)
+    delivery = bot.post(_message())
+    assert delivery.ok and delivery.ts == "1700000000.000001"
+    (req,) = slack.requests
+    assert req.path == "/api/chat.postMessage"
+    assert req.headers["authorization"] == f"Bearer {TOKEN}"
+    assert req.body["channel"] == "#training"
+    assert "exp/7b" in req.body["text"] and "step 701" in req.body["text"]
+    assert req.body["blocks"][0]["type"] == "header"
+
+
+def test_thread_reply_and_parent_update_carry_the_thread_ts(slack):
+    bot = SlackBot(TOKEN, "#training", base_url=slack.base_url, backoff=0.01)
+    parent = bot.post(_message())
+    bot.post(_message(), thread_ts=parent.ts)
+    bot.update(_message(), ts=parent.ts, channel="C0TEST")
+    assert slack.requests[1].body["thread_ts"] == parent.ts
+    assert slack.requests[2].path == "/api/chat.update" and slack.requests[2].body["ts"] == parent.ts
+
+
+def test_rate_limit_waits_for_retry_after_then_delivers(slack):
+    slack.queue.append(Answer(status=429, body={"ok": False, "error": "ratelimited"}, headers={"Retry-After": "1"}))
+    bot = SlackBot(TOKEN, "#training", base_url=slack.base_url, backoff=0.01)
+    start = time.monotonic()
+    assert bot.post(_message()).ok
+    assert time.monotonic() - start >= 1.0
+    assert len(slack.requests) == 2
+
+
+@pytest.mark.parametrize("status", [500, 502, 503])
+def test_server_error_then_ok_is_retried(slack, status):
+    slack.queue.append(Answer(status=status, body={"ok": False, "error": "fatal_error"}))
+    bot = SlackBot(TOKEN, "#training", base_url=slack.base_url, backoff=0.01)
+    assert bot.post(_message()).ok
+    assert len(slack.requests) == 2
+
+
+def test_connection_reset_is_retried(slack):
+    slack.queue.append(Answer(drop=True))
+    bot = SlackBot(TOKEN, "#training", base_url=slack.base_url, backoff=0.01)
+    assert bot.post(_message()).ok
+    assert len(slack.requests) == 2
+
+
+@pytest.mark.parametrize("error", ["invalid_auth", "not_authed", "token_revoked", "channel_not_found", "not_in_channel", "is_archived", "missing_scope"])
+def test_ok_false_permanent_errors_are_not_retried_and_say_the_fix(slack, error):
+    slack.queue.append(Answer(status=200, body={"ok": False, "error": error}))
+    bot = SlackBot(TOKEN, "#training", base_url=slack.base_url, backoff=0.01)
+    delivery = bot.post(_message())
+    assert not delivery.ok and delivery.permanent and delivery.error == error and delivery.fix
+    assert len(slack.requests) == 1
+    assert TOKEN not in delivery.describe()
+
+
+def test_ok_false_unknown_error_is_temporary(slack):
+    slack.queue.append(Answer(status=200, body={"ok": False, "error": "internal_error"}))
+    delivery = SlackBot(TOKEN, "#training", base_url=slack.base_url, backoff=0.01).post(_message())
+    assert not delivery.ok and not delivery.permanent
+
+
+def test_slow_server_times_out_as_a_temporary_failure(slack):
+    slack.queue.extend([Answer(delay=2.5)] * 3)
+    bot = SlackBot(TOKEN, "#training", base_url=slack.base_url, timeout=1, retries=1, backoff=0.01)
+    delivery = bot.post(_message())
+    assert not delivery.ok and not delivery.permanent
+    assert TOKEN not in delivery.describe()
+
+
+def test_webhook_posts_and_classifies_its_errors(slack):
+    hook = SlackWebhook(slack.webhook_url, backoff=0.01)
+    assert hook.post(_message()).ok
+    assert slack.requests[0].path.startswith("/hooks/") and slack.requests[0].body["blocks"]
+    slack.queue.append(Answer(status=404, body="no_service"))
+    failed = hook.post(_message())
+    assert failed.permanent and failed.error == "no_service" and "webhook" in failed.fix
+    assert "XXXXSECRETXXXX" not in failed.describe() and "XXXXSECRETXXXX" not in repr(hook)
+
+
+def test_alert_test_command_reports_success_and_failure(slack, monkeypatch, capsys):
+    monkeypatch.setenv("LOSSGUARD_SLACK_TOKEN", TOKEN)
+    monkeypatch.setenv("LOSSGUARD_SLACK_BASE_URL", slack.base_url)
+    assert main(["alert", "test", "--channel", "#oncall"]) == 0
+    assert "delivered to channel #oncall" in capsys.readouterr().out
+    assert slack.requests[-1].body["channel"] == "#oncall"
+    slack.queue.append(Answer(body={"ok": False, "error": "not_in_channel"}))
+    assert main(["alert", "test", "--channel", "#oncall"]) == 1
+    err = capsys.readouterr().err
+    assert "not_in_channel" in err and "/invite" in err and TOKEN not in err
+
+
+def test_alert_test_without_configuration_is_a_usage_error(monkeypatch, capsys):
+    for name in ("LOSSGUARD_SLACK_TOKEN", "LOSSGUARD_SLACK_WEBHOOK_URL", "CREDENTIALS_DIRECTORY"):
+        monkeypatch.delenv(name, raising=False)
+    assert main(["alert", "test"]) == 2
+    assert "Slack is not configured" in capsys.readouterr().err
+
+
+def test_token_from_the_systemd_credentials_directory_is_used_and_masked(tmp_path, monkeypatch):
+    from lossguard.settings import load_settings
+
+    (tmp_path / "slack_token").write_text(TOKEN + "\n")
+    monkeypatch.setenv("CREDENTIALS_DIRECTORY", str(tmp_path))
+    monkeypatch.delenv("LOSSGUARD_SLACK_TOKEN", raising=False)
+    settings = load_settings()
+    assert settings.slack_token.get_secret_value() == TOKEN
+    assert TOKEN not in repr(settings) and TOKEN not in str(settings.masked())
+    assert settings.masked()["slack_token"] == "********** (set)"
