@@ -184,6 +184,122 @@ def _cmd_alert(args: argparse.Namespace) -> int:
     return EXIT_FOUND
 
 
+def _state_dir(given: Path | None) -> Path:
+    import os
+
+    if given is not None:
+        return given
+    if os.environ.get("STATE_DIRECTORY"):
+        return Path(os.environ["STATE_DIRECTORY"].split(":")[0])
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "lossguard"
+
+
+def _add_watch(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "watch",
+        help="follow live runs and alert on spikes (the daemon)",
+        formatter_class=_Formatter,
+        description="Follow every run under PATH as it grows and raise each spike once: to Slack when\n"
+        "configured (LOSSGUARD_SLACK_*), else to the log; --jsonl adds a JSON-lines file of notifications.\n"
+        "History found at the first start is read for the windows but not alerted (use `scan` for it).\n"
+        "SIGTERM/SIGINT stop it cleanly; SIGHUP reloads the rules.",
+        epilog="Example:\n  lossguard watch /data/runs --state-dir /var/lib/lossguard\n  lossguard watch runs/ --polling --poll-interval 5   # NFS/Lustre",
+    )
+    p.add_argument("paths", nargs="+", type=Path, metavar="PATH")
+    p.add_argument("--rules", action="append", type=Path, metavar="FILE_OR_DIR")
+    p.add_argument("--config", type=Path, help="lossguard.toml ([aliases], [[formats]], [slack])")
+    p.add_argument("--state-dir", type=Path, help="default: $STATE_DIRECTORY, else the XDG state dir")
+    p.add_argument("--poll-interval", type=float, default=2.0, metavar="SECONDS")
+    p.add_argument("--polling", action="store_true", help="no inotify, only periodic rescans (network filesystems)")
+    p.add_argument("--stall-after", type=float, default=30.0, metavar="MINUTES", help="alert when a run makes no step for this long (0: never)")
+    p.add_argument("--jsonl", type=Path, metavar="FILE", help="also append every notification to FILE as JSON lines")
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    p.set_defaults(func=_cmd_watch)
+
+
+def _cmd_watch(args: argparse.Namespace) -> int:
+    from .alerts.slack import SlackBot, SlackWebhook
+    from .config import read_options
+    from .daemon import Daemon, setup_logging
+    from .rules import load_rules
+    from .settings import load_settings
+    from .sinks import ConsoleSink, JsonlSink, SlackSink
+
+    import logging
+
+    setup_logging(args.log_level)
+    logger = logging.getLogger("lossguard")
+    options = read_options(args.config)
+    settings = load_settings(args.config)
+    load_rules(args.rules)  # refuse bad rules before starting
+    sinks: dict = {}
+    if settings.slack_token is not None and settings.slack_channel:
+        sinks["slack"] = SlackSink(SlackBot(settings.slack_token.get_secret_value(), settings.slack_channel, base_url=settings.slack_base_url))
+    elif settings.slack_webhook_url is not None:
+        sinks["slack"] = SlackSink(SlackWebhook(settings.slack_webhook_url.get_secret_value()))
+    if not sinks:
+        sinks["console"] = ConsoleSink(logger.warning)
+    if args.jsonl:
+        sinks["jsonl"] = JsonlSink(args.jsonl)
+    daemon = Daemon(
+        args.paths,
+        rules_loader=lambda: load_rules(args.rules),
+        state_dir=_state_dir(args.state_dir),
+        sinks=sinks,
+        options=options,
+        poll_interval=args.poll_interval,
+        polling=args.polling,
+        stall_after=args.stall_after * 60,
+    )
+    return daemon.run()
+
+
+def _add_status(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "status",
+        help="what the daemon follows, open incidents, undelivered notifications",
+        formatter_class=_Formatter,
+        description="Read the daemon's state (safe while it runs).",
+        epilog="Example:\n  lossguard status --state-dir /var/lib/lossguard",
+    )
+    p.add_argument("--state-dir", type=Path)
+    p.add_argument("--format", choices=["table", "json"], default="table")
+    p.set_defaults(func=_cmd_status)
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    import json
+    import sqlite3
+
+    from .cursor import Cursor
+
+    path = _state_dir(args.state_dir) / "state.db"
+    if not path.exists():
+        raise UsageError(f"{path}: no state yet (has `lossguard watch` run with this state dir?)")
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    files = db.execute("SELECT path, run, format, cursor, dead FROM files ORDER BY path").fetchall()
+    incidents = db.execute("SELECT run, rule, step, status FROM incidents WHERE status='open' ORDER BY run, step").fetchall()
+    outbox = db.execute("SELECT id, kind, attempts, last_error, permanent FROM outbox WHERE sent_at IS NULL ORDER BY id").fetchall()
+    if args.format == "json":
+        print(json.dumps({
+            "files": [{"path": f[0], "run": f[1], "format": f[2], "offset": Cursor.from_json(f[3]).offset, "dead": bool(f[4])} for f in files],
+            "open_incidents": [{"run": r, "rule": ru, "step": st} for r, ru, st, _ in incidents],
+            "undelivered": [{"id": i, "kind": k, "attempts": a, "error": e, "permanent": bool(p)} for i, k, a, e, p in outbox],
+        }, indent=2))
+        return EXIT_OK
+    print(f"following {len(files)} file(s):")
+    for f in files:
+        print(f"  {f[1]}  {f[0]}  {f[2] or '?'}  byte {Cursor.from_json(f[3]).offset}{'  (unreadable)' if f[4] else ''}")
+    print(f"{len(incidents)} open incident(s):")
+    for r, ru, st, _ in incidents:
+        print(f"  {r}  step {st}  {ru}")
+    print(f"{len(outbox)} undelivered notification(s):")
+    for i, k, a, e, p in outbox:
+        print(f"  #{i} {k}  attempts {a}{'  PERMANENT' if p else ''}  {e or ''}")
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="lossguard",
@@ -197,6 +313,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_read(sub)
     _add_scan(sub)
     _add_alert(sub)
+    _add_watch(sub)
+    _add_status(sub)
     return parser
 
 

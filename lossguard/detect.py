@@ -106,8 +106,9 @@ def _recovery(values: np.ndarray, start: int, stop: int, above: callable, need: 
     return None
 
 
-def detect(points: pl.DataFrame, rule: Rule, *, run: str) -> list[Incident]:
-    """Incidents of one rule on one stream (columns step, value, segment; file order)."""
+def detect(points: pl.DataFrame, rule: Rule, *, run: str, seen_before: int = 0) -> list[Incident]:
+    """Incidents of one rule on one stream (columns step, value, segment; file order).
+    `seen_before`: points the stream held before these (the daemon passes a tail), for min_history."""
     all_finite = points.select(pl.col("value").is_finite().all()).item()
     if isinstance(rule, _STATISTICAL):
         if not all_finite:
@@ -117,7 +118,7 @@ def detect(points: pl.DataFrame, rule: Rule, *, run: str) -> list[Incident]:
     units = segments_with_history(points, rule.lookback)
     if not units.height:
         return []
-    flagged, onset = _judge(units, rule)
+    flagged, onset = _judge(units, rule, seen_before=seen_before)
     if not flagged.height:
         return []
     incidents: list[Incident] = []

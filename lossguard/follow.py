@@ -1,0 +1,297 @@
+"""The daemon's incremental pass: what is new in the followed files, judged with the same detection
+and labelling as `scan`, turned into incident lifecycle events, committed with the read offsets and
+outbox entries in one transaction.
+
+Each stream keeps a tail in the state store: enough points for every rule's window, plus the span of
+any incident still open, so that detection over tail + new points finds exactly the incidents a full
+pass would, under the same keys (run, rule, first step). The clock is passed in.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import polars as pl
+
+from . import table
+from .cursor import Cursor
+from .detect import detect
+from .engine import JUDGED, run_context
+from .causes import label_all
+from .errors import UsageError
+from .model import Cause, Incident
+from .reader import ReadOptions, collect, read
+from .rules import RuleSet
+from .state import FileRow, State
+from .streams import by_metric, collapse
+
+FINGERPRINT = 64
+TAIL_CAP = 20_000
+CONTEXT_TAIL = 400
+CONTEXT_TAGS = ("OVERFLOW loss scale", "number of skipped iterations", "number of nan iterations")
+
+
+def incident_from_json(body: dict) -> Incident:
+    def num(x: object) -> float | None:
+        return None if x is None else float(x)
+
+    return Incident(
+        run=body["run"], metric=body["metric"], rule=body["rule"], kind=body["kind"], severity=body["severity"],
+        step=body["step"], peak_step=body["peak_step"], value=float(body["value"]), baseline=num(body["baseline"]),
+        threshold=num(body["threshold"]), end_step=body["end_step"], points=body["points"],
+        causes=tuple(Cause(**c) for c in body["causes"]),
+    )
+
+
+@dataclass
+class PassReport:
+    files: int = 0
+    rows: int = 0
+    notices: list[tuple[str, dict]] = field(default_factory=list)
+
+
+def _identity(path: Path) -> tuple[int, int, int, bytes]:
+    st = os.stat(path)
+    with open(path, "rb") as fh:
+        head = fh.read(FINGERPRINT)
+    return st.st_dev, st.st_ino, st.st_size, head
+
+
+def _same_file(row: FileRow, device: int, inode: int, head: bytes) -> bool:
+    if (row.device, row.inode) != (device, inode):
+        return False
+    n = min(len(row.fingerprint), len(head))
+    return row.fingerprint[:n] == head[:n]
+
+
+class Follower:
+    def __init__(
+        self,
+        roots: Sequence[Path],
+        *,
+        rules: RuleSet,
+        state: State,
+        options: ReadOptions = ReadOptions(),
+        sinks: Sequence[str] = ("console",),
+        stall_after: float = 30 * 60,
+        update_every: float = 300.0,
+        log: Callable[[str], None] = print,
+    ) -> None:
+        self.roots = list(roots)
+        self.rules = rules
+        self.state = state
+        self.options = options
+        self.sinks = list(sinks)
+        self.stall_after = stall_after
+        self.update_every = update_every
+        self.log = log
+        self.first_pass = True
+        self._warned: set[str] = set()
+        self._now = 0.0
+
+    # --- which files ---------------------------------------------------------------------------
+    def _discover(self, db, tracked: dict[str, FileRow]) -> dict[str, FileRow]:  # noqa: ANN001
+        quiet = self.first_pass and self.state.fresh
+        try:
+            found, problems = collect(self.roots, self.options)
+        except UsageError as exc:
+            self._warn_once(str(exc))
+            found, problems = [], []
+        for p in problems:
+            self._warn_once(str(p))
+        by_ident = {(r.device, r.inode): r for r in tracked.values()}
+        current: dict[str, FileRow] = {}
+        seen_paths = set()
+        for f in found:
+            path = str(f.path)
+            seen_paths.add(path)
+            try:
+                device, inode, size, head = _identity(f.path)
+            except OSError:
+                continue
+            row = tracked.get(path)
+            if row is not None and _same_file(row, device, inode, head):
+                cursor = Cursor.from_json(row.cursor)
+                if size < cursor.offset:
+                    self.log(f"{path}: file shrank below the read offset (truncated in place, copytruncate?): reading it again from the start")
+                    row = FileRow(path, row.run, row.format, device, inode, head, Cursor().to_json(), False, row.quiet)
+                elif len(row.fingerprint) < FINGERPRINT and len(head) > len(row.fingerprint):
+                    row = FileRow(path, row.run, row.format, device, inode, head, row.cursor, row.dead, row.quiet)
+                current[path] = row
+                continue
+            moved = by_ident.get((device, inode))
+            if moved is not None and moved.path != path and _same_file(moved, device, inode, head):
+                # Renamed (log rotation): keep reading it from where we were, under its new name.
+                self.log(f"{moved.path}: renamed to {path}; reading on from byte {Cursor.from_json(moved.cursor).offset}")
+                current[path] = FileRow(path, moved.run, moved.format, device, inode, moved.fingerprint, moved.cursor, moved.dead, moved.quiet)
+                continue
+            if row is not None:
+                self.log(f"{path}: replaced by another file; reading the new one from the start")
+            current[path] = FileRow(path, f.run, None, device, inode, head, Cursor().to_json(), False, quiet)
+        for path, row in tracked.items():
+            if path not in current and path not in seen_paths and all(r.inode != row.inode or r.device != row.device for r in current.values()):
+                self.log(f"{path}: file is gone; no longer followed")
+                db.execute("DELETE FROM files WHERE path=?", (path,))
+        return current
+
+    def _warn_once(self, text: str) -> None:
+        if text not in self._warned:
+            self._warned.add(text)
+            self.log(f"warning: {text}")
+
+    # --- one pass ------------------------------------------------------------------------------
+    def run_pass(self, now: float) -> PassReport:
+        self._now = now
+        report = PassReport()
+        with self.state.transaction() as db:
+            tracked = self.state.files()
+            current = self._discover(db, tracked)
+            new_rows: dict[str, list[pl.DataFrame]] = {}
+            quiet_runs: dict[str, bool] = {}
+            for path, row in sorted(current.items()):
+                if row.dead:
+                    self.state.put_file(db, row)
+                    continue
+                fmt = row.format or self.options.detect(Path(path))
+                if fmt is None:
+                    self.state.put_file(db, row)
+                    continue
+                res = read(Path(path), Cursor.from_json(row.cursor), run=row.run, fmt=fmt, final=False, options=self.options)
+                for p in res.problems:
+                    self.log(f"warning: {p}")
+                report.files += 1
+                if res.frame.height:
+                    new_rows.setdefault(row.run, []).append(res.frame)
+                    quiet_runs[row.run] = quiet_runs.get(row.run, True) and row.quiet
+                # Only the first read of what was already there at the first start is quiet history.
+                self.state.put_file(db, FileRow(path, row.run, fmt, row.device, row.inode, row.fingerprint, res.cursor.to_json(), res.dead, False))
+            for run, frames in sorted(new_rows.items()):
+                frame = pl.concat(frames)
+                report.rows += frame.height
+                self._judge_run(db, run, frame, now=now, quiet=quiet_runs.get(run, False), report=report)
+            self._stalls(db, now, set(new_rows), report)
+        self.first_pass = False
+        return report
+
+    def _tail_frame(self, run: str, metric: str, tag: str | None = None) -> tuple[pl.DataFrame, int]:
+        points, seen = self.state.stream(run, metric if tag is None else f"tag:{tag}")
+        steps = [p[0] for p in points]
+        values = [float(p[1]) for p in points]
+        return pl.DataFrame({"step": steps, "value": values}, schema={"step": pl.Int64(), "value": pl.Float64()}), seen
+
+    def _judge_run(self, db, run: str, frame: pl.DataFrame, *, now: float, quiet: bool, report: PassReport) -> None:  # noqa: ANN001
+        active = self.rules.for_run(run)
+        metrics = tuple(dict.fromkeys([*JUDGED]))
+        tails: dict[str, tuple[pl.DataFrame, int]] = {m: self._tail_frame(run, m) for m in metrics}
+        new_streams = by_metric(frame, metrics)
+        windows = {}
+        for m in metrics:
+            tail, _ = tails[m]
+            new = new_streams[m].select("step", "value")
+            windows[m] = collapse(pl.concat([tail, new])) if new.height or tail.height else new_streams[m]
+        found: list[Incident] = []
+        for rule in active:
+            tail, seen = tails[rule.metric]
+            new = new_streams[rule.metric]
+            if not new.height:
+                continue
+            first_new = int(new.get_column("step")[0])
+            for inc in detect(windows[rule.metric], rule, run=run, seen_before=max(0, seen - tail.height)):
+                last = inc.last_flagged_step if inc.last_flagged_step is not None else inc.step
+                known = self.state.incident(run, inc.rule, inc.step)
+                if known is None and last < first_new:
+                    continue  # judged before, in an earlier pass (or history the tail cannot re-judge)
+                found.append(inc)
+        # Labels with the context the daemon has: the tails and what just arrived.
+        context_frames = [frame]
+        for m in metrics:
+            tail, _ = tails[m]
+            if tail.height:
+                context_frames.append(tail.select(pl.lit(run).alias("run"), pl.lit("").alias("source"), "step", pl.lit(m).alias("metric"), pl.lit(m).alias("tag"), "value", pl.lit(None, dtype=pl.Float64).alias("wall_time")))
+        for tag in CONTEXT_TAGS:
+            tail, _ = self._tail_frame(run, "", tag)
+            if tail.height:
+                metric = "loss_scale" if tag.startswith("OVERFLOW") else tag
+                context_frames.append(tail.select(pl.lit(run).alias("run"), pl.lit("").alias("source"), "step", pl.lit(metric).alias("metric"), pl.lit(tag).alias("tag"), "value", pl.lit(None, dtype=pl.Float64).alias("wall_time")))
+        context = pl.concat([f.select(table.COLUMNS) for f in context_frames]).sort("step", maintain_order=True)
+        ctx_streams = by_metric(context, metrics)
+        everything = tuple(found) + tuple(incident_from_json(json.loads(r[3])) for r in self.state.open_incidents(run) if not any(i.rule == r[1] and i.step == r[2] for i in found))
+        labelled = label_all(list(found), run_context(context, ctx_streams, everything))
+        for inc in labelled:
+            self._lifecycle(db, inc, now=now, quiet=quiet, report=report)
+        # Keep each stream's tail: windows for every rule, and the span of incidents still open.
+        need = max([r.lookback for r in active] + [16]) + 8
+        open_steps = [r[2] for r in self.state.db.execute("SELECT rule, step, step FROM incidents WHERE run=? AND status='open'", (run,)).fetchall()]
+        for m in metrics:
+            window = windows[m]
+            if not window.height:
+                continue
+            keep = need
+            if open_steps and m in {r.metric for r in active}:
+                first_open = min(open_steps)
+                keep = max(keep, window.filter(pl.col("step") >= first_open).height + need)
+            keep = max(keep, CONTEXT_TAIL) if m != "loss" else keep
+            tail_points = window.tail(min(keep, TAIL_CAP)).select("step", "value").rows()
+            _, seen = tails[m]
+            self.state.put_stream(db, run, m, tail_points, seen + new_streams[m].height)
+        for tag in CONTEXT_TAGS:
+            rows = frame.filter(pl.col("tag") == tag).select("step", "value")
+            if rows.height:
+                tail, seen = self._tail_frame(run, "", tag)
+                merged = pl.concat([tail, rows]).tail(CONTEXT_TAIL).rows()
+                self.state.put_stream(db, run, f"tag:{tag}", merged, seen + rows.height)
+        last_step = int(frame.get_column("step").max())
+        row = db.execute("SELECT last_step, stalled FROM runs WHERE run=?", (run,)).fetchone()
+        if row is None or row[0] is None or last_step != row[0]:
+            if row is not None and row[1]:
+                self._notify(db, None, "resumed", {"run": run, "step": last_step}, report)
+            db.execute("INSERT OR REPLACE INTO runs (run, last_step, advanced_at, stalled) VALUES (?,?,?,0)", (run, last_step, now))
+
+    def _stalls(self, db, now: float, active_runs: set[str], report: PassReport) -> None:  # noqa: ANN001
+        if self.stall_after <= 0:
+            return
+        for run, last_step, advanced_at, stalled in db.execute("SELECT run, last_step, advanced_at, stalled FROM runs").fetchall():
+            if run in active_runs or stalled or advanced_at is None:
+                continue
+            if now - advanced_at >= self.stall_after:
+                db.execute("UPDATE runs SET stalled=1 WHERE run=?", (run,))
+                self._notify(db, None, "stalled", {"run": run, "step": last_step, "minutes": round((now - advanced_at) / 60, 1)}, report)
+
+    def _lifecycle(self, db, inc: Incident, *, now: float, quiet: bool, report: PassReport) -> None:  # noqa: ANN001
+        body = inc.to_json()
+        known = self.state.incident(inc.run, inc.rule, inc.step)
+        top = inc.causes[0].cause if inc.causes else None
+        status = "resolved" if inc.end_step is not None else "open"
+        if known is None:
+            cur = db.execute(
+                "INSERT INTO incidents (run, rule, step, status, body, quiet, notified_value, notified_at, top_cause) VALUES (?,?,?,?,?,?,?,?,?)",
+                (inc.run, inc.rule, inc.step, status, json.dumps(body), int(quiet), inc.value, now, top),
+            )
+            if not quiet:
+                self._notify(db, cur.lastrowid, "opened", body, report)
+                if status == "resolved":
+                    self._notify(db, cur.lastrowid, "resolved", body, report)
+            return
+        ident, old_status, _, was_quiet, notified_value, notified_at, old_top = known
+        db.execute("UPDATE incidents SET status=?, body=?, top_cause=? WHERE id=?", (status, json.dumps(body), top, ident))
+        if was_quiet:
+            return
+        if old_status == "open" and status == "resolved":
+            self._notify(db, ident, "resolved", body, report)
+        elif status == "open" and notified_value is not None and inc.value > notified_value * 1.1 and now - (notified_at or 0) >= self.update_every:
+            db.execute("UPDATE incidents SET notified_value=?, notified_at=? WHERE id=?", (inc.value, now, ident))
+            self._notify(db, ident, "updated", body, report)
+        if old_top is not None and top is not None and top != old_top:
+            self._notify(db, ident, "relabelled", {**body, "previous_cause": old_top}, report)
+
+    def _notify(self, db, incident_id: int | None, kind: str, payload: dict, report: PassReport) -> None:  # noqa: ANN001
+        report.notices.append((kind, payload))
+        for sink in self.sinks:
+            db.execute(
+                "INSERT INTO outbox (incident_id, kind, payload, created) VALUES (?,?,?,?)",
+                (incident_id, kind, json.dumps({"sink": sink, **payload}), self._now),
+            )

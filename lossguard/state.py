@@ -1,0 +1,170 @@
+"""The daemon's memory, in one SQLite file (WAL): what it follows and how far it read, the tail of
+each stream that the windows continue from, the incidents it raised, and an outbox of notifications
+not yet delivered. A pass's offsets, incidents and outbox entries are committed in one transaction,
+so after a crash the daemon resumes exactly where its last commit left it: nothing raised twice,
+nothing lost."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import sqlite3
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import LossguardError
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
+CREATE TABLE IF NOT EXISTS files (
+    path TEXT PRIMARY KEY, run TEXT NOT NULL, format TEXT, device INTEGER, inode INTEGER,
+    fingerprint BLOB, cursor TEXT NOT NULL, dead INTEGER NOT NULL DEFAULT 0, quiet INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS streams (
+    run TEXT NOT NULL, metric TEXT NOT NULL, tail TEXT NOT NULL, seen INTEGER NOT NULL,
+    PRIMARY KEY (run, metric)
+);
+CREATE TABLE IF NOT EXISTS runs (
+    run TEXT PRIMARY KEY, last_step INTEGER, advanced_at REAL, stalled INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS incidents (
+    id INTEGER PRIMARY KEY, run TEXT NOT NULL, rule TEXT NOT NULL, step INTEGER NOT NULL,
+    status TEXT NOT NULL, body TEXT NOT NULL, quiet INTEGER NOT NULL DEFAULT 0,
+    notified_value REAL, notified_at REAL, top_cause TEXT, thread TEXT,
+    UNIQUE (run, rule, step)
+);
+CREATE TABLE IF NOT EXISTS outbox (
+    id INTEGER PRIMARY KEY, incident_id INTEGER, kind TEXT NOT NULL, payload TEXT NOT NULL,
+    created REAL NOT NULL, attempts INTEGER NOT NULL DEFAULT 0, last_error TEXT, permanent INTEGER NOT NULL DEFAULT 0,
+    sent_at REAL
+);
+"""
+
+
+class StateLocked(LossguardError):
+    """Another lossguard daemon holds this state directory."""
+
+
+@dataclass(frozen=True)
+class FileRow:
+    path: str
+    run: str
+    format: str | None
+    device: int
+    inode: int
+    fingerprint: bytes
+    cursor: str
+    dead: bool
+    quiet: bool
+
+
+class State:
+    def __init__(self, directory: Path, *, log=print) -> None:  # noqa: ANN001
+        self.directory = directory
+        directory.mkdir(parents=True, exist_ok=True)
+        self._lock = open(directory / "lossguard.lock", "a+")
+        try:
+            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._lock.close()
+            raise StateLocked(f"{directory}: another lossguard daemon is using this state directory") from None
+        self.path = directory / "state.db"
+        self.fresh = not self.path.exists()
+        try:
+            self.db = self._open()
+        except sqlite3.DatabaseError as exc:
+            aside = self.path.with_name(f"state.db.corrupt-{int(time.time())}")
+            os.replace(self.path, aside)
+            for suffix in ("-wal", "-shm"):
+                side = self.path.with_name(self.path.name + suffix)
+                if side.exists():
+                    os.replace(side, aside.with_name(aside.name + suffix))
+            log(f"error: state file {self.path} is damaged ({exc}); moved to {aside}, starting fresh")
+            self.fresh = True
+            self.db = self._open()
+
+    def _open(self) -> sqlite3.Connection:
+        db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=FULL")
+        check = db.execute("PRAGMA quick_check").fetchone()[0]
+        if check != "ok":
+            db.close()
+            raise sqlite3.DatabaseError(check)
+        db.executescript(SCHEMA)
+        return db
+
+    def close(self) -> None:
+        self.db.close()
+        self._lock.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            yield self.db
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        self.db.execute("COMMIT")
+
+    # --- files -------------------------------------------------------------------------------
+    def files(self) -> dict[str, FileRow]:
+        rows = self.db.execute("SELECT path, run, format, device, inode, fingerprint, cursor, dead, quiet FROM files").fetchall()
+        return {r[0]: FileRow(r[0], r[1], r[2], r[3], r[4], r[5] or b"", r[6], bool(r[7]), bool(r[8])) for r in rows}
+
+    @staticmethod
+    def put_file(db: sqlite3.Connection, f: FileRow) -> None:
+        db.execute(
+            "INSERT OR REPLACE INTO files (path, run, format, device, inode, fingerprint, cursor, dead, quiet) VALUES (?,?,?,?,?,?,?,?,?)",
+            (f.path, f.run, f.format, f.device, f.inode, f.fingerprint, f.cursor, int(f.dead), int(f.quiet)),
+        )
+
+    # --- streams -----------------------------------------------------------------------------
+    def stream(self, run: str, metric: str) -> tuple[list[tuple[int, float]], int]:
+        row = self.db.execute("SELECT tail, seen FROM streams WHERE run=? AND metric=?", (run, metric)).fetchone()
+        if not row:
+            return [], 0
+        return [tuple(p) for p in json.loads(row[0])], row[1]
+
+    @staticmethod
+    def put_stream(db: sqlite3.Connection, run: str, metric: str, tail: list[tuple[int, float]], seen: int) -> None:
+        db.execute(
+            "INSERT OR REPLACE INTO streams (run, metric, tail, seen) VALUES (?,?,?,?)",
+            (run, metric, json.dumps([[s, v if v == v and abs(v) != float("inf") else str(v)] for s, v in tail]), seen),
+        )
+
+    # --- incidents and outbox ----------------------------------------------------------------
+    def incident(self, run: str, rule: str, step: int) -> tuple | None:
+        return self.db.execute(
+            "SELECT id, status, body, quiet, notified_value, notified_at, top_cause FROM incidents WHERE run=? AND rule=? AND step=?", (run, rule, step)
+        ).fetchone()
+
+    def open_incidents(self, run: str) -> list[tuple]:
+        return self.db.execute("SELECT id, rule, step, body FROM incidents WHERE run=? AND status='open'", (run,)).fetchall()
+
+    def pending(self, limit: int = 100) -> list[tuple]:
+        return self.db.execute(
+            "SELECT id, incident_id, kind, payload, attempts FROM outbox WHERE sent_at IS NULL AND permanent=0 ORDER BY id LIMIT ?", (limit,)
+        ).fetchall()
+
+    def mark_sent(self, outbox_id: int, when: float) -> None:
+        self.db.execute("UPDATE outbox SET sent_at=?, attempts=attempts+1 WHERE id=?", (when, outbox_id))
+
+    def mark_failed(self, outbox_id: int, error: str, *, permanent: bool) -> None:
+        self.db.execute("UPDATE outbox SET attempts=attempts+1, last_error=?, permanent=? WHERE id=?", (error, int(permanent), outbox_id))
+
+    def summary(self) -> dict[str, object]:
+        q = self.db.execute
+        return {
+            "files": [dict(zip(("path", "run", "format", "cursor", "dead"), r)) for r in q("SELECT path, run, format, cursor, dead FROM files ORDER BY path")],
+            "open_incidents": [dict(zip(("run", "rule", "step"), r)) for r in q("SELECT run, rule, step FROM incidents WHERE status='open' ORDER BY run, step")],
+            "undelivered": [
+                dict(zip(("id", "kind", "attempts", "last_error", "permanent"), r))
+                for r in q("SELECT id, kind, attempts, last_error, permanent FROM outbox WHERE sent_at IS NULL ORDER BY id")
+            ],
+        }

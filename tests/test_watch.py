@@ -1,0 +1,266 @@
+"""`lossguard watch` as a real process: start it, write to the runs it follows, kill it, restart it,
+and count what a JSON-lines sink received."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+POLL = "0.2"
+
+
+def _line(step: int, loss: float, gn: float = 1.0) -> str:
+    return json.dumps({"step": step, "loss": loss, "lr": 1e-4, "grad_norm": gn}) + "\n"
+
+
+def _calm(steps) -> str:
+    return "".join(_line(s, 2.0 + (s % 5) * 0.01) for s in steps)
+
+
+class Watch:
+    def __init__(self, tmp: Path, *extra: str, env: dict | None = None) -> None:
+        self.tmp = tmp
+        self.out = tmp / "deliveries.jsonl"
+        self.args = [sys.executable, "-m", "lossguard.cli", "watch", str(tmp / "runs"), "--state-dir", str(tmp / "state"),
+                     "--jsonl", str(self.out), "--poll-interval", POLL, "--stall-after", "0", *extra]
+        self.env = {**os.environ, **(env or {})}
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> Watch:
+        self.proc = subprocess.Popen(self.args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=self.env)
+        return self
+
+    def wait_ready(self, timeout: float = 30) -> None:
+        """Until the daemon has made its first pass (its state lists files)."""
+        deadline = time.monotonic() + timeout
+        db = self.tmp / "state" / "state.db"
+        while time.monotonic() < deadline:
+            if db.exists():
+                import sqlite3
+
+                try:
+                    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+                        if conn.execute("SELECT count(*) FROM files WHERE cursor LIKE '%\"offset\": %' AND cursor NOT LIKE '%\"offset\": 0,%'").fetchone()[0]:
+                            return
+                except sqlite3.Error:
+                    pass
+            assert self.proc.poll() is None, self.proc.stderr.read()
+            time.sleep(0.05)
+        raise AssertionError("daemon never made a pass")
+
+    def events(self) -> list[dict]:
+        if not self.out.exists():
+            return []
+        return [json.loads(line) for line in self.out.read_text().splitlines() if line.strip()]
+
+    def wait_for(self, predicate, timeout: float = 20) -> list[dict]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            ev = self.events()
+            if predicate(ev):
+                return ev
+            time.sleep(0.05)
+        raise AssertionError(f"timed out; deliveries: {self.events()}; stderr: {self.stop_and_read()}")
+
+    def kill9(self) -> None:
+        self.proc.kill()
+        self.proc.wait(timeout=10)
+
+    def stop_and_read(self) -> str:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        return self.proc.stderr.read() if self.proc else ""
+
+
+@pytest.fixture
+def runs(tmp_path):
+    (tmp_path / "runs" / "exp").mkdir(parents=True)
+    return tmp_path
+
+
+def opened(ev):
+    return [(e["rule"], e["step"]) for e in ev if e["event"] == "opened"]
+
+
+def test_history_is_read_but_not_alerted_and_a_new_spike_is_alerted_once(runs):
+    log = runs / "runs" / "exp" / "metrics.jsonl"
+    log.write_text(_calm(range(1, 30)) + _line(30, 9.0) + _calm(range(31, 60)))  # an old spike
+    w = Watch(runs).start()
+    try:
+        w.wait_ready()
+        with open(log, "a") as fh:
+            fh.write(_calm(range(60, 70)) + _line(70, 8.0, gn=40.0) + _calm(range(71, 80)))
+        ev = w.wait_for(lambda ev: any(e["event"] == "resolved" for e in ev))
+        assert opened(ev) == [("loss-spike", 70)]
+        first = next(e for e in ev if e["event"] == "opened")
+        assert first["causes"][0]["cause"] == "gradient_explosion"
+    finally:
+        err = w.stop_and_read()
+    assert w.proc.returncode == 0, err
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_kill_9_at_random_moments_loses_and_repeats_nothing(runs, seed):
+    rng = random.Random(seed)
+    log = runs / "runs" / "exp" / "metrics.jsonl"
+    log.write_text(_calm(range(1, 20)))
+    spikes = []
+    step = 20
+    w = Watch(runs).start()
+    w.wait_ready()
+    for _ in range(6):
+        chunk = _calm(range(step, step + 15))
+        spike = step + 15
+        spikes.append(spike)
+        chunk += _line(spike, 9.0) + _calm(range(spike + 1, spike + 5))
+        step = spike + 5
+        cut = rng.randrange(len(chunk))
+        with open(log, "a") as fh:
+            fh.write(chunk[:cut])
+        time.sleep(rng.uniform(0.05, 0.6))
+        with open(log, "a") as fh:
+            fh.write(chunk[cut:])
+        time.sleep(rng.uniform(0.0, 0.8))
+        w.kill9()
+        w = Watch(runs).start()
+    ev = w.wait_for(lambda ev: sorted(s for _, s in opened(ev)) == spikes, timeout=30)
+    time.sleep(1.0)
+    w.stop_and_read()
+    ev = w.events()
+    assert sorted(opened(ev)) == [("loss-spike", s) for s in spikes]
+    ids = [e["id"] for e in ev]
+    assert len(ids) == len(set(ids))
+
+
+def test_rotation_truncation_and_resume(runs):
+    log = runs / "runs" / "exp" / "train.log"
+    log.write_text("".join(f"step {s} | loss: 2.0 | lr 1e-4 | norm: 1.0\n" for s in range(1, 30)))
+    w = Watch(runs).start()
+    try:
+        w.wait_ready()
+        # Rename rotation: the old file gets its last lines, the new one starts fresh.
+        with open(log, "a") as fh:
+            fh.write("step 30 | loss: 2.0 | lr 1e-4 | norm: 1.0\n")
+        os.rename(log, log.with_suffix(".log.1"))
+        log.write_text("".join(f"step {s} | loss: 2.0 | lr 1e-4 | norm: 1.0\n" for s in range(31, 45)) + "step 45 | loss: 7.0 | lr 1e-4 | norm: 1.0\n")
+        w.wait_for(lambda ev: ("loss-spike", 45) in opened(ev))
+        # copytruncate: the file is emptied in place and written again.
+        with open(log, "r+") as fh:
+            fh.truncate(0)
+        with open(log, "a") as fh:
+            fh.write("".join(f"step {s} | loss: 2.0 | lr 1e-4 | norm: 1.0\n" for s in range(46, 60)) + "step 60 | loss: 8.0 | lr 1e-4 | norm: 1.0\n")
+        w.wait_for(lambda ev: ("loss-spike", 60) in opened(ev))
+        # A resume from a checkpoint: steps go back to 50 and replay calmly; then a new spike.
+        with open(log, "a") as fh:
+            fh.write("".join(f"step {s} | loss: 2.0 | lr 1e-4 | norm: 1.0\n" for s in range(50, 70)) + "step 70 | loss: 9.0 | lr 1e-4 | norm: 1.0\n")
+        ev = w.wait_for(lambda ev: ("loss-spike", 70) in opened(ev))
+        time.sleep(1.0)
+        ev = w.events()
+        assert opened(ev) == [("loss-spike", 45), ("loss-spike", 60), ("loss-spike", 70)]
+    finally:
+        w.stop_and_read()
+
+
+def test_polling_mode_alone_finds_new_runs(runs):
+    w = Watch(runs, "--polling").start()
+    try:
+        time.sleep(1.5)
+        new = runs / "runs" / "later" / "metrics.jsonl"
+        new.parent.mkdir()
+        new.write_text(_calm(range(1, 20)) + _line(20, 9.0))
+        ev = w.wait_for(lambda ev: ("loss-spike", 20) in opened(ev))
+        assert ev[0]["run"] == "later"
+    finally:
+        w.stop_and_read()
+
+
+def test_second_daemon_on_the_same_state_refuses(runs):
+    (runs / "runs" / "exp" / "metrics.jsonl").write_text(_calm(range(1, 5)))
+    w = Watch(runs).start()
+    try:
+        w.wait_ready()
+        second = subprocess.run(w.args, capture_output=True, text=True, timeout=30)
+        assert second.returncode == 2
+        assert "another lossguard daemon is using this state directory" in second.stderr
+    finally:
+        w.stop_and_read()
+
+
+def test_sd_notify_ready_and_sigterm_exit(runs):
+    (runs / "runs" / "exp" / "metrics.jsonl").write_text(_calm(range(1, 5)))
+    sock_path = runs / "notify.sock"
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(str(sock_path))
+    sock.settimeout(30)
+    w = Watch(runs, env={"NOTIFY_SOCKET": str(sock_path), "WATCHDOG_USEC": "1000000"}).start()
+    try:
+        got = set()
+        while not {"READY=1", "WATCHDOG=1"} <= got:
+            got.add(sock.recv(256).decode())
+        start = time.monotonic()
+        w.proc.send_signal(signal.SIGTERM)
+        assert w.proc.wait(timeout=10) == 0
+        assert time.monotonic() - start < 5
+        sock.settimeout(2)
+        rest = set()
+        try:
+            while True:
+                rest.add(sock.recv(256).decode())
+        except TimeoutError:
+            pass
+        assert "STOPPING=1" in rest
+    finally:
+        sock.close()
+        w.stop_and_read()
+
+
+def test_damaged_state_file_is_moved_aside_and_the_daemon_starts(runs):
+    (runs / "runs" / "exp" / "metrics.jsonl").write_text(_calm(range(1, 5)))
+    (runs / "state").mkdir()
+    (runs / "state" / "state.db").write_bytes(b"this is not a database" * 100)
+    w = Watch(runs).start()
+    try:
+        w.wait_ready()
+    finally:
+        err = w.stop_and_read()
+    assert "is damaged" in err and list((runs / "state").glob("state.db.corrupt-*"))
+
+
+def test_watch_raises_the_incidents_scan_reports(runs):
+    from tests.fixtures.make_runs import megatron_fp16_overflow
+
+    w = Watch(runs).start()
+    try:
+        time.sleep(1.0)
+        src_dir = runs / "src"
+        src_dir.mkdir()
+        megatron_fp16_overflow(src_dir)
+        data = (src_dir / "megatron-fp16-overflow" / "train.log").read_bytes()
+        target = runs / "runs" / "exp" / "train.log"
+        rng = random.Random(7)
+        pos = 0
+        while pos < len(data):
+            n = rng.randrange(1, 40_000)
+            with open(target, "ab") as fh:
+                fh.write(data[pos : pos + n])
+            pos += n
+            time.sleep(0.05)
+        scan = subprocess.run([sys.executable, "-m", "lossguard.cli", "scan", str(target), "--format", "json", "--quiet"], capture_output=True, text=True)
+        expected = sorted((s["rule"], s["step"]) for r in json.loads(scan.stdout)["runs"] for s in r["spikes"])
+        assert expected
+        ev = w.wait_for(lambda ev: sorted(opened(ev)) == expected, timeout=30)
+    finally:
+        w.stop_and_read()
