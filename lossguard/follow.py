@@ -105,6 +105,7 @@ class Follower:
             self._warn_once(str(p))
         by_ident = {(r.device, r.inode): r for r in tracked.values()}
         current: dict[str, FileRow] = {}
+        self.sizes: dict[str, int] = {}
         seen_paths = set()
         for f in found:
             path = str(f.path)
@@ -113,6 +114,7 @@ class Follower:
                 device, inode, size, head = _identity(f.path)
             except OSError:
                 continue
+            self.sizes[path] = size
             row = tracked.get(path)
             if row is not None and _same_file(row, device, inode, head):
                 cursor = Cursor.from_json(row.cursor)
@@ -156,11 +158,15 @@ class Follower:
                 if row.dead:
                     self.state.put_file(db, row)
                     continue
+                cursor = Cursor.from_json(row.cursor)
+                if row.format is not None and self.sizes.get(path) == cursor.offset and not cursor.skipping:
+                    self.state.put_file(db, row)
+                    continue  # nothing new: no read at all (this is what keeps 1,000 idle runs cheap)
                 fmt = row.format or self.options.detect(Path(path))
                 if fmt is None:
                     self.state.put_file(db, row)
                     continue
-                res = read(Path(path), Cursor.from_json(row.cursor), run=row.run, fmt=fmt, final=False, options=self.options)
+                res = read(Path(path), cursor, run=row.run, fmt=fmt, final=False, options=self.options)
                 for p in res.problems:
                     self.log(f"warning: {p}")
                 report.files += 1

@@ -264,3 +264,44 @@ def test_watch_raises_the_incidents_scan_reports(runs):
         ev = w.wait_for(lambda ev: sorted(opened(ev)) == expected, timeout=30)
     finally:
         w.stop_and_read()
+
+
+def test_a_run_that_stops_advancing_is_reported_stalled_once_then_resumed(runs):
+    log = runs / "runs" / "exp" / "metrics.jsonl"
+    log.write_text(_calm(range(1, 5)))
+    args = [a for a in Watch(runs).args]
+    w = Watch(runs)
+    w.args = args[: args.index("--stall-after")] + ["--stall-after", "0.02"] + args[args.index("--stall-after") + 2 :]
+    w.start()
+    try:
+        w.wait_ready()
+        with open(log, "a") as fh:
+            fh.write(_calm(range(5, 8)))
+        ev = w.wait_for(lambda ev: any(e["event"] == "stalled" for e in ev))
+        time.sleep(2.0)
+        assert [e["event"] for e in w.events()].count("stalled") == 1
+        with open(log, "a") as fh:
+            fh.write(_calm(range(8, 10)))
+        ev = w.wait_for(lambda ev: any(e["event"] == "resumed" for e in ev))
+        assert next(e for e in ev if e["event"] == "resumed")["run"] == "exp"
+    finally:
+        w.stop_and_read()
+
+
+def test_sighup_with_a_bad_rules_file_keeps_the_old_rules(runs):
+    rules = runs / "rules.toml"
+    rules.write_text('[[rule]]\nname = "spike"\nmetric = "loss"\nkind = "ratio"\nfactor = 2.0\nwindow = 9\n')
+    log = runs / "runs" / "exp" / "metrics.jsonl"
+    log.write_text(_calm(range(1, 20)))
+    w = Watch(runs, "--rules", str(rules)).start()
+    try:
+        w.wait_ready()
+        rules.write_text('[[rule]]\nname = "spike"\nmetric = "loss"\nkind = "ratoi"\n')
+        w.proc.send_signal(signal.SIGHUP)
+        time.sleep(1.0)
+        with open(log, "a") as fh:
+            fh.write(_line(20, 9.0) + _calm(range(21, 25)))
+        ev = w.wait_for(lambda ev: ("spike", 20) in opened(ev))
+    finally:
+        err = w.stop_and_read()
+    assert "new rules rejected, the old ones stay in force" in err and "unknown kind 'ratoi'" in err
