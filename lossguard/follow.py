@@ -176,7 +176,7 @@ class Follower:
                 # Only the first read of what was already there at the first start is quiet history.
                 self.state.put_file(db, FileRow(path, row.run, fmt, row.device, row.inode, row.fingerprint, res.cursor.to_json(), res.dead, False))
             for run, frames in sorted(new_rows.items()):
-                frame = pl.concat(frames)
+                frame = pl.concat(frames, rechunk=False)
                 report.rows += frame.height
                 self._judge_run(db, run, frame, now=now, quiet=quiet_runs.get(run, False), report=report)
             self._stalls(db, now, set(new_rows), report)

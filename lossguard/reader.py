@@ -138,5 +138,5 @@ def read_paths(paths: Sequence[Path], options: ReadOptions = ReadOptions()) -> t
         problems.extend(res.result.problems)
         if res.result.frame.height:
             frames.append(res.result.frame)
-    frame = pl.concat(frames) if frames else table.empty()
+    frame = pl.concat(frames, rechunk=False) if frames else table.empty()
     return frame, results, problems

@@ -117,7 +117,7 @@ def scan_run(run: str, paths: Sequence[str], rules: RuleSet, options: ReadOption
             formats.append(res.format)
         if res.result.frame.height:
             frames.append(res.result.frame)
-    frame = pl.concat(frames) if frames else table.empty()
+    frame = pl.concat(frames, rechunk=False) if frames else table.empty()
     analysis, streams = analyse_streams(frame, rules, run=run)
     contexts = {m: as_context(s) for m, s in streams.items()}
     curves = {}

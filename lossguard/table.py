@@ -48,13 +48,14 @@ def conform_raw(frame: pl.DataFrame) -> pl.DataFrame:
 
 def finish(raw: pl.DataFrame, *, run: str, source: str, metric_of: dict[str, str]) -> pl.DataFrame:
     """Attach run, source and the canonical metric name to a parser's raw rows."""
-    tags = raw.get_column("tag").unique().to_list() if raw.height else []
-    mapping = pl.DataFrame(
-        {"tag": tags, "metric": [metric_of.get(t, t) for t in tags]},
-        schema={"tag": pl.String(), "metric": pl.String()},
-    )
-    return (
-        raw.join(mapping, on="tag", how="left", maintain_order="left")
-        .with_columns(pl.lit(run).alias("run"), pl.lit(source).alias("source"))
-        .select([pl.col(c).cast(t) for c, t in SCHEMA.items()])
+    renamed = {t: m for t, m in metric_of.items() if t != m}
+    metric = pl.col("tag").replace(renamed) if renamed else pl.col("tag")
+    return raw.select(
+        pl.lit(run, dtype=pl.String()).alias("run"),
+        pl.lit(source, dtype=pl.String()).alias("source"),
+        pl.col("step").cast(pl.Int64()),
+        metric.cast(pl.String()).alias("metric"),
+        pl.col("tag").cast(pl.String()),
+        pl.col("value").cast(pl.Float64()),
+        pl.col("wall_time").cast(pl.Float64()),
     )

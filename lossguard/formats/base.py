@@ -57,7 +57,7 @@ class LineFormat:
             if rows.height:
                 frames.append(rows)
             cursor = block.cursor.advance(index=state.index, last_step=state.last_step, header=state.header)
-        rows = pl.concat(frames) if frames else table.empty_raw()
+        rows = pl.concat(frames, rechunk=False) if frames else table.empty_raw()
         return Parsed(rows, cursor, tuple(problems))
 
 

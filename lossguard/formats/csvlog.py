@@ -133,7 +133,7 @@ class CsvFormat:
                 rows, cursor = _rows(frame, cursor)
                 frames.append(rows)
             cursor = block.cursor.advance(header=header, index=cursor.index, last_step=cursor.last_step)
-        rows = pl.concat(frames) if frames else _rows(pl.DataFrame(), cursor)[0]
+        rows = pl.concat(frames, rechunk=False) if frames else _rows(pl.DataFrame(), cursor)[0]
         return Parsed(rows, cursor, tuple(problems))
 
 

@@ -411,7 +411,7 @@ class TfEventsFormat:
             size = path.stat().st_size
             if size > offset:
                 problems.append(Problem(source, f"last event record is incomplete ({size - offset} bytes; file cut off or still being written)", offset=offset))
-        rows = pl.concat(frames) if frames else table.empty_raw()
+        rows = pl.concat(frames, rechunk=False) if frames else table.empty_raw()
         return Parsed(rows, cursor.advance(offset=offset), tuple(problems), dead=dead)
 
 

@@ -29,7 +29,9 @@ def measure(code: str, *, env: dict | None = None) -> tuple[float, float, str]:
 
 def measure_cmd(argv: list[str]) -> tuple[float, float]:
     start = time.perf_counter()
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # A pipe, not /dev/null: GNU grep stops at the first match when its output goes nowhere.
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    proc.stdout.read()
     _, status, usage = os.wait4(proc.pid, 0)
     return time.perf_counter() - start, usage.ru_maxrss / 1024
 

@@ -169,7 +169,7 @@ def bench_text(kind: str, megabytes: int) -> None:
     fmt = {"hf_console": "hf_console", "kv_lines": "kv_lines"}.get(kind, kind)
     t, rss, out = measure(LOSSGUARD.format(path=str(path), fmt=fmt))
     rows, est = map(int, out.split())
-    print(row("lossguard read", t, rss, None, f"{rows:,} rows, table {est / 1e6:.0f} MB; RSS / table {rss * 1e6 / 1024 / 1024 / max(est, 1) * 1024 * 1024 / 1e6:.2f}"))
+    print(row("lossguard read", t, rss, None, f"{rows:,} rows, table {est / 1e6:.0f} MB; peak RSS / table {rss / max(est / 1e6, 1e-9):.2f}"))
     gt, grss = measure_cmd(["grep", "-c", "loss", str(path)])
     print(row("grep -c loss", gt, grss, t))
     label, code = PEERS_TEXT.get(kind, REGEX_PEER)

@@ -1,0 +1,190 @@
+"""The daemon's figures: alert latency (inotify and polling), idle CPU and memory following many
+runs, and keeping up with a fast run.
+
+    python tests/perf/bench_watch.py [--runs 1000] [--samples 20] [--rate 1000] [--seconds 60]
+
+Latency is measured from the write of a spike line to its line in the JSON-lines sink.
+CPU is the daemon's own utime+stime (from /proc) over the measured interval.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def rss_mb(pid: int) -> tuple[float, float]:
+    status = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
+    return int(status["VmRSS"].split()[0]) / 1024, int(status["VmHWM"].split()[0]) / 1024
+
+
+def line(step: int, loss: float) -> str:
+    return json.dumps({"step": step, "loss": loss, "lr": 1e-4, "grad_norm": 1.0}) + "\n"
+
+
+def start(tmp: Path, *extra: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "lossguard.cli", "watch", str(tmp / "runs"), "--state-dir", str(tmp / "state"), "--jsonl", str(tmp / "out.jsonl"),
+         "--stall-after", "0", "--log-level", "warning", *extra],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+
+
+def wait_file(path: Path, n: int, timeout: float = 30) -> float:
+    deadline = time.perf_counter() + timeout
+    while time.perf_counter() < deadline:
+        if path.exists() and path.read_text().count("\n") >= n:
+            return time.perf_counter()
+        time.sleep(0.002)
+    raise TimeoutError(path)
+
+
+def latency(samples: int, *extra: str) -> list[float]:
+    tmp = Path(tempfile.mkdtemp())
+    log = tmp / "runs" / "exp" / "metrics.jsonl"
+    log.parent.mkdir(parents=True)
+    log.write_text("".join(line(s, 2.0) for s in range(1, 20)))
+    proc = start(tmp, *extra)
+    time.sleep(3)
+    out = tmp / "out.jsonl"
+    step = 20
+    got = []
+    try:
+        for i in range(samples):
+            with open(log, "a") as fh:
+                fh.write("".join(line(s, 2.0) for s in range(step, step + 12)))
+            step += 12
+            time.sleep(0.6)
+            t0 = time.perf_counter()
+            with open(log, "a") as fh:
+                fh.write(line(step, 9.0))
+            step += 1
+            # opened and resolved arrive for each spike; wait for the "opened" line of this one.
+            t1 = wait_file(out, 2 * i + 1)
+            got.append(t1 - t0)
+            with open(log, "a") as fh:
+                fh.write("".join(line(s, 2.0) for s in range(step, step + 5)))
+            step += 5
+            wait_file(out, 2 * i + 2)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=20)
+        shutil.rmtree(tmp, ignore_errors=True)
+    return got
+
+
+def idle(runs: int, seconds: float) -> tuple[float, float, float]:
+    tmp = Path(tempfile.mkdtemp())
+    history = "".join(line(s, 2.0) for s in range(1, 200))
+    for i in range(runs):
+        d = tmp / "runs" / f"run{i:04d}"
+        d.mkdir(parents=True)
+        (d / "metrics.jsonl").write_text(history)
+    proc = start(tmp, "--poll-interval", "2")
+    try:
+        db = tmp / "state" / "state.db"
+        import sqlite3
+
+        deadline = time.time() + 300
+        while time.time() < deadline:
+            time.sleep(1)
+            if db.exists():
+                try:
+                    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+                        if conn.execute("SELECT count(*) FROM files WHERE cursor NOT LIKE '%\"offset\": 0,%'").fetchone()[0] >= runs:
+                            break
+                except sqlite3.Error:
+                    pass
+        time.sleep(3)
+        c0 = cpu_seconds(proc.pid)
+        time.sleep(seconds)
+        c1 = cpu_seconds(proc.pid)
+        rss, peak = rss_mb(proc.pid)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+        shutil.rmtree(tmp, ignore_errors=True)
+    return (c1 - c0) / seconds * 100, rss, peak
+
+
+def throughput(rate: int, seconds: float) -> tuple[float, float, float]:
+    tmp = Path(tempfile.mkdtemp())
+    log = tmp / "runs" / "fast" / "metrics.jsonl"
+    log.parent.mkdir(parents=True)
+    log.write_text(line(0, 2.0))
+    proc = start(tmp)
+    time.sleep(3)
+    step = 1
+    try:
+        c0 = cpu_seconds(proc.pid)
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < seconds:
+            batch = max(1, rate // 10)
+            with open(log, "a") as fh:
+                fh.write("".join(line(s, 2.0 + (s % 7) * 0.01) for s in range(step, step + batch)))
+            step += batch
+            time.sleep(max(0.0, t0 + step / rate - time.perf_counter()))
+        c1 = cpu_seconds(proc.pid)
+        elapsed = time.perf_counter() - t0
+        size = log.stat().st_size
+        import sqlite3
+
+        caught = None
+        deadline = time.perf_counter() + 60
+        while time.perf_counter() < deadline:
+            with sqlite3.connect(f"file:{tmp / 'state' / 'state.db'}?mode=ro", uri=True) as conn:
+                cursor = json.loads(conn.execute("SELECT cursor FROM files").fetchone()[0])
+            if cursor["offset"] >= size:
+                caught = time.perf_counter() - t0 - elapsed
+                break
+            time.sleep(0.05)
+        _, peak = rss_mb(proc.pid)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=20)
+        shutil.rmtree(tmp, ignore_errors=True)
+    return (c1 - c0) / elapsed * 100, caught if caught is not None else float("nan"), peak
+
+
+def pct(values: list[float], q: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", type=int, default=1000)
+    ap.add_argument("--samples", type=int, default=20)
+    ap.add_argument("--rate", type=int, default=1000)
+    ap.add_argument("--seconds", type=float, default=60)
+    ap.add_argument("--idle-seconds", type=float, default=30)
+    args = ap.parse_args()
+    print("lossguard watch benchmark")
+    ino = latency(args.samples, "--poll-interval", "2")
+    print(f"  latency, inotify (poll 2 s as backstop): p50 {statistics.median(ino) * 1e3:6.0f} ms   p95 {pct(ino, 0.95) * 1e3:6.0f} ms")
+    pol = latency(args.samples, "--polling", "--poll-interval", "1")
+    print(f"  latency, polling every 1 s:              p50 {statistics.median(pol) * 1e3:6.0f} ms   p95 {pct(pol, 0.95) * 1e3:6.0f} ms")
+    cpu, rss, peak = idle(args.runs, args.idle_seconds)
+    print(f"  idle, following {args.runs} runs:           CPU {cpu:5.2f}% of a core   RSS {rss:.0f} MB (peak {peak:.0f} MB)")
+    cpu, lag, peak = throughput(args.rate, args.seconds)
+    print(f"  a run logging {args.rate} steps/s for {args.seconds:.0f} s:    CPU {cpu:5.2f}% of a core   caught up {lag:.2f} s after the writer stopped   peak RSS {peak:.0f} MB")
+
+
+if __name__ == "__main__":
+    main()
