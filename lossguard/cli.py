@@ -270,33 +270,25 @@ def _add_status(sub: argparse._SubParsersAction) -> None:
 
 def _cmd_status(args: argparse.Namespace) -> int:
     import json
-    import sqlite3
 
-    from .cursor import Cursor
+    from .state import read_summary
 
     path = _state_dir(args.state_dir) / "state.db"
     if not path.exists():
         raise UsageError(f"{path}: no state yet (has `lossguard watch` run with this state dir?)")
-    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    files = db.execute("SELECT path, run, format, cursor, dead FROM files ORDER BY path").fetchall()
-    incidents = db.execute("SELECT run, rule, step, status FROM incidents WHERE status='open' ORDER BY run, step").fetchall()
-    outbox = db.execute("SELECT id, kind, attempts, last_error, permanent FROM outbox WHERE sent_at IS NULL ORDER BY id").fetchall()
+    summary = read_summary(path)
     if args.format == "json":
-        print(json.dumps({
-            "files": [{"path": f[0], "run": f[1], "format": f[2], "offset": Cursor.from_json(f[3]).offset, "dead": bool(f[4])} for f in files],
-            "open_incidents": [{"run": r, "rule": ru, "step": st} for r, ru, st, _ in incidents],
-            "undelivered": [{"id": i, "kind": k, "attempts": a, "error": e, "permanent": bool(p)} for i, k, a, e, p in outbox],
-        }, indent=2))
+        print(json.dumps(summary, indent=2))
         return EXIT_OK
-    print(f"following {len(files)} file(s):")
-    for f in files:
-        print(f"  {f[1]}  {f[0]}  {f[2] or '?'}  byte {Cursor.from_json(f[3]).offset}{'  (unreadable)' if f[4] else ''}")
-    print(f"{len(incidents)} open incident(s):")
-    for r, ru, st, _ in incidents:
-        print(f"  {r}  step {st}  {ru}")
-    print(f"{len(outbox)} undelivered notification(s):")
-    for i, k, a, e, p in outbox:
-        print(f"  #{i} {k}  attempts {a}{'  PERMANENT' if p else ''}  {e or ''}")
+    print(f"following {len(summary['files'])} file(s):")
+    for f in summary["files"]:
+        print(f"  {f['run']}  {f['path']}  {f['format'] or '?'}  byte {f['offset']}{'  (unreadable)' if f['dead'] else ''}")
+    print(f"{len(summary['open_incidents'])} open incident(s):")
+    for inc in summary["open_incidents"]:
+        print(f"  {inc['run']}  step {inc['step']}  {inc['rule']}")
+    print(f"{len(summary['undelivered'])} undelivered notification(s):")
+    for n in summary["undelivered"]:
+        print(f"  #{n['id']} {n['kind']}  attempts {n['attempts']}{'  PERMANENT' if n['permanent'] else ''}  {n['error'] or ''}")
     return EXIT_OK
 
 

@@ -14,7 +14,7 @@ import signal
 import sys
 import threading
 import time
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from apscheduler.schedulers.background import BackgroundScheduler
@@ -30,6 +30,7 @@ from .sdnotify import Notifier
 from .state import State
 
 log = logging.getLogger("lossguard")
+DEBOUNCE = 0.2
 
 
 class _Changed(FileSystemEventHandler):
@@ -93,13 +94,16 @@ class Daemon:
         self.stop = threading.Event()
         self.reload = threading.Event()
         self.state = State(state_dir, log=log.error)
+        self.outbox = self.state.secondary()
         self.sinks = sinks
         rules: RuleSet = rules_loader()
         self.follower = Follower(roots, rules=rules, state=self.state, options=options, sinks=list(sinks), stall_after=stall_after, log=log.info)
         self.scheduler = BackgroundScheduler(job_defaults={"max_instances": 1, "coalesce": True, "misfire_grace_time": None})
         self.lock = threading.Lock()
+        self._wake_pending = False
 
     def _pass(self) -> None:
+        self._wake_pending = False
         if self.reload.is_set():
             self.reload.clear()
             try:
@@ -117,15 +121,20 @@ class Daemon:
             self.scheduler.modify_job("send", next_run_time=datetime.now())
 
     def _send(self) -> None:
-        with self.lock:
-            try:
-                deliver(self.state, self.sinks, now=time.time())
-            except Exception:  # noqa: BLE001
-                log.exception("delivery round failed; will try again")
+        # Its own connection and no shared lock: a slow Slack never holds up reading the logs.
+        try:
+            deliver(self.outbox, self.sinks, now=time.time())
+        except Exception:  # noqa: BLE001
+            log.exception("delivery round failed; will try again")
 
     def wake(self) -> None:
+        """A file changed: pass soon. Wakes within DEBOUNCE coalesce, so a run writing 1,000 lines a
+        second costs a few passes a second, not one per write."""
+        if self._wake_pending:
+            return
+        self._wake_pending = True
         try:
-            self.scheduler.modify_job("follow", next_run_time=datetime.now())
+            self.scheduler.modify_job("follow", next_run_time=datetime.now() + timedelta(seconds=DEBOUNCE))
         except Exception:  # noqa: BLE001 - scheduler shutting down
             pass
 
@@ -157,6 +166,7 @@ class Daemon:
         self.scheduler.shutdown(wait=True)
         with self.lock:
             self.state.close()
+        self.outbox.close()
         if observer is not None:
             observer.join(timeout=5)
         return 0

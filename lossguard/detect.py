@@ -30,6 +30,14 @@ def _judge(units: pl.DataFrame, rule: Rule, *, seen_before: int = 0) -> tuple[pl
     Only flagged rows are materialised: on a healthy stream that is none of millions."""
     v = pl.col("value")
     single = units.get_column("unit").n_unique() <= 1
+    if isinstance(rule, NonFiniteRule) and single and rule.patience == 1:
+        # The common guard: just the non-finite points (numpy finds them in milliseconds).
+        values = units.get_column("value").to_numpy()
+        judge = units.get_column("judge").to_numpy()
+        index = np.flatnonzero(~np.isfinite(values) & judge)
+        index = index[index + 1 + seen_before >= rule.history]
+        empty = pl.Series([None] * index.size, dtype=pl.Float64)
+        return pl.DataFrame({"i": index.astype(np.int64), "baseline": empty, "limit": empty}), 0
 
     def per_unit(e: pl.Expr, *extra: str) -> pl.Expr:
         # Window expressions cost a group-by; a stream that never rewound needs none.

@@ -59,11 +59,15 @@ def analyse_streams(run_frame: pl.DataFrame, rules: RuleSet, *, run: str) -> tup
     incidents = tuple(detect_all(streams, active, run=run))
     labelled = tuple(label_all(incidents, run_context(run_frame, streams, incidents)))
     loss = streams["loss"]
+    counts = (
+        run_frame.select("metric", "tag").filter(pl.col("metric").is_in(list(JUDGED)))
+        .group_by("metric", "tag", maintain_order=True).len()
+        .sort("len", descending=True, maintain_order=True)
+    )
     metrics = {}
-    for metric in JUDGED:
-        tags = run_frame.filter(pl.col("metric") == metric).get_column("tag")
-        if tags.len():
-            metrics[metric] = tags.value_counts(sort=True).get_column("tag")[0]
+    for metric, tag, _ in counts.iter_rows():
+        metrics.setdefault(metric, tag)
+    metrics = {m: metrics[m] for m in JUDGED if m in metrics}
     steps = run_frame.get_column("step")
     analysis = RunAnalysis(
         run=run,

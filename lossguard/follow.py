@@ -54,11 +54,9 @@ class PassReport:
     notices: list[tuple[str, dict]] = field(default_factory=list)
 
 
-def _identity(path: Path) -> tuple[int, int, int, bytes]:
-    st = os.stat(path)
+def _head(path: Path) -> bytes:
     with open(path, "rb") as fh:
-        head = fh.read(FINGERPRINT)
-    return st.st_dev, st.st_ino, st.st_size, head
+        return fh.read(FINGERPRINT)
 
 
 def _same_file(row: FileRow, device: int, inode: int, head: bytes) -> bool:
@@ -106,30 +104,41 @@ class Follower:
         by_ident = {(r.device, r.inode): r for r in tracked.values()}
         current: dict[str, FileRow] = {}
         self.sizes: dict[str, int] = {}
+        self.mtimes: dict[str, int] = {}
         seen_paths = set()
         for f in found:
             path = str(f.path)
             seen_paths.add(path)
             try:
-                device, inode, size, head = _identity(f.path)
+                st = os.stat(f.path)
+                device, inode, size = st.st_dev, st.st_ino, st.st_size
+                row = tracked.get(path)
+                # A stat is enough for a file untouched since the last read; one that changed gets its
+                # first bytes compared too (truncated and rewritten between two passes, even to the
+                # same size).
+                settled = (
+                    row is not None and (row.device, row.inode) == (device, inode) and len(row.fingerprint) >= FINGERPRINT
+                    and size == Cursor.from_json(row.cursor).offset and row.mtime == st.st_mtime_ns
+                )
+                head = row.fingerprint if settled else _head(f.path)
+                self.mtimes[path] = st.st_mtime_ns
             except OSError:
                 continue
             self.sizes[path] = size
-            row = tracked.get(path)
             if row is not None and _same_file(row, device, inode, head):
                 cursor = Cursor.from_json(row.cursor)
                 if size < cursor.offset:
                     self.log(f"{path}: file shrank below the read offset (truncated in place, copytruncate?): reading it again from the start")
                     row = FileRow(path, row.run, row.format, device, inode, head, Cursor().to_json(), False, row.quiet)
                 elif len(row.fingerprint) < FINGERPRINT and len(head) > len(row.fingerprint):
-                    row = FileRow(path, row.run, row.format, device, inode, head, row.cursor, row.dead, row.quiet)
+                    row = FileRow(path, row.run, row.format, device, inode, head, row.cursor, row.dead, row.quiet, row.mtime)
                 current[path] = row
                 continue
             moved = by_ident.get((device, inode))
             if moved is not None and moved.path != path and _same_file(moved, device, inode, head):
                 # Renamed (log rotation): keep reading it from where we were, under its new name.
                 self.log(f"{moved.path}: renamed to {path}; reading on from byte {Cursor.from_json(moved.cursor).offset}")
-                current[path] = FileRow(path, moved.run, moved.format, device, inode, moved.fingerprint, moved.cursor, moved.dead, moved.quiet)
+                current[path] = FileRow(path, moved.run, moved.format, device, inode, moved.fingerprint, moved.cursor, moved.dead, moved.quiet, moved.mtime)
                 continue
             if row is not None:
                 self.log(f"{path}: replaced by another file; reading the new one from the start")
@@ -155,16 +164,15 @@ class Follower:
             new_rows: dict[str, list[pl.DataFrame]] = {}
             quiet_runs: dict[str, bool] = {}
             for path, row in sorted(current.items()):
+                if row != tracked.get(path):
+                    self.state.put_file(db, row)  # new, renamed, replaced or truncated
                 if row.dead:
-                    self.state.put_file(db, row)
                     continue
                 cursor = Cursor.from_json(row.cursor)
-                if row.format is not None and self.sizes.get(path) == cursor.offset and not cursor.skipping:
-                    self.state.put_file(db, row)
-                    continue  # nothing new: no read at all (this is what keeps 1,000 idle runs cheap)
+                if row.format is not None and self.sizes.get(path) == cursor.offset and row.mtime == self.mtimes.get(path) and not cursor.skipping:
+                    continue  # nothing new: no read, no write (this is what keeps 1,000 idle runs cheap)
                 fmt = row.format or self.options.detect(Path(path))
                 if fmt is None:
-                    self.state.put_file(db, row)
                     continue
                 res = read(Path(path), cursor, run=row.run, fmt=fmt, final=False, options=self.options)
                 for p in res.problems:
@@ -174,7 +182,9 @@ class Follower:
                     new_rows.setdefault(row.run, []).append(res.frame)
                     quiet_runs[row.run] = quiet_runs.get(row.run, True) and row.quiet
                 # Only the first read of what was already there at the first start is quiet history.
-                self.state.put_file(db, FileRow(path, row.run, fmt, row.device, row.inode, row.fingerprint, res.cursor.to_json(), res.dead, False))
+                updated = FileRow(path, row.run, fmt, row.device, row.inode, row.fingerprint, res.cursor.to_json(), res.dead, False, self.mtimes.get(path, 0))
+                if updated != row:
+                    self.state.put_file(db, updated)
             for run, frames in sorted(new_rows.items()):
                 frame = pl.concat(frames, rechunk=False)
                 report.rows += frame.height
@@ -212,6 +222,11 @@ class Follower:
                 if known is None and last < first_new:
                     continue  # judged before, in an earlier pass (or history the tail cannot re-judge)
                 found.append(inc)
+        if found:
+            self._label_and_record(db, run, frame, tails, metrics, found, now=now, quiet=quiet, report=report)
+        self._keep_tails(db, run, frame, active, tails, windows, new_streams, metrics, now=now, report=report)
+
+    def _label_and_record(self, db, run, frame, tails, metrics, found, *, now, quiet, report) -> None:  # noqa: ANN001
         # Labels with the context the daemon has: the tails and what just arrived.
         context_frames = [frame]
         for m in metrics:
@@ -229,6 +244,8 @@ class Follower:
         labelled = label_all(list(found), run_context(context, ctx_streams, everything))
         for inc in labelled:
             self._lifecycle(db, inc, now=now, quiet=quiet, report=report)
+
+    def _keep_tails(self, db, run, frame, active, tails, windows, new_streams, metrics, *, now, report) -> None:  # noqa: ANN001
         # Keep each stream's tail: windows for every rule, and the span of incidents still open.
         need = max([r.lookback for r in active] + [16]) + 8
         open_steps = [r[2] for r in self.state.db.execute("SELECT rule, step, step FROM incidents WHERE run=? AND status='open'", (run,)).fetchall()]
@@ -286,12 +303,15 @@ class Follower:
         db.execute("UPDATE incidents SET status=?, body=?, top_cause=? WHERE id=?", (status, json.dumps(body), top, ident))
         if was_quiet:
             return
+        relabelled = old_top is not None and top is not None and top != old_top
         if old_status == "open" and status == "resolved":
-            self._notify(db, ident, "resolved", body, report)
-        elif status == "open" and notified_value is not None and inc.value > notified_value * 1.1 and now - (notified_at or 0) >= self.update_every:
+            # One message: the resolution carries the revised cause, if any.
+            self._notify(db, ident, "resolved", {**body, "previous_cause": old_top} if relabelled else body, report)
+            return
+        if status == "open" and notified_value is not None and inc.value > notified_value * 1.1 and now - (notified_at or 0) >= self.update_every:
             db.execute("UPDATE incidents SET notified_value=?, notified_at=? WHERE id=?", (inc.value, now, ident))
             self._notify(db, ident, "updated", body, report)
-        if old_top is not None and top is not None and top != old_top:
+        if relabelled:
             self._notify(db, ident, "relabelled", {**body, "previous_cause": old_top}, report)
 
     def _notify(self, db, incident_id: int | None, kind: str, payload: dict, report: PassReport) -> None:  # noqa: ANN001

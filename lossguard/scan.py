@@ -120,12 +120,15 @@ def scan_run(run: str, paths: Sequence[str], rules: RuleSet, options: ReadOption
     frame = pl.concat(frames, rechunk=False) if frames else table.empty()
     analysis, streams = analyse_streams(frame, rules, run=run)
     contexts = {m: as_context(s) for m, s in streams.items()}
+    extra = {inc.metric for inc in analysis.incidents} - set(contexts)
+    contexts.update({m: context(frame, m) for m in extra})
+    del frame  # from here on only the streams are needed: let the table go
     curves = {}
     for metric in ("loss", "lr", "grad_norm", "eval_loss"):
         c = contexts[metric]
         if c.height:
             curves[metric] = _decimate(c.get_column("step").to_numpy(), c.get_column("value").to_numpy())
-    sparks = {(inc.rule, inc.step): _spark(contexts.get(inc.metric) if inc.metric in contexts else context(frame, inc.metric), inc) for inc in analysis.incidents}
+    sparks = {(inc.rule, inc.step): _spark(contexts[inc.metric], inc) for inc in analysis.incidents}
     parents = {str(Path(p).parent) for p in paths}
     source = paths[0] if len(paths) == 1 else (parents.pop() if len(parents) == 1 else os.path.commonpath(paths))
     return RunReport(analysis, source, tuple(dict.fromkeys(formats)), len(paths), tuple(problems), curves, sparks)

@@ -22,7 +22,8 @@ SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
 CREATE TABLE IF NOT EXISTS files (
     path TEXT PRIMARY KEY, run TEXT NOT NULL, format TEXT, device INTEGER, inode INTEGER,
-    fingerprint BLOB, cursor TEXT NOT NULL, dead INTEGER NOT NULL DEFAULT 0, quiet INTEGER NOT NULL DEFAULT 0
+    fingerprint BLOB, cursor TEXT NOT NULL, dead INTEGER NOT NULL DEFAULT 0, quiet INTEGER NOT NULL DEFAULT 0,
+    mtime INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS streams (
     run TEXT NOT NULL, metric TEXT NOT NULL, tail TEXT NOT NULL, seen INTEGER NOT NULL,
@@ -60,6 +61,8 @@ class FileRow:
     cursor: str
     dead: bool
     quiet: bool
+    mtime: int = 0
+    """st_mtime_ns when last read: an unchanged size with a new mtime means rewritten in place."""
 
 
 class State:
@@ -87,8 +90,18 @@ class State:
             self.fresh = True
             self.db = self._open()
 
+    def secondary(self) -> State:
+        """The same state on a connection of its own (no lock file): the sender delivers and marks
+        entries sent while a pass reads and writes; WAL lets them overlap, SQLite serialises commits."""
+        other = object.__new__(State)
+        other.directory, other.path, other.fresh, other._lock = self.directory, self.path, self.fresh, None
+        other.db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30)
+        other.db.execute("PRAGMA busy_timeout=30000")
+        return other
+
     def _open(self) -> sqlite3.Connection:
-        db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30)
+        db.execute("PRAGMA busy_timeout=30000")
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=FULL")
         check = db.execute("PRAGMA quick_check").fetchone()[0]
@@ -100,7 +113,8 @@ class State:
 
     def close(self) -> None:
         self.db.close()
-        self._lock.close()
+        if self._lock is not None:
+            self._lock.close()
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
@@ -114,14 +128,14 @@ class State:
 
     # --- files -------------------------------------------------------------------------------
     def files(self) -> dict[str, FileRow]:
-        rows = self.db.execute("SELECT path, run, format, device, inode, fingerprint, cursor, dead, quiet FROM files").fetchall()
-        return {r[0]: FileRow(r[0], r[1], r[2], r[3], r[4], r[5] or b"", r[6], bool(r[7]), bool(r[8])) for r in rows}
+        rows = self.db.execute("SELECT path, run, format, device, inode, fingerprint, cursor, dead, quiet, mtime FROM files").fetchall()
+        return {r[0]: FileRow(r[0], r[1], r[2], r[3], r[4], r[5] or b"", r[6], bool(r[7]), bool(r[8]), r[9]) for r in rows}
 
     @staticmethod
     def put_file(db: sqlite3.Connection, f: FileRow) -> None:
         db.execute(
-            "INSERT OR REPLACE INTO files (path, run, format, device, inode, fingerprint, cursor, dead, quiet) VALUES (?,?,?,?,?,?,?,?,?)",
-            (f.path, f.run, f.format, f.device, f.inode, f.fingerprint, f.cursor, int(f.dead), int(f.quiet)),
+            "INSERT OR REPLACE INTO files (path, run, format, device, inode, fingerprint, cursor, dead, quiet, mtime) VALUES (?,?,?,?,?,?,?,?,?,?)",
+            (f.path, f.run, f.format, f.device, f.inode, f.fingerprint, f.cursor, int(f.dead), int(f.quiet), f.mtime),
         )
 
     # --- streams -----------------------------------------------------------------------------
@@ -152,19 +166,28 @@ class State:
             "SELECT id, incident_id, kind, payload, attempts FROM outbox WHERE sent_at IS NULL AND permanent=0 ORDER BY id LIMIT ?", (limit,)
         ).fetchall()
 
-    def mark_sent(self, outbox_id: int, when: float) -> None:
-        self.db.execute("UPDATE outbox SET sent_at=?, attempts=attempts+1 WHERE id=?", (when, outbox_id))
-
     def mark_failed(self, outbox_id: int, error: str, *, permanent: bool) -> None:
         self.db.execute("UPDATE outbox SET attempts=attempts+1, last_error=?, permanent=? WHERE id=?", (error, int(permanent), outbox_id))
 
-    def summary(self) -> dict[str, object]:
-        q = self.db.execute
+
+
+def read_summary(path: Path) -> dict[str, list[dict[str, object]]]:
+    """What `lossguard status` shows, read-only (safe while the daemon runs)."""
+    from .cursor import Cursor
+
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)
+    try:
+        q = db.execute
         return {
-            "files": [dict(zip(("path", "run", "format", "cursor", "dead"), r)) for r in q("SELECT path, run, format, cursor, dead FROM files ORDER BY path")],
-            "open_incidents": [dict(zip(("run", "rule", "step"), r)) for r in q("SELECT run, rule, step FROM incidents WHERE status='open' ORDER BY run, step")],
+            "files": [
+                {"path": p, "run": r, "format": f, "offset": Cursor.from_json(c).offset, "dead": bool(d)}
+                for p, r, f, c, d in q("SELECT path, run, format, cursor, dead FROM files ORDER BY path")
+            ],
+            "open_incidents": [{"run": r, "rule": ru, "step": st} for r, ru, st in q("SELECT run, rule, step FROM incidents WHERE status='open' ORDER BY run, step")],
             "undelivered": [
-                dict(zip(("id", "kind", "attempts", "last_error", "permanent"), r))
-                for r in q("SELECT id, kind, attempts, last_error, permanent FROM outbox WHERE sent_at IS NULL ORDER BY id")
+                {"id": i, "kind": k, "attempts": a, "error": e, "permanent": bool(p)}
+                for i, k, a, e, p in q("SELECT id, kind, attempts, last_error, permanent FROM outbox WHERE sent_at IS NULL ORDER BY id")
             ],
         }
+    finally:
+        db.close()

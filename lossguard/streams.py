@@ -39,7 +39,8 @@ def collapse(points: pl.DataFrame) -> pl.DataFrame:
 
 def by_metric(run_frame: pl.DataFrame, metrics: tuple[str, ...]) -> dict[str, pl.DataFrame]:
     """Each metric's stream, from one pass over the run's table."""
-    wanted = run_frame.filter(pl.col("metric").is_in(list(metrics)))
+    # Only the columns a stream needs: the run's full table can be gigabytes.
+    wanted = run_frame.select("metric", "tag", "step", "value").filter(pl.col("metric").is_in(list(metrics)))
     parts = wanted.partition_by("metric", as_dict=True, maintain_order=True)
     return {m: stream(parts.get((m,), wanted.head(0)), m) for m in metrics}
 

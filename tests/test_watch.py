@@ -305,3 +305,38 @@ def test_sighup_with_a_bad_rules_file_keeps_the_old_rules(runs):
     finally:
         err = w.stop_and_read()
     assert "new rules rejected, the old ones stay in force" in err and "unknown kind 'ratoi'" in err
+
+
+def test_status_shows_files_open_incidents_and_undelivered_with_their_error(runs):
+    from lossguard.cli import main
+
+    log = runs / "runs" / "exp" / "metrics.jsonl"
+    log.write_text(_calm(range(1, 20)))
+    # A sink that cannot be written: notifications stay in the outbox with the reason.
+    w = Watch(runs)
+    w.args[w.args.index("--jsonl") + 1] = str(runs / "no-such-dir" / "out.jsonl")
+    w.start()
+    try:
+        w.wait_ready()
+        with open(log, "a") as fh:
+            fh.write(_line(20, 9.0))
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            import sqlite3
+
+            with sqlite3.connect(f"file:{runs / 'state' / 'state.db'}?mode=ro", uri=True) as conn:
+                if conn.execute("SELECT count(*) FROM outbox WHERE last_error IS NOT NULL").fetchone()[0]:
+                    break
+            time.sleep(0.1)
+    finally:
+        w.stop_and_read()
+    import io
+    from contextlib import redirect_stdout
+
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert main(["status", "--state-dir", str(runs / "state"), "--format", "json"]) == 0
+    status = json.loads(out.getvalue())
+    assert status["files"][0]["run"] == "exp" and status["files"][0]["offset"] == log.stat().st_size
+    assert status["open_incidents"] == [{"run": "exp", "rule": "loss-spike", "step": 20}]
+    assert status["undelivered"] and "No such file or directory" in status["undelivered"][0]["error"]

@@ -46,11 +46,15 @@ def start(tmp: Path, *extra: str) -> subprocess.Popen:
     )
 
 
-def wait_file(path: Path, n: int, timeout: float = 30) -> float:
+def wait_event(path: Path, event: str, step: int, timeout: float = 30) -> float:
+    """Until the sink holds `event` for the spike at `step`; returns when it was seen."""
     deadline = time.perf_counter() + timeout
+    needle = f'"step": {step},'
     while time.perf_counter() < deadline:
-        if path.exists() and path.read_text().count("\n") >= n:
-            return time.perf_counter()
+        if path.exists():
+            for text in path.read_text().splitlines():
+                if f'"event": "{event}"' in text and needle in text:
+                    return time.perf_counter()
         time.sleep(0.002)
     raise TimeoutError(path)
 
@@ -66,22 +70,21 @@ def latency(samples: int, *extra: str) -> list[float]:
     step = 20
     got = []
     try:
-        for i in range(samples):
+        for _ in range(samples):
             with open(log, "a") as fh:
                 fh.write("".join(line(s, 2.0) for s in range(step, step + 12)))
             step += 12
             time.sleep(0.6)
             t0 = time.perf_counter()
+            spike = step
             with open(log, "a") as fh:
-                fh.write(line(step, 9.0))
+                fh.write(line(spike, 9.0))
             step += 1
-            # opened and resolved arrive for each spike; wait for the "opened" line of this one.
-            t1 = wait_file(out, 2 * i + 1)
-            got.append(t1 - t0)
+            got.append(wait_event(out, "opened", spike) - t0)
             with open(log, "a") as fh:
                 fh.write("".join(line(s, 2.0) for s in range(step, step + 5)))
             step += 5
-            wait_file(out, 2 * i + 2)
+            wait_event(out, "resolved", spike)
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=20)
