@@ -13,6 +13,7 @@ import json
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 
 import polars as pl
@@ -52,6 +53,16 @@ class PassReport:
     files: int = 0
     rows: int = 0
     notices: list[tuple[str, dict]] = field(default_factory=list)
+
+
+@lru_cache(maxsize=65536)
+def _cursor(text: str) -> Cursor:
+    return Cursor.from_json(text)
+
+
+def offset_of(row: FileRow) -> Cursor:
+    """The row's cursor (parsed once per distinct state: idle passes see the same JSON again)."""
+    return _cursor(row.cursor)
 
 
 def _head(path: Path) -> bytes:
@@ -118,7 +129,7 @@ class Follower:
                 # same size).
                 settled = (
                     row is not None and (row.device, row.inode) == (device, inode) and len(row.fingerprint) >= FINGERPRINT
-                    and size == Cursor.from_json(row.cursor).offset and row.mtime == st.st_mtime_ns
+                    and size == offset_of(row).offset and row.mtime == st.st_mtime_ns
                 )
                 head = row.fingerprint if settled else _head(f.path)
                 self.mtimes[path] = st.st_mtime_ns
@@ -126,7 +137,7 @@ class Follower:
                 continue
             self.sizes[path] = size
             if row is not None and _same_file(row, device, inode, head):
-                cursor = Cursor.from_json(row.cursor)
+                cursor = offset_of(row)
                 if size < cursor.offset:
                     self.log(f"{path}: file shrank below the read offset (truncated in place, copytruncate?): reading it again from the start")
                     row = FileRow(path, row.run, row.format, device, inode, head, Cursor().to_json(), False, row.quiet)
@@ -168,7 +179,7 @@ class Follower:
                     self.state.put_file(db, row)  # new, renamed, replaced or truncated
                 if row.dead:
                     continue
-                cursor = Cursor.from_json(row.cursor)
+                cursor = offset_of(row)
                 if row.format is not None and self.sizes.get(path) == cursor.offset and row.mtime == self.mtimes.get(path) and not cursor.skipping:
                     continue  # nothing new: no read, no write (this is what keeps 1,000 idle runs cheap)
                 fmt = row.format or self.options.detect(Path(path))

@@ -18,6 +18,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatch
+from functools import lru_cache
 from pathlib import Path
 
 from ..problems import Problem
@@ -51,6 +52,7 @@ def _names_its_run(name: str) -> bool:
     return name.startswith("events.out.tfevents") or name in RUN_IS_FOLDER
 
 
+@lru_cache(maxsize=65536)
 def run_name(path: Path, root: Path, *, alone: bool = False) -> str:
     """The run a file belongs to, relative to the root it was found under. `alone`: the file is the
     only free-named log in its folder."""
