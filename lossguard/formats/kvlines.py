@@ -38,10 +38,11 @@ def parse(lines: pl.DataFrame, cursor: Cursor, raw: bytes | None = None) -> tupl
     if fast is not None and fast.height:
         pairs = pl.concat([fast, pairs]).sort("line_no", maintain_order=True)
     # `at step 20`, `global step 20`: a step key keeps its meaning whatever word stands before it.
-    last_word = pl.col("key").str.extract(r"(\S+)$", 1)
-    pairs = pairs.with_columns(
-        pl.when(last_word.str.to_lowercase().is_in(list(STEP_KEYS))).then(last_word).otherwise(pl.col("key")).alias("key")
-    )
+    # (Decided once per distinct key: there are a handful, and millions of pairs.)
+    keys = pairs.get_column("key").unique().to_list()
+    renamed = {k: k.split()[-1] for k in keys if " " in k and k.split()[-1].lower() in STEP_KEYS}
+    if renamed:
+        pairs = pairs.with_columns(pl.col("key").replace(renamed))
     rows, state = records_to_rows(pairs, cursor, step_keys=STEP_KEYS, require_step=True)
     return table.conform_raw(rows), state
 
