@@ -65,7 +65,7 @@ def _add_scan(sub: argparse._SubParsersAction) -> None:
         epilog="Example:\n  lossguard scan runs/\n  lossguard scan runs/ --format json --output report.json\n"
         "  lossguard scan runs/ --rules olmo-core\n  lossguard scan runs/ --compare-rules rules/default.toml llm-foundry",
     )
-    p.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="folder of runs, run folder or log file")
+    p.add_argument("paths", nargs="*", type=Path, metavar="PATH", help="folder of runs, run folder or log file (default: `paths` in --config)")
     p.add_argument("--rules", action="append", type=Path, metavar="FILE_OR_DIR", help="rules file, folder of them, or a preset name (repeatable; default: the packaged default rules)")
     p.add_argument("--format", choices=["table", "json", "markdown", "html"], default="table", help="report format (default: table)")
     p.add_argument("--output", type=Path, metavar="FILE", help="write the report to FILE instead of stdout")
@@ -92,6 +92,14 @@ def _cmd_scan(args: argparse.Namespace) -> int:
     from .scan import scan
 
     options = read_options(args.config)
+    if not args.paths:
+        from .settings import load_settings
+
+        settings = load_settings(args.config)
+        args.paths = list(settings.paths)
+        args.rules = args.rules or list(settings.rules) or None
+        if not args.paths:
+            raise UsageError("nothing to scan: give PATH arguments or `paths` in --config")
     jobs = args.jobs
     if jobs is not None and jobs < 1:
         raise UsageError("--jobs must be at least 1")
@@ -206,15 +214,15 @@ def _add_watch(sub: argparse._SubParsersAction) -> None:
         "SIGTERM/SIGINT stop it cleanly; SIGHUP reloads the rules.",
         epilog="Example:\n  lossguard watch /data/runs --state-dir /var/lib/lossguard\n  lossguard watch runs/ --polling --poll-interval 5   # NFS/Lustre",
     )
-    p.add_argument("paths", nargs="+", type=Path, metavar="PATH")
+    p.add_argument("paths", nargs="*", type=Path, metavar="PATH", help="runs folders (default: `paths` in the config)")
     p.add_argument("--rules", action="append", type=Path, metavar="FILE_OR_DIR")
-    p.add_argument("--config", type=Path, help="lossguard.toml ([aliases], [[formats]], [slack])")
+    p.add_argument("--config", type=Path, help="lossguard.toml (see deploy/lossguard.toml)")
     p.add_argument("--state-dir", type=Path, help="default: $STATE_DIRECTORY, else the XDG state dir")
-    p.add_argument("--poll-interval", type=float, default=2.0, metavar="SECONDS")
-    p.add_argument("--polling", action="store_true", help="no inotify, only periodic rescans (network filesystems)")
-    p.add_argument("--stall-after", type=float, default=30.0, metavar="MINUTES", help="alert when a run makes no step for this long (0: never)")
+    p.add_argument("--poll-interval", type=float, metavar="SECONDS", help="default 2")
+    p.add_argument("--polling", action="store_true", default=None, help="no inotify, only periodic rescans (network filesystems)")
+    p.add_argument("--stall-after", type=float, metavar="MINUTES", help="alert when a run makes no step for this long (0: never; default 30)")
     p.add_argument("--jsonl", type=Path, metavar="FILE", help="also append every notification to FILE as JSON lines")
-    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    p.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     p.set_defaults(func=_cmd_watch)
 
 
@@ -228,11 +236,17 @@ def _cmd_watch(args: argparse.Namespace) -> int:
 
     import logging
 
-    setup_logging(args.log_level)
+    settings = load_settings(
+        args.config, paths=args.paths or None, rules=args.rules, state_dir=args.state_dir, poll_interval=args.poll_interval,
+        polling=args.polling, stall_after=args.stall_after, jsonl=args.jsonl, log_level=args.log_level,
+    )
+    if not settings.paths:
+        raise UsageError("nothing to watch: give PATH arguments or `paths` in the config")
+    setup_logging(settings.log_level)
     logger = logging.getLogger("lossguard")
     options = read_options(args.config)
-    settings = load_settings(args.config)
-    load_rules(args.rules)  # refuse bad rules before starting
+    rules = list(settings.rules) or None
+    load_rules(rules)  # refuse bad rules before starting
     sinks: dict = {}
     if settings.slack_token is not None and settings.slack_channel:
         sinks["slack"] = SlackSink(SlackBot(settings.slack_token.get_secret_value(), settings.slack_channel, base_url=settings.slack_base_url))
@@ -240,17 +254,17 @@ def _cmd_watch(args: argparse.Namespace) -> int:
         sinks["slack"] = SlackSink(SlackWebhook(settings.slack_webhook_url.get_secret_value()))
     if not sinks:
         sinks["console"] = ConsoleSink(logger.warning)
-    if args.jsonl:
-        sinks["jsonl"] = JsonlSink(args.jsonl)
+    if settings.jsonl:
+        sinks["jsonl"] = JsonlSink(settings.jsonl)
     daemon = Daemon(
-        args.paths,
-        rules_loader=lambda: load_rules(args.rules),
-        state_dir=_state_dir(args.state_dir),
+        list(settings.paths),
+        rules_loader=lambda: load_rules(rules),
+        state_dir=_state_dir(settings.state_dir),
         sinks=sinks,
         options=options,
-        poll_interval=args.poll_interval,
-        polling=args.polling,
-        stall_after=args.stall_after * 60,
+        poll_interval=settings.poll_interval,
+        polling=settings.polling,
+        stall_after=settings.stall_after * 60,
     )
     return daemon.run()
 
@@ -292,6 +306,39 @@ def _cmd_status(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _add_config(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "config",
+        help="check a configuration and show the effective settings",
+        formatter_class=_Formatter,
+        description="`config check` validates the configuration file, the environment (LOSSGUARD_*), the\n"
+        "credential files and the rules, then prints the effective settings with secrets masked.\n"
+        "Exit 0 when valid, 2 with a clear message when not.",
+        epilog="Example:\n  lossguard config check --config /etc/lossguard/lossguard.toml",
+    )
+    p.add_argument("action", choices=["check", "show"])
+    p.add_argument("--config", type=Path, help="lossguard.toml")
+    p.set_defaults(func=_cmd_config)
+
+
+def _cmd_config(args: argparse.Namespace) -> int:
+    from .config import read_options
+    from .rules import load_rules
+    from .settings import load_settings
+
+    settings = load_settings(args.config)
+    read_options(args.config)
+    rules = load_rules(list(settings.rules) or None)
+    width = max(len(k) for k in settings.masked())
+    for key, value in settings.masked().items():
+        print(f"{key:<{width}}  {value}")
+    print(f"{'rules (loaded)':<{width}}  {len(rules.rules)} from {rules.origin}")
+    missing = [str(p) for p in settings.paths if not p.exists()]
+    if missing:
+        print(f"lossguard: warning: paths that do not exist (yet): {', '.join(missing)}", file=sys.stderr)
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="lossguard",
@@ -307,6 +354,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_alert(sub)
     _add_watch(sub)
     _add_status(sub)
+    _add_config(sub)
     return parser
 
 

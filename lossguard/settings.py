@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from pydantic import SecretStr, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from .errors import ConfigError
@@ -35,13 +35,18 @@ class _FileSecrets(PydanticBaseSettingsSource):
                     raise ConfigError(f"LOSSGUARD_{name.upper()}_FILE: {path}: no such file")
                 continue
             try:
-                found[name] = candidate.read_text("utf-8").strip()
+                value = candidate.read_text("utf-8").strip()
             except OSError as exc:
                 raise ConfigError(f"{candidate}: cannot read: {exc.strerror or exc}") from None
+            if value:  # an empty credential (the unit's SetCredential= fallback) means "not set"
+                found[name] = value
         return found
 
 
-class _TomlSlack(PydanticBaseSettingsSource):
+class _TomlFile(PydanticBaseSettingsSource):
+    """lossguard.toml: the daemon's settings at the top level, Slack's in [slack]. ([aliases] and
+    [[formats]] belong to the readers: config.read_options.)"""
+
     def __init__(self, settings_cls: type[BaseSettings], path: Path | None) -> None:
         super().__init__(settings_cls)
         self.path = path
@@ -52,19 +57,33 @@ class _TomlSlack(PydanticBaseSettingsSource):
     def __call__(self) -> dict[str, Any]:
         if self.path is None:
             return {}
-        slack = load_toml(self.path).get("slack", {})
+        data = load_toml(self.path)
+        slack = data.get("slack", {})
         if not isinstance(slack, dict):
             raise ConfigError(f"{self.path}: [slack] must be a table")
-        return {f"slack_{k}": v for k, v in slack.items()}
+        known = set(Settings.model_fields)
+        top = {k: v for k, v in data.items() if k not in ("slack", "aliases", "formats")}
+        unknown = sorted(set(top) - known) + sorted(f"slack.{k}" for k in slack if f"slack_{k}" not in known)
+        if unknown:
+            raise ConfigError(f"{self.path}: unknown setting(s): {', '.join(unknown)}")
+        return {**top, **{f"slack_{k}": v for k, v in slack.items()}}
 
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="LOSSGUARD_", extra="ignore", frozen=True)
 
-    slack_token: SecretStr | None = None
-    slack_channel: str | None = None
-    slack_webhook_url: SecretStr | None = None
-    slack_base_url: str = "https://slack.com/api/"
+    paths: list[Path] = Field(default_factory=list, description="runs folders (or log files) to follow")
+    rules: list[Path] = Field(default_factory=list, description="rules files, folders or preset names; empty: the packaged defaults")
+    state_dir: Path | None = Field(default=None, description="daemon state; default $STATE_DIRECTORY, else $XDG_STATE_HOME/lossguard")
+    poll_interval: float = Field(default=2.0, gt=0, description="seconds between rescans (the only way to see changes on NFS/Lustre)")
+    polling: bool = Field(default=False, description="rescans only, no inotify")
+    stall_after: float = Field(default=30.0, ge=0, description="minutes without a new step before a run is reported stalled (0: never)")
+    jsonl: Path | None = Field(default=None, description="also append every notification to this JSON-lines file")
+    log_level: str = Field(default="info", pattern="^(debug|info|warning|error)$", description="daemon log level")
+    slack_token: SecretStr | None = Field(default=None, description="Slack bot token (xoxb-...); better from a credential file")
+    slack_channel: str | None = Field(default=None, description="channel for the bot token's messages")
+    slack_webhook_url: SecretStr | None = Field(default=None, description="Slack incoming webhook URL, instead of a bot token")
+    slack_base_url: str = Field(default="https://slack.com/api/", description="Slack Web API base URL (GovSlack, tests)")
 
     @field_validator("slack_channel")
     @classmethod
@@ -73,16 +92,21 @@ class Settings(BaseSettings):
 
     @classmethod
     def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings, file_secret_settings):  # noqa: ANN001, ANN206
-        return (init_settings, env_settings, _FileSecrets(settings_cls), _TomlSlack(settings_cls, _CONFIG_PATH.get("path")))
+        return (init_settings, env_settings, _FileSecrets(settings_cls), _TomlFile(settings_cls, _CONFIG_PATH.get("path")))
 
     def masked(self) -> dict[str, object]:
         """The effective settings for people: secrets shown only as set or not."""
         out: dict[str, object] = {}
-        for name, value in self.model_dump().items():
+        for name in type(self).model_fields:
+            value = getattr(self, name)
             if isinstance(value, SecretStr):
                 out[name] = "********** (set)"
             elif value is None and name in SECRET_FILES:
                 out[name] = "(not set)"
+            elif isinstance(value, Path):
+                out[name] = str(value)
+            elif isinstance(value, list):
+                out[name] = [str(v) for v in value]
             else:
                 out[name] = value
         return out
@@ -91,10 +115,12 @@ class Settings(BaseSettings):
 _CONFIG_PATH: dict[str, Path | None] = {"path": None}
 
 
-def load_settings(config: Path | None = None) -> Settings:
+def load_settings(config: Path | None = None, **overrides: object) -> Settings:
+    """Settings from (in order of precedence) `overrides` (the command line), LOSSGUARD_* variables,
+    secret files, and the config file."""
     _CONFIG_PATH["path"] = config
     try:
-        return Settings()
+        return Settings(**{k: v for k, v in overrides.items() if v is not None})
     except ValidationError as exc:
         reasons = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
         raise ConfigError(f"invalid settings: {reasons}") from None

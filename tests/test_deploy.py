@@ -1,0 +1,127 @@
+"""Deployment: the systemd units pass systemd-analyze (and are hardened), install.sh installs,
+upgrades without touching a user's config and uninstalls, and `config check` validates and masks."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from lossguard.cli import main
+from lossguard.settings import Settings
+
+REPO = Path(__file__).parent.parent
+ANALYZE = shutil.which("systemd-analyze")
+needs_analyze = pytest.mark.skipif(ANALYZE is None, reason="systemd-analyze is not installed (.ci/run installs it)")
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+    root = tmp_path_factory.mktemp("root")
+    env = {**os.environ, "PYTHON": sys.executable}
+    done = subprocess.run(["bash", str(REPO / "deploy/install.sh"), "--root", str(root)], capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return root, done.stdout
+
+
+def test_install_into_a_root_writes_program_config_credential_and_units(installed):
+    root, out = installed
+    assert (root / "opt/lossguard/venv/bin/lossguard").exists()
+    assert (root / "etc/lossguard/lossguard.toml").read_text() == (REPO / "deploy/lossguard.toml").read_text()
+    token = root / "etc/lossguard/slack_token"
+    assert token.exists() and token.stat().st_size == 0 and oct(token.stat().st_mode & 0o777) == "0o600"
+    for unit in ("lossguard.service", "lossguard-scan.service", "lossguard-scan.timer"):
+        assert (root / "etc/systemd/system" / unit).read_text() == (REPO / "systemd" / unit).read_text()
+    assert "Two steps remain" in out and "systemctl enable --now lossguard.service" in out
+    ran = subprocess.run([str(root / "opt/lossguard/venv/bin/lossguard"), "--version"], capture_output=True, text=True)
+    assert ran.returncode == 0 and ran.stdout.startswith("lossguard ")
+
+
+@needs_analyze
+def test_units_pass_systemd_analyze_verify(installed, tmp_path):
+    root, _ = installed
+    # Point ExecStart at the program installed into the temporary root: verify checks it exists.
+    for unit in (REPO / "systemd").iterdir():
+        (tmp_path / unit.name).write_text(unit.read_text().replace("/opt/lossguard", str(root / "opt/lossguard")))
+    units = [str(tmp_path / n) for n in ("lossguard.service", "lossguard-scan.service", "lossguard-scan.timer")]
+    done = subprocess.run([ANALYZE, "verify", *units], capture_output=True, text=True)
+    assert done.returncode == 0 and done.stderr.strip() == "", done.stderr
+
+
+@needs_analyze
+def test_service_exposure_is_at_most_2():
+    done = subprocess.run([ANALYZE, "security", "--offline=true", str(REPO / "systemd/lossguard.service")], capture_output=True, text=True)
+    match = re.search(r"Overall exposure level for lossguard.service: ([0-9.]+)", done.stdout)
+    assert match, done.stdout[-2000:] + done.stderr[-2000:]
+    assert float(match.group(1)) <= 2.0
+
+
+def test_example_config_documents_every_setting_with_its_default():
+    text = (REPO / "deploy/lossguard.toml").read_text()
+    data = tomllib.loads(text)
+    for name, field in Settings.model_fields.items():
+        key = name.removeprefix("slack_")
+        documented = re.search(rf"^#? ?{re.escape(key)} =", text, re.M)
+        assert documented, f"deploy/lossguard.toml does not mention {name}"
+        value = data.get("slack", {}).get(key) if name.startswith("slack_") else data.get(name)
+        if value is not None and not field.is_required() and not callable(field.default_factory):
+            assert value == field.default, name
+
+
+def test_config_check_prints_the_effective_settings_with_secrets_masked(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("LOSSGUARD_SLACK_TOKEN", "xoxb-very-secret")
+    config = tmp_path / "lossguard.toml"
+    config.write_text('paths = ["/data/runs"]\npoll_interval = 5\n[slack]\nchannel = "#alerts"\n')
+    assert main(["config", "check", "--config", str(config)]) == 0
+    out = capsys.readouterr()
+    assert "xoxb-very-secret" not in out.out + out.err
+    assert re.search(r"slack_token\s+\*+ \(set\)", out.out) and re.search(r"poll_interval\s+5.0", out.out)
+    assert re.search(r"slack_channel\s+#alerts", out.out) and "rules (loaded)" in out.out
+    assert "/data/runs" in out.err  # does not exist here: a warning, not an error
+
+
+@pytest.mark.parametrize(
+    "body,message",
+    [
+        pytest.param("pol_interval = 5\n", "unknown setting(s): pol_interval", id="typo"),
+        pytest.param("poll_interval = -1\n", "poll_interval", id="negative interval"),
+        pytest.param('rules = ["nope.toml"]\n', "nope.toml: no such file", id="missing rules"),
+        pytest.param("[slack]\nchanel = 'x'\n", "slack.chanel", id="slack typo"),
+    ],
+)
+def test_config_check_rejects_bad_configuration(tmp_path, body, message, capsys):
+    config = tmp_path / "lossguard.toml"
+    config.write_text(body)
+    assert main(["config", "check", "--config", str(config)]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_scan_reads_its_paths_from_the_config(tmp_path, capsys):
+    config = tmp_path / "lossguard.toml"
+    config.write_text(f'paths = ["{REPO / "tests/fixtures/runs/megatron-grad-explosion"}"]\n')
+    assert main(["scan", "--config", str(config), "--format", "json", "--quiet"]) == 1
+    assert '"gradient_explosion"' in capsys.readouterr().out
+
+
+# Last: it uninstalls what the module's fixture installed.
+def test_install_again_keeps_the_users_config_and_uninstall_keeps_config_and_state(installed, tmp_path):
+    root, _ = installed
+    config = root / "etc/lossguard/lossguard.toml"
+    config.write_text(config.read_text() + "\n# mine\n")
+    env = {**os.environ, "PYTHON": sys.executable}
+    again = subprocess.run(["bash", str(REPO / "deploy/install.sh"), "--root", str(root)], capture_output=True, text=True, env=env, timeout=600)
+    assert again.returncode == 0 and config.read_text().endswith("# mine\n")
+    (root / "var/lib/lossguard").mkdir(parents=True, exist_ok=True)
+    (root / "var/lib/lossguard/state.db").write_text("x")
+    gone = subprocess.run(["bash", str(REPO / "deploy/install.sh"), "--root", str(root), "--uninstall"], capture_output=True, text=True, env=env)
+    assert gone.returncode == 0
+    assert not (root / "opt/lossguard").exists() and not (root / "etc/systemd/system/lossguard.service").exists()
+    assert config.exists() and (root / "var/lib/lossguard/state.db").exists()
+    purge = subprocess.run(["bash", str(REPO / "deploy/install.sh"), "--root", str(root), "--uninstall", "--purge"], capture_output=True, text=True, env=env)
+    assert purge.returncode == 0 and not config.exists() and not (root / "var/lib/lossguard").exists()
