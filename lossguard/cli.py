@@ -248,10 +248,14 @@ def _cmd_watch(args: argparse.Namespace) -> int:
     rules = list(settings.rules) or None
     load_rules(rules)  # refuse bad rules before starting
     sinks: dict = {}
+    manners = dict(
+        routes=tuple(settings.slack_routes), min_interval=settings.slack_min_interval,
+        run_cooldown=settings.slack_run_cooldown, group_threshold=settings.slack_group_threshold,
+    )
     if settings.slack_token is not None and settings.slack_channel:
-        sinks["slack"] = SlackSink(SlackBot(settings.slack_token.get_secret_value(), settings.slack_channel, base_url=settings.slack_base_url))
+        sinks["slack"] = SlackSink(SlackBot(settings.slack_token.get_secret_value(), settings.slack_channel, base_url=settings.slack_base_url), **manners)
     elif settings.slack_webhook_url is not None:
-        sinks["slack"] = SlackSink(SlackWebhook(settings.slack_webhook_url.get_secret_value()))
+        sinks["slack"] = SlackSink(SlackWebhook(settings.slack_webhook_url.get_secret_value()), **manners)
     if not sinks:
         sinks["console"] = ConsoleSink(logger.warning)
     if settings.jsonl:

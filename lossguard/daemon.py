@@ -43,9 +43,33 @@ class _Changed(FileSystemEventHandler):
             self.wake()
 
 
+def _grouped(state: State, sinks: dict, *, now: float) -> int:
+    """A burst of new incidents for a sink that groups: one message listing them all."""
+    sent = 0
+    for name, sink in sinks.items():
+        threshold = getattr(sink, "group_threshold", None)
+        if threshold is None:
+            continue
+        burst = [r for r in state.pending(limit=1000) if r[2] == "opened" and json.loads(r[3]).get("sink") == name]
+        if len(burst) < threshold:
+            continue
+        parent, replies = sink.deliver_group([json.loads(r[3]) for r in burst])
+        if not parent.ok:
+            for r in burst:
+                state.mark_failed(r[0], parent.describe(), permanent=parent.permanent)
+            continue
+        with state.transaction() as db:
+            for r, reply in zip(burst, replies or [parent] * len(burst)):
+                db.execute("UPDATE outbox SET sent_at=?, attempts=attempts+1 WHERE id=?", (now, r[0]))
+                if parent.ts and r[1] is not None:
+                    db.execute("UPDATE incidents SET thread=? WHERE id=?", (f"{parent.channel or ''}|{parent.ts}", r[1]))
+        sent += len(burst)
+    return sent
+
+
 def deliver(state: State, sinks: dict, *, now: float) -> int:
     """Send what the outbox holds; an entry is marked sent only once its sink confirmed it."""
-    sent = 0
+    sent = _grouped(state, sinks, now=now)
     for outbox_id, incident_id, kind, payload, attempts in state.pending():
         data = json.loads(payload)
         sink = sinks.get(data.get("sink"))
@@ -178,4 +202,4 @@ def setup_logging(level: str) -> None:
     root = logging.getLogger("lossguard")
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
-    logging.getLogger("apscheduler").setLevel(logging.WARNING)
+    logging.getLogger("apscheduler").setLevel(logging.ERROR)  # "skipped: already running" is by design

@@ -9,7 +9,10 @@ import os
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from fnmatch import fnmatchcase
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from .errors import ConfigError
@@ -69,6 +72,19 @@ class _TomlFile(PydanticBaseSettingsSource):
         return {**top, **{f"slack_{k}": v for k, v in slack.items()}}
 
 
+class SlackRoute(BaseModel):
+    """Where a notification goes: the first route whose severities and run glob match."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    channel: str
+    severity: list[Literal["info", "warning", "critical"]] = Field(default_factory=lambda: ["info", "warning", "critical"])
+    runs: str = "*"
+
+    def matches(self, severity: str | None, run: str) -> bool:
+        return (severity is None or severity in self.severity) and fnmatchcase(run, self.runs)
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="LOSSGUARD_", extra="ignore", frozen=True)
 
@@ -84,6 +100,10 @@ class Settings(BaseSettings):
     slack_channel: str | None = Field(default=None, description="channel for the bot token's messages")
     slack_webhook_url: SecretStr | None = Field(default=None, description="Slack incoming webhook URL, instead of a bot token")
     slack_base_url: str = Field(default="https://slack.com/api/", description="Slack Web API base URL (GovSlack, tests)")
+    slack_routes: list[SlackRoute] = Field(default_factory=list, description="per severity / run glob channels, first match wins; else `channel`")
+    slack_group_threshold: int = Field(default=3, ge=2, description="this many new incidents waiting at once go out as one message, details in its thread")
+    slack_run_cooldown: float = Field(default=600.0, ge=0, description="seconds after a run's alert during which its new incidents go into that alert's thread")
+    slack_min_interval: float = Field(default=1.0, ge=0, description="seconds between two messages to one channel (Slack allows about one a second)")
 
     @field_validator("slack_channel")
     @classmethod
@@ -106,7 +126,7 @@ class Settings(BaseSettings):
             elif isinstance(value, Path):
                 out[name] = str(value)
             elif isinstance(value, list):
-                out[name] = [str(v) for v in value]
+                out[name] = [v.model_dump() if isinstance(v, BaseModel) else str(v) for v in value]
             else:
                 out[name] = value
         return out

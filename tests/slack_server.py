@@ -27,6 +27,7 @@ class Request:
     path: str
     headers: dict[str, str]
     body: dict
+    at: float = 0.0
 
 
 class SlackServer:
@@ -50,7 +51,7 @@ class SlackServer:
                     body = {k: v[0] for k, v in parse_qs(raw).items()}
                     if "blocks" in body:
                         body["blocks"] = json.loads(body["blocks"])
-                server.requests.append(Request(self.path, {k.lower(): v for k, v in self.headers.items()}, body))
+                server.requests.append(Request(self.path, {k.lower(): v for k, v in self.headers.items()}, body, time.monotonic()))
                 answer = server.queue.pop(0) if server.queue else Answer()
                 if answer.delay:
                     time.sleep(answer.delay)

@@ -1,0 +1,112 @@
+"""The daemon talking to Slack (the real slack-sdk, a local server that answers like Slack): routing,
+threads, the resolved header, bursts grouped, pacing, and a permanent error left in the outbox."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from .slack_server import Answer, SlackServer
+from .test_watch import Watch, _calm, _line
+
+TOKEN = "xoxb-1111-SECRET"
+
+
+@pytest.fixture
+def slack(monkeypatch):
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    with SlackServer() as server:
+        yield server
+
+
+def _daemon(tmp, slack, extra_toml: str = "") -> Watch:
+    config = tmp / "lossguard.toml"
+    config.write_text(f'[slack]\nchannel = "#training"\nbase_url = "{slack.base_url}"\n{extra_toml}')
+    return Watch(tmp, "--config", str(config), env={"LOSSGUARD_SLACK_TOKEN": TOKEN})
+
+
+def _posts(slack, path="/api/chat.postMessage"):
+    return [r for r in slack.requests if r.path == path]
+
+
+def _wait(predicate, timeout=30):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError("timed out")
+
+
+def test_spike_is_routed_then_resolved_in_its_thread_with_the_parent_updated(tmp_path, slack):
+    (tmp_path / "runs" / "exp").mkdir(parents=True)
+    log = tmp_path / "runs" / "exp" / "metrics.jsonl"
+    log.write_text(_calm(range(1, 20)))
+    w = _daemon(tmp_path, slack, '[[slack.routes]]\nchannel = "#oncall"\nseverity = ["critical"]\n').start()
+    try:
+        w.wait_ready()
+        with open(log, "a") as fh:
+            fh.write(_line(20, 9.0, gn=50.0))
+        _wait(lambda: len(_posts(slack)) >= 1)
+        parent = _posts(slack)[0]
+        assert parent.body["channel"] == "#training" and parent.headers["authorization"] == f"Bearer {TOKEN}"
+        assert "step 20" in parent.body["text"] and "Gradient explosion" in json.dumps(parent.body["blocks"])
+        with open(log, "a") as fh:
+            fh.write(_calm(range(21, 26)) + json.dumps({"step": 26, "loss": float("nan")}).replace("NaN", "NaN") + "\n")
+        _wait(lambda: _posts(slack, "/api/chat.update") and any(p.body["channel"] == "#oncall" for p in _posts(slack)))
+        reply = next(p for p in _posts(slack) if p.body.get("thread_ts"))
+        assert reply.body["thread_ts"] == "1700000000.000001" and "resolved" in reply.body["text"]
+        update = _posts(slack, "/api/chat.update")[0]
+        assert update.body["ts"] == "1700000000.000001" and "Resolved" in json.dumps(update.body["blocks"])
+        nan_alert = next(p for p in _posts(slack) if p.body["channel"] == "#oncall")
+        assert "NaN" in nan_alert.body["text"]
+    finally:
+        err = w.stop_and_read()
+    assert TOKEN not in err
+
+
+def test_a_burst_of_spikes_is_one_message_with_details_in_its_thread_paced(tmp_path, slack):
+    runs = tmp_path / "runs"
+    for i in range(4):
+        (runs / f"exp{i}").mkdir(parents=True)
+        (runs / f"exp{i}" / "metrics.jsonl").write_text(_calm(range(1, 20)))
+    w = _daemon(tmp_path, slack).start()
+    try:
+        w.wait_ready()
+        for i in range(4):
+            with open(runs / f"exp{i}" / "metrics.jsonl", "a") as fh:
+                fh.write(_line(20, 9.0))
+        _wait(lambda: len(_posts(slack)) >= 5)
+        posts = _posts(slack)
+        summary = posts[0]
+        assert summary.body["text"].startswith("4 new spikes") and summary.body.get("thread_ts") is None
+        assert all(p.body.get("thread_ts") == "1700000000.000001" for p in posts[1:5])
+        gaps = [b.at - a.at for a, b in zip(posts, posts[1:5])]
+        assert min(gaps) >= 0.9  # about one message a second per channel
+    finally:
+        w.stop_and_read()
+
+
+def test_a_permanent_error_is_logged_once_loudly_and_kept_in_the_outbox(tmp_path, slack):
+    from lossguard.state import read_summary
+
+    (tmp_path / "runs" / "exp").mkdir(parents=True)
+    log = tmp_path / "runs" / "exp" / "metrics.jsonl"
+    log.write_text(_calm(range(1, 20)))
+    slack.queue.extend([Answer(body={"ok": False, "error": "not_in_channel"})] * 5)
+    w = _daemon(tmp_path, slack).start()
+    try:
+        w.wait_ready()
+        with open(log, "a") as fh:
+            fh.write(_line(20, 9.0))
+        _wait(lambda: len(_posts(slack)) >= 1)
+        time.sleep(2.0)
+        assert len(_posts(slack)) == 1  # not retried in a loop
+        status = read_summary(tmp_path / "state" / "state.db")
+        assert status["undelivered"][0]["permanent"] and "/invite" in status["undelivered"][0]["error"]
+    finally:
+        err = w.stop_and_read()
+    assert err.count("not_in_channel") == 1 and "ERROR cannot deliver to slack" in err and TOKEN not in err
