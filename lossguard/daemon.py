@@ -20,7 +20,6 @@ from pathlib import Path
 from apscheduler.schedulers.background import BackgroundScheduler
 from watchdog.events import FileSystemEventHandler
 from watchdog.observers import Observer
-from watchdog.observers.polling import PollingObserver
 
 from .errors import LossguardError
 from .follow import Follower

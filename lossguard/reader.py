@@ -62,20 +62,20 @@ class ReadResult:
     dead: bool = False
 
 
-def read(path: Path, cursor: Cursor = Cursor(), *, run: str, fmt: str, final: bool, options: ReadOptions) -> ReadResult:
+def read(path: Path, cursor: Cursor = Cursor(), *, run: str, fmt: str, final: bool, options: ReadOptions, lean: bool = False) -> ReadResult:
     reader = options.reader(fmt)
     try:
         parsed: Parsed = reader.read(path, cursor, final=final)
     except FileNotFoundError:
-        return ReadResult(table.empty(), cursor, (Problem(str(path), "file vanished before it could be read"),))
+        return ReadResult(table.empty(lean=lean), cursor, (Problem(str(path), "file vanished before it could be read"),))
     except PermissionError:
-        return ReadResult(table.empty(), cursor, (Problem(str(path), "permission denied"),))
+        return ReadResult(table.empty(lean=lean), cursor, (Problem(str(path), "permission denied"),))
     except IsADirectoryError:
-        return ReadResult(table.empty(), cursor, (Problem(str(path), "is a folder, not a log file"),), dead=True)
+        return ReadResult(table.empty(lean=lean), cursor, (Problem(str(path), "is a folder, not a log file"),), dead=True)
     except OSError as exc:
-        return ReadResult(table.empty(), cursor, (Problem(str(path), f"cannot read: {exc.strerror or exc}"),))
+        return ReadResult(table.empty(lean=lean), cursor, (Problem(str(path), f"cannot read: {exc.strerror or exc}"),))
     tags = parsed.rows.get_column("tag").unique().to_list() if parsed.rows.height else []
-    frame = table.finish(parsed.rows, run=run, source=str(path), metric_of=options.aliases.mapping(tags))
+    frame = table.finish(parsed.rows, run=run, source=str(path), metric_of=options.aliases.mapping(tags), lean=lean)
     return ReadResult(frame, parsed.cursor, parsed.problems, parsed.dead)
 
 
@@ -86,15 +86,15 @@ class FileResult:
     result: ReadResult | None
 
 
-def read_found(found: Found, options: ReadOptions) -> FileResult:
+def read_found(found: Found, options: ReadOptions, *, lean: bool = False) -> FileResult:
     try:
         fmt = options.detect(found.path)
     except OSError as exc:
         problem = Problem(str(found.path), f"cannot read: {exc.strerror or exc}")
-        return FileResult(found, None, ReadResult(table.empty(), Cursor(), (problem,)))
+        return FileResult(found, None, ReadResult(table.empty(lean=lean), Cursor(), (problem,)))
     if fmt is None:
         return FileResult(found, None, None)
-    return FileResult(found, fmt, read(found.path, run=found.run, fmt=fmt, final=True, options=options))
+    return FileResult(found, fmt, read(found.path, run=found.run, fmt=fmt, final=True, options=options, lean=lean))
 
 
 WORTH_A_WARNING = {".jsonl", ".ndjson", ".csv", ".log"}

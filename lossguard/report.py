@@ -9,29 +9,9 @@ import math
 from collections import Counter
 
 from . import __version__
+from .display import fmt, sparkline
 from .model import Incident, json_number
 from .scan import Curve, RunReport, ScanResult
-
-BARS = "▁▂▃▄▅▆▇█"
-
-
-def sparkline(values: tuple[float, ...] | list[float]) -> str:
-    finite = [v for v in values if math.isfinite(v)]
-    if not finite:
-        return "×" * len(values)
-    lo, hi = min(finite), max(finite)
-    span = hi - lo or 1.0
-    return "".join(BARS[min(7, int((v - lo) / span * 7.999))] if math.isfinite(v) else "×" for v in values)
-
-
-def fmt(x: float | None) -> str:
-    if x is None:
-        return "-"
-    if not math.isfinite(x):
-        return "NaN" if math.isnan(x) else ("Inf" if x > 0 else "-Inf")
-    if x != 0 and (abs(x) >= 1e5 or abs(x) < 1e-3):
-        return f"{x:.3e}"
-    return f"{x:.4g}"
 
 
 def _worst(rep: RunReport) -> float | None:

@@ -105,7 +105,7 @@ def scan_run(run: str, paths: Sequence[str], rules: RuleSet, options: ReadOption
     """Read and analyse one run; a module-level function so worker processes can run it."""
     frames, formats, problems = [], [], []
     for path in paths:
-        res = read_found(Found(run, Path(path)), options)
+        res = read_found(Found(run, Path(path)), options, lean=True)
         if res.result is None:
             problem = unrecognised(Path(path), explicit=path in explicit)
             if problem:
@@ -117,7 +117,7 @@ def scan_run(run: str, paths: Sequence[str], rules: RuleSet, options: ReadOption
             formats.append(res.format)
         if res.result.frame.height:
             frames.append(res.result.frame)
-    frame = pl.concat(frames, rechunk=False) if frames else table.empty()
+    frame = pl.concat(frames, rechunk=False) if frames else table.empty(lean=True)
     analysis, streams = analyse_streams(frame, rules, run=run)
     contexts = {m: as_context(s) for m, s in streams.items()}
     extra = {inc.metric for inc in analysis.incidents} - set(contexts)

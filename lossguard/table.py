@@ -35,8 +35,8 @@ def empty_raw() -> pl.DataFrame:
     return pl.DataFrame(schema=RAW_SCHEMA)
 
 
-def empty() -> pl.DataFrame:
-    return pl.DataFrame(schema=SCHEMA)
+def empty(*, lean: bool = False) -> pl.DataFrame:
+    return pl.DataFrame(schema={c: SCHEMA[c] for c in LEAN} if lean else SCHEMA)
 
 
 def conform_raw(frame: pl.DataFrame) -> pl.DataFrame:
@@ -46,10 +46,17 @@ def conform_raw(frame: pl.DataFrame) -> pl.DataFrame:
     return frame.select([pl.col(c).cast(t) for c, t in RAW_SCHEMA.items()])
 
 
-def finish(raw: pl.DataFrame, *, run: str, source: str, metric_of: dict[str, str]) -> pl.DataFrame:
-    """Attach run, source and the canonical metric name to a parser's raw rows."""
+LEAN = ("step", "metric", "tag", "value")
+
+
+def finish(raw: pl.DataFrame, *, run: str, source: str, metric_of: dict[str, str], lean: bool = False) -> pl.DataFrame:
+    """Attach run, source and the canonical metric name to a parser's raw rows. `lean` keeps only
+    what analysis needs (LEAN): run and source are the same on every row of a file, and as columns
+    they would double the memory of a large log's table."""
     renamed = {t: m for t, m in metric_of.items() if t != m}
     metric = pl.col("tag").replace(renamed) if renamed else pl.col("tag")
+    if lean:
+        return raw.select(pl.col("step").cast(pl.Int64()), metric.cast(pl.String()).alias("metric"), pl.col("tag").cast(pl.String()), pl.col("value").cast(pl.Float64()))
     return raw.select(
         pl.lit(run, dtype=pl.String()).alias("run"),
         pl.lit(source, dtype=pl.String()).alias("source"),

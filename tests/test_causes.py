@@ -3,7 +3,6 @@ is missing."""
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import polars as pl
 import pytest

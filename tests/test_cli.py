@@ -4,13 +4,12 @@ the canonical table."""
 from __future__ import annotations
 
 import json
-import math
 
 import pytest
 
 from lossguard.cli import build_parser, main
 
-from .conftest import CORPUS, FIXTURES
+from .conftest import CORPUS
 
 
 def _commands():

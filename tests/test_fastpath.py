@@ -13,7 +13,6 @@ from lossguard.formats.dictlines import parse, parse_json
 from lossguard.formats.kvlines import parse as parse_kv
 from lossguard.formats.megatron import parse as parse_megatron
 
-from . import samples
 
 ODD = {
     "jsonl": ['{"step": 7, "loss": 1.5, "note": "a, b", "lr": 0.1}', '{"step": 8, "nested": {"loss": 2.0}, "lr": 0.2}', '{"step": 9, "loss": null, "lr": NaN}'],

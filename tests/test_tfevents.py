@@ -8,7 +8,6 @@ import math
 import struct
 
 import numpy as np
-import polars as pl
 import pytest
 
 from lossguard.cursor import Cursor

@@ -261,7 +261,7 @@ def test_watch_raises_the_incidents_scan_reports(runs):
         scan = subprocess.run([sys.executable, "-m", "lossguard.cli", "scan", str(target), "--format", "json", "--quiet"], capture_output=True, text=True)
         expected = sorted((s["rule"], s["step"]) for r in json.loads(scan.stdout)["runs"] for s in r["spikes"])
         assert expected
-        ev = w.wait_for(lambda ev: sorted(opened(ev)) == expected, timeout=30)
+        w.wait_for(lambda ev: sorted(opened(ev)) == expected, timeout=30)
     finally:
         w.stop_and_read()
 
@@ -301,7 +301,7 @@ def test_sighup_with_a_bad_rules_file_keeps_the_old_rules(runs):
         time.sleep(1.0)
         with open(log, "a") as fh:
             fh.write(_line(20, 9.0) + _calm(range(21, 25)))
-        ev = w.wait_for(lambda ev: ("spike", 20) in opened(ev))
+        w.wait_for(lambda ev: ("spike", 20) in opened(ev))
     finally:
         err = w.stop_and_read()
     assert "new rules rejected, the old ones stay in force" in err and "unknown kind 'ratoi'" in err

@@ -8,16 +8,15 @@ limits are respected by cutting at whole lines.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
+from ..display import fmt, sparkline
 from ..model import Cause, Incident
 
 MAX_BLOCKS = 50
 MAX_SECTION = 3000
 MAX_TEXT = 40000
 MAX_HEADER = 150
-BARS = "▁▂▃▄▅▆▇█"
 
 CAUSE_TITLES = {
     "lr_too_high": "Learning rate too high",
@@ -54,25 +53,6 @@ def escape(text: str) -> str:
 def code(text: str) -> str:
     """An inline code span that a backtick in the text cannot end early."""
     return "`" + escape(text).replace("`", "ˋ") + "`"
-
-
-def fmt(x: float | None) -> str:
-    if x is None:
-        return "-"
-    if not math.isfinite(x):
-        return "NaN" if math.isnan(x) else ("Inf" if x > 0 else "-Inf")
-    if x != 0 and (abs(x) >= 1e5 or abs(x) < 1e-3):
-        return f"{x:.3e}"
-    return f"{x:.4g}"
-
-
-def sparkline(values: tuple[float, ...] | list[float]) -> str:
-    finite = [v for v in values if math.isfinite(v)]
-    if not finite:
-        return "×" * len(values)
-    lo, hi = min(finite), max(finite)
-    span = hi - lo or 1.0
-    return "".join(BARS[min(7, int((v - lo) / span * 7.999))] if math.isfinite(v) else "×" for v in values)
 
 
 def cut_lines(text: str, limit: int) -> str:
