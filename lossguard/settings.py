@@ -91,7 +91,7 @@ class Settings(BaseSettings):
     paths: list[Path] = Field(default_factory=list, description="runs folders (or log files) to follow")
     rules: list[Path] = Field(default_factory=list, description="rules files, folders or preset names; empty: the packaged defaults")
     state_dir: Path | None = Field(default=None, description="daemon state; default $STATE_DIRECTORY, else $XDG_STATE_HOME/lossguard")
-    poll_interval: float = Field(default=2.0, gt=0, description="seconds between rescans (the only way to see changes on NFS/Lustre)")
+    poll_interval: float = Field(default=10.0, gt=0, description="seconds between rescans (the only way to see changes on NFS/Lustre)")
     polling: bool = Field(default=False, description="rescans only, no inotify")
     stall_after: float = Field(default=30.0, ge=0, description="minutes without a new step before a run is reported stalled (0: never)")
     jsonl: Path | None = Field(default=None, description="also append every notification to this JSON-lines file")
