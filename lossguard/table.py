@@ -36,7 +36,9 @@ def empty_raw() -> pl.DataFrame:
 
 
 def empty(*, lean: bool = False) -> pl.DataFrame:
-    return pl.DataFrame(schema={c: SCHEMA[c] for c in LEAN} if lean else SCHEMA)
+    if lean:
+        return pl.DataFrame(schema={"step": pl.Int64(), "metric": pl.Categorical(), "tag": pl.Categorical(), "value": pl.Float64()})
+    return pl.DataFrame(schema=SCHEMA)
 
 
 def conform_raw(frame: pl.DataFrame) -> pl.DataFrame:
@@ -56,7 +58,13 @@ def finish(raw: pl.DataFrame, *, run: str, source: str, metric_of: dict[str, str
     renamed = {t: m for t, m in metric_of.items() if t != m}
     metric = pl.col("tag").replace(renamed) if renamed else pl.col("tag")
     if lean:
-        return raw.select(pl.col("step").cast(pl.Int64()), metric.cast(pl.String()).alias("metric"), pl.col("tag").cast(pl.String()), pl.col("value").cast(pl.Float64()))
+        # Categorical names: 4 bytes a row instead of a 16-byte string view, for tables of 10^7+ rows.
+        return raw.select(
+            pl.col("step").cast(pl.Int64()),
+            metric.cast(pl.String()).cast(pl.Categorical()).alias("metric"),
+            pl.col("tag").cast(pl.Categorical()),
+            pl.col("value").cast(pl.Float64()),
+        )
     return raw.select(
         pl.lit(run, dtype=pl.String()).alias("run"),
         pl.lit(source, dtype=pl.String()).alias("source"),
