@@ -212,7 +212,7 @@ class Follower:
 
     def _judge_run(self, db, run: str, frame: pl.DataFrame, *, now: float, quiet: bool, report: PassReport) -> None:  # noqa: ANN001
         active = self.rules.for_run(run)
-        metrics = tuple(dict.fromkeys([*JUDGED]))
+        metrics = JUDGED
         tails: dict[str, tuple[pl.DataFrame, int]] = {m: self._tail_frame(run, m) for m in metrics}
         new_streams = by_metric(frame, metrics)
         windows = {}
@@ -239,27 +239,34 @@ class Follower:
 
     def _label_and_record(self, db, run, frame, tails, metrics, found, *, now, quiet, report) -> None:  # noqa: ANN001
         # Labels with the context the daemon has: the tails and what just arrived.
+        def as_rows(tail: pl.DataFrame, metric: str, tag: str) -> pl.DataFrame:
+            return tail.select(
+                pl.lit(run).alias("run"), pl.lit("").alias("source"), "step", pl.lit(metric).alias("metric"),
+                pl.lit(tag).alias("tag"), "value", pl.lit(None, dtype=pl.Float64).alias("wall_time"),
+            )
+
         context_frames = [frame]
         for m in metrics:
             tail, _ = tails[m]
             if tail.height:
-                context_frames.append(tail.select(pl.lit(run).alias("run"), pl.lit("").alias("source"), "step", pl.lit(m).alias("metric"), pl.lit(m).alias("tag"), "value", pl.lit(None, dtype=pl.Float64).alias("wall_time")))
+                context_frames.append(as_rows(tail, m, m))
         for tag in CONTEXT_TAGS:
             tail, _ = self._tail_frame(run, "", tag)
             if tail.height:
-                metric = "loss_scale" if tag.startswith("OVERFLOW") else tag
-                context_frames.append(tail.select(pl.lit(run).alias("run"), pl.lit("").alias("source"), "step", pl.lit(metric).alias("metric"), pl.lit(tag).alias("tag"), "value", pl.lit(None, dtype=pl.Float64).alias("wall_time")))
+                context_frames.append(as_rows(tail, "loss_scale" if tag.startswith("OVERFLOW") else tag, tag))
         context = pl.concat([f.select(table.COLUMNS) for f in context_frames]).sort("step", maintain_order=True)
         ctx_streams = by_metric(context, metrics)
         everything = tuple(found) + tuple(incident_from_json(json.loads(r[3])) for r in self.state.open_incidents(run) if not any(i.rule == r[1] and i.step == r[2] for i in found))
         labelled = label_all(list(found), run_context(context, ctx_streams, everything))
+        sources = frame.get_column("source").unique(maintain_order=True).to_list()
+        source = sources[0] if len(sources) == 1 else ", ".join(sources)
         for inc in labelled:
-            self._lifecycle(db, inc, now=now, quiet=quiet, report=report)
+            self._lifecycle(db, inc, now=now, quiet=quiet, report=report, source=source)
 
     def _keep_tails(self, db, run, frame, active, tails, windows, new_streams, metrics, *, now, report) -> None:  # noqa: ANN001
         # Keep each stream's tail: windows for every rule, and the span of incidents still open.
         need = max([r.lookback for r in active] + [16]) + 8
-        open_steps = [r[2] for r in self.state.db.execute("SELECT rule, step, step FROM incidents WHERE run=? AND status='open'", (run,)).fetchall()]
+        open_steps = [r[0] for r in self.state.db.execute("SELECT step FROM incidents WHERE run=? AND status='open'", (run,)).fetchall()]
         for m in metrics:
             window = windows[m]
             if not window.height:
@@ -295,8 +302,8 @@ class Follower:
                 db.execute("UPDATE runs SET stalled=1 WHERE run=?", (run,))
                 self._notify(db, None, "stalled", {"run": run, "step": last_step, "minutes": round((now - advanced_at) / 60, 1)}, report)
 
-    def _lifecycle(self, db, inc: Incident, *, now: float, quiet: bool, report: PassReport) -> None:  # noqa: ANN001
-        body = inc.to_json()
+    def _lifecycle(self, db, inc: Incident, *, now: float, quiet: bool, report: PassReport, source: str = "") -> None:  # noqa: ANN001
+        body = {**inc.to_json(), "source": source}
         known = self.state.incident(inc.run, inc.rule, inc.step)
         top = inc.causes[0].cause if inc.causes else None
         status = "resolved" if inc.end_step is not None else "open"

@@ -54,6 +54,7 @@ def test_spike_is_routed_then_resolved_in_its_thread_with_the_parent_updated(tmp
         parent = _posts(slack)[0]
         assert parent.body["channel"] == "#training" and parent.headers["authorization"] == f"Bearer {TOKEN}"
         assert "step 20" in parent.body["text"] and "Gradient explosion" in json.dumps(parent.body["blocks"])
+        assert str(log) in json.dumps(parent.body["blocks"]) and str(log) in parent.body["text"]  # the source file
         with open(log, "a") as fh:
             fh.write(_calm(range(21, 26)) + json.dumps({"step": 26, "loss": float("nan")}).replace("NaN", "NaN") + "\n")
         _wait(lambda: _posts(slack, "/api/chat.update") and any(p.body["channel"] == "#oncall" for p in _posts(slack)))
