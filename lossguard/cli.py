@@ -77,7 +77,39 @@ def _add_scan(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bar, no warnings on stderr")
     p.add_argument("--config", type=Path, help="lossguard.toml with [aliases] and [[formats]]")
     p.add_argument("--compare-rules", nargs=2, type=Path, metavar=("A", "B"), help="backtest: what rules A and B flag differently, per run")
+    p.add_argument("--slack-digest", action="store_true", help="also post a digest of the scan to Slack (when configured)")
     p.set_defaults(func=_cmd_scan)
+
+
+def _post_digest(result, config: Path | None) -> None:  # noqa: ANN001
+    """The nightly report's summary in Slack: one message, the runs with spikes and their top cause."""
+    import socket
+
+    from .alerts.message import Message, cut_lines, escape
+    from .alerts.slack import SlackBot, SlackWebhook
+    from .report import summary
+    from .settings import load_settings
+
+    settings = load_settings(config)
+    if settings.slack_token is not None and settings.slack_channel:
+        sink = SlackBot(settings.slack_token.get_secret_value(), settings.slack_channel, base_url=settings.slack_base_url)
+    elif settings.slack_webhook_url is not None:
+        sink = SlackWebhook(settings.slack_webhook_url.get_secret_value())
+    else:
+        print("lossguard: warning: --slack-digest, but Slack is not configured; no digest posted", file=sys.stderr)
+        return
+    s = summary(result)
+    lines = [f"lossguard scan on {escape(socket.gethostname())}: {s['spikes']} spike(s) in {s['runs_with_spikes']} of {s['runs']} run(s)"]
+    for rep in result.runs:
+        if rep.incidents:
+            top = rep.incidents[0].causes[0].cause.replace("_", " ") if rep.incidents[0].causes else "unknown"
+            lines.append(f"• {escape(rep.run)}: {len(rep.incidents)} spike(s), first at step {rep.incidents[0].step}, likely {escape(top)}")
+    if s["warnings"]:
+        lines.append(f"{s['warnings']} file(s) could not be read completely (see the report)")
+    text = cut_lines("\n".join(lines), 3000)
+    delivery = sink.post(Message(text, ({"type": "section", "text": {"type": "mrkdwn", "text": text}},)))
+    if not delivery.ok:
+        print(f"lossguard: warning: Slack digest not delivered: {delivery.describe()}", file=sys.stderr)
 
 
 def _cmd_scan(args: argparse.Namespace) -> int:
@@ -137,6 +169,8 @@ def _cmd_scan(args: argparse.Namespace) -> int:
         args.output.write_text(text, encoding="utf-8")
     else:
         sys.stdout.write(text)
+    if args.slack_digest:
+        _post_digest(result, args.config)
     problems = result.all_problems
     if problems and not args.quiet and (args.output or args.format != "table"):
         for problem in problems:

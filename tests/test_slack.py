@@ -177,3 +177,16 @@ def test_sink_threads_a_runs_next_incident_and_routes_by_severity(slack):
 def _message_payload():
     inc = analyse_run(synth.long_frame("gradient_explosion"), default_rules(), run="exp/7b").incidents[0]
     return {"sink": "slack", "source": "/runs/x.log", **inc.to_json()}
+
+
+def test_scan_posts_a_digest_to_slack(slack, monkeypatch, capsys):
+    from .conftest import FIXTURES
+
+    monkeypatch.setenv("LOSSGUARD_SLACK_TOKEN", TOKEN)
+    monkeypatch.setenv("LOSSGUARD_SLACK_CHANNEL", "#nightly")
+    monkeypatch.setenv("LOSSGUARD_SLACK_BASE_URL", slack.base_url)
+    assert main(["scan", str(FIXTURES / "runs"), "--quiet", "--format", "markdown", "--slack-digest"]) == 1
+    (req,) = slack.requests
+    assert req.body["channel"] == "#nightly"
+    assert "spike(s) in 6 of 8 run(s)" in req.body["text"] and "megatron-grad-explosion" in req.body["text"]
+    assert TOKEN not in capsys.readouterr().err
