@@ -86,16 +86,12 @@ def _post_digest(result, config: Path | None) -> None:  # noqa: ANN001
     import socket
 
     from .alerts.message import Message, cut_lines, escape
-    from .alerts.slack import SlackBot, SlackWebhook
+    from .alerts.slack import client_from
     from .report import summary
     from .settings import load_settings
 
-    settings = load_settings(config)
-    if settings.slack_token is not None and settings.slack_channel:
-        sink = SlackBot(settings.slack_token.get_secret_value(), settings.slack_channel, base_url=settings.slack_base_url)
-    elif settings.slack_webhook_url is not None:
-        sink = SlackWebhook(settings.slack_webhook_url.get_secret_value())
-    else:
+    sink = client_from(load_settings(config))
+    if sink is None:
         print("lossguard: warning: --slack-digest, but Slack is not configured; no digest posted", file=sys.stderr)
         return
     s = summary(result)
@@ -203,21 +199,17 @@ def _cmd_alert(args: argparse.Namespace) -> int:
     import socket
 
     from .alerts.message import build_test
-    from .alerts.slack import SlackBot, SlackWebhook
+    from .alerts.slack import SlackBot, client_from
     from .settings import load_settings
 
     settings = load_settings(args.config)
     channel = args.channel or settings.slack_channel
-    if settings.slack_token is not None:
-        if not channel:
-            raise UsageError("a bot token needs a channel: --channel or LOSSGUARD_SLACK_CHANNEL")
-        sink = SlackBot(settings.slack_token.get_secret_value(), channel, base_url=settings.slack_base_url, retries=2)
-        target = f"channel {channel}"
-    elif settings.slack_webhook_url is not None:
-        sink = SlackWebhook(settings.slack_webhook_url.get_secret_value(), retries=2)
-        target = "the incoming webhook"
-    else:
+    if settings.slack_token is not None and not channel:
+        raise UsageError("a bot token needs a channel: --channel or LOSSGUARD_SLACK_CHANNEL")
+    sink = client_from(settings, channel=channel, retries=2)
+    if sink is None:
         raise UsageError("Slack is not configured: set LOSSGUARD_SLACK_TOKEN and LOSSGUARD_SLACK_CHANNEL, or LOSSGUARD_SLACK_WEBHOOK_URL")
+    target = f"channel {channel}" if isinstance(sink, SlackBot) else "the incoming webhook"
     delivery = sink.post(build_test(host=socket.gethostname(), channel=channel))
     if delivery.ok:
         print(f"test message delivered to {target}")
@@ -261,7 +253,7 @@ def _add_watch(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_watch(args: argparse.Namespace) -> int:
-    from .alerts.slack import SlackBot, SlackWebhook
+    from .alerts.slack import client_from
     from .config import read_options
     from .daemon import Daemon, setup_logging
     from .rules import load_rules
@@ -286,10 +278,9 @@ def _cmd_watch(args: argparse.Namespace) -> int:
         routes=tuple(settings.slack_routes), min_interval=settings.slack_min_interval,
         run_cooldown=settings.slack_run_cooldown, group_threshold=settings.slack_group_threshold,
     )
-    if settings.slack_token is not None and settings.slack_channel:
-        sinks["slack"] = SlackSink(SlackBot(settings.slack_token.get_secret_value(), settings.slack_channel, base_url=settings.slack_base_url), **manners)
-    elif settings.slack_webhook_url is not None:
-        sinks["slack"] = SlackSink(SlackWebhook(settings.slack_webhook_url.get_secret_value()), **manners)
+    client = client_from(settings)
+    if client is not None:
+        sinks["slack"] = SlackSink(client, **manners)
     if not sinks:
         sinks["console"] = ConsoleSink(logger.warning)
     if settings.jsonl:

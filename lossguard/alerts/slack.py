@@ -138,3 +138,14 @@ class SlackWebhook:
         if body in PERMANENT:
             return _failure(body)
         return Delivery(ok=False, error=f"HTTP {response.status_code}: {_scrub(body[:200], self._url)}", permanent=400 <= response.status_code < 500 and response.status_code != 429)
+
+
+def client_from(settings, *, channel: str | None = None, retries: int = 4) -> SlackBot | SlackWebhook | None:  # noqa: ANN001
+    """The Slack client the settings describe: a bot token with a channel first, else an incoming
+    webhook; None when neither is configured."""
+    channel = channel or settings.slack_channel
+    if settings.slack_token is not None and channel:
+        return SlackBot(settings.slack_token.get_secret_value(), channel, base_url=settings.slack_base_url, retries=retries)
+    if settings.slack_webhook_url is not None:
+        return SlackWebhook(settings.slack_webhook_url.get_secret_value(), retries=retries)
+    return None
