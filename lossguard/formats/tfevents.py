@@ -245,7 +245,8 @@ def decode(buf: bytes, starts: np.ndarray, lengths: np.ndarray, *, source: str, 
     bad_crc = 0
     first_bad_crc: int | None = None
 
-    def walk(rec: int) -> Layout | None:
+    def walk(rec: int, *, bulk: bool = True) -> Layout | None:
+        """Parse one record; its rows go to `slow` unless it has a layout the bulk path will decode."""
         nonlocal malformed, first_malformed
         s = int(starts[rec])
         try:
@@ -254,8 +255,9 @@ def decode(buf: bytes, starts: np.ndarray, lengths: np.ndarray, *, source: str, 
             malformed += 1
             first_malformed = first_malformed if first_malformed is not None else base_offset + s - 12
             return None
-        if layout is None:
+        if layout is None or not bulk:
             slow.extend((rec, st, float("nan") if w is None else w, t, v) for st, w, t, v in found)
+            return None
         return layout
 
     if starts.size:
@@ -286,7 +288,7 @@ def decode(buf: bytes, starts: np.ndarray, lengths: np.ndarray, *, source: str, 
                 templates += 1
                 if templates > MAX_TEMPLATES:
                     for rec in pending.tolist():
-                        walk_all(view, int(members[rec]), starts, lengths, slow)
+                        walk(int(members[rec]), bulk=False)
                     break
                 mask = _variable_mask(layout, length)
                 candidates = matrix[pending]
@@ -304,15 +306,6 @@ def decode(buf: bytes, starts: np.ndarray, lengths: np.ndarray, *, source: str, 
     if malformed:
         problems.append(Problem(source, f"{malformed} event record(s) that are not valid Event protobufs skipped", offset=first_malformed))
     return _assemble(parts, slow), problems
-
-
-def walk_all(view: memoryview, rec: int, starts: np.ndarray, lengths: np.ndarray, slow: list) -> None:
-    s = int(starts[rec])
-    try:
-        found, _ = parse_event(view, s, s + int(lengths[rec]))
-    except _Malformed:
-        return
-    slow.extend((rec, st, float("nan") if w is None else w, t, v) for st, w, t, v in found)
 
 
 def _tag_names(tags: np.ndarray) -> tuple[list[str], np.ndarray]:
