@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 import polars as pl
@@ -210,8 +211,6 @@ def _above(rule: Rule, limit: float | None):
 
 
 def _extend(inc: Incident, f: int, steps: np.ndarray, values: np.ndarray) -> Incident:
-    from dataclasses import replace
-
     return replace(inc, last_flagged_step=int(steps[f]), points=inc.points + 1)
 
 
@@ -220,7 +219,6 @@ def _apply_cooldown(incidents: list[Incident], rule: Rule) -> list[Incident]:
     previous incident instead (its points count, nothing is lost)."""
     if rule.cooldown <= 0 or len(incidents) < 2:
         return incidents
-    from dataclasses import replace
 
     merged = [incidents[0]]
     for inc in incidents[1:]:

@@ -137,7 +137,7 @@ class SlackSink:
 
     def _message(self, kind: str, payload: dict) -> Message:
         if kind in ("stalled", "resumed"):
-            text = _describe(kind, payload).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+            text = escape(_describe(kind, payload))
             return Message(text, ({"type": "section", "text": {"type": "mrkdwn", "text": text}},))
         inc = incident_from_json(payload)
         return build(inc, event=kind, host=self.host, source=payload.get("source", ""), version=__version__)

@@ -49,24 +49,18 @@ def test_fast_path_gives_what_the_regex_path_gives(kind, monkeypatch):
     fast_rows, fast_cursor = parse_fn(lines, Cursor(), raw)
     # The fast path really took the bulk of the lines (else this test would compare the slow path with itself).
     seen = []
-    real = fastpath.fast_pairs
 
-    def spy(*args, **kwargs):
-        pairs, rest = real(*args, **kwargs)
-        seen.append(pairs.get_column("line_no").n_unique())
-        return pairs, rest
+    def spy(real):
+        def counted(*args, **kwargs):
+            pairs, rest = real(*args, **kwargs)
+            seen.append(pairs.get_column("line_no").n_unique())
+            return pairs, rest
 
-    monkeypatch.setattr("lossguard.formats.dictlines.fast_pairs", spy)
-    monkeypatch.setattr("lossguard.formats.kvlines.fast_pairs", spy)
-    monkeypatch.setattr("lossguard.formats.megatron.fast_pairs", spy)
-    real_json = fastpath.json_pairs
+        return counted
 
-    def spy_json(*args, **kwargs):
-        pairs, rest = real_json(*args, **kwargs)
-        seen.append(pairs.get_column("line_no").n_unique())
-        return pairs, rest
-
-    monkeypatch.setattr("lossguard.formats.dictlines.json_pairs", spy_json)
+    for module in ("dictlines", "kvlines", "megatron"):
+        monkeypatch.setattr(f"lossguard.formats.{module}.fast_pairs", spy(fastpath.fast_pairs))
+    monkeypatch.setattr("lossguard.formats.dictlines.json_pairs", spy(fastpath.json_pairs))
     parse_fn(lines, Cursor(), raw)
     assert max(seen) > 2900
     monkeypatch.setattr(fastpath, "MIN_LINES", 10**9)

@@ -8,7 +8,7 @@ read further without guessing (a corrupt record length), so callers stop reopeni
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
@@ -39,7 +39,6 @@ class LineFormat:
     parse: Callable[[pl.DataFrame, Cursor, bytes | None], tuple[pl.DataFrame, Cursor]]
     prefilter: str | None = None
     """A regex a line must match to be worth parsing; cuts the regex work on noisy logs."""
-    extra: dict[str, object] = field(default_factory=dict)
 
     def read(self, path: Path, cursor: Cursor, *, final: bool) -> Parsed:
         problems: list[Problem] = []
