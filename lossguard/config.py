@@ -5,21 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import ValidationError
-
 from .aliases import Aliases
 from .errors import ConfigError
 from .formats.custom import LineFormatSpec
 from .reader import FORMAT_NAMES, ReadOptions
 from .tomlio import load_toml
-
-
-def _explain(exc: ValidationError) -> str:
-    parts = []
-    for err in exc.errors():
-        where = ".".join(str(p) for p in err["loc"])
-        parts.append(f"{where}: {err['msg']}")
-    return "; ".join(parts)
+from .validate import build
 
 
 def read_options(config: Path | None, *, fmt: str | None = None) -> ReadOptions:
@@ -32,10 +23,10 @@ def read_options(config: Path | None, *, fmt: str | None = None) -> ReadOptions:
     specs = []
     for i, raw in enumerate(data.get("formats", [])):
         try:
-            spec = LineFormatSpec.model_validate(raw)
-        except ValidationError as exc:
+            spec = build(LineFormatSpec, raw)
+        except ValueError as exc:
             name = raw.get("name", f"#{i + 1}") if isinstance(raw, dict) else f"#{i + 1}"
-            raise ConfigError(f"{config}: [[formats]] {name}: {_explain(exc)}") from None
+            raise ConfigError(f"{config}: [[formats]] {name}: {exc}") from None
         if spec.name in FORMAT_NAMES:
             raise ConfigError(f"{config}: [[formats]] {spec.name}: that name is a built-in format; pick another")
         specs.append(spec)

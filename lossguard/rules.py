@@ -1,5 +1,5 @@
 """Spike rules: what to watch, how to judge a point, how loud to be. Rules are data (TOML files in
-rules/), validated with pydantic; nothing in a rules file is ever evaluated as code.
+rules/), checked field by field (lossguard.validate); nothing in a rules file is ever evaluated as code.
 
     [[rule]]
     name = "loss-spike"
@@ -14,42 +14,40 @@ rules/), validated with pydantic; nothing in a rules file is ever evaluated as c
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from importlib import resources
 from pathlib import Path
-from typing import Annotated, Literal, Union
-
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
+from typing import Union
 
 from .errors import ConfigError
 from .table import CANONICAL_METRICS
 from .tomlio import load_toml, load_toml_text
+from .validate import build, spec
 
-Severity = Literal["info", "warning", "critical"]
+SEVERITIES = ("info", "warning", "critical")
 KINDS = ("ratio", "zscore", "ewm", "threshold", "nonfinite", "sustained")
+_RULE_CLASS = dataclass(frozen=True, kw_only=True)
 
 
-class _Rule(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    name: str = Field(min_length=1)
-    metric: str
-    severity: Severity = "warning"
-    runs: str = "*"
-    min_history: int | None = Field(default=None, ge=1)
+@_RULE_CLASS
+class _Rule:
+    name: str = field(metadata=spec(str, min_length=1))
+    metric: str = field(metadata=spec(str))
+    severity: str = field(default="warning", metadata=spec(SEVERITIES))
+    runs: str = field(default="*", metadata=spec(str))
+    min_history: int | None = field(default=None, metadata=spec(int, optional=True, ge=1))
     """Values the stream must hold (the judged one included) before the rule may fire."""
-    cooldown: int = Field(default=0, ge=0)
-    recovery: int = Field(default=3, ge=1)
+    cooldown: int = field(default=0, metadata=spec(int, ge=0))
+    recovery: int = field(default=3, metadata=spec(int, ge=1))
     """Points back under the threshold that close an incident."""
 
-    @field_validator("metric")
-    @classmethod
-    def _known_metric(cls, value: str) -> str:
-        if value not in CANONICAL_METRICS:
-            raise ValueError(f"unknown metric {value!r}; one of: {', '.join(CANONICAL_METRICS)}")
-        return value
+    def _check(self) -> str | None:
+        if self.metric not in CANONICAL_METRICS:
+            return f"metric: unknown metric {self.metric!r}; one of: {', '.join(CANONICAL_METRICS)}"
+        return None
 
     def applies_to(self, run: str) -> bool:
         return fnmatchcase(run, self.runs)
@@ -67,13 +65,14 @@ class _Rule(BaseModel):
         return 0
 
 
+@_RULE_CLASS
 class RatioRule(_Rule):
     """value > factor x (mean | median | max) of the previous `window` finite values."""
 
-    kind: Literal["ratio"]
-    factor: float = Field(default=2.0, gt=0)
-    window: int = Field(default=9, ge=1)
-    baseline: Literal["mean", "median", "max"] = "mean"
+    kind: str = field(default="ratio", metadata=spec(("ratio",)))
+    factor: float = field(default=2.0, metadata=spec(float, gt=0))
+    window: int = field(default=9, metadata=spec(int, ge=1))
+    baseline: str = field(default="mean", metadata=spec(("mean", "median", "max")))
 
     def default_history(self) -> int:
         return self.window + 1
@@ -83,12 +82,13 @@ class RatioRule(_Rule):
         return self.window
 
 
+@_RULE_CLASS
 class ZScoreRule(_Rule):
     """value > mean + k x std of the previous `window` finite values."""
 
-    kind: Literal["zscore"]
-    k: float = Field(default=6.0, gt=0)
-    window: int = Field(default=128, ge=2)
+    kind: str = field(default="zscore", metadata=spec(("zscore",)))
+    k: float = field(default=6.0, metadata=spec(float, gt=0))
+    window: int = field(default=128, metadata=spec(int, ge=2))
 
     def default_history(self) -> int:
         return self.window + 1
@@ -98,12 +98,13 @@ class ZScoreRule(_Rule):
         return self.window
 
 
+@_RULE_CLASS
 class EwmRule(_Rule):
     """value > factor x the exponentially weighted mean of the previous finite values."""
 
-    kind: Literal["ewm"]
-    factor: float = Field(default=1.5, gt=0)
-    alpha: float = Field(default=0.1, gt=0, le=1)
+    kind: str = field(default="ewm", metadata=spec(("ewm",)))
+    factor: float = field(default=1.5, metadata=spec(float, gt=0))
+    alpha: float = field(default=0.1, metadata=spec(float, gt=0, le=1))
 
     def default_history(self) -> int:
         return max(2, round(2 / self.alpha))
@@ -111,45 +112,45 @@ class EwmRule(_Rule):
     @property
     def lookback(self) -> int:
         # Weights below 1e-4 of the newest are negligible: that many points pin the mean.
-        import math
-
         return max(1, math.ceil(math.log(1e-4) / math.log(1 - self.alpha))) if self.alpha < 1 else 1
 
 
+@_RULE_CLASS
 class ThresholdRule(_Rule):
     """value above `above` (or below `below`) for `patience` consecutive points."""
 
-    kind: Literal["threshold"]
-    above: float | None = None
-    below: float | None = None
-    patience: int = Field(default=1, ge=1)
+    kind: str = field(default="threshold", metadata=spec(("threshold",)))
+    above: float | None = field(default=None, metadata=spec(float, optional=True))
+    below: float | None = field(default=None, metadata=spec(float, optional=True))
+    patience: int = field(default=1, metadata=spec(int, ge=1))
 
-    @model_validator(mode="after")
-    def _one_bound(self) -> ThresholdRule:
+    def _check(self) -> str | None:
         if (self.above is None) == (self.below is None):
-            raise ValueError("set exactly one of `above` or `below`")
-        return self
+            return "set exactly one of `above` or `below`"
+        return super()._check()
 
     @property
     def lookback(self) -> int:
         return self.patience - 1
 
 
+@_RULE_CLASS
 class NonFiniteRule(_Rule):
     """NaN or +/-Inf in the metric: never let a NaN loss pass silently."""
 
-    kind: Literal["nonfinite"]
-    patience: int = Field(default=1, ge=1)
+    kind: str = field(default="nonfinite", metadata=spec(("nonfinite",)))
+    patience: int = field(default=1, metadata=spec(int, ge=1))
 
 
+@_RULE_CLASS
 class SustainedRule(_Rule):
     """`patience` consecutive values above factor x the mean of the `window` values before them:
     divergence rather than a blip."""
 
-    kind: Literal["sustained"]
-    factor: float = Field(default=2.0, gt=0)
-    window: int = Field(default=100, ge=1)
-    patience: int = Field(default=4, ge=1)
+    kind: str = field(default="sustained", metadata=spec(("sustained",)))
+    factor: float = field(default=2.0, metadata=spec(float, gt=0))
+    window: int = field(default=100, metadata=spec(int, ge=1))
+    patience: int = field(default=4, metadata=spec(int, ge=1))
 
     def default_history(self) -> int:
         return self.window + self.patience
@@ -159,10 +160,23 @@ class SustainedRule(_Rule):
         return self.window + self.patience - 1
 
 
-Rule = Annotated[
-    Union[RatioRule, ZScoreRule, EwmRule, ThresholdRule, NonFiniteRule, SustainedRule], Field(discriminator="kind")
-]
-_RULE = TypeAdapter(Rule)
+Rule = Union[RatioRule, ZScoreRule, EwmRule, ThresholdRule, NonFiniteRule, SustainedRule]
+_BY_KIND: dict[str, type] = {
+    "ratio": RatioRule, "zscore": ZScoreRule, "ewm": EwmRule,
+    "threshold": ThresholdRule, "nonfinite": NonFiniteRule, "sustained": SustainedRule,
+}
+
+
+def rule_from(raw: object) -> Rule:
+    """One rule from its TOML table; ValueError says what is wrong with it."""
+    if not isinstance(raw, dict):
+        raise ValueError("each [[rule]] must be a table")
+    if "kind" not in raw:
+        raise ValueError(f"missing `kind`; one of: {', '.join(KINDS)}")
+    cls = _BY_KIND.get(raw["kind"]) if isinstance(raw["kind"], str) else None
+    if cls is None:
+        raise ValueError(f"unknown kind {raw['kind']!r}; one of: {', '.join(KINDS)}")
+    return build(cls, raw)
 
 
 @dataclass(frozen=True)
@@ -172,21 +186,6 @@ class RuleSet:
 
     def for_run(self, run: str) -> tuple[Rule, ...]:
         return tuple(r for r in self.rules if r.applies_to(run))
-
-
-def _message(err: dict) -> str:
-    loc = [str(p) for p in err["loc"] if str(p) not in KINDS]
-    field = ".".join(loc)
-    msg = err["msg"].removeprefix("Value error, ")
-    if err["type"] == "union_tag_invalid":
-        return f"unknown kind {err['input'].get('kind')!r}; one of: {', '.join(KINDS)}" if isinstance(err["input"], dict) else msg
-    if err["type"] == "union_tag_not_found":
-        return f"missing `kind`; one of: {', '.join(KINDS)}"
-    if err["type"] == "extra_forbidden":
-        return f"unknown field `{field}`"
-    got = err.get("input")
-    shown = f" (got {got!r})" if got is not None and not isinstance(got, dict) else ""
-    return f"{field}: {msg}{shown}" if field else msg
 
 
 def parse_rules(data: dict, *, origin: str) -> tuple[Rule, ...]:
@@ -201,10 +200,9 @@ def parse_rules(data: dict, *, origin: str) -> tuple[Rule, ...]:
     for i, raw in enumerate(raw_rules):
         label = raw.get("name") if isinstance(raw, dict) and isinstance(raw.get("name"), str) else f"#{i + 1}"
         try:
-            rule = _RULE.validate_python(raw)
-        except ValidationError as exc:
-            reasons = "; ".join(_message(e) for e in exc.errors())
-            raise ConfigError(f"{origin}: rule {label!r}: {reasons}") from None
+            rule = rule_from(raw)
+        except ValueError as exc:
+            raise ConfigError(f"{origin}: rule {label!r}: {exc}") from None
         if rule.name in names:
             raise ConfigError(f"{origin}: rule {rule.name!r}: a rule of that name is already defined")
         names.add(rule.name)

@@ -9,7 +9,7 @@ import pytest
 
 from lossguard.engine import analyse_run
 from lossguard.reader import read_paths
-from lossguard.rules import RuleSet, _RULE, default_rules
+from lossguard.rules import RuleSet, default_rules, rule_from
 
 from . import synth
 from .conftest import CORPUS
@@ -52,7 +52,7 @@ def test_without_grad_norm_or_lr_the_label_says_what_was_missing():
 
 def _short_rule():
     # The chronicles' excerpts hold a handful of steps: judge them with a 3-point window.
-    return RuleSet((_RULE.validate_python({"name": "short", "metric": "loss", "kind": "ratio", "factor": 1.15, "window": 2}),), "test")
+    return RuleSet((rule_from({"name": "short", "metric": "loss", "kind": "ratio", "factor": 1.15, "window": 2}),), "test")
 
 
 def test_bloom_176b_spike_is_a_gradient_explosion():

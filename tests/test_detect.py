@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from lossguard.detect import detect
 from lossguard.engine import analyse_run
-from lossguard.rules import RuleSet, _RULE, default_rules
+from lossguard.rules import RuleSet, default_rules, rule_from
 from lossguard.streams import collapse
 
 from . import synth
@@ -32,7 +32,7 @@ DEFAULT_LOSS_RULE = next(r for r in default_rules().rules if r.name == "loss-spi
 def rule(**kw):
     kw.setdefault("name", "r")
     kw.setdefault("metric", "loss")
-    return _RULE.validate_python(kw)
+    return rule_from(kw)
 
 
 def stream_of(values, steps=None):

@@ -51,6 +51,9 @@ def test_a_folder_of_rules_files_is_all_of_them(tmp_path):
         pytest.param('name = "x"\nmetric = "loss"\nkind = "ratio"\nseverity = "loud"\n', "rule 'x': severity: Input should be 'info', 'warning' or 'critical'", id="bad severity"),
         pytest.param('metric = "loss"\nkind = "ratio"\n', "rule '#1': name: Field required", id="no name"),
         pytest.param('name = "x"\nmetric = "loss"\n', "rule 'x': missing `kind`", id="no kind"),
+        pytest.param('name = "x"\nmetric = "loss"\nkind = "ratio"\nwindow = 2.5\n', "rule 'x': window: Input should be a valid integer (got 2.5)", id="fractional window"),
+        pytest.param('name = "x"\nmetric = "loss"\nkind = "ewm"\nalpha = 0\nfactor = true\n', "rule 'x': factor: Input should be a valid number (got True); alpha: Input should be greater than 0 (got 0)", id="every problem at once"),
+        pytest.param('name = ""\nmetric = "loss"\nkind = "nonfinite"\n', "name: String should have at least 1 character", id="empty name"),
     ],
 )
 def test_bad_rule_is_refused_with_file_rule_and_field(tmp_path, body, expected):

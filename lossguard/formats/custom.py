@@ -11,33 +11,31 @@ metric tag. The same regex runs in polars (Rust regex) over all lines at once.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 
 import polars as pl
-from pydantic import BaseModel, ConfigDict, field_validator
 
 from .. import table
 from ..cursor import Cursor
 from .base import LineFormat
 from .pairs import records_to_rows
+from ..validate import spec
 
 
-class LineFormatSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+@dataclass(frozen=True, kw_only=True)
+class LineFormatSpec:
+    name: str = field(metadata=spec(str, min_length=1))
+    pattern: str = field(metadata=spec(str))
+    files: str | None = field(default=None, metadata=spec(str, optional=True))
 
-    name: str
-    pattern: str
-    files: str | None = None
-
-    @field_validator("pattern")
-    @classmethod
-    def _compiles(cls, value: str) -> str:
+    def _check(self) -> str | None:
         try:
-            compiled = re.compile(value)
+            compiled = re.compile(self.pattern)
         except re.error as exc:
-            raise ValueError(f"not a valid regular expression: {exc}") from None
+            return f"pattern: not a valid regular expression: {exc}"
         if not set(compiled.groupindex) - {"step"}:
-            raise ValueError("needs at least one named group besides `step`, e.g. (?P<loss>[0-9.eE+-]+)")
-        return value
+            return "pattern: needs at least one named group besides `step`, e.g. (?P<loss>[0-9.eE+-]+)"
+        return None
 
     def line_format(self) -> LineFormat:
         groups = [g for g in re.compile(self.pattern).groupindex if g != "step"]

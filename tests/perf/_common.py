@@ -14,10 +14,19 @@ ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "perf-data"
 
 
+def child_env() -> dict[str, str]:
+    """The environment of a measured process: as after `pip install .`, which compiles bytecode. A
+    shell with PYTHONDONTWRITEBYTECODE set would otherwise charge every start with compiling
+    lossguard's sources (~0.1 s)."""
+    env = os.environ.copy()
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    return env
+
+
 def measure(code: str, *, env: dict | None = None) -> tuple[float, float, str]:
     """Run `code` in a fresh Python; return (seconds, peak RSS in MB, its stdout)."""
     start = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env or os.environ.copy())
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env or child_env())
     out = proc.stdout.read()
     err = proc.stderr.read()
     _, status, usage = os.wait4(proc.pid, 0)
@@ -30,7 +39,7 @@ def measure(code: str, *, env: dict | None = None) -> tuple[float, float, str]:
 def measure_cmd(argv: list[str]) -> tuple[float, float]:
     start = time.perf_counter()
     # A pipe, not /dev/null: GNU grep stops at the first match when its output goes nowhere.
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=child_env())
     proc.stdout.read()
     _, status, usage = os.wait4(proc.pid, 0)
     return time.perf_counter() - start, usage.ru_maxrss / 1024
