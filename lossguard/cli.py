@@ -244,7 +244,7 @@ def _add_watch(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--rules", action="append", type=Path, metavar="FILE_OR_DIR")
     p.add_argument("--config", type=Path, help="lossguard.toml (see deploy/lossguard.toml)")
     p.add_argument("--state-dir", type=Path, help="default: $STATE_DIRECTORY, else the XDG state dir")
-    p.add_argument("--poll-interval", type=float, metavar="SECONDS", help="seconds between full rescans (default 10; inotify wakes it at once in between)")
+    p.add_argument("--poll-interval", type=float, metavar="SECONDS", help="seconds between rescans when polling (--polling, or a root on NFS/Lustre/CIFS/FUSE; default 10)")
     p.add_argument("--polling", action="store_true", default=None, help="no inotify, only periodic rescans (network filesystems)")
     p.add_argument("--stall-after", type=float, metavar="MINUTES", help="alert when a run makes no step for this long (0: never; default 30)")
     p.add_argument("--jsonl", type=Path, metavar="FILE", help="also append every notification to FILE as JSON lines")
@@ -253,19 +253,23 @@ def _add_watch(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_watch(args: argparse.Namespace) -> int:
-    from .alerts.slack import client_from
-    from .config import read_options
-    from .daemon import Daemon, setup_logging
-    from .rules import load_rules
-    from .settings import load_settings
-    from .sinks import ConsoleSink, JsonlSink, SlackSink
-
     import logging
+    import os
+
+    from .settings import load_settings
 
     settings = load_settings(
         args.config, paths=args.paths or None, rules=args.rules, state_dir=args.state_dir, poll_interval=args.poll_interval,
         polling=args.polling, stall_after=args.stall_after, jsonl=args.jsonl, log_level=args.log_level,
     )
+    # Before polars is imported: its pool is sized once, from the environment (which still wins).
+    os.environ.setdefault("POLARS_MAX_THREADS", str(settings.threads))
+
+    from .alerts.slack import client_from
+    from .config import read_options
+    from .daemon import Daemon, setup_logging
+    from .rules import load_rules
+    from .sinks import ConsoleSink, JsonlSink, SlackSink
     if not settings.paths:
         raise UsageError("nothing to watch: give PATH arguments or `paths` in the config")
     setup_logging(settings.log_level)
@@ -293,6 +297,7 @@ def _cmd_watch(args: argparse.Namespace) -> int:
         options=options,
         poll_interval=settings.poll_interval,
         polling=settings.polling,
+        rescan_interval=settings.rescan_interval,
         stall_after=settings.stall_after * 60,
     )
     return daemon.run()

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -26,6 +27,7 @@ from .causes import label_all
 from .errors import UsageError
 from .model import Cause, Incident
 from .reader import ReadOptions, collect, read
+from .sources.discover import is_candidate
 from .rules import RuleSet
 from .state import FileRow, State
 from .streams import by_metric, collapse
@@ -33,6 +35,10 @@ from .streams import by_metric, collapse
 FINGERPRINT = 64
 TAIL_CAP = 20_000
 CONTEXT_TAIL = 400
+TAIL_CACHE = 512
+READ_LIMIT = 16 << 20
+"""Bytes of one file a pass reads at most: a long history is read over several passes, so the
+daemon's memory is bounded by this, the streams and their windows, not by the size of the logs."""
 CONTEXT_TAGS = ("OVERFLOW loss scale", "number of skipped iterations", "number of nan iterations")
 
 
@@ -52,6 +58,10 @@ def incident_from_json(body: dict) -> Incident:
 class PassReport:
     files: int = 0
     rows: int = 0
+    walked: bool = False
+    """The pass walked the roots (rather than re-checking only the paths inotify named)."""
+    unfinished: list[str] = field(default_factory=list)
+    """Files with more to read than one pass takes (READ_LIMIT): the next pass should come at once."""
     notices: list[tuple[str, dict]] = field(default_factory=list)
 
 
@@ -88,6 +98,7 @@ class Follower:
         sinks: Sequence[str] = ("console",),
         stall_after: float = 30 * 60,
         update_every: float = 300.0,
+        read_limit: int = READ_LIMIT,
         log: Callable[[str], None] = print,
     ) -> None:
         self.roots = list(roots)
@@ -97,10 +108,15 @@ class Follower:
         self.sinks = list(sinks)
         self.stall_after = stall_after
         self.update_every = update_every
+        self.read_limit = read_limit
         self.log = log
         self.first_pass = True
         self._warned: set[str] = set()
         self._now = 0.0
+        # Stream tails as committed, for the runs written to lately: a busy run's pass need not
+        # decode its tails from SQLite again. What a pass writes is staged until its commit.
+        self._tails: OrderedDict[tuple[str, str], tuple[pl.DataFrame, int]] = OrderedDict()
+        self._staged: dict[tuple[str, str], tuple[pl.DataFrame, int]] = {}
 
     # --- which files ---------------------------------------------------------------------------
     def _discover(self, db, tracked: dict[str, FileRow]) -> dict[str, FileRow]:  # noqa: ANN001
@@ -114,51 +130,72 @@ class Follower:
             self._warn_once(str(p))
         by_ident = {(r.device, r.inode): r for r in tracked.values()}
         current: dict[str, FileRow] = {}
-        self.sizes: dict[str, int] = {}
-        self.mtimes: dict[str, int] = {}
         seen_paths = set()
         for f in found:
             path = str(f.path)
             seen_paths.add(path)
-            try:
-                st = os.stat(f.path)
-                device, inode, size = st.st_dev, st.st_ino, st.st_size
-                row = tracked.get(path)
-                # A stat is enough for a file untouched since the last read; one that changed gets its
-                # first bytes compared too (truncated and rewritten between two passes, even to the
-                # same size).
-                settled = (
-                    row is not None and (row.device, row.inode) == (device, inode) and len(row.fingerprint) >= FINGERPRINT
-                    and size == offset_of(row).offset and row.mtime == st.st_mtime_ns
-                )
-                head = row.fingerprint if settled else _head(f.path)
-                self.mtimes[path] = st.st_mtime_ns
-            except OSError:
-                continue
-            self.sizes[path] = size
-            if row is not None and _same_file(row, device, inode, head):
-                cursor = offset_of(row)
-                if size < cursor.offset:
-                    self.log(f"{path}: file shrank below the read offset (truncated in place, copytruncate?): reading it again from the start")
-                    row = FileRow(path, row.run, row.format, device, inode, head, Cursor().to_json(), False, row.quiet)
-                elif len(row.fingerprint) < FINGERPRINT and len(head) > len(row.fingerprint):
-                    row = FileRow(path, row.run, row.format, device, inode, head, row.cursor, row.dead, row.quiet, row.mtime)
-                current[path] = row
-                continue
-            moved = by_ident.get((device, inode))
-            if moved is not None and moved.path != path and _same_file(moved, device, inode, head):
-                # Renamed (log rotation): keep reading it from where we were, under its new name.
-                self.log(f"{moved.path}: renamed to {path}; reading on from byte {Cursor.from_json(moved.cursor).offset}")
-                current[path] = FileRow(path, moved.run, moved.format, device, inode, moved.fingerprint, moved.cursor, moved.dead, moved.quiet, moved.mtime)
-                continue
+            row = self._identify(path, f.run, tracked.get(path), by_ident, quiet)
             if row is not None:
-                self.log(f"{path}: replaced by another file; reading the new one from the start")
-            current[path] = FileRow(path, f.run, None, device, inode, head, Cursor().to_json(), False, quiet)
+                current[path] = row
         for path, row in tracked.items():
             if path not in current and path not in seen_paths and all(r.inode != row.inode or r.device != row.device for r in current.values()):
                 self.log(f"{path}: file is gone; no longer followed")
                 db.execute("DELETE FROM files WHERE path=?", (path,))
         return current
+
+    def _recheck(self, changed: Collection[str], tracked: dict[str, FileRow]) -> dict[str, FileRow] | None:
+        """The files inotify said changed, when they are all files we follow (appends: the hot
+        path); None when the tree itself changed (a new log, a file gone) and only a walk can tell
+        what is what."""
+        globs = [s.files for s in self.options.custom if s.files]
+        current: dict[str, FileRow] = {}
+        for path in changed:
+            row = tracked.get(path)
+            if row is None:
+                if is_candidate(os.path.basename(path), globs):
+                    return None
+                continue  # checkpoints, wandb files, our own state: nothing to read
+            identified = self._identify(path, row.run, row, {}, False)
+            if identified is None:
+                return None
+            current[path] = identified
+        return current
+
+    def _identify(self, path: str, run: str, row: FileRow | None, by_ident: dict, quiet: bool) -> FileRow | None:
+        """The row to read `path` with: the saved one if the file is the one we followed, a fresh one
+        if it is new, replaced or truncated, the old one renamed if it moved here (rotation)."""
+        try:
+            st = os.stat(path)
+            device, inode, size = st.st_dev, st.st_ino, st.st_size
+            # A stat is enough for a file untouched since the last read; one that changed gets its
+            # first bytes compared too (truncated and rewritten between two passes, even to the
+            # same size).
+            settled = (
+                row is not None and (row.device, row.inode) == (device, inode) and len(row.fingerprint) >= FINGERPRINT
+                and size == offset_of(row).offset and row.mtime == st.st_mtime_ns
+            )
+            head = row.fingerprint if settled else _head(Path(path))
+        except OSError:
+            return None
+        self.mtimes[path] = st.st_mtime_ns
+        self.sizes[path] = size
+        if row is not None and _same_file(row, device, inode, head):
+            cursor = offset_of(row)
+            if size < cursor.offset:
+                self.log(f"{path}: file shrank below the read offset (truncated in place, copytruncate?): reading it again from the start")
+                return FileRow(path, row.run, row.format, device, inode, head, Cursor().to_json(), False, 0)
+            if len(row.fingerprint) < FINGERPRINT and len(head) > len(row.fingerprint):
+                return FileRow(path, row.run, row.format, device, inode, head, row.cursor, row.dead, row.quiet, row.mtime)
+            return row
+        moved = by_ident.get((device, inode))
+        if moved is not None and moved.path != path and _same_file(moved, device, inode, head):
+            # Renamed (log rotation): keep reading it from where we were, under its new name.
+            self.log(f"{moved.path}: renamed to {path}; reading on from byte {Cursor.from_json(moved.cursor).offset}")
+            return FileRow(path, moved.run, moved.format, device, inode, moved.fingerprint, moved.cursor, moved.dead, moved.quiet, moved.mtime)
+        if row is not None:
+            self.log(f"{path}: replaced by another file; reading the new one from the start")
+        # History found at the first start is read (to fill the windows) but not alerted on.
+        return FileRow(path, run, None, device, inode, head, Cursor().to_json(), False, size if quiet else 0)
 
     def _warn_once(self, text: str) -> None:
         if text not in self._warned:
@@ -166,12 +203,38 @@ class Follower:
             self.log(f"warning: {text}")
 
     # --- one pass ------------------------------------------------------------------------------
-    def run_pass(self, now: float) -> PassReport:
+    def run_pass(self, now: float, changed: Collection[str] | None = None) -> PassReport:
+        """One pass: over every file under the roots, or (`changed`, from inotify) over just those
+        paths, which falls back to the whole walk when they are not all files already followed."""
         self._now = now
         report = PassReport()
+        self.sizes: dict[str, int] = {}
+        self.mtimes: dict[str, int] = {}
+        self._staged.clear()
+        try:
+            self._pass(now, changed, report)
+        except BaseException:
+            self._staged.clear()
+            self._tails.clear()
+            raise
+        for key, tail in self._staged.items():
+            self._tails[key] = tail
+            self._tails.move_to_end(key)
+        while len(self._tails) > TAIL_CACHE:
+            self._tails.popitem(last=False)
+        self.first_pass = False
+        return report
+
+    def _pass(self, now: float, changed: Collection[str] | None, report: PassReport) -> None:
         with self.state.transaction() as db:
-            tracked = self.state.files()
-            current = self._discover(db, tracked)
+            current = None
+            if changed is not None and not self.first_pass:
+                tracked = self.state.files(changed)
+                current = self._recheck(changed, tracked)
+            if current is None:
+                tracked = self.state.files()
+                current = self._discover(db, tracked)
+                report.walked = True
             new_rows: dict[str, list[pl.DataFrame]] = {}
             quiet_runs: dict[str, bool] = {}
             for path, row in sorted(current.items()):
@@ -185,15 +248,18 @@ class Follower:
                 fmt = row.format or self.options.detect(Path(path))
                 if fmt is None:
                     continue
-                res = read(Path(path), cursor, run=row.run, fmt=fmt, final=False, options=self.options)
+                res = read(Path(path), cursor, run=row.run, fmt=fmt, final=False, options=self.options, limit=self.read_limit)
                 for p in res.problems:
                     self.log(f"warning: {p}")
                 report.files += 1
+                if res.cursor.offset - cursor.offset >= self.read_limit:
+                    report.unfinished.append(path)
                 if res.frame.height:
                     new_rows.setdefault(row.run, []).append(res.frame)
-                    quiet_runs[row.run] = quiet_runs.get(row.run, True) and row.quiet
-                # Only the first read of what was already there at the first start is quiet history.
-                updated = FileRow(path, row.run, fmt, row.device, row.inode, row.fingerprint, res.cursor.to_json(), res.dead, False, self.mtimes.get(path, 0))
+                    quiet_runs[row.run] = quiet_runs.get(row.run, True) and cursor.offset < row.quiet
+                # Quiet until the read passes the size the file had at the first start.
+                quiet_until = row.quiet if res.cursor.offset < row.quiet else 0
+                updated = FileRow(path, row.run, fmt, row.device, row.inode, row.fingerprint, res.cursor.to_json(), res.dead, quiet_until, self.mtimes.get(path, 0))
                 if updated != row:
                     self.state.put_file(db, updated)
             for run, frames in sorted(new_rows.items()):
@@ -201,14 +267,21 @@ class Follower:
                 report.rows += frame.height
                 self._judge_run(db, run, frame, now=now, quiet=quiet_runs.get(run, False), report=report)
             self._stalls(db, now, set(new_rows), report)
-        self.first_pass = False
-        return report
 
     def _tail_frame(self, run: str, metric: str, tag: str | None = None) -> tuple[pl.DataFrame, int]:
-        points, seen = self.state.stream(run, metric if tag is None else f"tag:{tag}")
+        key = (run, metric if tag is None else f"tag:{tag}")
+        cached = self._tails.get(key)
+        if cached is not None:
+            self._tails.move_to_end(key)
+            return cached
+        points, seen = self.state.stream(*key)
         steps = [p[0] for p in points]
         values = [float(p[1]) for p in points]
         return pl.DataFrame({"step": steps, "value": values}, schema={"step": pl.Int64(), "value": pl.Float64()}), seen
+
+    def _put_tail(self, db, run: str, key: str, tail: pl.DataFrame, seen: int) -> None:  # noqa: ANN001
+        self.state.put_stream(db, run, key, tail.rows(), seen)
+        self._staged[(run, key)] = (tail, seen)
 
     def _judge_run(self, db, run: str, frame: pl.DataFrame, *, now: float, quiet: bool, report: PassReport) -> None:  # noqa: ANN001
         active = self.rules.for_run(run)
@@ -276,15 +349,14 @@ class Follower:
                 first_open = min(open_steps)
                 keep = max(keep, window.filter(pl.col("step") >= first_open).height + need)
             keep = max(keep, CONTEXT_TAIL) if m != "loss" else keep
-            tail_points = window.tail(min(keep, TAIL_CAP)).select("step", "value").rows()
             _, seen = tails[m]
-            self.state.put_stream(db, run, m, tail_points, seen + new_streams[m].height)
-        for tag in CONTEXT_TAGS:
-            rows = frame.filter(pl.col("tag") == tag).select("step", "value")
+            self._put_tail(db, run, m, window.tail(min(keep, TAIL_CAP)).select("step", "value"), seen + new_streams[m].height)
+        tagged = frame.filter(pl.col("tag").is_in(CONTEXT_TAGS))
+        for tag in CONTEXT_TAGS if tagged.height else ():
+            rows = tagged.filter(pl.col("tag") == tag).select("step", "value")
             if rows.height:
                 tail, seen = self._tail_frame(run, "", tag)
-                merged = pl.concat([tail, rows]).tail(CONTEXT_TAIL).rows()
-                self.state.put_stream(db, run, f"tag:{tag}", merged, seen + rows.height)
+                self._put_tail(db, run, f"tag:{tag}", pl.concat([tail, rows]).tail(CONTEXT_TAIL), seen + rows.height)
         last_step = int(frame.get_column("step").max())
         row = db.execute("SELECT last_step, stalled FROM runs WHERE run=?", (run,)).fetchone()
         if row is None or row[0] is None or last_step != row[0]:

@@ -62,10 +62,15 @@ class ReadResult:
     dead: bool = False
 
 
-def read(path: Path, cursor: Cursor = Cursor(), *, run: str, fmt: str, final: bool, options: ReadOptions, lean: bool = False) -> ReadResult:
+def read(
+    path: Path, cursor: Cursor = Cursor(), *, run: str, fmt: str, final: bool, options: ReadOptions, lean: bool = False,
+    limit: int | None = None,
+) -> ReadResult:
+    """What `path` holds from `cursor` on; with `limit`, about that many bytes at most (whole lines
+    or records: the cursor says where the next read goes on)."""
     reader = options.reader(fmt)
     try:
-        parsed: Parsed = reader.read(path, cursor, final=final)
+        parsed: Parsed = reader.read(path, cursor, final=final, limit=limit)
     except FileNotFoundError:
         return ReadResult(table.empty(lean=lean), cursor, (Problem(str(path), "file vanished before it could be read"),))
     except PermissionError:

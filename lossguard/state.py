@@ -11,7 +11,7 @@ import json
 import os
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,7 +60,9 @@ class FileRow:
     fingerprint: bytes
     cursor: str
     dead: bool
-    quiet: bool
+    quiet: int
+    """Offset up to which the file is history from before the daemon's first start: read for the
+    windows, not alerted on (0: nothing is; databases from before this wrote 1 = the first read)."""
     mtime: int = 0
     """st_mtime_ns when last read: an unchanged size with a new mtime means rewritten in place."""
 
@@ -127,9 +129,18 @@ class State:
         self.db.execute("COMMIT")
 
     # --- files -------------------------------------------------------------------------------
-    def files(self) -> dict[str, FileRow]:
-        rows = self.db.execute("SELECT path, run, format, device, inode, fingerprint, cursor, dead, quiet, mtime FROM files").fetchall()
-        return {r[0]: FileRow(r[0], r[1], r[2], r[3], r[4], r[5] or b"", r[6], bool(r[7]), bool(r[8]), r[9]) for r in rows}
+    def files(self, paths: Collection[str] | None = None) -> dict[str, FileRow]:
+        """Every followed file, or only those of `paths` (a pass after inotify named what changed)."""
+        query = "SELECT path, run, format, device, inode, fingerprint, cursor, dead, quiet, mtime FROM files"
+        if paths is None:
+            rows = self.db.execute(query).fetchall()
+        else:
+            wanted = sorted(paths)
+            rows = []
+            for i in range(0, len(wanted), 500):
+                chunk = wanted[i:i + 500]
+                rows += self.db.execute(f"{query} WHERE path IN ({','.join('?' * len(chunk))})", chunk).fetchall()
+        return {r[0]: FileRow(r[0], r[1], r[2], r[3], r[4], r[5] or b"", r[6], bool(r[7]), int(r[8]), r[9]) for r in rows}
 
     @staticmethod
     def put_file(db: sqlite3.Connection, f: FileRow) -> None:

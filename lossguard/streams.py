@@ -28,9 +28,14 @@ def stream(run_frame: pl.DataFrame, metric: str) -> pl.DataFrame:
     return collapse(points)
 
 
+def _increasing(steps: pl.Series) -> bool:
+    s = steps.to_numpy()
+    return bool((s[1:] > s[:-1]).all())
+
+
 def collapse(points: pl.DataFrame) -> pl.DataFrame:
     steps = points.get_column("step")
-    if steps.len() < 2 or bool((steps.diff().drop_nulls() > 0).all()):
+    if steps.len() < 2 or _increasing(steps):
         # The common case, strictly increasing steps: one segment, nothing to collapse.
         return points.with_columns(pl.lit(0, dtype=pl.Int64).alias("segment"))
     points = points.with_columns((pl.col("step") < pl.col("step").shift(1)).fill_null(False).cum_sum().cast(pl.Int64).alias("segment"))
@@ -38,11 +43,27 @@ def collapse(points: pl.DataFrame) -> pl.DataFrame:
 
 
 def by_metric(run_frame: pl.DataFrame, metrics: tuple[str, ...]) -> dict[str, pl.DataFrame]:
-    """Each metric's stream, from one pass over the run's table."""
+    """Each metric's stream, from one pass over the run's table (the daemon calls this for every
+    batch of new lines, so it costs a few polars calls, not a few per metric)."""
     # Only the columns a stream needs: the run's full table can be gigabytes.
     wanted = run_frame.select("metric", "tag", "step", "value").filter(pl.col("metric").is_in(list(metrics)))
-    parts = wanted.partition_by("metric", as_dict=True, maintain_order=True)
-    return {m: stream(parts.get((m,), wanted.head(0)), m) for m in metrics}
+    counts: dict[str, list[tuple[str, int]]] = {}
+    for metric, tag, n in wanted.group_by("metric", "tag", maintain_order=True).len().iter_rows():
+        counts.setdefault(metric, []).append((tag, n))
+    parts = wanted.partition_by("metric", as_dict=True, maintain_order=True) if len(counts) > 1 else {(m,): wanted for m in counts}
+    out = {}
+    for m in metrics:
+        tags = counts.get(m)
+        if not tags:
+            out[m] = pl.DataFrame(schema={"step": pl.Int64(), "value": pl.Float64(), "segment": pl.Int64()})
+            continue
+        part = parts[(m,)]
+        if len(tags) > 1:
+            # The same choice as primary_tag: most points, the first written on a tie.
+            best = max(tags, key=lambda t: t[1])[0]
+            part = part.filter(pl.col("tag") == best)
+        out[m] = collapse(part.select("step", "value"))
+    return out
 
 
 def context(run_frame: pl.DataFrame, metric: str) -> pl.DataFrame:

@@ -77,3 +77,36 @@ def test_event_file_read_in_pieces_equals_read_in_one_go(tmp_path_factory, fract
 def test_cursor_survives_json_round_trip():
     cursor = Cursor(offset=10, line=3, index=2, last_step=7, header="a,b", skipping=True)
     assert Cursor.from_json(cursor.to_json()) == cursor
+
+
+def _read_with_limit(path: Path, fmt: str, limit: int) -> tuple[pl.DataFrame, int]:
+    cursor, frames, reads = Cursor(), [], 0
+    while True:
+        res = read(path, cursor, run="r", fmt=fmt, final=False, options=OPTIONS, limit=limit)
+        assert res.problems == ()
+        frames.append(res.frame)
+        reads += 1
+        assert res.cursor.offset - cursor.offset <= 2 * limit + 4096  # a bounded piece of the file per read
+        if res.cursor.offset == cursor.offset:
+            return pl.concat(frames), reads
+        cursor = res.cursor
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(name=st.sampled_from(sorted(TEXTS)), limit=st.integers(256, 20_000))
+def test_text_read_a_limited_piece_at_a_time_equals_read_in_one_go(tmp_path, name, limit):
+    fname, data = TEXTS[name]
+    path = tmp_path / fname
+    path.write_bytes(data)
+    fmt = detect(path)
+    whole = read(path, run="r", fmt=fmt, final=False, options=OPTIONS)
+    pieces, reads = _read_with_limit(path, fmt, limit)
+    assert pieces.equals(whole.frame)
+    assert reads >= len(data) // (2 * limit + 4096)
+
+
+def test_event_file_read_a_limited_piece_at_a_time_equals_read_in_one_go(tmp_path):
+    src = write_tb1(tmp_path / "src", [(s, t, 1.0 / (s + 1)) for s in range(2000) for t in ("loss", "lr")])
+    whole = read(src, run="r", fmt="tfevents", final=True, options=OPTIONS)
+    pieces, reads = _read_with_limit(src, "tfevents", 4096)
+    assert pieces.equals(whole.frame) and reads > src.stat().st_size // (2 * 4096 + 4096)

@@ -340,3 +340,87 @@ def test_status_shows_files_open_incidents_and_undelivered_with_their_error(runs
     assert status["files"][0]["run"] == "exp" and status["files"][0]["offset"] == log.stat().st_size
     assert status["open_incidents"] == [{"run": "exp", "rule": "loss-spike", "step": 20}]
     assert status["undelivered"] and "No such file or directory" in status["undelivered"][0]["error"]
+
+
+def test_inotify_passes_read_the_named_files_and_walk_only_when_the_tree_changed(tmp_path):
+    from lossguard.follow import Follower
+    from lossguard.rules import default_rules
+    from lossguard.state import State
+
+    root = tmp_path / "runs"
+    for name in ("a", "b"):
+        (root / name).mkdir(parents=True)
+        (root / name / "metrics.jsonl").write_text(_calm(range(1, 20)))
+    state = State(tmp_path / "state")
+    follower = Follower([root], rules=default_rules(), state=state, log=lambda _: None)
+    assert follower.run_pass(1.0).walked
+    a = root / "a" / "metrics.jsonl"
+    with open(a, "a") as fh:
+        fh.write(_calm(range(20, 25)))
+    report = follower.run_pass(2.0, {str(a)})
+    assert (report.walked, report.files, report.rows) == (False, 1, 15)  # 5 lines of loss, lr, grad_norm
+    (root / "b" / "model.pt").write_bytes(b"\0" * 100)
+    assert follower.run_pass(3.0, {str(root / "b" / "model.pt")}).walked is False  # not a log: nothing to do
+    c = root / "c" / "metrics.jsonl"
+    c.parent.mkdir()
+    c.write_text(_calm(range(1, 5)))
+    report = follower.run_pass(4.0, {str(c)})
+    assert report.walked and str(c) in state.files()
+    a.unlink()
+    assert follower.run_pass(5.0, {str(a)}).walked and str(a) not in state.files()
+    state.close()
+
+
+def test_with_inotify_alone_new_runs_and_appends_are_followed_without_a_rescan(runs):
+    # Rescans every 10 minutes: everything below can only have come through inotify.
+    w = Watch(runs, env={"LOSSGUARD_RESCAN_INTERVAL": "600"})
+    w.args[w.args.index("--poll-interval") + 1] = "600"
+    log = runs / "runs" / "exp" / "metrics.jsonl"
+    log.write_text(_calm(range(1, 20)))
+    w.start()
+    try:
+        w.wait_ready()
+        new = runs / "runs" / "later" / "metrics.jsonl"
+        new.parent.mkdir()
+        new.write_text(_calm(range(1, 20)))
+        with open(new, "a") as fh:
+            fh.write(_line(20, 9.0))
+        with open(log, "a") as fh:
+            fh.write(_line(20, 9.5))
+        ev = w.wait_for(lambda ev: len(opened(ev)) == 2, timeout=10)
+        assert sorted(e["run"] for e in ev if e["event"] == "opened") == ["exp", "later"]
+    finally:
+        err = w.stop_and_read()
+    assert "(inotify; full rescan every 600.0s)" in err
+
+
+def test_a_long_history_is_read_a_block_per_pass_quietly_and_what_follows_is_alerted(tmp_path):
+    from lossguard.follow import Follower
+    from lossguard.rules import default_rules
+    from lossguard.state import State
+
+    root = tmp_path / "runs"
+    (root / "exp").mkdir(parents=True)
+    log = root / "exp" / "metrics.jsonl"
+    history = _calm(range(1, 300)) + _line(300, 9.0) + _calm(range(301, 600))  # an old spike at 300
+    log.write_text(history)
+    state = State(tmp_path / "state")
+    follower = Follower([root], rules=default_rules(), state=state, read_limit=4096, log=lambda _: None)
+    passes, notices = [], []
+    report = follower.run_pass(1.0)
+    while True:
+        passes.append(report)
+        notices += report.notices
+        if not report.unfinished:
+            break
+        report = follower.run_pass(2.0, set(report.unfinished))
+    line_bytes = len(_line(1, 2.0))
+    assert len(passes) >= 4 and max(p.rows for p in passes) <= 3 * (2 * 4096 // line_bytes + 1)  # <= 2 blocks a pass
+    assert sum(p.rows for p in passes) == 599 * 3 and notices == []  # every value read; history is quiet
+    recorded = state.db.execute("SELECT step, quiet FROM incidents").fetchall()
+    assert recorded == [(300, 1)]  # the old spike is known (never raised again), as history
+    with open(log, "a") as fh:
+        fh.write(_line(600, 9.0))
+    report = follower.run_pass(3.0, {str(log)})
+    assert [(kind, body["step"]) for kind, body in report.notices] == [("opened", 600)]
+    state.close()

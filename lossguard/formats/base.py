@@ -40,12 +40,12 @@ class LineFormat:
     prefilter: str | None = None
     """A regex a line must match to be worth parsing; cuts the regex work on noisy logs."""
 
-    def read(self, path: Path, cursor: Cursor, *, final: bool) -> Parsed:
+    def read(self, path: Path, cursor: Cursor, *, final: bool, limit: int | None = None) -> Parsed:
         problems: list[Problem] = []
         frames: list[pl.DataFrame] = []
         source = str(path)
         warned = False
-        for block in iter_blocks(path, cursor, final=final, problems=problems):
+        for block in iter_blocks(path, cursor, final=final, problems=problems, limit=limit):
             lines, problem = split_lines(block.data, block.first_line, source=source)
             if problem and not warned:
                 problems.append(problem)

@@ -94,18 +94,18 @@ def _rows(frame: pl.DataFrame, cursor: Cursor) -> tuple[pl.DataFrame, Cursor]:
 class CsvFormat:
     name = "csv"
 
-    def read(self, path: Path, cursor: Cursor, *, final: bool) -> Parsed:
-        parsed = self._read(path, cursor, final=final)
+    def read(self, path: Path, cursor: Cursor, *, final: bool, limit: int | None = None) -> Parsed:
+        parsed = self._read(path, cursor, final=final, limit=limit)
         return Parsed(table.conform_raw(parsed.rows), parsed.cursor, parsed.problems)
 
-    def _read(self, path: Path, cursor: Cursor, *, final: bool) -> Parsed:
+    def _read(self, path: Path, cursor: Cursor, *, final: bool, limit: int | None = None) -> Parsed:
         problems: list[Problem] = []
         source = str(path)
         if cursor.header is not None and cursor.offset > 0:
             current = _first_line(path)
             if current is not None and current != cursor.header:
                 # Rewritten with a new header (Lightning adds a column): start over, skip what was seen.
-                fresh = self._read(path, Cursor(), final=final)
+                fresh = self._read(path, Cursor(), final=final, limit=limit)
                 message = "rewritten with a new header; read again from the top, rows already read are skipped"
                 return Parsed(
                     fresh.rows.filter(pl.col("record") > cursor.index),
@@ -114,7 +114,7 @@ class CsvFormat:
                 )
         frames: list[pl.DataFrame] = []
         warned = False
-        for block in iter_blocks(path, cursor, final=final, problems=problems):
+        for block in iter_blocks(path, cursor, final=final, problems=problems, limit=limit):
             data, first = block.data, block.first_line
             if not warned:
                 problem = not_utf8(data, first_line=first, source=source)

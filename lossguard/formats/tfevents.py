@@ -370,12 +370,13 @@ def _assemble(parts: list[dict[str, np.ndarray]], slow: list[tuple[int, int, flo
 class TfEventsFormat:
     name = "tfevents"
 
-    def read(self, path: Path, cursor: Cursor, *, final: bool, chunk: int = CHUNK) -> Parsed:
+    def read(self, path: Path, cursor: Cursor, *, final: bool, chunk: int = CHUNK, limit: int | None = None) -> Parsed:
         source = str(path)
         problems: list[Problem] = []
         frames: list[pl.DataFrame] = []
         offset = cursor.offset
         dead = False
+        chunk = min(chunk, limit) if limit else chunk
         with open(path, "rb") as fh:
             want = chunk
             while True:
@@ -393,6 +394,9 @@ class TfEventsFormat:
                 offset += framing.consumed
                 if framing.dead:
                     dead = True
+                    break
+                if limit is not None and offset - cursor.offset >= limit:
+                    final = False  # stopped by the limit, not at the end: nothing is cut off
                     break
                 if framing.consumed == 0:
                     if framing.need > len(buf) and len(buf) == want:

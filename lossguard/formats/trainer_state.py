@@ -33,7 +33,8 @@ def _number(value: object) -> float | None:
 class TrainerStateFormat:
     name = "hf_trainer_state"
 
-    def read(self, path: Path, cursor: Cursor, *, final: bool) -> Parsed:
+    def read(self, path: Path, cursor: Cursor, *, final: bool, limit: int | None = None) -> Parsed:
+        # One JSON document: read whole whatever the limit (HF keeps it to the logged steps, small).
         source = str(path)
         raw = path.read_bytes()
         try:

@@ -39,9 +39,14 @@ def not_utf8(data: bytes, *, first_line: int, source: str) -> Problem | None:
 
 
 def iter_blocks(
-    path: Path, cursor: Cursor, *, final: bool, problems: list[Problem], block: int = BLOCK, max_line: int = MAX_LINE
+    path: Path, cursor: Cursor, *, final: bool, problems: list[Problem], block: int = BLOCK, max_line: int = MAX_LINE,
+    limit: int | None = None,
 ) -> Iterator[TextBlock]:
+    """Blocks of whole lines from the cursor on; with `limit`, blocks of at most `limit` bytes and
+    no more once that many were consumed (at most ~2 x limit: the daemon reads a long history a
+    bounded piece per pass)."""
     source = str(path)
+    block = min(block, limit) if limit else block
     offset, line, skipping = cursor.offset, cursor.line, cursor.skipping
     last = cursor
     with open(path, "rb") as fh:
@@ -77,6 +82,8 @@ def iter_blocks(
             line += complete.count(b"\n")
             last = cursor.advance(offset=offset, line=line, skipping=False)
             yield TextBlock(complete, first, last)
+            if limit is not None and offset - cursor.offset >= limit:
+                return
             if len(carry) > max_line:
                 problems.append(Problem(source, f"line longer than {max_line >> 20} MiB skipped", line=line + 1))
                 offset += len(carry)

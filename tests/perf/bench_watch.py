@@ -92,14 +92,14 @@ def latency(samples: int, *extra: str) -> list[float]:
     return got
 
 
-def idle(runs: int, seconds: float) -> tuple[float, float, float]:
+def idle(runs: int, seconds: float, *extra: str) -> tuple[float, float, float]:
     tmp = Path(tempfile.mkdtemp())
     history = "".join(line(s, 2.0) for s in range(1, 200))
     for i in range(runs):
         d = tmp / "runs" / f"run{i:04d}"
         d.mkdir(parents=True)
         (d / "metrics.jsonl").write_text(history)
-    proc = start(tmp)  # the default rescan interval; inotify wakes passes in between
+    proc = start(tmp, *extra)  # default intervals: inotify names changed files, a walk every 300 s (polling: 10 s)
     try:
         db = tmp / "state" / "state.db"
         import sqlite3
@@ -126,7 +126,10 @@ def idle(runs: int, seconds: float) -> tuple[float, float, float]:
     return (c1 - c0) / seconds * 100, rss, peak
 
 
-def throughput(rate: int, seconds: float) -> tuple[float, float, float]:
+def throughput(rate: int, seconds: float, *, line_buffered: bool = False) -> tuple[float, float, float]:
+    """A writer with an 8 KB buffer (a trainer's stdout redirected to a file: ~100 lines a write),
+    or one that flushes every line (logging's handlers, print(..., flush=True)): one inotify event
+    per line, which costs the observer's threads more than the passes cost."""
     tmp = Path(tempfile.mkdtemp())
     log = tmp / "runs" / "fast" / "metrics.jsonl"
     log.parent.mkdir(parents=True)
@@ -137,12 +140,20 @@ def throughput(rate: int, seconds: float) -> tuple[float, float, float]:
     try:
         c0 = cpu_seconds(proc.pid)
         t0 = time.perf_counter()
+        out = open(log, "a", buffering=1) if line_buffered else None
         while time.perf_counter() - t0 < seconds:
-            batch = max(1, rate // 10)
-            with open(log, "a") as fh:
-                fh.write("".join(line(s, 2.0 + (s % 7) * 0.01) for s in range(step, step + batch)))
+            batch = max(1, rate // 10) if not line_buffered else 10
+            text = [line(s, 2.0 + (s % 7) * 0.01) for s in range(step, step + batch)]
+            if line_buffered:
+                for one in text:
+                    out.write(one)
+            else:
+                with open(log, "a") as fh:
+                    fh.write("".join(text))
             step += batch
             time.sleep(max(0.0, t0 + step / rate - time.perf_counter()))
+        if out is not None:
+            out.close()
         c1 = cpu_seconds(proc.pid)
         elapsed = time.perf_counter() - t0
         size = log.stat().st_size
@@ -165,6 +176,39 @@ def throughput(rate: int, seconds: float) -> tuple[float, float, float]:
     return (c1 - c0) / elapsed * 100, caught if caught is not None else float("nan"), peak
 
 
+def history(mb: int) -> tuple[float, float, float, float]:
+    """A daemon started on a run whose log already holds `mb` MB: how long it takes to read it all
+    (quietly: history is not alerted), and its memory while and after doing so."""
+    from bench_readers import text_file
+
+    src = text_file("jsonl", mb)
+    tmp = Path(tempfile.mkdtemp())
+    (tmp / "runs" / "big").mkdir(parents=True)
+    os.symlink(src, tmp / "runs" / "big" / "metrics.jsonl")
+    size = src.stat().st_size
+    t0 = time.perf_counter()
+    proc = start(tmp)
+    import sqlite3
+
+    try:
+        while time.perf_counter() - t0 < 900:
+            time.sleep(0.5)
+            try:
+                with sqlite3.connect(f"file:{tmp / 'state' / 'state.db'}?mode=ro", uri=True) as conn:
+                    row = conn.execute("SELECT cursor FROM files").fetchone()
+            except sqlite3.Error:
+                continue
+            if row and json.loads(row[0])["offset"] >= size:
+                break
+        took = time.perf_counter() - t0
+        rss, peak = rss_mb(proc.pid)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+        shutil.rmtree(tmp, ignore_errors=True)
+    return size / 1e9, took, rss, peak
+
+
 def pct(values: list[float], q: float) -> float:
     values = sorted(values)
     return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
@@ -176,7 +220,8 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=20)
     ap.add_argument("--rate", type=int, default=1000)
     ap.add_argument("--seconds", type=float, default=60)
-    ap.add_argument("--idle-seconds", type=float, default=30)
+    ap.add_argument("--idle-seconds", type=float, default=60)
+    ap.add_argument("--history-mb", type=int, default=1024)
     args = ap.parse_args()
     print("lossguard watch benchmark")
     ino = latency(args.samples, "--poll-interval", "2")
@@ -184,9 +229,14 @@ def main() -> None:
     pol = latency(args.samples, "--polling", "--poll-interval", "1")
     print(f"  latency, polling every 1 s:              p50 {statistics.median(pol) * 1e3:6.0f} ms   p95 {pct(pol, 0.95) * 1e3:6.0f} ms")
     cpu, rss, peak = idle(args.runs, args.idle_seconds)
-    print(f"  idle, following {args.runs} runs (default rescan): CPU {cpu:5.2f}% of a core   RSS {rss:.0f} MB (peak {peak:.0f} MB)")
-    cpu, lag, peak = throughput(args.rate, args.seconds)
-    print(f"  a run logging {args.rate} steps/s for {args.seconds:.0f} s:    CPU {cpu:5.2f}% of a core   caught up {lag:.2f} s after the writer stopped   peak RSS {peak:.0f} MB")
+    print(f"  idle, following {args.runs} runs, inotify:          CPU {cpu:5.2f}% of a core   RSS {rss:.0f} MB (peak {peak:.0f} MB)")
+    cpu, rss, peak = idle(args.runs, args.idle_seconds, "--polling")
+    print(f"  idle, following {args.runs} runs, polling every 10 s: CPU {cpu:5.2f}% of a core   RSS {rss:.0f} MB (peak {peak:.0f} MB)")
+    gb, took, rss, peak = history(args.history_mb)
+    print(f"  start on a run with {gb:.1f} GB of history:       read in {took:.0f} s   RSS after {rss:.0f} MB (peak {peak:.0f} MB)")
+    for style, flag in (("8 KB writes", False), ("a flush per line", True)):
+        cpu, lag, peak = throughput(args.rate, args.seconds, line_buffered=flag)
+        print(f"  a run logging {args.rate} steps/s for {args.seconds:.0f} s, {style:16s}: CPU {cpu:5.2f}% of a core   caught up {lag:.2f} s after the writer stopped   peak RSS {peak:.0f} MB")
 
 
 if __name__ == "__main__":
