@@ -36,8 +36,11 @@ from .state import State
 log = logging.getLogger("lossguard")
 DEBOUNCE = 0.1
 BUSY_SPACING = 0.5
-"""Passes start at least this far apart while files keep changing: a run writing 1,000 lines a
-second costs two passes a second, and an alert still goes out within about half a second."""
+BUSY_ROWS = 100
+"""After a pass that found at least BUSY_ROWS new values (a fast writer), the next starts no
+sooner than BUSY_SPACING after it: a run writing 1,000 steps a second costs two passes a second,
+and its alerts still go out within about half a second. A run writing now and then gets its pass
+DEBOUNCE after the write."""
 MAX_DIRTY = 10_000
 # Asked of the kernel, so that our own reads (open, close-without-write) and attribute changes raise
 # no events at all: every event costs the observer's threads about half a millisecond.
@@ -155,6 +158,7 @@ class Daemon:
         self._events = 0
         self._last_start = 0.0
         self._last_walk = 0.0
+        self._busy = False
         self.every = poll_interval
 
     def _pass(self) -> None:
@@ -186,6 +190,7 @@ class Daemon:
             events, "walked" if report.walked else f"{len(changed)} named", report.files, report.rows, len(report.notices),
             (time.monotonic() - started) * 1e3, (time.thread_time() - cpu) * 1e3,
         )
+        self._busy = report.rows >= BUSY_ROWS
         if report.walked:
             self._last_walk = started
         if report.notices:
@@ -214,13 +219,14 @@ class Daemon:
         self.wake()
 
     def wake(self) -> None:
-        """Pass soon. Wakes coalesce until the pass starts, and passes keep BUSY_SPACING apart, so a
-        run writing 1,000 lines a second costs two passes a second, not one per write."""
+        """Pass soon. Wakes coalesce until the pass starts; after a busy pass, passes keep
+        BUSY_SPACING apart, so a run writing 1,000 lines a second costs two passes a second, not one
+        per write."""
         with self._dirty_lock:
             if self._wake_pending:
                 return
             self._wake_pending = True
-        delay = max(DEBOUNCE, self._last_start + BUSY_SPACING - time.monotonic())
+        delay = max(DEBOUNCE, self._last_start + BUSY_SPACING - time.monotonic()) if self._busy else DEBOUNCE
         try:
             self.scheduler.modify_job("follow", next_run_time=datetime.now() + timedelta(seconds=delay))
         except Exception:  # noqa: BLE001 - scheduler shutting down
