@@ -42,10 +42,13 @@ def empty(*, lean: bool = False) -> pl.DataFrame:
 
 
 def conform_raw(frame: pl.DataFrame) -> pl.DataFrame:
-    """Cast and order a parser's output to RAW_SCHEMA (missing wall_time becomes null)."""
+    """Cast and order a parser's output to RAW_SCHEMA (missing wall_time becomes null). A tag
+    column a parser built as Categorical stays one: readers of wide tables (CSV, JSON lines) make
+    tens of millions of rows from a handful of names, and strings would cost them a third of the read."""
     if "wall_time" not in frame.columns:
         frame = frame.with_columns(pl.lit(None, dtype=pl.Float64).alias("wall_time"))
-    return frame.select([pl.col(c).cast(t) for c, t in RAW_SCHEMA.items()])
+    keep = {"tag"} if frame.schema.get("tag") == pl.Categorical() else set()
+    return frame.select([pl.col(c) if c in keep else pl.col(c).cast(t) for c, t in RAW_SCHEMA.items()])
 
 
 LEAN = ("step", "metric", "tag", "value")
@@ -56,15 +59,17 @@ def finish(raw: pl.DataFrame, *, run: str, source: str, metric_of: dict[str, str
     what analysis needs (LEAN): run and source are the same on every row of a file, and as columns
     they would double the memory of a large log's table."""
     renamed = {t: m for t, m in metric_of.items() if t != m}
-    metric = pl.col("tag").replace(renamed) if renamed else pl.col("tag")
     if lean:
-        # Categorical names: 4 bytes a row instead of a 16-byte string view, for tables of 10^7+ rows.
+        # Categorical names: 4 bytes a row instead of a 16-byte string view, for tables of 10^7+ rows
+        # (renaming then works on the few categories, not on every row).
+        tag = pl.col("tag").cast(pl.Categorical())
         return raw.select(
             pl.col("step").cast(pl.Int64()),
-            metric.cast(pl.String()).cast(pl.Categorical()).alias("metric"),
-            pl.col("tag").cast(pl.Categorical()),
+            (tag.replace(renamed) if renamed else tag).alias("metric"),
+            tag.alias("tag"),
             pl.col("value").cast(pl.Float64()),
         )
+    metric = pl.col("tag").cast(pl.String()).replace(renamed) if renamed else pl.col("tag").cast(pl.String())
     return raw.select(
         pl.lit(run, dtype=pl.String()).alias("run"),
         pl.lit(source, dtype=pl.String()).alias("source"),

@@ -56,7 +56,8 @@ class LineFormat:
             if rows.height:
                 frames.append(rows)
             cursor = block.cursor.advance(index=state.index, last_step=state.last_step, header=state.header)
-        rows = pl.concat(frames, rechunk=False) if frames else table.empty_raw()
+        # Relaxed: a block's tags may be Categorical (fast paths) or String (a parser's odd rows).
+        rows = pl.concat(frames, how="vertical_relaxed", rechunk=False) if frames else table.empty_raw()
         return Parsed(rows, cursor, tuple(problems))
 
 

@@ -81,10 +81,10 @@ def _rows(frame: pl.DataFrame, cursor: Cursor) -> tuple[pl.DataFrame, Cursor]:
         {
             "step": np.repeat(steps.fill_null(0).to_numpy(), k)[valid],
             "record": np.repeat(record, k)[valid],
-            "tag": pl.Series(names, dtype=pl.String()).gather(pl.Series(np.tile(np.arange(k, dtype=np.uint32), n)[valid])),
+            "tag": pl.Series(names, dtype=pl.Categorical()).gather(pl.Series(np.tile(np.arange(k, dtype=np.uint32), n)[valid])),
             "value": values.to_numpy().astype(np.float64, copy=False).ravel()[valid],
         },
-        schema={"step": pl.Int64(), "record": pl.Int64(), "tag": pl.String(), "value": pl.Float64()},
+        schema={"step": pl.Int64(), "record": pl.Int64(), "tag": pl.Categorical(), "value": pl.Float64()},
     ).with_columns(pl.lit(None, dtype=pl.Float64).alias("wall_time"))
     own = steps.drop_nulls() if step_col else None
     last_step = own[-1] if own is not None and own.len() else cursor.last_step

@@ -17,7 +17,7 @@ import numpy as np
 import polars as pl
 
 MIN_LINES = 2000
-_EMPTY_PAIRS = pl.DataFrame(schema={"line_no": pl.Int64(), "key": pl.String(), "value": pl.Float64()})
+_EMPTY_PAIRS = pl.DataFrame(schema={"line_no": pl.Int64(), "key": pl.Categorical(), "value": pl.Float64()})
 
 
 def _value_group(cell_re: str) -> int:
@@ -114,10 +114,10 @@ def fast_pairs(
     k = len(columns)
     line_nos = lines.get_column("line_no").to_numpy()[fits]
     key_index = pl.Series(np.tile(np.arange(k, dtype=np.uint32), line_nos.size)[valid])
-    names = pl.Series([key for key, _, _ in columns], dtype=pl.String())
+    names = pl.Series([key for key, _, _ in columns], dtype=pl.Categorical())
     pairs = pl.DataFrame(
         {"line_no": np.repeat(line_nos, k)[valid], "key": names.gather(key_index), "value": matrix.ravel()[valid]},
-        schema={"line_no": pl.Int64(), "key": pl.String(), "value": pl.Float64()},
+        schema={"line_no": pl.Int64(), "key": pl.Categorical(), "value": pl.Float64()},
     )
     return pairs, lines.filter(~mask)
 
@@ -169,8 +169,8 @@ def json_pairs(lines: pl.DataFrame, *, raw: bytes | None = None, min_lines: int 
         matrix = values.to_numpy().astype(np.float64, copy=False)
         key_index = pl.Series(np.tile(np.arange(k, dtype=np.uint32), line_nos.size)[valid])
         pairs = pl.DataFrame(
-            {"line_no": np.repeat(line_nos, k)[valid], "key": pl.Series(numeric, dtype=pl.String()).gather(key_index), "value": matrix.ravel()[valid]},
-            schema={"line_no": pl.Int64(), "key": pl.String(), "value": pl.Float64()},
+            {"line_no": np.repeat(line_nos, k)[valid], "key": pl.Series(numeric, dtype=pl.Categorical()).gather(key_index), "value": matrix.ravel()[valid]},
+            schema={"line_no": pl.Int64(), "key": pl.Categorical(), "value": pl.Float64()},
         )
     rest = pl.concat([lines.filter(~objects), chosen.filter(~fits)]).sort("line_no")
     return pairs, rest

@@ -54,13 +54,13 @@ def parse(lines: pl.DataFrame, cursor: Cursor, raw: bytes | None = None) -> tupl
         .join(validations.select("line_no", "val"), on="line_no")
         .select(
             pl.col("val").alias("step"),
-            (pl.lit("validation ") + pl.col("key")).alias("tag"),
+            (pl.lit("validation ") + pl.col("key").cast(pl.String())).cast(pl.Categorical()).alias("tag"),
             "value",
             "line_no",
         )
     )
     orows = marked.filter(pl.col("scale").is_not_null()).select(
-        pl.col("after").alias("step"), pl.lit("OVERFLOW loss scale").alias("tag"), pl.col("scale").alias("value"), "line_no"
+        pl.col("after").alias("step"), pl.lit("OVERFLOW loss scale", dtype=pl.Categorical()).alias("tag"), pl.col("scale").alias("value"), "line_no"
     )
     if vrows.height or orows.height:
         rows = pl.concat([rows, vrows, orows], how="diagonal_relaxed").sort("line_no", maintain_order=True)

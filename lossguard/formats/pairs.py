@@ -28,7 +28,7 @@ def pairs_frame(lines: pl.DataFrame, pair_re: str) -> pl.DataFrame:
     groups = matched.get_column("pair").str.extract_groups(pair_re)
     return matched.select(
         "line_no",
-        groups.struct.field("key").str.strip_chars().alias("key"),
+        groups.struct.field("key").str.strip_chars().cast(pl.Categorical()).alias("key"),
         groups.struct.field("value").str.strip_chars().cast(pl.Float64, strict=False).alias("value"),
     ).filter(pl.col("value").is_not_null())
 
@@ -49,11 +49,14 @@ def records_to_rows(
     `cursor.index`, for formats that carry no step at all (HF console dicts). Records holding any of
     `drop_record_keys` are summaries, not points of the curve, and are dropped whole.
     """
-    low_key = pl.col("key").str.to_lowercase()
-    if drop_record_keys:
-        bad = pairs.filter(low_key.is_in(list(drop_record_keys))).get_column("line_no").unique()
+    # Keys compared on the few distinct names, not on every row (tens of millions in a big log).
+    names = pairs.get_column("key").unique().to_list()
+    drop = [k for k in names if k is not None and k.lower() in drop_record_keys]
+    if drop:
+        bad = pairs.filter(pl.col("key").is_in(drop)).get_column("line_no").unique()
         pairs = pairs.filter(~pl.col("line_no").is_in(bad.implode()))
-    is_step = low_key.is_in(list(step_keys)) if step_keys else pl.lit(False)
+    step_names = [k for k in names if k is not None and k.lower() in step_keys]
+    is_step = pl.col("key").is_in(step_names) if step_names else pl.lit(False)
     steps = (
         pairs.filter(is_step)
         .group_by("line_no", maintain_order=True)
