@@ -46,6 +46,10 @@ def parse_json(lines: pl.DataFrame, cursor: Cursor, raw: bytes | None = None) ->
 def _merge(fast: pl.DataFrame, rest: pl.DataFrame) -> pl.DataFrame:
     if not fast.height:
         return pairs_frame(rest, PAIR)
+    if not rest.height:
+        # Every line took the fast path: already in line order; say so, which lets polars group and
+        # join on line_no without hashing (what the sort did, for free).
+        return fast.with_columns(pl.col("line_no").set_sorted())
     return pl.concat([fast, pairs_frame(rest, PAIR)]).sort("line_no", maintain_order=True)
 
 

@@ -116,7 +116,7 @@ def fast_pairs(
     key_index = pl.Series(np.tile(np.arange(k, dtype=np.uint32), line_nos.size)[valid])
     names = pl.Series([key for key, _, _ in columns], dtype=pl.Categorical())
     pairs = pl.DataFrame(
-        {"line_no": np.repeat(line_nos, k)[valid], "key": names.gather(key_index), "value": matrix.ravel()[valid]},
+        {"line_no": pl.Series(np.repeat(line_nos, k)[valid], dtype=pl.Int64()).set_sorted(), "key": names.gather(key_index), "value": matrix.ravel()[valid]},
         schema={"line_no": pl.Int64(), "key": pl.Categorical(), "value": pl.Float64()},
     )
     return pairs, lines.filter(~mask)
@@ -139,7 +139,11 @@ def json_pairs(lines: pl.DataFrame, *, raw: bytes | None = None, min_lines: int 
     if raw is None:
         raw = texts.filter(objects).str.join("\n").item().encode("utf-8") + b"\n"
     # Python's json writes NaN and Infinity bare, which no JSON parser accepts: quote them.
-    raw = raw.replace(b": NaN", b': "NaN"').replace(b": -Infinity", b': "-Infinity"').replace(b": Infinity", b': "Infinity"')
+    # (A find is a memchr scan; each replace copies the block: only pay for them when needed.)
+    if b"NaN" in raw:
+        raw = raw.replace(b": NaN", b': "NaN"')
+    if b"Infinity" in raw:
+        raw = raw.replace(b": -Infinity", b': "-Infinity"').replace(b": Infinity", b': "Infinity"')
     try:
         frame = pl.read_ndjson(raw, infer_schema_length=1000)
     except pl.exceptions.PolarsError:
@@ -169,7 +173,7 @@ def json_pairs(lines: pl.DataFrame, *, raw: bytes | None = None, min_lines: int 
         matrix = values.to_numpy().astype(np.float64, copy=False)
         key_index = pl.Series(np.tile(np.arange(k, dtype=np.uint32), line_nos.size)[valid])
         pairs = pl.DataFrame(
-            {"line_no": np.repeat(line_nos, k)[valid], "key": pl.Series(numeric, dtype=pl.Categorical()).gather(key_index), "value": matrix.ravel()[valid]},
+            {"line_no": pl.Series(np.repeat(line_nos, k)[valid], dtype=pl.Int64()).set_sorted(), "key": pl.Series(numeric, dtype=pl.Categorical()).gather(key_index), "value": matrix.ravel()[valid]},
             schema={"line_no": pl.Int64(), "key": pl.Categorical(), "value": pl.Float64()},
         )
     rest = pl.concat([lines.filter(~objects), chosen.filter(~fits)]).sort("line_no")
