@@ -64,11 +64,27 @@ using world size: 8
 -------------------------------------------------------------------------------------------------
 """
 
+TORCHTITAN = """\
+[rank0]:2024-05-01 10:00:00,000 - root - INFO - step:  1  loss: 12.2345  memory: 30.12GiB(31.72%)  tps: 1,234  tflops: 45.6  mfu: 12.3%
+[rank0]:2024-05-01 10:00:01,000 - root - INFO - step:  2  loss: 11.9876  grad_norm:  4.5678  memory: 30.12GiB(31.72%)  tps: 12,345,678  mfu: 12.3%
+"""
+
+DEEPSPEED = """\
+[2024-03-01 10:00:01,123] [INFO] [logging.py:96:log_dist] [Rank 0] step=10, skipped=0, lr=[9.9e-05, 9.9e-05], mom=[(0.9, 0.95), (0.9, 0.95)]
+Epoch 0 | step 10 | loss 2.345
+[2024-03-01 10:00:02,123] [INFO] [logging.py:96:log_dist] [Rank 0] step=20, skipped=0, lr=[9.8e-05, 9.8e-05], mom=[(0.9, 0.95), (0.9, 0.95)]
+Epoch 0 | step 20 | loss 2.301
+[2024-03-01 10:00:03,000] [INFO] [loss_scaler.py:183:update_scale] [deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 65536, reducing to 32768
+Epoch 0 | step 30 | loss 2.290
+"""
+
 ALL = {
     "hf_console": ("train_stdout.txt", HF_CONSOLE),
     "kv_nanogpt": ("nanogpt.log", NANOGPT),
     "kv_llmc": ("llmc.log", LLMC),
     "kv_fairseq": ("fairseq.log", FAIRSEQ),
+    "kv_torchtitan": ("titan.log", TORCHTITAN),
+    "kv_deepspeed": ("ds.log", DEEPSPEED),
     "jsonl": ("metrics.jsonl", JSONL),
     "csv": ("metrics.csv", LIGHTNING_CSV),
     "megatron": ("megatron.log", MEGATRON),

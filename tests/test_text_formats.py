@@ -50,6 +50,24 @@ def test_llmc_step_lines_with_two_word_names(tmp_path):
     assert points(frame, "lr")[2] == (3, 3e-06)
 
 
+def test_thousands_separators_are_part_of_the_number(tmp_path):
+    frame, results, _ = read_text(tmp_path, "titan.log", samples.TORCHTITAN)
+    assert results[0].format == "kv_lines"
+    assert points(frame, "tps") == [(1, 1234.0), (2, 12345678.0)]
+    assert points(frame, "loss") == [(1, 12.2345), (2, 11.9876)] and points(frame, "grad_norm") == [(2, 4.5678)]
+
+
+def test_deepspeed_console_lists_prefixes_and_overflow_lines(tmp_path):
+    frame, results, problems = read_text(tmp_path, "ds.log", samples.DEEPSPEED)
+    assert results[0].format == "kv_lines" and problems == []
+    assert points(frame, "lr") == [(10, 9.9e-05), (20, 9.8e-05)]  # the first group's rate
+    assert points(frame, "loss") == [(10, 2.345), (20, 2.301), (30, 2.29)]
+    # Printed while step 21 ran: the halved scale is a loss_scale value at 21, as in Megatron logs.
+    assert points(frame, "loss_scale") == [(21, 32768.0)]
+    tags = set(frame.get_column("tag").to_list())
+    assert not {t for t in tags if t.endswith(".py") or t.lower() == "rank"}
+
+
 def test_fairseq_simple_hydra_and_json_lines(tmp_path):
     frame, _, _ = read_text(tmp_path, "fairseq.log", samples.FAIRSEQ)
     assert points(frame, "loss") == [(100, 9.21), (200, 8.71)]

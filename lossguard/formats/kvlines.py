@@ -6,9 +6,15 @@ simple/hydra log formats print them:
     step:1/20344 train_loss:22.62 train_time:123ms
     | epoch 001 | loss 7.21 | lr 0.0005 | gnorm 1.2 | num_updates 100
     epoch 001:    100 / 1000 loss=7.21, lr=0.0005, gnorm=1.2, num_updates=100
+    step:  10  loss:  8.1234  memory: 30.12GiB(31.72%)  tps: 1,234  mfu: 12.3%        (torchtitan)
+    [Rank 0] step=10, skipped=0, lr=[9.9e-05, 9.9e-05], mom=[(0.9, 0.95)]          (DeepSpeed)
 
 A line is a record only if it names its step: banners, config dumps and `validation loss: 3.2`
 lines without a step are noise here, and taking them would put numbers on made-up steps.
+Numbers may carry thousands separators (`1,234`); a bracketed list counts as its first element
+(DeepSpeed prints one learning rate per parameter group); `file.py:96` in a log prefix is where the
+line was printed, and `[Rank 0]` who printed it: neither is a metric. DeepSpeed's `OVERFLOW! ... reducing to Y` lines, printed during the
+step after the last one logged, become `OVERFLOW loss scale` values at that step, as in Megatron logs.
 """
 
 from __future__ import annotations
@@ -19,12 +25,17 @@ from .. import table
 from ..cursor import Cursor
 from .base import LineFormat
 from .fastpath import fast_pairs
+from .megatron import OVERFLOW
 from .pairs import NUMBER, pairs_frame, records_to_rows
 
+GROUPED = r"\d{1,3}(?:,\d{3})+(?:\.\d+)?\b"
 # A name is one word, or two (`train loss`, `val loss`): the qualifier decides which curve it is.
-PAIR = r"(?:^|[\s|,;\[(])(?P<key>(?:[A-Za-z_][\w./-]* )?[A-Za-z_][\w./-]*)(?:\s*[:=]\s*|\s+)(?P<value>" + NUMBER + ")"
+PAIR = (
+    r"(?:^|[\s|,;\[(])(?P<key>(?:[A-Za-z_][\w./-]* )?[A-Za-z_][\w./-]*)(?:\s*[:=]\s*|\s+)\[?(?P<value>"
+    + GROUPED + "|" + NUMBER + ")"
+)
 STEP_KEYS = ("step", "iter", "iteration", "num_updates", "global_step", "_step", "steps", "it")
-PREFILTER = r"(?i)\b(?:step|iter|iteration|num_updates|global_step|it)\b"
+PREFILTER = r"(?i)\b(?:step|iter|iteration|num_updates|global_step|it)\b|OVERFLOW!"
 
 
 def _pipe_separated(lines: pl.DataFrame) -> bool:
@@ -33,8 +44,11 @@ def _pipe_separated(lines: pl.DataFrame) -> bool:
 
 
 def parse(lines: pl.DataFrame, cursor: Cursor, raw: bytes | None = None) -> tuple[pl.DataFrame, Cursor]:
-    fast, rest = fast_pairs(lines, sep="|", cell_re=PAIR, raw=raw) if _pipe_separated(lines) else (None, lines)
-    pairs = pairs_frame(rest, PAIR)
+    overflow = lines.filter(pl.col("text").str.contains("OVERFLOW!", literal=True))
+    if overflow.height:
+        lines = lines.filter(~pl.col("text").str.contains("OVERFLOW!", literal=True))
+    fast, rest = fast_pairs(lines, sep="|", cell_re=PAIR, raw=raw if not overflow.height else None) if _pipe_separated(lines) else (None, lines)
+    pairs = pairs_frame(rest, PAIR, thousands=True)
     if fast is not None and fast.height:
         pairs = pl.concat([fast, pairs]).sort("line_no", maintain_order=True)
     # `at step 20`, `global step 20`: a step key keeps its meaning whatever word stands before it.
@@ -43,8 +57,28 @@ def parse(lines: pl.DataFrame, cursor: Cursor, raw: bytes | None = None) -> tupl
     renamed = {k: k.split()[-1] for k in keys if " " in k and k.split()[-1].lower() in STEP_KEYS}
     if renamed:
         pairs = pairs.with_columns(pl.col("key").replace(renamed))
+    located = [k for k in keys if k.endswith(".py") or k.lower() == "rank"]
+    if located:
+        pairs = pairs.filter(~pl.col("key").is_in(located))
     rows, state = records_to_rows(pairs, cursor, step_keys=STEP_KEYS, require_step=True)
+    if overflow.height:
+        rows = pl.concat([rows, _overflow_rows(overflow, rows, cursor)], how="diagonal_relaxed").sort("line_no", maintain_order=True)
     return table.conform_raw(rows), state
+
+
+def _overflow_rows(overflow: pl.DataFrame, rows: pl.DataFrame, cursor: Cursor) -> pl.DataFrame:
+    """Each OVERFLOW line at one past the step of the last record before it (this block's, else the
+    cursor's), with the reduced scale as its value."""
+    scaled = overflow.select("line_no", pl.col("text").str.extract(OVERFLOW, 2).cast(pl.Float64, strict=False).alias("value")).drop_nulls("value")
+    steps = rows.select("line_no", "step").unique("line_no", keep="last", maintain_order=True).sort("line_no")
+    before = scaled.sort("line_no").join_asof(steps, on="line_no", strategy="backward")
+    return before.select(
+        (pl.col("step").fill_null(pl.lit(cursor.last_step, dtype=pl.Int64)).fill_null(0) + 1).alias("step"),
+        pl.lit("OVERFLOW loss scale").alias("tag"),
+        "value",
+        pl.lit(None, dtype=pl.Float64).alias("wall_time"),
+        "line_no",
+    )
 
 
 KV_LINES = LineFormat("kv_lines", parse, prefilter=PREFILTER)

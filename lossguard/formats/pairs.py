@@ -17,19 +17,22 @@ from ..cursor import Cursor
 NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?i:nan|inf(?:inity)?)\b"
 
 
-def pairs_frame(lines: pl.DataFrame, pair_re: str) -> pl.DataFrame:
+def pairs_frame(lines: pl.DataFrame, pair_re: str, *, thousands: bool = False) -> pl.DataFrame:
     """(line_no, key, value) for every pair in every line, in line order. `pair_re` has the named
-    groups `key` and `value`."""
+    groups `key` and `value`; `thousands`: the value may hold separators (`1,234`)."""
     matched = (
         lines.select("line_no", pl.col("text").str.extract_all(pair_re).alias("pair"))
         .filter(pl.col("pair").list.len() > 0)
         .explode("pair")
     )
     groups = matched.get_column("pair").str.extract_groups(pair_re)
+    value = groups.struct.field("value").str.strip_chars()
+    if thousands:
+        value = value.str.replace_all(",", "", literal=True)
     return matched.select(
         "line_no",
         groups.struct.field("key").str.strip_chars().cast(pl.Categorical()).alias("key"),
-        groups.struct.field("value").str.strip_chars().cast(pl.Float64, strict=False).alias("value"),
+        value.cast(pl.Float64, strict=False).alias("value"),
     ).filter(pl.col("value").is_not_null())
 
 
