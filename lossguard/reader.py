@@ -18,6 +18,7 @@ from .aliases import Aliases
 from .cursor import Cursor
 from .errors import UsageError
 from .formats.base import Parsed
+from .formats.composer import COMPOSER
 from .formats.csvlog import CSV
 from .formats.custom import LineFormatSpec
 from .formats.dictlines import HF_CONSOLE, JSONL
@@ -29,7 +30,7 @@ from .formats.trainer_state import TRAINER_STATE
 from .problems import Problem
 from .sources.discover import Found, discover
 
-BUILTIN = {f.name: f for f in (TFEVENTS, JSONL, HF_CONSOLE, CSV, TRAINER_STATE, MEGATRON, KV_LINES)}
+BUILTIN = {f.name: f for f in (TFEVENTS, JSONL, HF_CONSOLE, CSV, TRAINER_STATE, MEGATRON, KV_LINES, COMPOSER)}
 FORMAT_NAMES = tuple(BUILTIN)
 
 

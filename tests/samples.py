@@ -78,6 +78,33 @@ Epoch 0 | step 20 | loss 2.301
 Epoch 0 | step 30 | loss 2.290
 """
 
+# Composer's ConsoleLogger (llm-foundry's stdout), laid out as composer/loggers/console_logger.py
+# prints it: a progress header, then a tab, a space and `Train name: value` / `Eval name: value`.
+COMPOSER = """\
+******************************
+Config:
+max_duration: 200ba
+******************************
+[batch=1/200]:
+\t Train time/batch: 0
+\t Train loss/train/total: 11.2345
+\t Train lr-DecoupledAdamW/group0: 0.0000
+\t Train l2_norm/grad_global: 5.4321
+[batch=2/200]:
+\t Train loss/train/total: 10.9876
+\t Train lr-DecoupledAdamW/group0: 0.0001
+\t Train l2_norm/grad_global: 4.3210
+[Eval batch=1/10] Eval on eval data
+[Eval batch=10/10] Eval on eval data:
+\t Eval metrics/eval/LanguageCrossEntropy: 10.5000
+\t Eval metrics/eval/LanguagePerplexity: 36315.5000
+[epoch=2][batch=16/100]:
+\t Train loss/train/total: 2.1000
+[epoch=2][batch=17/100]:
+\t Train loss/train/total: nan
+"""
+
+
 ALL = {
     "hf_console": ("train_stdout.txt", HF_CONSOLE),
     "kv_nanogpt": ("nanogpt.log", NANOGPT),
@@ -85,6 +112,7 @@ ALL = {
     "kv_fairseq": ("fairseq.log", FAIRSEQ),
     "kv_torchtitan": ("titan.log", TORCHTITAN),
     "kv_deepspeed": ("ds.log", DEEPSPEED),
+    "composer": ("composer.log", COMPOSER),
     "jsonl": ("metrics.jsonl", JSONL),
     "csv": ("metrics.csv", LIGHTNING_CSV),
     "megatron": ("megatron.log", MEGATRON),

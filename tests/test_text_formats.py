@@ -68,6 +68,17 @@ def test_deepspeed_console_lists_prefixes_and_overflow_lines(tmp_path):
     assert not {t for t in tags if t.endswith(".py") or t.lower() == "rank"}
 
 
+def test_composer_console_headers_name_the_step_and_eval_lines_the_last_train_step(tmp_path):
+    frame, results, problems = read_text(tmp_path, "train.out", samples.COMPOSER)
+    assert results[0].format == "composer" and problems == []
+    loss = points(frame, "loss")
+    # [epoch=2][batch=16/100] is step 100 + 16; a NaN loss is kept.
+    assert loss[:3] == [(1, 11.2345), (2, 10.9876), (116, 2.1)] and loss[3][0] == 117 and math.isnan(loss[3][1])
+    assert points(frame, "eval_loss") == [(2, 10.5)]
+    assert points(frame, "lr") == [(1, 0.0), (2, 0.0001)] and points(frame, "grad_norm") == [(1, 5.4321), (2, 4.321)]
+    assert "max_duration" not in frame.get_column("tag").to_list()
+
+
 def test_fairseq_simple_hydra_and_json_lines(tmp_path):
     frame, _, _ = read_text(tmp_path, "fairseq.log", samples.FAIRSEQ)
     assert points(frame, "loss") == [(100, 9.21), (200, 8.71)]

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from fnmatch import fnmatch
 from pathlib import Path
 
+from .composer import DATA as COMPOSER_DATA
 from .custom import LineFormatSpec
 from .megatron import ITERATION
 
@@ -20,6 +21,7 @@ _JSON_DICT = re.compile(r"""\{\s*"[^"\n]+"\s*:""")
 _PY_DICT = re.compile(r"""\{\s*'[^'\n]+'\s*:""")
 _DICT_METRIC = re.compile(r"""["'](?:[^"'\n]*loss[^"'\n]*|learning_rate|lr|grad_norm)["']\s*:\s*[-+\d.'"nNiI]""")
 _KV_STEP = re.compile(r"(?i)(?:^|[\s|,;\[(])(?:step|iter|iteration|num_updates|global_step)(?:\s*[:=]\s*|\s+)\d")
+_COMPOSER = re.compile(COMPOSER_DATA)
 _KV_LOSS = re.compile(r"(?i)(?:^|[\s|,;\[(])[\w./-]*loss[\w./-]*(?:\s*[:=]\s*|\s+)[-+\d.nNiI]")
 
 TEXT_SUFFIXES = {".log", ".txt", ".out", ".err", ".jsonl", ".ndjson", ".json", ".csv", ".stdout", ".stderr"}
@@ -60,9 +62,11 @@ def _score(text: str, custom: Sequence[LineFormatSpec]) -> str | None:
             pattern = re.compile(spec.pattern)
             if any(pattern.search(line) for line in lines):
                 return spec.name
-    counts = {"megatron": 0, "jsonl": 0, "hf_console": 0, "kv_lines": 0}
+    counts = {"megatron": 0, "jsonl": 0, "hf_console": 0, "kv_lines": 0, "composer": 0}
     for line in lines:
-        if _MEGATRON.search(line):
+        if _COMPOSER.match(line):
+            counts["composer"] += 1
+        elif _MEGATRON.search(line):
             counts["megatron"] += 1
         elif _DICT_METRIC.search(line):
             if _JSON_DICT.search(line):
