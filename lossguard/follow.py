@@ -27,7 +27,7 @@ from .causes import label_all
 from .errors import UsageError
 from .model import Cause, Incident
 from .reader import ReadOptions, collect, read
-from .sources.discover import is_candidate
+from .sources.discover import Listings, is_candidate
 from .rules import RuleSet
 from .state import FileRow, State
 from .streams import by_metric, collapse
@@ -113,6 +113,7 @@ class Follower:
         self.first_pass = True
         self._warned: set[str] = set()
         self._now = 0.0
+        self._listings = Listings()
         # Stream tails as committed, for the runs written to lately: a busy run's pass need not
         # decode its tails from SQLite again. What a pass writes is staged until its commit.
         self._tails: OrderedDict[tuple[str, str], tuple[pl.DataFrame, int]] = OrderedDict()
@@ -122,7 +123,7 @@ class Follower:
     def _discover(self, db, tracked: dict[str, FileRow]) -> dict[str, FileRow]:  # noqa: ANN001
         quiet = self.first_pass and self.state.fresh
         try:
-            found, problems = collect(self.roots, self.options)
+            found, problems = collect(self.roots, self.options, listings=self._listings)
         except UsageError as exc:
             self._warn_once(str(exc))
             found, problems = [], []

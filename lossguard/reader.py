@@ -28,7 +28,7 @@ from .formats.sniff import detect
 from .formats.tfevents import TFEVENTS
 from .formats.trainer_state import TRAINER_STATE
 from .problems import Problem
-from .sources.discover import Found, discover
+from .sources.discover import Found, Listings, discover
 
 BUILTIN = {f.name: f for f in (TFEVENTS, JSONL, HF_CONSOLE, CSV, TRAINER_STATE, MEGATRON, KV_LINES, COMPOSER)}
 FORMAT_NAMES = tuple(BUILTIN)
@@ -114,14 +114,14 @@ def unrecognised(path: Path, *, explicit: bool) -> Problem | None:
     return None
 
 
-def collect(paths: Sequence[Path], options: ReadOptions) -> tuple[list[Found], list[Problem]]:
+def collect(paths: Sequence[Path], options: ReadOptions, *, listings: Listings | None = None) -> tuple[list[Found], list[Problem]]:
     problems: list[Problem] = []
     found: list[Found] = []
     globs = [s.files for s in options.custom if s.files]
     for root in paths:
         if not root.exists():
             raise UsageError(f"{root}: no such file or folder")
-        here = discover(root, extra_globs=globs, problems=problems)
+        here = discover(root, extra_globs=globs, problems=problems, listings=listings)
         if len(paths) > 1:
             # Several roots: "." (or the same relative name) under two of them must not merge.
             label = root.name or str(root)

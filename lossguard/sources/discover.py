@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -70,37 +71,81 @@ def run_name(path: Path, root: Path, *, alone: bool = False) -> str:
     return path.stem if rel == "." else f"{Path(rel).as_posix()}/{path.stem}"
 
 
-def _walk(root: Path, problems: list[Problem]) -> Iterable[Path]:
+class Listings:
+    """What each folder held at the last walk, for a process that walks the same tree again and
+    again (the daemon polling NFS): a folder whose modification time has not moved holds the same
+    names, so it is not listed again, and a tree where no folder moved discovers the same files.
+    A folder changed within the last RACY seconds is always listed: on filesystems that keep
+    coarse times, a file added in the same second as the last listing would not move the time."""
+
+    RACY = 2.0
+
+    def __init__(self) -> None:
+        self.folders: dict[str, tuple[tuple[int, int, int], list[tuple[str, str, bool]]]] = {}
+        self.found: dict[tuple[str, tuple[str, ...]], tuple[frozenset[str], list[Found]]] = {}
+        self.listed = 0
+        """Folders listed (not taken from memory) by the last walk."""
+
+    def entries(self, folder: str, st: os.stat_result) -> list[tuple[str, str, bool]] | None:
+        stamp = (st.st_dev, st.st_ino, st.st_mtime_ns)
+        known = self.folders.get(folder)
+        if known is not None and known[0] == stamp and time.time_ns() - st.st_mtime_ns > self.RACY * 1e9:
+            return known[1]
+        return None
+
+    def remember(self, folder: str, st: os.stat_result, entries: list[tuple[str, str, bool]]) -> None:
+        self.listed += 1
+        self.folders[folder] = ((st.st_dev, st.st_ino, st.st_mtime_ns), entries)
+
+
+def _list(folder: str) -> list[tuple[str, str, bool]]:
+    """(name, path, is a folder) of the entries that are folders or files, by name."""
+    out = []
+    for entry in sorted(os.scandir(folder), key=lambda e: e.name):
+        try:
+            if entry.is_dir(follow_symlinks=True):
+                out.append((entry.name, entry.path, True))
+            elif entry.is_file(follow_symlinks=True):
+                out.append((entry.name, entry.path, False))
+        except OSError:
+            continue
+    return out
+
+
+def _walk(root: Path, problems: list[Problem], listings: Listings | None = None) -> Iterable[str]:
+    """Paths (strings: a walk the daemon repeats should not build thousands of Path objects) of
+    the files under root, folder by folder in name order."""
     seen: set[tuple[int, int]] = set()
-    stack = [root]
+    stack = [str(root)]
     while stack:
         folder = stack.pop()
         try:
-            st = folder.stat()
+            st = os.stat(folder)
         except OSError as exc:
-            problems.append(Problem(str(folder), f"cannot enter folder: {exc.strerror or exc}"))
+            problems.append(Problem(folder, f"cannot enter folder: {exc.strerror or exc}"))
             continue
         key = (st.st_dev, st.st_ino)
         if key in seen:
-            if folder.is_symlink():
-                problems.append(Problem(str(folder), "symlink to a folder already walked (loop?); not followed again"))
+            if os.path.islink(folder):
+                problems.append(Problem(folder, "symlink to a folder already walked (loop?); not followed again"))
             continue
         seen.add(key)
-        try:
-            entries = sorted(os.scandir(folder), key=lambda e: e.name)
-        except OSError as exc:
-            problems.append(Problem(str(folder), f"cannot list folder: {exc.strerror or exc}"))
-            continue
-        subdirs = []
-        for entry in entries:
+        entries = listings.entries(folder, st) if listings is not None else None
+        if entries is None:
             try:
-                if entry.is_dir(follow_symlinks=True):
-                    if entry.name not in SKIP_DIRS:
-                        subdirs.append(Path(entry.path))
-                elif entry.is_file(follow_symlinks=True):
-                    yield Path(entry.path)
-            except OSError:
+                entries = _list(folder)
+            except OSError as exc:
+                problems.append(Problem(folder, f"cannot list folder: {exc.strerror or exc}"))
                 continue
+            if listings is not None:
+                listings.remember(folder, st, entries)
+        subdirs = []
+        for entry_name, entry_path, is_dir in entries:
+            if is_dir:
+                if entry_name not in SKIP_DIRS:
+                    subdirs.append(entry_path)
+            else:
+                yield entry_path
         stack.extend(reversed(subdirs))
 
 
@@ -122,10 +167,23 @@ def _newest_trainer_states(files: list[Path]) -> list[Path]:
     return sorted(kept)
 
 
-def discover(root: Path, *, extra_globs: Sequence[str] = (), problems: list[Problem]) -> list[Found]:
+def discover(root: Path, *, extra_globs: Sequence[str] = (), problems: list[Problem], listings: Listings | None = None) -> list[Found]:
     """Every candidate log file under root (or root itself, if it is a file), with its run name."""
     if root.is_file():
         return [Found(run_name(root, root), root)]
-    files = _newest_trainer_states([p for p in _walk(root, problems) if is_candidate(p.name, extra_globs)])
+    if listings is None:
+        paths = list(_walk(root, problems))
+    else:
+        listed_before = listings.listed
+        paths = list(_walk(root, problems, listings))
+        key = (str(root), tuple(extra_globs))
+        names = frozenset(paths)
+        known = listings.found.get(key)
+        if listings.listed == listed_before and not problems and known is not None and known[0] == names:
+            return known[1]  # no folder changed: the same files, the same runs
+    files = _newest_trainer_states([Path(p) for p in paths if is_candidate(os.path.basename(p), extra_globs)])
     free = Counter(p.parent for p in files if not _names_its_run(p.name))
-    return sorted(Found(run_name(p, root, alone=free[p.parent] == 1), p) for p in files)
+    found = sorted(Found(run_name(p, root, alone=free[p.parent] == 1), p) for p in files)
+    if listings is not None:
+        listings.found[key] = (names, found)
+    return found
