@@ -157,4 +157,3 @@ def test_only_the_newest_hf_checkpoint_state_is_read(tmp_path, corpus):
     frame, results, _ = read_paths([tmp_path])
     assert [r.found.path.parent.name for r in results] == ["checkpoint-1500"]
     assert set(frame.get_column("run")) == {"out"}
-
