@@ -46,8 +46,19 @@ CREATE TABLE IF NOT EXISTS outbox (
 """
 
 
+VERSION = 1
+"""The layout of state.db, kept in SQLite's user_version. A later layout adds a step to MIGRATIONS
+(the statements that take version N - 1 to N), run in one transaction when an older file is opened.
+Version 0 is a file from before versions were kept: its layout is version 1's."""
+MIGRATIONS: dict[int, tuple[str, ...]] = {1: ()}
+
+
 class StateLocked(LossguardError):
     """Another lossguard daemon holds this state directory."""
+
+
+class StateTooNew(LossguardError):
+    """The state file was written by a newer lossguard, whose layout this one does not know."""
 
 
 @dataclass(frozen=True)
@@ -81,6 +92,9 @@ class State:
         self.fresh = not self.path.exists()
         try:
             self.db = self._open()
+        except StateTooNew:
+            self._lock.close()
+            raise
         except sqlite3.DatabaseError as exc:
             aside = self.path.with_name(f"state.db.corrupt-{int(time.time())}")
             os.replace(self.path, aside)
@@ -104,6 +118,13 @@ class State:
     def _open(self) -> sqlite3.Connection:
         db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30)
         db.execute("PRAGMA busy_timeout=30000")
+        version = db.execute("PRAGMA user_version").fetchone()[0]
+        if version > VERSION:  # before anything writes to it
+            db.close()
+            raise StateTooNew(
+                f"{self.path}: written by a newer lossguard (state layout {version}, this one knows up to {VERSION}); "
+                "upgrade lossguard, or give --state-dir a fresh directory"
+            )
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=FULL")
         check = db.execute("PRAGMA quick_check").fetchone()[0]
@@ -111,6 +132,17 @@ class State:
             db.close()
             raise sqlite3.DatabaseError(check)
         db.executescript(SCHEMA)
+        if version < VERSION:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                for step in range(version + 1, VERSION + 1):
+                    for statement in MIGRATIONS[step]:
+                        db.execute(statement)
+                db.execute(f"PRAGMA user_version={VERSION}")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
         return db
 
     def close(self) -> None:

@@ -239,6 +239,25 @@ def test_damaged_state_file_is_moved_aside_and_the_daemon_starts(runs):
     assert "is damaged" in err and list((runs / "state").glob("state.db.corrupt-*"))
 
 
+def test_state_from_a_newer_lossguard_is_refused_not_overwritten(runs):
+    import sqlite3
+
+    from lossguard.state import VERSION, State
+
+    state = State(runs / "state")
+    assert state.db.execute("PRAGMA user_version").fetchone()[0] == VERSION
+    state.close()
+    db = sqlite3.connect(runs / "state" / "state.db")
+    db.execute(f"PRAGMA user_version={VERSION + 1}")
+    db.close()  # (a `with` block would commit but leave it open, and its close would write later)
+    before = (runs / "state" / "state.db").read_bytes()
+    w = Watch(runs).start()
+    code = w.proc.wait(timeout=30)
+    err = w.proc.stderr.read()
+    assert code == 2 and "written by a newer lossguard" in err and "Traceback" not in err
+    assert (runs / "state" / "state.db").read_bytes() == before and not list((runs / "state").glob("state.db.corrupt-*"))
+
+
 def test_watch_raises_the_incidents_scan_reports(runs):
     from tests.fixtures.make_runs import megatron_fp16_overflow
 
