@@ -245,7 +245,7 @@ def _add_watch(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--config", type=Path, help="lossguard.toml (see deploy/lossguard.toml)")
     p.add_argument("--state-dir", type=Path, help="default: $STATE_DIRECTORY, else the XDG state dir")
     p.add_argument("--poll-interval", type=float, metavar="SECONDS", help="seconds between rescans when polling (--polling, or a root on NFS/Lustre/CIFS/FUSE; default 10)")
-    p.add_argument("--polling", action="store_true", default=None, help="no inotify, only periodic rescans (network filesystems)")
+    p.add_argument("--polling", action="store_true", default=None, help="no inotify at all, only rescans every --poll-interval (roots on network filesystems are polled anyway)")
     p.add_argument("--stall-after", type=float, metavar="MINUTES", help="alert when a run makes no step for this long (0: never; default 30)")
     p.add_argument("--jsonl", type=Path, metavar="FILE", help="also append every notification to FILE as JSON lines")
     p.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
