@@ -19,21 +19,26 @@ NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?i:nan|inf(?:inity)?)
 
 def pairs_frame(lines: pl.DataFrame, pair_re: str, *, thousands: bool = False) -> pl.DataFrame:
     """(line_no, key, value) for every pair in every line, in line order. `pair_re` has the named
-    groups `key` and `value`; `thousands`: the value may hold separators (`1,234`)."""
-    matched = (
-        lines.select("line_no", pl.col("text").str.extract_all(pair_re).alias("pair"))
-        .filter(pl.col("pair").list.len() > 0)
-        .explode("pair")
-    )
-    groups = matched.get_column("pair").str.extract_groups(pair_re)
-    value = groups.struct.field("value").str.strip_chars()
+    groups `key` and `value`; `thousands`: the value may hold separators (`1,234`).
+    One lazy query rather than ten eager steps: the daemon calls this for every few hundred new
+    lines, where polars' cost per call is what counts."""
+    value = pl.col("g").struct.field("value").str.strip_chars()
     if thousands:
         value = value.str.replace_all(",", "", literal=True)
-    return matched.select(
-        "line_no",
-        groups.struct.field("key").str.strip_chars().cast(pl.Categorical()).alias("key"),
-        value.cast(pl.Float64, strict=False).alias("value"),
-    ).filter(pl.col("value").is_not_null())
+    return (
+        lines.lazy()
+        .select("line_no", pl.col("text").str.extract_all(pair_re).alias("pair"))
+        .filter(pl.col("pair").list.len() > 0)
+        .explode("pair")
+        .select("line_no", pl.col("pair").str.extract_groups(pair_re).alias("g"))
+        .select(
+            "line_no",
+            pl.col("g").struct.field("key").str.strip_chars().cast(pl.Categorical()).alias("key"),
+            value.cast(pl.Float64, strict=False).alias("value"),
+        )
+        .filter(pl.col("value").is_not_null())
+        .collect()
+    )
 
 
 def records_to_rows(
@@ -70,7 +75,7 @@ def records_to_rows(
             "line_no", keep="first", maintain_order=True
         )
     metrics = pairs.filter(~is_step)
-    records = metrics.select("line_no").unique(maintain_order=True).join(steps, on="line_no", how="left")
+    records = metrics.select("line_no").unique(maintain_order=True).join(steps, on="line_no", how="left", maintain_order="left")
     if require_step:
         records = records.filter(pl.col("step").is_not_null())
     n = records.height
@@ -86,7 +91,8 @@ def records_to_rows(
     )
     own = records.get_column("step").drop_nulls()
     last_step = own[-1] if own.len() else cursor.last_step
-    rows = metrics.join(records.select("line_no", pl.col("filled").alias("step")), on="line_no", how="inner").select(
+    # Joins keep the pairs' order (line, then position in the line) only when asked to.
+    rows = metrics.join(records.select("line_no", pl.col("filled").alias("step")), on="line_no", how="inner", maintain_order="left").select(
         "step", pl.col("key").alias("tag"), "value", pl.lit(None, dtype=pl.Float64).alias("wall_time"), "line_no"
     )
     return rows, cursor.advance(index=cursor.index + n, last_step=last_step)
