@@ -184,6 +184,8 @@ class Daemon:
                 report = self.follower.run_pass(time.time(), None if walk else changed)
             except Exception:  # noqa: BLE001 - input must never kill the daemon
                 log.exception("pass failed; will try again")
+                with self._dirty_lock:
+                    self._tree_changed = True  # what this pass was told is lost with it: walk next time
                 return
         log.debug(
             "pass: %d inotify events, %s, %d files read, %d rows, %d notices, %.1f ms (%.1f ms CPU)",
