@@ -127,6 +127,8 @@ def collect(paths: Sequence[Path], options: ReadOptions, *, listings: Listings |
             label = root.name or str(root)
             here = [Found(label if f.run == "." else f"{label}/{f.run}", f.path) for f in here]
         found.extend(here)
+    if listings is not None:
+        listings.forget_unvisited()
     return found, problems
 
 

@@ -31,3 +31,19 @@ def test_repeated_walks_list_again_only_the_folders_that_changed(tmp_path):
     os.utime(tmp_path / "a", ns=(now, now))
     listings.folders[str(tmp_path / "a")] = ((*listings.folders[str(tmp_path / "a")][0][:2], now), listings.folders[str(tmp_path / "a")][1])
     assert {f.path.name for f in discover(tmp_path, problems=[], listings=listings) if f.path.parent.name == "a"} == {"metrics.jsonl", "train.log"}
+
+
+def test_listings_of_folders_that_are_gone_are_forgotten(tmp_path):
+    import shutil
+
+    from lossguard.reader import ReadOptions, collect
+
+    for run in ("a", "b"):
+        (tmp_path / run).mkdir()
+        (tmp_path / run / "metrics.jsonl").write_text('{"step": 1, "loss": 2.0}\n')
+    listings = Listings()
+    found, _ = collect([tmp_path], ReadOptions(), listings=listings)
+    assert len(found) == 2 and str(tmp_path / "b") in listings.folders
+    shutil.rmtree(tmp_path / "b")
+    found, _ = collect([tmp_path], ReadOptions(), listings=listings)
+    assert [f.run for f in found] == ["a"] and str(tmp_path / "b") not in listings.folders

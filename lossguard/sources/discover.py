@@ -85,8 +85,17 @@ class Listings:
         self.found: dict[tuple[str, tuple[str, ...]], tuple[frozenset[str], list[Found]]] = {}
         self.listed = 0
         """Folders listed (not taken from memory) by the last walk."""
+        self._visited: set[str] = set()
+
+    def forget_unvisited(self) -> None:
+        """After a full walk of every root: folders that are gone leave no listing behind (a daemon
+        runs for weeks while runs come and go)."""
+        for folder in set(self.folders) - self._visited:
+            del self.folders[folder]
+        self._visited = set()
 
     def entries(self, folder: str, st: os.stat_result) -> list[tuple[str, str, bool]] | None:
+        self._visited.add(folder)
         stamp = (st.st_dev, st.st_ino, st.st_mtime_ns)
         known = self.folders.get(folder)
         if known is not None and known[0] == stamp and time.time_ns() - st.st_mtime_ns > self.RACY * 1e9:
@@ -95,6 +104,7 @@ class Listings:
 
     def remember(self, folder: str, st: os.stat_result, entries: list[tuple[str, str, bool]]) -> None:
         self.listed += 1
+        self._visited.add(folder)
         self.folders[folder] = ((st.st_dev, st.st_ino, st.st_mtime_ns), entries)
 
 
