@@ -27,7 +27,7 @@ from .causes import label_all
 from .errors import UsageError
 from .model import Cause, Incident
 from .reader import ReadOptions, collect, read
-from .sources.discover import Listings, is_candidate
+from .sources.discover import Listings, is_candidate, segment_order
 from .rules import RuleSet
 from .state import FileRow, State
 from .streams import by_metric, collapse
@@ -238,7 +238,8 @@ class Follower:
                 report.walked = True
             new_rows: dict[str, list[pl.DataFrame]] = {}
             quiet_runs: dict[str, bool] = {}
-            for path, row in sorted(current.items()):
+            # A rotated segment before its live log, so a run's lines are judged in the order written.
+            for path, row in sorted(current.items(), key=lambda item: segment_order(item[0])):
                 if row != tracked.get(path):
                     self.state.put_file(db, row)  # new, renamed, replaced or truncated
                 if row.dead:

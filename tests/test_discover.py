@@ -47,3 +47,28 @@ def test_listings_of_folders_that_are_gone_are_forgotten(tmp_path):
     shutil.rmtree(tmp_path / "b")
     found, _ = collect([tmp_path], ReadOptions(), listings=listings)
     assert [f.run for f in found] == ["a"] and str(tmp_path / "b") not in listings.folders
+
+
+def test_rotated_segments_join_their_live_log_oldest_first(tmp_path):
+    (tmp_path / "exp").mkdir()
+    for name in ("train.log", "train.log.1", "train.log.2", "train.log.2024", "model.pt.1", "train.log.3.gz"):
+        (tmp_path / "exp" / name).write_text("step 1 | loss: 2.0\n")
+    found = discover(tmp_path, problems=[])
+    assert [(f.run, f.path.name) for f in found] == [("exp", "train.log.2"), ("exp", "train.log.1"), ("exp", "train.log")]
+
+
+def test_a_spike_in_a_rotated_segment_is_found_at_its_step(tmp_path):
+    from lossguard.rules import default_rules
+    from lossguard.scan import scan
+
+    (tmp_path / "exp").mkdir()
+    step = 1
+    for name in ("train.log.2", "train.log.1", "train.log"):
+        lines = []
+        for i in range(30):
+            loss = 9.0 if (name == "train.log.1" and i == 20) else 2.0 + step % 5 * 0.01
+            lines.append(f"step {step} | loss: {loss} | lr 1e-4 | norm: 1.0\n")
+            step += 1
+        (tmp_path / "exp" / name).write_text("".join(lines))
+    (report,) = scan([tmp_path], rules=default_rules()).runs
+    assert report.analysis.run == "exp" and [i.step for i in report.analysis.incidents] == [51]

@@ -31,6 +31,7 @@ NOT_LOGS = {"config.json", "tokenizer.json", "tokenizer_config.json", "special_t
             "adapter_config.json", "vocab.json", "training_args.json", "requirements.txt", "merges.txt", "hparams.json",
             "all_results.json", "train_results.json", "eval_results.json", "model.safetensors.index.json", "README.txt"}
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
+_ROTATED = re.compile(r"^(?P<base>.+)\.(?P<n>[1-9]\d{0,2})$")
 
 
 @dataclass(frozen=True, order=True)
@@ -39,9 +40,26 @@ class Found:
     path: Path
 
 
+def live_name(name: str) -> tuple[str, int]:
+    """The name of the log a rotated segment was (`train.log.2` -> `train.log`, 2), as logrotate and
+    Python's RotatingFileHandler number them; (name, 0) for a file that is not one."""
+    match = _ROTATED.match(name)
+    if match and os.path.splitext(match["base"])[1].lower() in LOG_SUFFIXES and match["base"] not in NOT_LOGS:
+        return match["base"], int(match["n"])
+    return name, 0
+
+
+def segment_order(path: str) -> tuple[str, int]:
+    """Sort key that puts a log's rotated segments before it, oldest (highest number) first."""
+    folder, name = os.path.split(path)
+    base, n = live_name(name)
+    return os.path.join(folder, base), -n
+
+
 def is_candidate(name: str, extra_globs: Sequence[str] = ()) -> bool:
     if name.startswith("events.out.tfevents"):
         return True
+    name = live_name(name)[0]
     if name in NOT_LOGS:
         return False
     if any(fnmatch(name, g) for g in extra_globs):
@@ -192,8 +210,13 @@ def discover(root: Path, *, extra_globs: Sequence[str] = (), problems: list[Prob
         if listings.listed == listed_before and not problems and known is not None and known[0] == names:
             return known[1]  # no folder changed: the same files, the same runs
     files = _newest_trainer_states([Path(p) for p in paths if is_candidate(os.path.basename(p), extra_globs)])
-    free = Counter(p.parent for p in files if not _names_its_run(p.name))
-    found = sorted(Found(run_name(p, root, alone=free[p.parent] == 1), p) for p in files)
+    # Rotated segments (train.log.1) belong to their live log's run and are read before it.
+    live = {p: p.with_name(live_name(p.name)[0]) for p in files}
+    free = Counter(lp.parent for lp in {live[p] for p in files if not _names_its_run(live[p].name)})
+    found = sorted(
+        (Found(run_name(live[p], root, alone=free[live[p].parent] == 1), p) for p in files),
+        key=lambda f: (f.run, segment_order(str(f.path))),
+    )
     if listings is not None:
         listings.found[key] = (names, found)
     return found
