@@ -443,3 +443,23 @@ def test_a_long_history_is_read_a_block_per_pass_quietly_and_what_follows_is_ale
     report = follower.run_pass(3.0, {str(log)})
     assert [(kind, body["step"]) for kind, body in report.notices] == [("opened", 600)]
     state.close()
+
+
+def test_a_fresh_daemon_reads_rotated_segments_first_and_alerts_only_what_is_new(runs):
+    exp = runs / "runs" / "exp"
+    kv = "step {} | loss: {} | lr 1e-4 | norm: 1.0\n"
+    (exp / "train.log.1").write_text("".join(kv.format(s, 9.0 if s == 20 else 2.0) for s in range(1, 30)))  # an old spike
+    (exp / "train.log").write_text("".join(kv.format(s, 2.0) for s in range(30, 45)))
+    w = Watch(runs).start()
+    try:
+        w.wait_ready()
+        with open(exp / "train.log", "a") as fh:
+            fh.write(kv.format(45, 9.5) + "".join(kv.format(s, 2.0) for s in range(46, 50)))
+        ev = w.wait_for(lambda ev: ("loss-spike", 45) in opened(ev))
+        time.sleep(1.0)
+        ev = w.events()
+    finally:
+        w.stop_and_read()
+    # One run; the history (spike at 20 in the older segment) is not alerted, and the windows the
+    # new spike is judged on continue from the segments read in order (no false resume).
+    assert opened(ev) == [("loss-spike", 45)] and {e["run"] for e in ev} == {"exp"}
