@@ -25,7 +25,7 @@ from .. import table
 from ..cursor import Cursor
 from .base import LineFormat
 from .fastpath import fast_pairs
-from .megatron import OVERFLOW
+from .megatron import overflow_rows
 from .pairs import NUMBER, pairs_frame, records_to_rows
 
 GROUPED = r"\d{1,3}(?:,\d{3})+(?:\.\d+)?\b"
@@ -62,23 +62,9 @@ def parse(lines: pl.DataFrame, cursor: Cursor, raw: bytes | None = None) -> tupl
         pairs = pairs.filter(~pl.col("key").is_in(located))
     rows, state = records_to_rows(pairs, cursor, step_keys=STEP_KEYS, require_step=True)
     if overflow.height:
-        rows = pl.concat([rows, _overflow_rows(overflow, rows, cursor)], how="diagonal_relaxed").sort("line_no", maintain_order=True)
+        steps = rows.select("line_no", "step").unique("line_no", keep="last", maintain_order=True)
+        rows = pl.concat([rows, overflow_rows(overflow, steps, cursor)], how="diagonal_relaxed").sort("line_no", maintain_order=True)
     return table.conform_raw(rows), state
-
-
-def _overflow_rows(overflow: pl.DataFrame, rows: pl.DataFrame, cursor: Cursor) -> pl.DataFrame:
-    """Each OVERFLOW line at one past the step of the last record before it (this block's, else the
-    cursor's), with the reduced scale as its value."""
-    scaled = overflow.select("line_no", pl.col("text").str.extract(OVERFLOW, 2).cast(pl.Float64, strict=False).alias("value")).drop_nulls("value")
-    steps = rows.select("line_no", "step").unique("line_no", keep="last", maintain_order=True).sort("line_no")
-    before = scaled.sort("line_no").join_asof(steps, on="line_no", strategy="backward")
-    return before.select(
-        (pl.col("step").fill_null(pl.lit(cursor.last_step, dtype=pl.Int64)).fill_null(0) + 1).alias("step"),
-        pl.lit("OVERFLOW loss scale").alias("tag"),
-        "value",
-        pl.lit(None, dtype=pl.Float64).alias("wall_time"),
-        "line_no",
-    )
 
 
 KV_LINES = LineFormat("kv_lines", parse, prefilter=PREFILTER)

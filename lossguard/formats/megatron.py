@@ -27,17 +27,26 @@ OVERFLOW = r"OVERFLOW!.*?Attempted loss scale:\s*(" + NUMBER + r"),\s*reducing t
 PREFILTER = r"iteration\s+\d+\s*/|OVERFLOW!|validation loss at iteration"
 
 
+def overflow_rows(lines: pl.DataFrame, steps: pl.DataFrame, cursor: Cursor) -> pl.DataFrame:
+    """Raw rows for the OVERFLOW lines among `lines`: each at one past the step of the last step line
+    before it (`steps`: line_no -> step, sorted by line_no; else the cursor's last step), valued at
+    the reduced scale. Shared by every format whose logs DeepSpeed's loss scaler writes into."""
+    scaled = lines.select("line_no", pl.col("text").str.extract(OVERFLOW, 2).cast(pl.Float64, strict=False).alias("value"))
+    before = scaled.drop_nulls("value").join_asof(
+        steps.select("line_no", pl.col("step").cast(pl.Int64)), on="line_no", strategy="backward", allow_exact_matches=False
+    )
+    return before.select(
+        (pl.col("step").fill_null(pl.lit(cursor.last_step, dtype=pl.Int64)).fill_null(0) + 1).alias("step"),
+        pl.lit("OVERFLOW loss scale", dtype=pl.Categorical()).alias("tag"),
+        "value",
+        "line_no",
+    )
+
+
 def parse(lines: pl.DataFrame, cursor: Cursor, raw: bytes | None = None) -> tuple[pl.DataFrame, Cursor]:
     marked = lines.with_columns(
         pl.col("text").str.extract(ITERATION, 1).cast(pl.Int64, strict=False).alias("it"),
         pl.col("text").str.extract(VALIDATION, 1).cast(pl.Int64, strict=False).alias("val"),
-        pl.col("text").str.extract(OVERFLOW, 2).cast(pl.Float64, strict=False).alias("scale"),
-    )
-    # The step each OVERFLOW line belongs to: one past the iteration line before it.
-    marked = marked.with_columns(
-        (pl.col("it").shift(1).forward_fill().fill_null(pl.lit(cursor.last_step, dtype=pl.Int64)).fill_null(0) + 1).alias(
-            "after"
-        )
     )
     iterations = marked.filter(pl.col("it").is_not_null())
     fast, rest = fast_pairs(iterations.select("line_no", "text"), sep="|", cell_re=CELL, first_field_free=True, one_pair_per_field=True)
@@ -59,9 +68,7 @@ def parse(lines: pl.DataFrame, cursor: Cursor, raw: bytes | None = None) -> tupl
             "line_no",
         )
     )
-    orows = marked.filter(pl.col("scale").is_not_null()).select(
-        pl.col("after").alias("step"), pl.lit("OVERFLOW loss scale", dtype=pl.Categorical()).alias("tag"), pl.col("scale").alias("value"), "line_no"
-    )
+    orows = overflow_rows(lines, iterations.select("line_no", pl.col("it").alias("step")), cursor)
     if vrows.height or orows.height:
         rows = pl.concat([rows, vrows, orows], how="diagonal_relaxed").sort("line_no", maintain_order=True)
     last = iterations.get_column("it").drop_nulls()
