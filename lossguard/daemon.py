@@ -48,21 +48,15 @@ WANTED = [FileModifiedEvent, FileCreatedEvent, FileDeletedEvent, FileMovedEvent,
 
 
 class _Changed(FileSystemEventHandler):
-    """Notes which file changed, or that the tree did (a new, moved or deleted file or folder: only
-    a walk can tell what that means for the runs)."""
+    """Notes which file changed, or that the tree did (a folder came or went, a file moved or was
+    deleted: only a walk can tell what that means for the runs). It sees only the WANTED events:
+    watchdog drops the others, so neither our own reads nor a folder's mtime reach it."""
 
     def __init__(self, note: callable) -> None:
         self.note = note
 
     def on_any_event(self, event) -> None:  # noqa: ANN001
-        kind = event.event_type
-        # Our own reads raise "opened" and "closed_no_write" events: reacting to them would spin.
-        if kind not in ("modified", "created", "moved", "deleted", "closed"):
-            return
-        if event.is_directory:
-            if kind != "modified":  # a folder's mtime moves with every file added: the file says more
-                self.note(None)
-        elif kind in ("moved", "deleted"):
+        if event.is_directory or event.event_type in ("moved", "deleted"):
             self.note(None)
         else:
             self.note(os.fsdecode(event.src_path))
