@@ -7,12 +7,12 @@ import html
 import json
 import math
 from collections import Counter
+from dataclasses import asdict
 
 from . import __version__
 from .display import fmt, sparkline
 from .model import Incident, json_number
 from .scan import Curve, RunReport, ScanResult
-from .validate import dump
 
 
 def _worst(rep: RunReport) -> float | None:
@@ -43,7 +43,7 @@ def summary(result: ScanResult) -> dict[str, object]:
 def to_json(result: ScanResult) -> str:
     doc = {
         "lossguard_version": __version__,
-        "rules": [dump(r) for r in result.rules.rules],
+        "rules": [asdict(r) for r in result.rules.rules],
         "runs": [
             {
                 "run": rep.run,

@@ -86,8 +86,3 @@ def build(cls: type, raw: Any) -> Any:
     if check is not None and (reason := check()):
         raise ValueError(reason)
     return made
-
-
-def dump(obj: Any) -> dict[str, Any]:
-    """The fields of a built object as plain data (for reports)."""
-    return dataclasses.asdict(obj)
