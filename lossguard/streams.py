@@ -11,21 +11,9 @@ from __future__ import annotations
 import polars as pl
 
 
-def primary_tag(run_frame: pl.DataFrame, metric: str) -> str | None:
-    """The tag that carries a metric when several do (`loss` and `train/loss`): the one with most points."""
-    tags = run_frame.filter(pl.col("metric") == metric).group_by("tag", maintain_order=True).len()
-    if not tags.height:
-        return None
-    return tags.sort("len", descending=True, maintain_order=True).get_column("tag")[0]
-
-
 def stream(run_frame: pl.DataFrame, metric: str) -> pl.DataFrame:
     """(step, value, segment) of one metric; the last row wins where one step repeats in a segment."""
-    tag = primary_tag(run_frame, metric)
-    if tag is None:
-        return pl.DataFrame(schema={"step": pl.Int64(), "value": pl.Float64(), "segment": pl.Int64()})
-    points = run_frame.filter((pl.col("metric") == metric) & (pl.col("tag") == tag)).select("step", "value")
-    return collapse(points)
+    return by_metric(run_frame, (metric,))[metric]
 
 
 def _increasing(steps: pl.Series) -> bool:
@@ -44,7 +32,9 @@ def collapse(points: pl.DataFrame) -> pl.DataFrame:
 
 def by_metric(run_frame: pl.DataFrame, metrics: tuple[str, ...]) -> dict[str, pl.DataFrame]:
     """Each metric's stream, from one pass over the run's table (the daemon calls this for every
-    batch of new lines, so it costs a few polars calls, not a few per metric)."""
+    batch of new lines, so it costs a few polars calls, not a few per metric). Where several tags
+    carry a metric (`loss` and `train/loss`), the one with most points does, the first written on a
+    tie."""
     # Only the columns a stream needs: the run's full table can be gigabytes.
     wanted = run_frame.select("metric", "tag", "step", "value").filter(pl.col("metric").is_in(list(metrics)))
     counts: dict[str, list[tuple[str, int]]] = {}
@@ -59,7 +49,6 @@ def by_metric(run_frame: pl.DataFrame, metrics: tuple[str, ...]) -> dict[str, pl
             continue
         part = parts[(m,)]
         if len(tags) > 1:
-            # The same choice as primary_tag: most points, the first written on a tie.
             best = max(tags, key=lambda t: t[1])[0]
             part = part.filter(pl.col("tag") == best)
         out[m] = collapse(part.select("step", "value"))
