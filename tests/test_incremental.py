@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from lossguard.cursor import Cursor
 from lossguard.formats.sniff import detect
 from lossguard.reader import ReadOptions, read
+from lossguard.sources.textfile import iter_blocks
 
 from . import samples
 from .conftest import CORPUS
@@ -110,3 +111,42 @@ def test_event_file_read_a_limited_piece_at_a_time_equals_read_in_one_go(tmp_pat
     whole = read(src, run="r", fmt="tfevents", final=True, options=OPTIONS)
     pieces, reads = _read_with_limit(src, "tfevents", 4096)
     assert pieces.equals(whole.frame) and reads > src.stat().st_size // (2 * 4096 + 4096)
+
+
+def test_text_read_stops_at_the_size_the_file_had_when_opened(tmp_path):
+    # A writer appending while blocks are parsed must not be chased a few lines at a time (each
+    # costing a parse): what comes after the open is the next read's.
+    path = tmp_path / "train.log"
+    first = b"".join(b'{"step": %d, "loss": 2.0}\n' % s for s in range(50))
+    path.write_bytes(first)
+    blocks = iter_blocks(path, Cursor(), final=False, problems=[], block=256)
+    seen = [next(blocks)]
+    with open(path, "ab") as fh:
+        fh.write(b"".join(b'{"step": %d, "loss": 2.0}\n' % s for s in range(50, 80)))
+    seen += list(blocks)
+    assert b"".join(b.data for b in seen) == first and seen[-1].cursor.offset == len(first)
+    later = list(iter_blocks(path, seen[-1].cursor, final=False, problems=[]))
+    assert later[0].data.count(b"\n") == 30 and later[0].first_line == 51
+
+
+def test_event_read_stops_at_the_size_the_file_had_when_opened(tmp_path, monkeypatch):
+    import lossguard.formats.tfevents as tfevents
+
+    src = write_tb1(tmp_path / "src", [(s, "loss", 1.0) for s in range(200)])
+    more = write_tb1(tmp_path / "more", [(s, "loss", 2.0) for s in range(200, 260)]).read_bytes()
+    size = src.stat().st_size
+    decode, appended = tfevents.decode, []
+
+    def decode_while_the_writer_appends(*args, **kwargs):  # noqa: ANN002, ANN003
+        if not appended:
+            with open(src, "ab") as fh:
+                fh.write(more)
+            appended.append(True)
+        return decode(*args, **kwargs)
+
+    monkeypatch.setattr(tfevents, "decode", decode_while_the_writer_appends)
+    res = read(src, run="r", fmt="tfevents", final=False, options=OPTIONS, limit=None)
+    assert appended and res.cursor.offset == size
+    assert res.frame.get_column("step").to_list() == list(range(200))
+    rest = read(src, res.cursor, run="r", fmt="tfevents", final=True, options=OPTIONS)
+    assert rest.frame.get_column("value").to_list()[-60:] == [2.0] * 60

@@ -10,6 +10,8 @@ the walker one by one, so nothing is lost, only slower.
 
 from __future__ import annotations
 
+import os
+
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -378,10 +380,13 @@ class TfEventsFormat:
         dead = False
         chunk = min(chunk, limit) if limit else chunk
         with open(path, "rb") as fh:
+            # Only what the file held at open: records appended while these are decoded are the
+            # next pass's (chasing a busy writer a few records at a time costs a decode each).
+            end = os.fstat(fh.fileno()).st_size
             want = chunk
             while True:
                 fh.seek(offset)
-                buf = fh.read(want)
+                buf = fh.read(max(0, min(want, end - offset)))
                 if len(buf) < 12:
                     break
                 framing = frame(buf, base_offset=offset, source=source)

@@ -7,6 +7,7 @@ A line longer than MAX_LINE is skipped with one warning instead of being buffere
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,16 +45,21 @@ def iter_blocks(
 ) -> Iterator[TextBlock]:
     """Blocks of whole lines from the cursor on; with `limit`, blocks of at most `limit` bytes and
     no more once that many were consumed (at most ~2 x limit: the daemon reads a long history a
-    bounded piece per pass)."""
+    bounded piece per pass).
+
+    Reads stop at the size the file had when it was opened: a writer appending while the blocks
+    are parsed would otherwise be chased a few lines at a time, each paying a whole parse (what is
+    written meanwhile is the next pass's, which its inotify event or the next poll starts)."""
     source = str(path)
     block = min(block, limit) if limit else block
     offset, line, skipping = cursor.offset, cursor.line, cursor.skipping
     last = cursor
     with open(path, "rb") as fh:
+        end = os.fstat(fh.fileno()).st_size
         fh.seek(offset)
         carry = b""
         while True:
-            data = fh.read(block)
+            data = fh.read(min(block, end - fh.tell())) if fh.tell() < end else b""
             if not data:
                 break
             buf = carry + data if carry else data
