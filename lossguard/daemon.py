@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import signal
 import sys
 import threading
@@ -19,14 +18,10 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from apscheduler.schedulers.background import BackgroundScheduler
-from watchdog.events import (
-    DirCreatedEvent, DirDeletedEvent, DirMovedEvent, FileClosedEvent, FileCreatedEvent, FileDeletedEvent,
-    FileModifiedEvent, FileMovedEvent, FileSystemEventHandler,
-)
-from watchdog.observers import Observer
 
 from .errors import LossguardError
 from .follow import Follower
+from .inotify import watch
 from .mounts import remote_roots
 from .reader import ReadOptions
 from .rules import RuleSet
@@ -42,24 +37,6 @@ sooner than BUSY_SPACING after it: a run writing 1,000 steps a second costs two 
 and its alerts still go out within about half a second. A run writing now and then gets its pass
 DEBOUNCE after the write."""
 MAX_DIRTY = 10_000
-# Asked of the kernel, so that our own reads (open, close-without-write) and attribute changes raise
-# no events at all: every event costs the observer's threads about half a millisecond.
-WANTED = [FileModifiedEvent, FileCreatedEvent, FileDeletedEvent, FileMovedEvent, FileClosedEvent, DirCreatedEvent, DirDeletedEvent, DirMovedEvent]
-
-
-class _Changed(FileSystemEventHandler):
-    """Notes which file changed, or that the tree did (a folder came or went, a file moved or was
-    deleted: only a walk can tell what that means for the runs). It sees only the WANTED events:
-    watchdog drops the others, so neither our own reads nor a folder's mtime reach it."""
-
-    def __init__(self, note: callable) -> None:
-        self.note = note
-
-    def on_any_event(self, event) -> None:  # noqa: ANN001
-        if event.is_directory or event.event_type in ("moved", "deleted"):
-            self.note(None)
-        else:
-            self.note(os.fsdecode(event.src_path))
 
 
 def _grouped(state: State, sinks: dict, *, now: float) -> int:
@@ -240,14 +217,7 @@ class Daemon:
         self.every = self.poll_interval if self.polling or remote else max(self.poll_interval, self.rescan_interval)
         self.scheduler.add_job(self._pass, "interval", seconds=self.poll_interval, id="follow", next_run_time=datetime.now())
         self.scheduler.add_job(self._send, "interval", seconds=max(1.0, min(self.poll_interval, 10.0)), id="send")
-        observer = None
-        if not self.polling:
-            observer = Observer()
-            handler = _Changed(self.note)
-            for root in self.roots:
-                if root.exists():
-                    observer.schedule(handler, str(root if root.is_dir() else root.parent), recursive=True, event_filter=WANTED)
-            observer.start()
+        observer = None if self.polling else watch(self.roots, self.note)
         self.scheduler.start()
         mode = "polling" if self.polling else "inotify + polling" if remote else "inotify"
         log.info("following %s (%s; full rescan every %.1fs)", ", ".join(map(str, self.roots)), mode, self.every)
