@@ -80,6 +80,12 @@ def read(
         return ReadResult(table.empty(lean=lean), cursor, (Problem(str(path), "is a folder, not a log file"),), dead=True)
     except OSError as exc:
         return ReadResult(table.empty(lean=lean), cursor, (Problem(str(path), f"cannot read: {exc.strerror or exc}"),))
+    except pl.exceptions.PolarsError as exc:
+        # Content no reader foresaw (a bug of ours): one problem naming the file, not a crashed
+        # scan or a daemon pass failing over the same bytes forever. The file is not read further.
+        why = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        problem = Problem(str(path), f"could not be parsed from byte {cursor.offset} on ({why}); not read further, please report it")
+        return ReadResult(table.empty(lean=lean), cursor, (problem,), dead=True)
     tags = parsed.rows.get_column("tag").unique().to_list() if parsed.rows.height else []
     frame = table.finish(parsed.rows, run=run, source=str(path), metric_of=options.aliases.mapping(tags), lean=lean)
     return ReadResult(frame, parsed.cursor, parsed.problems, parsed.dead)

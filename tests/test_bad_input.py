@@ -8,9 +8,13 @@ import os
 import polars as pl
 import pytest
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from lossguard.cursor import Cursor
 from lossguard.errors import UsageError
 from lossguard.reader import ReadOptions, read, read_paths
+from lossguard.formats import base
 from lossguard.sources import textfile
 
 from . import samples
@@ -157,3 +161,46 @@ def test_only_the_newest_hf_checkpoint_state_is_read(tmp_path, corpus):
     frame, results, _ = read_paths([tmp_path])
     assert [r.found.path.parent.name for r in results] == ["checkpoint-1500"]
     assert set(frame.get_column("run")) == {"out"}
+
+
+def test_a_unit_separator_byte_in_a_line_neither_crashes_nor_cuts_the_line(tmp_path):
+    # The CSV reader that cuts big blocks into lines splits on \x1f: a line holding one would have
+    # lost its tail, or (first line) failed the whole read.
+    path = tmp_path / "metrics.jsonl"
+    good = b"".join(b'{"step": %d, "loss": 2.0}\n' % s for s in range(2, 20_000))
+    path.write_bytes(b'{"step": 1, "loss": 2.0}\x1f junk\n' + good + b'{"step": 20000, "x": "\x1f", "loss": 3.0}\n')
+    assert path.stat().st_size > base.SMALL_BLOCK
+    frame, _, problems = read_paths([path])
+    loss = frame.filter(pl.col("metric") == "loss")
+    assert loss.get_column("step").to_list() == list(range(1, 20_001)) and loss.get_column("value")[-1] == 3.0
+    assert problems == []
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.binary(max_size=12), st.sampled_from([b"\r", b"\n", b"\r\n", b"\xef\xbb\xbf", b"\xff", b"\xc3", b"\xf0\x9f\x98", b'"', b"\x00", b"\xe2\x82\xac"])), max_size=30))
+def test_small_blocks_are_cut_into_the_lines_the_csv_reader_makes(pieces):
+    data = b"".join(pieces).replace(b"\x1f", b"") + b"\n"
+    small, small_problem = base.split_lines(data, 7, source="f")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(base, "SMALL_BLOCK", 0)
+        big, big_problem = base.split_lines(data, 7, source="f")
+    assert small.equals(big), (data, small.rows(), big.rows())
+    assert small_problem == big_problem
+
+
+def test_a_reader_failing_on_unforeseen_content_is_one_problem_and_the_other_files_are_read(tmp_path, monkeypatch):
+    _with_good(tmp_path)
+    bad = tmp_path / "other" / "train.log"
+    bad.parent.mkdir()
+    bad.write_text("iter 1 loss 2.0\n")
+    split = base.split_lines
+
+    def failing(data, first_line, *, source):  # noqa: ANN001, ANN202
+        if source == str(bad):
+            raise pl.exceptions.ComputeError("unforeseen\ndetails")
+        return split(data, first_line, source=source)
+
+    monkeypatch.setattr(base, "split_lines", failing)
+    frame, _, problems = read_paths([tmp_path])
+    assert _good_rows(frame) == 13
+    assert len(problems) == 1 and str(bad) in str(problems[0]) and "unforeseen" in str(problems[0]) and "details" not in str(problems[0])
