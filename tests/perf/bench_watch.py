@@ -1,7 +1,7 @@
 """The daemon's figures: alert latency (inotify and polling), idle CPU and memory following many
 runs, and keeping up with a fast run.
 
-    python tests/perf/bench_watch.py [--runs 1000] [--samples 20] [--rate 1000] [--seconds 60]
+    python tests/perf/bench_watch.py [--runs 1000] [--samples 20] [--rate 1000] [--seconds 60] [--only throughput]
 
 Latency is measured from the write of a spike line to its line in the JSON-lines sink.
 CPU is the daemon's own utime+stime (from /proc) over the measured interval.
@@ -126,36 +126,78 @@ def idle(runs: int, seconds: float, *extra: str) -> tuple[float, float, float]:
     return (c1 - c0) / seconds * 100, rss, peak
 
 
+PEER = """
+import json, os, sys, time
+path, offset = sys.argv[1], 0
+rest = b""
+while not os.path.exists(sys.argv[2]):
+    time.sleep(0.1)
+    if os.path.getsize(path) > offset:
+        with open(path, "rb") as fh:
+            fh.seek(offset)
+            data = rest + fh.read()
+        offset += len(data) - len(rest)
+        *lines, rest = data.split(b"\\n")
+        for text in lines:
+            json.loads(text)
+"""
+
+
+def _write_steps(log: Path, rate: int, seconds: float, *, line_buffered: bool) -> float:
+    """Append `rate` JSON lines a second for `seconds`; returns how long it took."""
+    t0 = time.perf_counter()
+    step = 1
+    out = open(log, "a", buffering=1) if line_buffered else None
+    while time.perf_counter() - t0 < seconds:
+        batch = max(1, rate // 10) if not line_buffered else 10
+        text = [line(s, 2.0 + (s % 7) * 0.01) for s in range(step, step + batch)]
+        if line_buffered:
+            for one in text:
+                out.write(one)
+        else:
+            with open(log, "a") as fh:
+                fh.write("".join(text))
+        step += batch
+        time.sleep(max(0.0, t0 + step / rate - time.perf_counter()))
+    if out is not None:
+        out.close()
+    return time.perf_counter() - t0
+
+
+def peer(rate: int, seconds: float, *, line_buffered: bool = False) -> float:
+    """The floor the issue names: a loop that reads only the new bytes from its offset ten times a
+    second and parses each line with json.loads (no windows, rules, state or alerts). CPU % of a core."""
+    tmp = Path(tempfile.mkdtemp())
+    log = tmp / "metrics.jsonl"
+    log.write_text(line(0, 2.0))
+    proc = subprocess.Popen([sys.executable, "-c", PEER, str(log), str(tmp / "stop")])
+    time.sleep(1)
+    try:
+        c0 = cpu_seconds(proc.pid)
+        elapsed = _write_steps(log, rate, seconds, line_buffered=line_buffered)
+        c1 = cpu_seconds(proc.pid)
+    finally:
+        (tmp / "stop").touch()
+        proc.wait(timeout=20)
+        shutil.rmtree(tmp, ignore_errors=True)
+    return (c1 - c0) / elapsed * 100
+
+
 def throughput(rate: int, seconds: float, *, line_buffered: bool = False) -> tuple[float, float, float]:
     """A writer with an 8 KB buffer (a trainer's stdout redirected to a file: ~100 lines a write),
-    or one that flushes every line (logging's handlers, print(..., flush=True)): one inotify event
-    per line, which costs the observer's threads more than the passes cost."""
+    or one that flushes every line (logging's handlers, print(..., flush=True)): one write, and one
+    inotify event, per line."""
     tmp = Path(tempfile.mkdtemp())
     log = tmp / "runs" / "fast" / "metrics.jsonl"
     log.parent.mkdir(parents=True)
     log.write_text(line(0, 2.0))
     proc = start(tmp)
     time.sleep(3)
-    step = 1
     try:
         c0 = cpu_seconds(proc.pid)
-        t0 = time.perf_counter()
-        out = open(log, "a", buffering=1) if line_buffered else None
-        while time.perf_counter() - t0 < seconds:
-            batch = max(1, rate // 10) if not line_buffered else 10
-            text = [line(s, 2.0 + (s % 7) * 0.01) for s in range(step, step + batch)]
-            if line_buffered:
-                for one in text:
-                    out.write(one)
-            else:
-                with open(log, "a") as fh:
-                    fh.write("".join(text))
-            step += batch
-            time.sleep(max(0.0, t0 + step / rate - time.perf_counter()))
-        if out is not None:
-            out.close()
+        elapsed = _write_steps(log, rate, seconds, line_buffered=line_buffered)
         c1 = cpu_seconds(proc.pid)
-        elapsed = time.perf_counter() - t0
+        stopped = time.perf_counter()
         size = log.stat().st_size
         import sqlite3
 
@@ -165,7 +207,7 @@ def throughput(rate: int, seconds: float, *, line_buffered: bool = False) -> tup
             with sqlite3.connect(f"file:{tmp / 'state' / 'state.db'}?mode=ro", uri=True) as conn:
                 cursor = json.loads(conn.execute("SELECT cursor FROM files").fetchone()[0])
             if cursor["offset"] >= size:
-                caught = time.perf_counter() - t0 - elapsed
+                caught = time.perf_counter()
                 break
             time.sleep(0.05)
         _, peak = rss_mb(proc.pid)
@@ -173,7 +215,7 @@ def throughput(rate: int, seconds: float, *, line_buffered: bool = False) -> tup
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=20)
         shutil.rmtree(tmp, ignore_errors=True)
-    return (c1 - c0) / elapsed * 100, caught if caught is not None else float("nan"), peak
+    return (c1 - c0) / elapsed * 100, caught - stopped if caught is not None else float("nan"), peak
 
 
 def history(mb: int) -> tuple[float, float, float, float]:
@@ -222,21 +264,31 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=60)
     ap.add_argument("--idle-seconds", type=float, default=60)
     ap.add_argument("--history-mb", type=int, default=1024)
+    ap.add_argument("--only", choices=("latency", "idle", "history", "throughput"), action="append", help="run only these parts")
     args = ap.parse_args()
+    parts = set(args.only or ("latency", "idle", "history", "throughput"))
     print("lossguard watch benchmark")
-    ino = latency(args.samples, "--poll-interval", "2")
-    print(f"  latency, inotify (poll 2 s as backstop): p50 {statistics.median(ino) * 1e3:6.0f} ms   p95 {pct(ino, 0.95) * 1e3:6.0f} ms")
-    pol = latency(args.samples, "--polling", "--poll-interval", "1")
-    print(f"  latency, polling every 1 s:              p50 {statistics.median(pol) * 1e3:6.0f} ms   p95 {pct(pol, 0.95) * 1e3:6.0f} ms")
-    cpu, rss, peak = idle(args.runs, args.idle_seconds)
-    print(f"  idle, following {args.runs} runs, inotify:          CPU {cpu:5.2f}% of a core   RSS {rss:.0f} MB (peak {peak:.0f} MB)")
-    cpu, rss, peak = idle(args.runs, args.idle_seconds, "--polling")
-    print(f"  idle, following {args.runs} runs, polling every 10 s: CPU {cpu:5.2f}% of a core   RSS {rss:.0f} MB (peak {peak:.0f} MB)")
-    gb, took, rss, peak = history(args.history_mb)
-    print(f"  start on a run with {gb:.1f} GB of history:       read in {took:.0f} s   RSS after {rss:.0f} MB (peak {peak:.0f} MB)")
-    for style, flag in (("8 KB writes", False), ("a flush per line", True)):
-        cpu, lag, peak = throughput(args.rate, args.seconds, line_buffered=flag)
-        print(f"  a run logging {args.rate} steps/s for {args.seconds:.0f} s, {style:16s}: CPU {cpu:5.2f}% of a core   caught up {lag:.2f} s after the writer stopped   peak RSS {peak:.0f} MB")
+    if "latency" in parts:
+        ino = latency(args.samples, "--poll-interval", "2")
+        print(f"  latency, inotify (poll 2 s as backstop): p50 {statistics.median(ino) * 1e3:6.0f} ms   p95 {pct(ino, 0.95) * 1e3:6.0f} ms")
+        pol = latency(args.samples, "--polling", "--poll-interval", "1")
+        print(f"  latency, polling every 1 s:              p50 {statistics.median(pol) * 1e3:6.0f} ms   p95 {pct(pol, 0.95) * 1e3:6.0f} ms")
+    if "idle" in parts:
+        cpu, rss, peak = idle(args.runs, args.idle_seconds)
+        print(f"  idle, following {args.runs} runs, inotify:          CPU {cpu:5.2f}% of a core   RSS {rss:.0f} MB (peak {peak:.0f} MB)")
+        cpu, rss, peak = idle(args.runs, args.idle_seconds, "--polling")
+        print(f"  idle, following {args.runs} runs, polling every 10 s: CPU {cpu:5.2f}% of a core   RSS {rss:.0f} MB (peak {peak:.0f} MB)")
+    if "history" in parts:
+        gb, took, rss, peak = history(args.history_mb)
+        print(f"  start on a run with {gb:.1f} GB of history:       read in {took:.0f} s   RSS after {rss:.0f} MB (peak {peak:.0f} MB)")
+    if "throughput" in parts:
+        for style, flag in (("8 KB writes", False), ("a flush per line", True)):
+            cpu, lag, peak = throughput(args.rate, args.seconds, line_buffered=flag)
+            floor = peer(args.rate, args.seconds, line_buffered=flag)
+            print(
+                f"  a run logging {args.rate} steps/s for {args.seconds:.0f} s, {style:16s}: CPU {cpu:5.2f}% of a core "
+                f"(reading new bytes + json.loads alone: {floor:4.2f}%; {cpu / floor:.1f}x)   caught up {lag:.2f} s after the writer stopped   peak RSS {peak:.0f} MB"
+            )
 
 
 if __name__ == "__main__":
