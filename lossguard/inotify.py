@@ -15,17 +15,17 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from watchdog.events import (
-    DirCreatedEvent, DirDeletedEvent, DirMovedEvent, FileClosedEvent, FileCreatedEvent, FileDeletedEvent,
-    FileModifiedEvent, FileMovedEvent, FileSystemEventHandler,
+    DirCreatedEvent, DirDeletedEvent, DirMovedEvent, FileCreatedEvent, FileDeletedEvent, FileModifiedEvent, FileMovedEvent, FileSystemEventHandler,
 )
 from watchdog.observers.api import DEFAULT_OBSERVER_TIMEOUT, BaseObserver
 from watchdog.observers.inotify import InotifyEmitter
 from watchdog.observers.inotify_c import InotifyFD
 
 HOLD = 0.05
-# Asked of the kernel, so that our own reads (open, close-without-write) and attribute changes raise
-# no events at all.
-WANTED = [FileModifiedEvent, FileCreatedEvent, FileDeletedEvent, FileMovedEvent, FileClosedEvent, DirCreatedEvent, DirDeletedEvent, DirMovedEvent]
+# Asked of the kernel, so that our own reads (open, close) and attribute changes raise no events at
+# all. A write's close is not asked for either: its IN_MODIFY already said so, and a writer that opens
+# the file for each append would otherwise alternate modify/close events, which the kernel cannot fold.
+WANTED = [FileModifiedEvent, FileCreatedEvent, FileDeletedEvent, FileMovedEvent, DirCreatedEvent, DirDeletedEvent, DirMovedEvent]
 
 
 class _Changed(FileSystemEventHandler):
