@@ -293,8 +293,11 @@ class Follower:
         windows = {}
         for m in metrics:
             tail, _ = tails[m]
-            new = new_streams[m].select("step", "value")
-            windows[m] = collapse(pl.concat([tail, new])) if new.height or tail.height else new_streams[m]
+            new = new_streams[m]
+            if tail.height:
+                windows[m] = collapse(pl.concat([tail, new[["step", "value"]]])) if new.height else collapse(tail)
+            else:
+                windows[m] = new
         found: list[Incident] = []
         for rule in active:
             tail, seen = tails[rule.metric]
@@ -352,7 +355,7 @@ class Follower:
                 keep = max(keep, window.filter(pl.col("step") >= first_open).height + need)
             keep = max(keep, CONTEXT_TAIL) if m != "loss" else keep
             _, seen = tails[m]
-            self._put_tail(db, run, m, window.tail(min(keep, TAIL_CAP)).select("step", "value"), seen + new_streams[m].height)
+            self._put_tail(db, run, m, window.tail(min(keep, TAIL_CAP))[["step", "value"]], seen + new_streams[m].height)
         tagged = frame.filter(pl.col("tag").is_in(CONTEXT_TAGS))
         for tag in CONTEXT_TAGS if tagged.height else ():
             rows = tagged.filter(pl.col("tag") == tag).select("step", "value")

@@ -8,6 +8,7 @@ points of the earlier timeline before the segment's first step.
 
 from __future__ import annotations
 
+import numpy as np
 import polars as pl
 
 
@@ -21,11 +22,16 @@ def _increasing(steps: pl.Series) -> bool:
     return bool((s[1:] > s[:-1]).all())
 
 
+def _constant(name: str, value: object, n: int, dtype: pl.DataType) -> pl.Series:
+    return pl.Series(name, np.full(n, value), dtype=dtype)
+
+
 def collapse(points: pl.DataFrame) -> pl.DataFrame:
     steps = points.get_column("step")
     if steps.len() < 2 or _increasing(steps):
-        # The common case, strictly increasing steps: one segment, nothing to collapse.
-        return points.with_columns(pl.lit(0, dtype=pl.Int64).alias("segment"))
+        # The common case, strictly increasing steps: one segment, nothing to collapse. (A column
+        # added by hstack, not a query: the daemon runs this for every stream of every pass.)
+        return points.hstack([_constant("segment", 0, points.height, pl.Int64())])
     points = points.with_columns((pl.col("step") < pl.col("step").shift(1)).fill_null(False).cum_sum().cast(pl.Int64).alias("segment"))
     return points.unique(subset=["segment", "step"], keep="last", maintain_order=True)
 
@@ -37,21 +43,18 @@ def by_metric(run_frame: pl.DataFrame, metrics: tuple[str, ...]) -> dict[str, pl
     tie."""
     # Only the columns a stream needs: the run's full table can be gigabytes.
     wanted = run_frame.select("metric", "tag", "step", "value").filter(pl.col("metric").is_in(list(metrics)))
-    counts: dict[str, list[tuple[str, int]]] = {}
-    for metric, tag, n in wanted.group_by("metric", "tag", maintain_order=True).len().iter_rows():
-        counts.setdefault(metric, []).append((tag, n))
-    parts = wanted.partition_by("metric", as_dict=True, maintain_order=True) if len(counts) > 1 else {(m,): wanted for m in counts}
+    parts = wanted.partition_by("metric", as_dict=True, maintain_order=True)
     out = {}
     for m in metrics:
-        tags = counts.get(m)
-        if not tags:
+        part = parts.get((m,))
+        if part is None:
             out[m] = pl.DataFrame(schema={"step": pl.Int64(), "value": pl.Float64(), "segment": pl.Int64()})
             continue
-        part = parts[(m,)]
-        if len(tags) > 1:
+        if part.get_column("tag").n_unique() > 1:
+            tags = part.group_by("tag", maintain_order=True).len().rows()
             best = max(tags, key=lambda t: t[1])[0]
             part = part.filter(pl.col("tag") == best)
-        out[m] = collapse(part.select("step", "value"))
+        out[m] = collapse(part[["step", "value"]])
     return out
 
 
@@ -72,7 +75,8 @@ def segments_with_history(points: pl.DataFrame, lookback: int) -> pl.DataFrame:
     timeline it continues from (judge=False). Columns: unit, step, value, judge."""
     if points.get_column("segment").n_unique() <= 1:
         # A run that never rewound: one unit, no history to splice in.
-        return points.select("step", "value", pl.lit(True).alias("judge"), pl.lit(0, dtype=pl.Int64).alias("unit"))
+        n = points.height
+        return points[["step", "value"]].hstack([_constant("judge", True, n, pl.Boolean()), _constant("unit", 0, n, pl.Int64())])
     parts = []
     timeline = points.head(0).select("step", "value")
     for seg, rows in points.partition_by("segment", as_dict=True, maintain_order=True).items():

@@ -58,7 +58,7 @@ class LineFormat:
                 frames.append(rows)
             cursor = block.cursor.advance(index=state.index, last_step=state.last_step, header=state.header)
         # Relaxed: a block's tags may be Categorical (fast paths) or String (a parser's odd rows).
-        rows = pl.concat(frames, how="vertical_relaxed", rechunk=False) if frames else table.empty_raw()
+        rows = frames[0] if len(frames) == 1 else pl.concat(frames, how="vertical_relaxed", rechunk=False) if frames else table.empty_raw()
         return Parsed(rows, cursor, tuple(problems))
 
 
