@@ -276,13 +276,11 @@ class Follower:
         if cached is not None:
             self._tails.move_to_end(key)
             return cached
-        points, seen = self.state.stream(*key)
-        steps = [p[0] for p in points]
-        values = [float(p[1]) for p in points]
-        return pl.DataFrame({"step": steps, "value": values}, schema={"step": pl.Int64(), "value": pl.Float64()}), seen
+        steps, values, seen = self.state.stream(*key)
+        return pl.DataFrame({"step": pl.Series(steps, dtype=pl.Int64()), "value": pl.Series(values, dtype=pl.Float64())}), seen
 
     def _put_tail(self, db, run: str, key: str, tail: pl.DataFrame, seen: int) -> None:  # noqa: ANN001
-        self.state.put_stream(db, run, key, tail.rows(), seen)
+        self.state.put_stream(db, run, key, tail.get_column("step").to_numpy(), tail.get_column("value").to_numpy(), seen)
         self._staged[(run, key)] = (tail, seen)
 
     def _judge_run(self, db, run: str, frame: pl.DataFrame, *, now: float, quiet: bool, report: PassReport) -> None:  # noqa: ANN001

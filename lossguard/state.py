@@ -16,6 +16,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from .errors import LossguardError
 
 SCHEMA = """
@@ -26,7 +28,7 @@ CREATE TABLE IF NOT EXISTS files (
     mtime INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS streams (
-    run TEXT NOT NULL, metric TEXT NOT NULL, tail TEXT NOT NULL, seen INTEGER NOT NULL,
+    run TEXT NOT NULL, metric TEXT NOT NULL, tail BLOB NOT NULL, seen INTEGER NOT NULL,
     PRIMARY KEY (run, metric)
 );
 CREATE TABLE IF NOT EXISTS runs (
@@ -46,11 +48,15 @@ CREATE TABLE IF NOT EXISTS outbox (
 """
 
 
-VERSION = 1
+VERSION = 2
 """The layout of state.db, kept in SQLite's user_version. A later layout adds a step to MIGRATIONS
 (the statements that take version N - 1 to N), run in one transaction when an older file is opened.
-Version 0 is a file from before versions were kept: its layout is version 1's."""
-MIGRATIONS: dict[int, tuple[str, ...]] = {1: ()}
+Version 0 is a file from before versions were kept: its layout is version 1's. Version 2 writes
+stream tails as packed numbers (TAIL_FORMAT) instead of JSON; version 1's JSON tails are still read,
+and an older lossguard refuses a version 2 file rather than misread it."""
+MIGRATIONS: dict[int, tuple[str, ...]] = {1: (), 2: ()}
+TAIL_FORMAT = ("<i8", "<f8")
+"""A tail on disk: its steps (int64), then its values (float64, NaN and infinities as they are)."""
 
 
 class StateLocked(LossguardError):
@@ -182,18 +188,23 @@ class State:
         )
 
     # --- streams -----------------------------------------------------------------------------
-    def stream(self, run: str, metric: str) -> tuple[list[tuple[int, float]], int]:
+    def stream(self, run: str, metric: str) -> tuple[np.ndarray, np.ndarray, int]:
+        """A stream's tail as (steps, values) and how many points it has seen."""
         row = self.db.execute("SELECT tail, seen FROM streams WHERE run=? AND metric=?", (run, metric)).fetchone()
         if not row:
-            return [], 0
-        return [tuple(p) for p in json.loads(row[0])], row[1]
+            return np.empty(0, np.int64), np.empty(0, np.float64), 0
+        tail, seen = row
+        if isinstance(tail, str):  # version 1: JSON [[step, value], ...], non-finite values as strings
+            points = json.loads(tail)
+            return np.array([p[0] for p in points], np.int64), np.array([float(p[1]) for p in points], np.float64), seen
+        n = len(tail) // 16
+        return np.frombuffer(tail, TAIL_FORMAT[0], n).copy(), np.frombuffer(tail, TAIL_FORMAT[1], n, offset=8 * n).copy(), seen
 
     @staticmethod
-    def put_stream(db: sqlite3.Connection, run: str, metric: str, tail: list[tuple[int, float]], seen: int) -> None:
-        db.execute(
-            "INSERT OR REPLACE INTO streams (run, metric, tail, seen) VALUES (?,?,?,?)",
-            (run, metric, json.dumps([[s, v if v == v and abs(v) != float("inf") else str(v)] for s, v in tail]), seen),
-        )
+    def put_stream(db: sqlite3.Connection, run: str, metric: str, steps: np.ndarray, values: np.ndarray, seen: int) -> None:
+        # Packed, not JSON: the daemon writes every busy stream's tail (up to 400 points) each pass.
+        tail = np.ascontiguousarray(steps, TAIL_FORMAT[0]).tobytes() + np.ascontiguousarray(values, TAIL_FORMAT[1]).tobytes()
+        db.execute("INSERT OR REPLACE INTO streams (run, metric, tail, seen) VALUES (?,?,?,?)", (run, metric, tail, seen))
 
     # --- incidents and outbox ----------------------------------------------------------------
     def incident(self, run: str, rule: str, step: int) -> tuple | None:

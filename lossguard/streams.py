@@ -42,7 +42,7 @@ def by_metric(run_frame: pl.DataFrame, metrics: tuple[str, ...]) -> dict[str, pl
     carry a metric (`loss` and `train/loss`), the one with most points does, the first written on a
     tie."""
     # Only the columns a stream needs: the run's full table can be gigabytes.
-    wanted = run_frame.select("metric", "tag", "step", "value").filter(pl.col("metric").is_in(list(metrics)))
+    wanted = run_frame[["metric", "tag", "step", "value"]].filter(pl.col("metric").is_in(list(metrics)))
     parts = wanted.partition_by("metric", as_dict=True, maintain_order=True)
     out = {}
     for m in metrics:

@@ -258,6 +258,35 @@ def test_state_from_a_newer_lossguard_is_refused_not_overwritten(runs):
     assert (runs / "state" / "state.db").read_bytes() == before and not list((runs / "state").glob("state.db.corrupt-*"))
 
 
+def test_stream_tails_keep_every_value_and_version_1_json_tails_are_still_read(tmp_path):
+    import math
+    import sqlite3
+
+    import numpy as np
+
+    from lossguard.state import State
+
+    state = State(tmp_path / "state")
+    values = np.array([2.5, float("nan"), float("inf"), -float("inf"), 1e-300, 0.1 + 0.2])
+    with state.transaction() as db:
+        state.put_stream(db, "r", "loss", np.arange(10, 16), values, 42)
+    steps, got, seen = state.stream("r", "loss")
+    assert steps.tolist() == list(range(10, 16)) and seen == 42
+    assert got.tobytes() == values.tobytes()  # bit for bit, NaN and infinities included
+    state.close()
+    # A state file from version 1 stored tails as JSON, non-finite values as strings.
+    db = sqlite3.connect(tmp_path / "state" / "state.db")
+    db.execute("INSERT OR REPLACE INTO streams (run, metric, tail, seen) VALUES ('old', 'loss', '[[1, 2.0], [2, \"nan\"], [3, \"inf\"]]', 3)")
+    db.execute("PRAGMA user_version=1")
+    db.commit()
+    db.close()
+    state = State(tmp_path / "state")
+    steps, got, seen = state.stream("old", "loss")
+    assert steps.tolist() == [1, 2, 3] and got[0] == 2.0 and math.isnan(got[1]) and got[2] == float("inf") and seen == 3
+    assert state.db.execute("PRAGMA user_version").fetchone()[0] == 2
+    state.close()
+
+
 def test_watch_raises_the_incidents_scan_reports(runs):
     from tests.fixtures.make_runs import megatron_fp16_overflow
 

@@ -65,34 +65,37 @@ def records_to_rows(
         pairs = pairs.filter(~pl.col("line_no").is_in(bad.implode()))
     step_names = [k for k in names if k is not None and k.lower() in step_keys]
     is_step = pl.col("key").is_in(step_names) if step_names else pl.lit(False)
+    # One plan, collected once on the in-memory engine (the daemon runs this for every few hundred
+    # new lines, where each separate query costs more than its work; eager steps run there too).
+    lazy = pairs.lazy()
     steps = (
-        pairs.filter(is_step)
+        lazy.filter(is_step)
         .group_by("line_no", maintain_order=True)
         .agg(pl.col("value").first().cast(pl.Int64, strict=False).alias("step"))
     )
     if line_steps is not None:
-        steps = pl.concat([line_steps.select("line_no", pl.col("step").cast(pl.Int64)), steps]).unique(
+        steps = pl.concat([line_steps.lazy().select("line_no", pl.col("step").cast(pl.Int64)), steps]).unique(
             "line_no", keep="first", maintain_order=True
         )
-    metrics = pairs.filter(~is_step)
+    metrics = lazy.filter(~is_step)
     records = metrics.select("line_no").unique(maintain_order=True).join(steps, on="line_no", how="left", maintain_order="left")
     if require_step:
         records = records.filter(pl.col("step").is_not_null())
-    n = records.height
-    if n == 0:
-        return table.empty_raw().with_columns(pl.lit(None, dtype=pl.Int64).alias("line_no")), cursor
     records = records.with_columns(
         pl.coalesce(
             pl.col("step"),
             pl.col("step").forward_fill(),
             pl.lit(cursor.last_step, dtype=pl.Int64),
-            pl.int_range(cursor.index + 1, cursor.index + 1 + n, dtype=pl.Int64),
+            pl.int_range(0, pl.len(), dtype=pl.Int64) + (cursor.index + 1),
         ).alias("filled")
     )
-    own = records.get_column("step").drop_nulls()
-    last_step = own[-1] if own.len() else cursor.last_step
     # Joins keep the pairs' order (line, then position in the line) only when asked to.
     rows = metrics.join(records.select("line_no", pl.col("filled").alias("step")), on="line_no", how="inner", maintain_order="left").select(
         "step", pl.col("key").alias("tag"), "value", pl.lit(None, dtype=pl.Float64).alias("wall_time"), "line_no"
     )
-    return rows, cursor.advance(index=cursor.index + n, last_step=last_step)
+    summary = records.select(pl.len().alias("n"), pl.col("step").drop_nulls().last().alias("last_step"))
+    rows, summary = pl.collect_all([rows, summary], engine="in-memory")
+    n, own_last = summary.row(0)
+    if n == 0:
+        return table.empty_raw().with_columns(pl.lit(None, dtype=pl.Int64).alias("line_no")), cursor
+    return rows, cursor.advance(index=cursor.index + n, last_step=own_last if own_last is not None else cursor.last_step)
