@@ -18,6 +18,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -143,25 +144,52 @@ while not os.path.exists(sys.argv[2]):
 """
 
 
-def _write_steps(log: Path, rate: int, seconds: float, *, line_buffered: bool) -> float:
-    """Append `rate` JSON lines a second for `seconds`; returns how long it took."""
+def _write_steps(log: Path, rate: int, seconds: float, *, line_buffered: bool, spikes: dict[int, float] | None = None) -> float:
+    """Append `rate` JSON lines a second for `seconds`; returns how long it took. With `spikes`, a
+    spike (loss 9 among ~2.0) every 2,500 steps, each recorded in it as step -> when it was written."""
     t0 = time.perf_counter()
     step = 1
     out = open(log, "a", buffering=1) if line_buffered else None
     while time.perf_counter() - t0 < seconds:
         batch = max(1, rate // 10) if not line_buffered else 10
-        text = [line(s, 2.0 + (s % 7) * 0.01) for s in range(step, step + batch)]
+        text = [line(s, 9.0 if spikes is not None and s % 2500 == 0 else 2.0 + (s % 7) * 0.01) for s in range(step, step + batch)]
         if line_buffered:
             for one in text:
                 out.write(one)
         else:
             with open(log, "a") as fh:
                 fh.write("".join(text))
+        if spikes is not None:
+            spikes.update({s: time.perf_counter() for s in range(step, step + batch) if s % 2500 == 0})
         step += batch
         time.sleep(max(0.0, t0 + step / rate - time.perf_counter()))
     if out is not None:
         out.close()
     return time.perf_counter() - t0
+
+
+class _Sink(threading.Thread):
+    """Watches the JSON-lines sink and notes when each `opened` alert arrived (step -> time)."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(daemon=True)
+        self.path, self.seen, self.done = path, {}, threading.Event()
+
+    def run(self) -> None:
+        offset, rest = 0, b""
+        while not self.done.is_set():
+            if self.path.exists() and self.path.stat().st_size > offset:
+                with open(self.path, "rb") as fh:
+                    fh.seek(offset)
+                    data = rest + fh.read()
+                offset += len(data) - len(rest)
+                *lines, rest = data.split(b"\n")
+                now = time.perf_counter()
+                for text in lines:
+                    event = json.loads(text)
+                    if event.get("event") == "opened":
+                        self.seen.setdefault(event["step"], now)
+            time.sleep(0.002)
 
 
 def peer(rate: int, seconds: float, *, line_buffered: bool = False) -> float:
@@ -183,19 +211,23 @@ def peer(rate: int, seconds: float, *, line_buffered: bool = False) -> float:
     return (c1 - c0) / elapsed * 100
 
 
-def throughput(rate: int, seconds: float, *, line_buffered: bool = False) -> tuple[float, float, float]:
+def throughput(rate: int, seconds: float, *, line_buffered: bool = False) -> tuple[float, float, float, list[float]]:
     """A writer with an 8 KB buffer (a trainer's stdout redirected to a file: ~100 lines a write),
     or one that flushes every line (logging's handlers, print(..., flush=True)): one write, and one
-    inotify event, per line."""
+    inotify event, per line. Returns CPU %, how long after the writer stopped the daemon had read
+    everything, peak RSS, and the alert latency of the spikes written meanwhile."""
     tmp = Path(tempfile.mkdtemp())
     log = tmp / "runs" / "fast" / "metrics.jsonl"
     log.parent.mkdir(parents=True)
     log.write_text(line(0, 2.0))
     proc = start(tmp)
     time.sleep(3)
+    sink = _Sink(tmp / "out.jsonl")
+    sink.start()
+    spikes: dict[int, float] = {}
     try:
         c0 = cpu_seconds(proc.pid)
-        elapsed = _write_steps(log, rate, seconds, line_buffered=line_buffered)
+        elapsed = _write_steps(log, rate, seconds, line_buffered=line_buffered, spikes=spikes)
         c1 = cpu_seconds(proc.pid)
         stopped = time.perf_counter()
         size = log.stat().st_size
@@ -210,12 +242,17 @@ def throughput(rate: int, seconds: float, *, line_buffered: bool = False) -> tup
                 caught = time.perf_counter()
                 break
             time.sleep(0.05)
+        time.sleep(1.5)
         _, peak = rss_mb(proc.pid)
     finally:
+        sink.done.set()
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=20)
         shutil.rmtree(tmp, ignore_errors=True)
-    return (c1 - c0) / elapsed * 100, caught - stopped if caught is not None else float("nan"), peak
+    latencies = [sink.seen[s] - t for s, t in spikes.items() if s in sink.seen]
+    if len(latencies) != len(spikes):
+        print(f"    ({len(spikes) - len(latencies)} of {len(spikes)} spikes were not alerted)")
+    return (c1 - c0) / elapsed * 100, caught - stopped if caught is not None else float("nan"), peak, latencies
 
 
 def history(mb: int) -> tuple[float, float, float, float]:
@@ -283,12 +320,17 @@ def main() -> None:
         print(f"  start on a run with {gb:.1f} GB of history:       read in {took:.0f} s   RSS after {rss:.0f} MB (peak {peak:.0f} MB)")
     if "throughput" in parts:
         for style, flag in (("8 KB writes", False), ("a flush per line", True)):
-            cpu, lag, peak = throughput(args.rate, args.seconds, line_buffered=flag)
+            cpu, lag, peak, alerts = throughput(args.rate, args.seconds, line_buffered=flag)
             floor = peer(args.rate, args.seconds, line_buffered=flag)
             print(
                 f"  a run logging {args.rate} steps/s for {args.seconds:.0f} s, {style:16s}: CPU {cpu:5.2f}% of a core "
                 f"(reading new bytes + json.loads alone: {floor:4.2f}%; {cpu / floor:.1f}x)   caught up {lag:.2f} s after the writer stopped   peak RSS {peak:.0f} MB"
             )
+            if alerts:
+                print(
+                    f"      its {len(alerts)} spikes alerted after p50 {statistics.median(alerts) * 1e3:.0f} ms, "
+                    f"p95 {pct(alerts, 0.95) * 1e3:.0f} ms, max {max(alerts) * 1e3:.0f} ms"
+                )
 
 
 if __name__ == "__main__":
