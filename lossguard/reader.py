@@ -106,7 +106,11 @@ def read_found(found: Found, options: ReadOptions, *, lean: bool = False) -> Fil
         return FileResult(found, None, ReadResult(table.empty(lean=lean), Cursor(), (problem,)))
     if fmt is None:
         return FileResult(found, None, None)
-    return FileResult(found, fmt, read(found.path, run=found.run, fmt=fmt, final=True, options=options, lean=lean))
+    try:
+        return FileResult(found, fmt, read(found.path, run=found.run, fmt=fmt, final=True, options=options, lean=lean))
+    except Exception as exc:  # noqa: BLE001 - a reader's bug costs its file, not the audit of every run
+        problem = Problem(str(found.path), f"cannot be read ({type(exc).__name__}: {exc}); skipped, please report it")
+        return FileResult(found, fmt, ReadResult(table.empty(lean=lean), Cursor(), (problem,), dead=True))
 
 
 WORTH_A_WARNING = {".jsonl", ".ndjson", ".csv", ".log"}

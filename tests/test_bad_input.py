@@ -3,6 +3,7 @@ are still read; nothing raises out of the reader."""
 
 from __future__ import annotations
 
+import json
 import os
 
 import polars as pl
@@ -204,3 +205,36 @@ def test_a_reader_failing_on_unforeseen_content_is_one_problem_and_the_other_fil
     frame, _, problems = read_paths([tmp_path])
     assert _good_rows(frame) == 13
     assert len(problems) == 1 and str(bad) in str(problems[0]) and "unforeseen" in str(problems[0]) and "details" not in str(problems[0])
+
+
+def test_a_csv_line_no_reader_can_parse_costs_that_line_only(tmp_path):
+    # A quote then a carriage return inside a field: polars refuses the block and the stdlib reader
+    # refused it whole too ("new-line character seen in unquoted field"), crashing the read.
+    path = tmp_path / "metrics.csv"
+    rows = ["step,train_loss,lr"] + [f"{s},{2.0 + s / 1000:.4f},0.001" for s in range(1, 50)]
+    rows[20] = '20,2.0"\r,0.001'
+    path.write_text("\n".join(rows) + "\n")
+    frame, _, problems = read_paths([path])
+    steps = frame.filter(pl.col("metric") == "loss").get_column("step").to_list()
+    assert steps == [s for s in range(1, 50) if s != 20]
+    assert len(problems) == 1 and problems[0].line == 21 and "metrics.csv" in str(problems[0])
+
+
+def test_scan_reports_a_file_its_reader_fails_on_and_audits_the_other_runs(tmp_path, monkeypatch, capsys):
+    from lossguard.cli import main
+    from lossguard.formats import dictlines
+
+    (tmp_path / "good").mkdir()
+    (tmp_path / "good" / "train.log").write_text("".join(f"iter {s}: loss {9.0 if s == 30 else 2.0}\n" for s in range(1, 40)))
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "metrics.jsonl").write_text('{"step": 1, "loss": 2.0}\n')
+    def failing(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202 - a reader bug nobody foresaw
+        raise ValueError("unforeseen")
+
+    monkeypatch.setattr(dictlines, "json_pairs", failing)  # only the JSON lines reader calls it
+    code = main(["scan", str(tmp_path), "--format", "json"])
+    out = capsys.readouterr()
+    report = json.loads(out.out)
+    assert code == 1  # spikes found
+    assert [r["run"] for r in report["runs"] if r["spikes"]] == ["good"]
+    assert "unforeseen" in out.out + out.err and "metrics.jsonl" in out.out + out.err

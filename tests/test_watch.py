@@ -492,3 +492,38 @@ def test_a_fresh_daemon_reads_rotated_segments_first_and_alerts_only_what_is_new
     # One run; the history (spike at 20 in the older segment) is not alerted, and the windows the
     # new spike is judged on continue from the segments read in order (no false resume).
     assert opened(ev) == [("loss-spike", 45)] and {e["run"] for e in ev} == {"exp"}
+
+
+def test_a_file_its_reader_fails_on_stops_alone_and_the_other_runs_are_still_judged(tmp_path, monkeypatch):
+    import lossguard.follow as follow
+    from lossguard.rules import default_rules
+    from lossguard.state import State
+
+    root = tmp_path / "runs"
+    for name in ("good", "bad"):
+        (root / name).mkdir(parents=True)
+        (root / name / "metrics.jsonl").write_text(_calm(range(1, 20)))
+    logged: list[str] = []
+    state = State(tmp_path / "state")
+    follower = follow.Follower([root], rules=default_rules(), state=state, log=logged.append)
+    follower.run_pass(1.0)
+    real_read = follow.read
+    bad = root / "bad" / "metrics.jsonl"
+
+    def read(path, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202 - a reader bug nobody foresaw
+        if path == bad:
+            raise ValueError("unforeseen")
+        return real_read(path, *args, **kwargs)
+
+    monkeypatch.setattr(follow, "read", read)
+    for name in ("good", "bad"):
+        with open(root / name / "metrics.jsonl", "a") as fh:
+            fh.write(_line(20, 9.0))
+    report = follower.run_pass(2.0)
+    assert [(kind, body["run"]) for kind, body in report.notices] == [("opened", "good")]
+    assert any(str(bad) in line and "unforeseen" in line and "no longer read" in line for line in logged)
+    assert state.files()[str(bad)].dead
+    with open(bad, "a") as fh:
+        fh.write(_line(21, 9.0))
+    assert follower.run_pass(3.0).notices == [] and sum("unforeseen" in line for line in logged) == 1  # said once
+    state.close()

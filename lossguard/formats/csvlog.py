@@ -9,7 +9,6 @@ file again from the top and skip the rows already handed out".
 from __future__ import annotations
 
 import csv
-import io
 from pathlib import Path
 
 import numpy as np
@@ -45,11 +44,25 @@ def _frame(header: str, body: bytes, *, source: str, first_line: int, problems: 
         return pl.read_csv(data, infer_schema=False, truncate_ragged_lines=True, encoding="utf8-lossy")
     except pl.exceptions.PolarsError as exc:
         rows = []
-        for i, fields in enumerate(csv.reader(io.StringIO(body.decode("utf-8", errors="replace")))):
+        bad: list[int] = []
+        lines = body.decode("utf-8", errors="replace").split("\n")
+        if lines and lines[-1] == "":
+            lines.pop()
+        # Line by line, so that one line the stdlib reader refuses too (a stray carriage return in a
+        # field, a field over its size limit) costs that line, not the block.
+        for i, text in enumerate(lines):
+            try:
+                fields = next(csv.reader([text.removesuffix("\r")]), [])
+            except csv.Error:
+                bad.append(first_line + i)
+                continue
             if len(fields) > len(names):
                 problems.append(Problem(source, f"row has {len(fields)} fields, header has {len(names)}; extra fields ignored", line=first_line + i))
             rows.append((fields + [""] * len(names))[: len(names)])
-        if not rows:
+        if bad:
+            more = f" (and {len(bad) - 1} more lines)" if len(bad) > 1 else ""
+            problems.append(Problem(source, f"unreadable CSV line skipped{more}", line=bad[0]))
+        if not rows and not bad:
             problems.append(Problem(source, f"unreadable CSV: {exc}", line=first_line))
         return pl.DataFrame(rows, schema=dict.fromkeys(names, pl.String()), orient="row")
 
