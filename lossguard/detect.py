@@ -20,7 +20,7 @@ import polars as pl
 
 from .model import Incident
 from .rules import EwmRule, NonFiniteRule, RatioRule, Rule, SustainedRule, ThresholdRule, ZScoreRule
-from .streams import segments_with_history
+from .streams import segments_with_history, single_valued
 
 _STATISTICAL = (RatioRule, ZScoreRule, EwmRule, SustainedRule)
 
@@ -30,7 +30,7 @@ def _judge(units: pl.DataFrame, rule: Rule, *, seen_before: int = 0) -> tuple[pl
     with and the `limit` it exceeded; and how many points back the condition began (`onset`).
     Only flagged rows are materialised: on a healthy stream that is none of millions."""
     v = pl.col("value")
-    single = units.get_column("unit").n_unique() <= 1
+    single = single_valued(units.get_column("unit"))
     if isinstance(rule, NonFiniteRule) and single and rule.patience == 1:
         # The common guard: just the non-finite points (numpy finds them in milliseconds).
         values = units.get_column("value").to_numpy()
@@ -133,7 +133,7 @@ def detect(points: pl.DataFrame, rule: Rule, *, run: str, seen_before: int = 0) 
     incidents: list[Incident] = []
     seen_keys: set[int] = set()
     unit_of = units.get_column("unit")
-    if unit_of.n_unique() <= 1:
+    if single_valued(unit_of):
         parts = [(int(unit_of[0]), units, flagged)]
     else:
         starts = units.with_row_index("i").group_by("unit", maintain_order=True).agg(pl.col("i").min().alias("start"), pl.len().alias("n"))

@@ -17,6 +17,12 @@ def stream(run_frame: pl.DataFrame, metric: str) -> pl.DataFrame:
     return by_metric(run_frame, (metric,))[metric]
 
 
+def single_valued(column: pl.Series) -> bool:
+    """At most one distinct value (no nulls expected): min == max, two plain scans, where n_unique
+    hashes every row (0.05 s per call on 10M points, three calls per rule)."""
+    return column.len() == 0 or column.min() == column.max()
+
+
 def _increasing(steps: pl.Series) -> bool:
     s = steps.to_numpy()
     return bool((s[1:] > s[:-1]).all())
@@ -50,7 +56,7 @@ def by_metric(run_frame: pl.DataFrame, metrics: tuple[str, ...]) -> dict[str, pl
         if part is None:
             out[m] = pl.DataFrame(schema={"step": pl.Int64(), "value": pl.Float64(), "segment": pl.Int64()})
             continue
-        if part.get_column("tag").n_unique() > 1:
+        if not single_valued(part.get_column("tag")):
             tags = part.group_by("tag", maintain_order=True).len().rows()
             best = max(tags, key=lambda t: t[1])[0]
             part = part.filter(pl.col("tag") == best)
@@ -73,7 +79,7 @@ def as_context(points: pl.DataFrame) -> pl.DataFrame:
 def segments_with_history(points: pl.DataFrame, lookback: int) -> pl.DataFrame:
     """Evaluation units: each segment's points (judge=True) after up to `lookback` points of the
     timeline it continues from (judge=False). Columns: unit, step, value, judge."""
-    if points.get_column("segment").n_unique() <= 1:
+    if single_valued(points.get_column("segment")):
         # A run that never rewound: one unit, no history to splice in.
         n = points.height
         return points[["step", "value"]].hstack([_constant("judge", True, n, pl.Boolean()), _constant("unit", 0, n, pl.Int64())])
