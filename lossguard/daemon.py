@@ -37,6 +37,11 @@ sooner than BUSY_SPACING after it. A pass costs ~20 ms of polars calls whatever 
 writing 1,000 steps a second costs 1.25 passes a second, and its alerts still go out within a
 second (the spacing plus one pass). A run writing now and then gets its pass DEBOUNCE after the
 write."""
+DUTY = 0.5
+"""The share of a core passes may take back to back: after a pass of T seconds the next starts no
+sooner than T / DUTY after it. Only many busy runs make passes that long (~10 ms a run here): their
+alerts then come every couple of seconds instead of the daemon taking the whole core."""
+SLOW_PASS = 1.0
 MAX_DIRTY = 10_000
 
 
@@ -127,13 +132,36 @@ class Daemon:
         self._dirty: set[str] = set()
         self._tree_changed = False
         self._dirty_lock = threading.Lock()
+        # Held around every modify_job from a job or watchdog thread, and taken by run() before the
+        # scheduler shuts down: APScheduler's shutdown(wait=True) holds the lock modify_job needs
+        # while it waits for the running pass, so a pass asking for a run then would wait forever.
+        self._scheduling = threading.RLock()  # (re-entrant: SIGHUP's handler wakes from the main thread)
+        self._closing = False
         self._events = 0
         self._last_start = 0.0
         self._last_walk = 0.0
         self._busy = False
+        self._last_took = 0.0
+        self._slow_said = -1e9
         self.every = poll_interval
 
     def _pass(self) -> None:
+        """The follow job: a pass, then at once another over the files it read only in part (a long
+        history is read a block per pass). APScheduler runs one instance at a time and *skips* a
+        run that comes due while one is running, so a wake during the pass is asked for again as
+        the pass ends: before, it was lost until the next poll interval (10 s), which a pass longer
+        than DEBOUNCE (many busy runs) made the rule rather than the exception."""
+        unfinished = self._one_pass()
+        while unfinished and not self.stop.is_set():
+            with self._dirty_lock:
+                self._dirty.update(unfinished)
+            unfinished = self._one_pass()
+        with self._dirty_lock:
+            again, self._wake_pending = self._wake_pending, False
+        if again:
+            self.wake()
+
+    def _one_pass(self) -> list[str]:
         with self._dirty_lock:
             changed, self._dirty = self._dirty, set()
             tree_changed, self._tree_changed = self._tree_changed, False
@@ -158,22 +186,26 @@ class Daemon:
                 log.exception("pass failed; will try again")
                 with self._dirty_lock:
                     self._tree_changed = True  # what this pass was told is lost with it: walk next time
-                return
+                return []
         log.debug(
             "pass: %d inotify events, %s, %d files read, %d rows, %d notices, %.1f ms (%.1f ms CPU)",
             events, "walked" if report.walked else f"{len(changed)} named", report.files, report.rows, len(report.notices),
             (time.monotonic() - started) * 1e3, (time.thread_time() - cpu) * 1e3,
         )
         self._busy = report.rows >= BUSY_ROWS
+        if not report.walked:  # (a walk is rare, and the first one reads whatever history there is)
+            self._last_took = time.monotonic() - started
+        if not report.walked and self._last_took > SLOW_PASS and started - self._slow_said > 600:
+            self._slow_said = started
+            log.warning(
+                "a pass over %d files took %.1f s: passes now come every %.1f s, so alerts can be that late (said at most every 10 minutes)",
+                report.files, self._last_took, self._last_took / DUTY,
+            )
         if report.walked:
             self._last_walk = started
         if report.notices:
-            self.scheduler.modify_job("send", next_run_time=datetime.now())
-        if report.unfinished:
-            # A long history, read a block per pass: go on at once (named, so no walk is needed).
-            with self._dirty_lock:
-                self._dirty.update(report.unfinished)
-            self.scheduler.modify_job("follow", next_run_time=datetime.now())
+            self._schedule("send", 0.0)
+        return report.unfinished
 
     def _send(self) -> None:
         # Its own connection and no shared lock: a slow Slack never holds up reading the logs.
@@ -200,11 +232,18 @@ class Daemon:
             if self._wake_pending:
                 return
             self._wake_pending = True
-        delay = max(DEBOUNCE, self._last_start + BUSY_SPACING - time.monotonic()) if self._busy else DEBOUNCE
-        try:
-            self.scheduler.modify_job("follow", next_run_time=datetime.now() + timedelta(seconds=delay))
-        except Exception:  # noqa: BLE001 - scheduler shutting down
-            pass
+        spacing = max(BUSY_SPACING if self._busy else 0.0, self._last_took / DUTY)
+        delay = max(DEBOUNCE, self._last_start + spacing - time.monotonic())
+        self._schedule("follow", delay)
+
+    def _schedule(self, job: str, delay: float) -> None:
+        with self._scheduling:
+            if self._closing:
+                return
+            try:
+                self.scheduler.modify_job(job, next_run_time=datetime.now() + timedelta(seconds=delay))
+            except Exception:  # noqa: BLE001 - the scheduler is not running (yet, or any more)
+                pass
 
     def run(self) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -231,6 +270,8 @@ class Daemon:
         log.info("stopping: finishing the current pass")
         if observer is not None:
             observer.stop()
+        with self._scheduling:
+            self._closing = True
         self.scheduler.shutdown(wait=True)
         with self.lock:
             self.state.close()

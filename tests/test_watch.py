@@ -175,9 +175,10 @@ def test_rotation_truncation_and_resume(runs):
 
 
 def test_polling_mode_alone_finds_new_runs(runs):
+    (runs / "runs" / "exp" / "metrics.jsonl").write_text(_calm(range(1, 5)))
     w = Watch(runs, "--polling").start()
     try:
-        time.sleep(1.5)
+        w.wait_ready()  # its first pass is over: what comes now is not history
         new = runs / "runs" / "later" / "metrics.jsonl"
         new.parent.mkdir()
         new.write_text(_calm(range(1, 20)) + _line(20, 9.0))
@@ -290,16 +291,20 @@ def test_stream_tails_keep_every_value_and_version_1_json_tails_are_still_read(t
 def test_watch_raises_the_incidents_scan_reports(runs):
     from tests.fixtures.make_runs import megatron_fp16_overflow
 
+    src_dir = runs / "src"
+    src_dir.mkdir()
+    megatron_fp16_overflow(src_dir)
+    data = (src_dir / "megatron-fp16-overflow" / "train.log").read_bytes()
+    target = runs / "runs" / "exp" / "train.log"
+    # The first five iterations (no spike can be judged that early) are there before the daemon
+    # starts, so that its first pass has surely happened (it reads them as quiet history) before the
+    # rest is written: a slow start under load used to take the whole log for history.
+    pos = data.index(b"\n", data.index(b"iteration        5/")) + 1
+    target.write_bytes(data[:pos])
     w = Watch(runs).start()
     try:
-        time.sleep(1.0)
-        src_dir = runs / "src"
-        src_dir.mkdir()
-        megatron_fp16_overflow(src_dir)
-        data = (src_dir / "megatron-fp16-overflow" / "train.log").read_bytes()
-        target = runs / "runs" / "exp" / "train.log"
+        w.wait_ready()
         rng = random.Random(7)
-        pos = 0
         while pos < len(data):
             n = rng.randrange(1, 40_000)
             with open(target, "ab") as fh:
@@ -527,3 +532,59 @@ def test_a_file_its_reader_fails_on_stops_alone_and_the_other_runs_are_still_jud
         fh.write(_line(21, 9.0))
     assert follower.run_pass(3.0).notices == [] and sum("unforeseen" in line for line in logged) == 1  # said once
     state.close()
+
+
+def _wait_files(tmp: Path, n: int, timeout: float = 60) -> None:
+    import sqlite3
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with sqlite3.connect(f"file:{tmp / 'state' / 'state.db'}?mode=ro", uri=True) as conn:
+                if conn.execute("SELECT count(*) FROM files WHERE cursor NOT LIKE '%\"offset\": 0,%'").fetchone()[0] >= n:
+                    return
+        except sqlite3.Error:
+            pass
+        time.sleep(0.1)
+    raise AssertionError(f"the daemon never read {n} files")
+
+
+def test_changes_during_long_passes_get_their_pass_and_sigterm_then_still_exits(tmp_path):
+    # 200 runs written to every 0.3 s make passes of a second or more, back to back. The scheduler
+    # skips a run that comes due while a pass runs: before the fix the first such skip left every
+    # later change waiting for the next poll (60 s here), and a pass asking for a run while the
+    # scheduler shut down hung the daemon on SIGTERM.
+    n = 200
+    logs = [tmp_path / "runs" / f"r{i:03d}" / "metrics.jsonl" for i in range(n)]
+    for log in logs:
+        log.parent.mkdir(parents=True)
+        log.write_text(_calm(range(1, 20)))
+    w = Watch(tmp_path)
+    w.args[w.args.index("--poll-interval") + 1] = "60"
+    w.start()
+    step, spike_at = 20, None
+    try:
+        _wait_files(tmp_path, n)
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 6:
+            for log in logs:
+                with open(log, "a") as fh:
+                    fh.write(_line(step, 9.0) if log == logs[0] and spike_at is None and time.monotonic() - t0 > 1 else _calm([step]))
+            if spike_at is None and time.monotonic() - t0 > 1:
+                spike_at = (step, time.monotonic())
+            step += 1
+            time.sleep(0.3)
+        w.wait_for(lambda ev: ("loss-spike", spike_at[0]) in opened(ev), timeout=30)
+        took = time.monotonic() - spike_at[1]
+        for _ in range(2):  # a long pass, and a change while it runs: it will ask for another
+            for log in logs:
+                with open(log, "a") as fh:
+                    fh.write(_calm([step]))
+            step += 1
+            time.sleep(0.4)
+        w.proc.send_signal(signal.SIGTERM)
+        code = w.proc.wait(timeout=30)
+    finally:
+        err = w.stop_and_read()
+    assert took < 20, f"spike alerted {took:.1f} s after it was written"
+    assert code == 0, err

@@ -189,6 +189,7 @@ class _Sink(threading.Thread):
                     event = json.loads(text)
                     if event.get("event") == "opened":
                         self.seen.setdefault(event["step"], now)
+                        self.seen.setdefault((event["run"], event["step"]), now)
             time.sleep(0.002)
 
 
@@ -255,6 +256,49 @@ def throughput(rate: int, seconds: float, *, line_buffered: bool = False) -> tup
     return (c1 - c0) / elapsed * 100, caught - stopped if caught is not None else float("nan"), peak, latencies
 
 
+def many(runs: int, rate: int, seconds: float) -> tuple[float, list[float]]:
+    """`runs` runs each logging `rate` steps a second (a sweep on one box), every 0.1 s; one spike
+    per run along the way. Returns CPU % of a core and the spikes' alert latencies."""
+    tmp = Path(tempfile.mkdtemp())
+    logs = []
+    for i in range(runs):
+        log = tmp / "runs" / f"run{i:03d}" / "metrics.jsonl"
+        log.parent.mkdir(parents=True)
+        log.write_text(line(0, 2.0))
+        logs.append(log)
+    proc = start(tmp)
+    time.sleep(5)
+    sink = _Sink(tmp / "out.jsonl")
+    sink.start()
+    spikes: dict[tuple[str, int], float] = {}
+    per_tick = max(1, rate // 10)
+    try:
+        c0 = cpu_seconds(proc.pid)
+        t0 = time.perf_counter()
+        step, tick, ticks = 1, 0, int(seconds * 10)
+        spike_tick = {i: 10 + i * max(1, ticks - 40) // runs for i in range(runs)}  # spread over the run
+        while time.perf_counter() - t0 < seconds:
+            for i, log in enumerate(logs):
+                spike = spike_tick[i] == tick
+                with open(log, "a") as fh:
+                    fh.write("".join(line(s, 9.0 if spike and s == step else 2.0 + (s % 7) * 0.01) for s in range(step, step + per_tick)))
+                if spike:
+                    spikes[(log.parent.name, step)] = time.perf_counter()
+            step += per_tick
+            tick += 1
+            time.sleep(max(0.0, t0 + step / rate - time.perf_counter()))
+        elapsed = time.perf_counter() - t0
+        c1 = cpu_seconds(proc.pid)
+        time.sleep(10)
+    finally:
+        sink.done.set()
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+        shutil.rmtree(tmp, ignore_errors=True)
+    latencies = [sink.seen[(run, s)] - t for (run, s), t in spikes.items() if (run, s) in sink.seen]
+    return (c1 - c0) / elapsed * 100, latencies
+
+
 def history(mb: int) -> tuple[float, float, float, float]:
     """A daemon started on a run whose log already holds `mb` MB: how long it takes to read it all
     (quietly: history is not alerted), and its memory while and after doing so."""
@@ -301,9 +345,10 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=60)
     ap.add_argument("--idle-seconds", type=float, default=60)
     ap.add_argument("--history-mb", type=int, default=1024)
-    ap.add_argument("--only", choices=("latency", "idle", "history", "throughput"), action="append", help="run only these parts")
+    ap.add_argument("--many", type=int, default=100, help="runs writing at once, for the 'many' part")
+    ap.add_argument("--only", choices=("latency", "idle", "history", "throughput", "many"), action="append", help="run only these parts")
     args = ap.parse_args()
-    parts = set(args.only or ("latency", "idle", "history", "throughput"))
+    parts = set(args.only or ("latency", "idle", "history", "throughput", "many"))
     print("lossguard watch benchmark")
     if "latency" in parts:
         ino = latency(args.samples, "--poll-interval", "2")
@@ -331,6 +376,13 @@ def main() -> None:
                     f"      its {len(alerts)} spikes alerted after p50 {statistics.median(alerts) * 1e3:.0f} ms, "
                     f"p95 {pct(alerts, 0.95) * 1e3:.0f} ms, max {max(alerts) * 1e3:.0f} ms"
                 )
+    if "many" in parts:
+        cpu, alerts = many(args.many, 10, args.seconds)
+        print(f"  {args.many} runs logging 10 steps/s each for {args.seconds:.0f} s: CPU {cpu:5.1f}% of a core", end="")
+        if alerts:
+            print(f"   their spikes alerted after p50 {statistics.median(alerts):.1f} s, p95 {pct(alerts, 0.95):.1f} s, max {max(alerts):.1f} s")
+        else:
+            print()
 
 
 if __name__ == "__main__":
