@@ -13,7 +13,7 @@ import json
 import os
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
@@ -250,14 +250,7 @@ class Follower:
                 fmt = row.format or self.options.detect(Path(path))
                 if fmt is None:
                     continue
-                try:
-                    res = read(Path(path), cursor, run=row.run, fmt=fmt, final=False, options=self.options, limit=self.read_limit)
-                except Exception as exc:  # noqa: BLE001 - a reader's bug must not stop the other runs
-                    # Failing the pass would fail every pass after it on the same bytes: this file
-                    # stops being read (say so, loudly); every other file goes on.
-                    self.log(f"error: {path}: cannot be read from byte {cursor.offset} ({type(exc).__name__}: {exc}); no longer read, please report it")
-                    self.state.put_file(db, replace(row, format=fmt, dead=True))
-                    continue
+                res = read(Path(path), cursor, run=row.run, fmt=fmt, final=False, options=self.options, limit=self.read_limit)
                 for p in res.problems:
                     self.log(f"warning: {p}")
                 report.files += 1

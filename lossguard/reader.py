@@ -80,11 +80,12 @@ def read(
         return ReadResult(table.empty(lean=lean), cursor, (Problem(str(path), "is a folder, not a log file"),), dead=True)
     except OSError as exc:
         return ReadResult(table.empty(lean=lean), cursor, (Problem(str(path), f"cannot read: {exc.strerror or exc}"),))
-    except pl.exceptions.PolarsError as exc:
+    except Exception as exc:  # noqa: BLE001 - the one boundary for readers' bugs, scan's and the daemon's
         # Content no reader foresaw (a bug of ours): one problem naming the file, not a crashed
-        # scan or a daemon pass failing over the same bytes forever. The file is not read further.
-        why = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        problem = Problem(str(path), f"could not be parsed from byte {cursor.offset} on ({why}); not read further, please report it")
+        # scan, or a daemon pass failing over the same bytes forever and holding up every other
+        # run. The file is not read further. (Polars' messages run on for lines: the first says it.)
+        why = (str(exc).strip().splitlines() or [""])[0]
+        problem = Problem(str(path), f"cannot be read from byte {cursor.offset} on ({type(exc).__name__}: {why}); no longer read, please report it")
         return ReadResult(table.empty(lean=lean), cursor, (problem,), dead=True)
     tags = parsed.rows.get_column("tag").unique().to_list() if parsed.rows.height else []
     frame = table.finish(parsed.rows, run=run, source=str(path), metric_of=options.aliases.mapping(tags), lean=lean)
@@ -106,11 +107,7 @@ def read_found(found: Found, options: ReadOptions, *, lean: bool = False) -> Fil
         return FileResult(found, None, ReadResult(table.empty(lean=lean), Cursor(), (problem,)))
     if fmt is None:
         return FileResult(found, None, None)
-    try:
-        return FileResult(found, fmt, read(found.path, run=found.run, fmt=fmt, final=True, options=options, lean=lean))
-    except Exception as exc:  # noqa: BLE001 - a reader's bug costs its file, not the audit of every run
-        problem = Problem(str(found.path), f"cannot be read ({type(exc).__name__}: {exc}); skipped, please report it")
-        return FileResult(found, fmt, ReadResult(table.empty(lean=lean), Cursor(), (problem,), dead=True))
+    return FileResult(found, fmt, read(found.path, run=found.run, fmt=fmt, final=True, options=options, lean=lean))
 
 
 WORTH_A_WARNING = {".jsonl", ".ndjson", ".csv", ".log"}

@@ -512,18 +512,21 @@ def test_a_file_its_reader_fails_on_stops_alone_and_the_other_runs_are_still_jud
     state = State(tmp_path / "state")
     follower = follow.Follower([root], rules=default_rules(), state=state, log=logged.append)
     follower.run_pass(1.0)
-    real_read = follow.read
+    from lossguard.formats import dictlines
+
+    real_json_pairs = dictlines.json_pairs
     bad = root / "bad" / "metrics.jsonl"
 
-    def read(path, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202 - a reader bug nobody foresaw
-        if path == bad:
+    def json_pairs(lines, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202 - a reader bug nobody foresaw
+        if lines.get_column("text").str.contains("poison").any():
             raise ValueError("unforeseen")
-        return real_read(path, *args, **kwargs)
+        return real_json_pairs(lines, *args, **kwargs)
 
-    monkeypatch.setattr(follow, "read", read)
-    for name in ("good", "bad"):
-        with open(root / name / "metrics.jsonl", "a") as fh:
-            fh.write(_line(20, 9.0))
+    monkeypatch.setattr(dictlines, "json_pairs", json_pairs)
+    with open(root / "good" / "metrics.jsonl", "a") as fh:
+        fh.write(_line(20, 9.0))
+    with open(bad, "a") as fh:
+        fh.write(json.dumps({"step": 20, "loss": 9.0, "poison": 1}) + "\n")
     report = follower.run_pass(2.0)
     assert [(kind, body["run"]) for kind, body in report.notices] == [("opened", "good")]
     assert any(str(bad) in line and "unforeseen" in line and "no longer read" in line for line in logged)
