@@ -84,10 +84,7 @@ def split_lines(data: bytes, first_line: int, *, source: str) -> tuple[pl.DataFr
         except UnicodeDecodeError:
             problem = not_utf8(data, first_line=first_line, source=source)
             text = data.decode("utf-8", "replace")
-        texts = text.removeprefix("\ufeff").split("\n")
-        if texts[-1] == "":
-            texts.pop()
-        texts = [t[:-1] if t.endswith("\r") else t for t in texts]
+        texts = lines_of(text.removeprefix("\ufeff"))
         line_no = np.arange(first_line, first_line + len(texts), dtype=np.int64)
         return pl.DataFrame({"line_no": line_no, "text": pl.Series(texts, dtype=pl.String())}), problem
     try:
@@ -97,6 +94,15 @@ def split_lines(data: bytes, first_line: int, *, source: str) -> tuple[pl.DataFr
         lines = _read_lines(data, "utf8-lossy")
     lines = lines.with_row_index("line_no", offset=first_line).with_columns(pl.col("line_no").cast(pl.Int64()))
     return lines, problem
+
+
+def lines_of(text: str) -> list[str]:
+    """The lines of decoded text as the CSV reader cuts them: at \n, a trailing \r dropped, no
+    empty line after the last newline."""
+    texts = text.split("\n")
+    if texts[-1] == "":
+        texts.pop()
+    return [t[:-1] if t.endswith("\r") else t for t in texts]
 
 
 def _read_lines(data: bytes, encoding: str) -> pl.DataFrame:

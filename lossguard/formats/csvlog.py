@@ -18,7 +18,7 @@ from .. import table
 from ..cursor import Cursor
 from ..problems import Problem
 from ..sources.textfile import iter_blocks, not_utf8
-from .base import Parsed
+from .base import Parsed, lines_of
 
 STEP_COLUMNS = ("step", "global_step", "iteration", "iter", "trainer/global_step", "_step", "num_updates", "steps")
 
@@ -45,14 +45,11 @@ def _frame(header: str, body: bytes, *, source: str, first_line: int, problems: 
     except pl.exceptions.PolarsError as exc:
         rows = []
         bad: list[int] = []
-        lines = body.decode("utf-8", errors="replace").split("\n")
-        if lines and lines[-1] == "":
-            lines.pop()
         # Line by line, so that one line the stdlib reader refuses too (a stray carriage return in a
         # field, a field over its size limit) costs that line, not the block.
-        for i, text in enumerate(lines):
+        for i, text in enumerate(lines_of(body.decode("utf-8", errors="replace"))):
             try:
-                fields = next(csv.reader([text.removesuffix("\r")]), [])
+                fields = next(csv.reader([text]), [])
             except csv.Error:
                 bad.append(first_line + i)
                 continue
