@@ -39,8 +39,8 @@ class Watch:
         self.proc = subprocess.Popen(self.args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=self.env)
         return self
 
-    def wait_ready(self, timeout: float = 30) -> None:
-        """Until the daemon has made its first pass (its state lists files)."""
+    def wait_ready(self, timeout: float = 30, *, files: int = 1) -> None:
+        """Until the daemon has made its first pass (its state lists `files` files it has read)."""
         deadline = time.monotonic() + timeout
         db = self.tmp / "state" / "state.db"
         while time.monotonic() < deadline:
@@ -49,7 +49,7 @@ class Watch:
 
                 try:
                     with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
-                        if conn.execute("SELECT count(*) FROM files WHERE cursor LIKE '%\"offset\": %' AND cursor NOT LIKE '%\"offset\": 0,%'").fetchone()[0]:
+                        if conn.execute("SELECT count(*) FROM files WHERE cursor LIKE '%\"offset\": %' AND cursor NOT LIKE '%\"offset\": 0,%'").fetchone()[0] >= files:
                             return
                 except sqlite3.Error:
                     pass
@@ -537,21 +537,6 @@ def test_a_file_its_reader_fails_on_stops_alone_and_the_other_runs_are_still_jud
     state.close()
 
 
-def _wait_files(tmp: Path, n: int, timeout: float = 60) -> None:
-    import sqlite3
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with sqlite3.connect(f"file:{tmp / 'state' / 'state.db'}?mode=ro", uri=True) as conn:
-                if conn.execute("SELECT count(*) FROM files WHERE cursor NOT LIKE '%\"offset\": 0,%'").fetchone()[0] >= n:
-                    return
-        except sqlite3.Error:
-            pass
-        time.sleep(0.1)
-    raise AssertionError(f"the daemon never read {n} files")
-
-
 def test_changes_during_long_passes_get_their_pass_and_sigterm_then_still_exits(tmp_path):
     # 200 runs written to every 0.3 s make passes of a second or more, back to back. The scheduler
     # skips a run that comes due while a pass runs: before the fix the first such skip left every
@@ -567,7 +552,7 @@ def test_changes_during_long_passes_get_their_pass_and_sigterm_then_still_exits(
     w.start()
     step, spike_at = 20, None
     try:
-        _wait_files(tmp_path, n)
+        w.wait_ready(files=n, timeout=60)
         t0 = time.monotonic()
         while time.monotonic() - t0 < 6:
             for log in logs:
