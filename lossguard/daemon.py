@@ -195,12 +195,12 @@ class Daemon:
         self._busy = report.rows >= BUSY_ROWS
         if not report.walked:  # (a walk is rare, and the first one reads whatever history there is)
             self._last_took = time.monotonic() - started
-        if not report.walked and self._last_took > SLOW_PASS and started - self._slow_said > 600:
-            self._slow_said = started
-            log.warning(
-                "a pass over %d files took %.1f s: passes now come every %.1f s, so alerts can be that late (said at most every 10 minutes)",
-                report.files, self._last_took, self._last_took / DUTY,
-            )
+            if self._last_took > SLOW_PASS and started - self._slow_said > 600:
+                self._slow_said = started
+                log.warning(
+                    "a pass over %d files took %.1f s: passes now come every %.1f s, so alerts can be that late (said at most every 10 minutes)",
+                    report.files, self._last_took, self._last_took / DUTY,
+                )
         if report.walked:
             self._last_walk = started
         if report.notices:

@@ -74,8 +74,8 @@ class Observer(BaseObserver):
 
 
 def watch(roots: Iterable[Path], note: Callable[[str | None], None], *, hold: float = HOLD) -> Observer:
-    """A started observer calling `note(path)` for a file written, created or closed under the
-    roots, and `note(None)` when folders or files came, went or moved."""
+    """A started observer calling `note(path)` for a file written or created under the roots, and
+    `note(None)` when folders or files came, went or moved."""
     observer = Observer(hold=hold)
     handler = _Changed(note)
     for root in roots:

@@ -197,8 +197,9 @@ class State:
         if isinstance(tail, str):  # version 1: JSON [[step, value], ...], non-finite values as strings
             points = json.loads(tail)
             return np.array([p[0] for p in points], np.int64), np.array([float(p[1]) for p in points], np.float64), seen
-        n = len(tail) // 16
-        return np.frombuffer(tail, TAIL_FORMAT[0], n).copy(), np.frombuffer(tail, TAIL_FORMAT[1], n, offset=8 * n).copy(), seen
+        step_size, value_size = (np.dtype(t).itemsize for t in TAIL_FORMAT)
+        n = len(tail) // (step_size + value_size)
+        return np.frombuffer(tail, TAIL_FORMAT[0], n).copy(), np.frombuffer(tail, TAIL_FORMAT[1], n, offset=step_size * n).copy(), seen
 
     @staticmethod
     def put_stream(db: sqlite3.Connection, run: str, metric: str, steps: np.ndarray, values: np.ndarray, seen: int) -> None:

@@ -11,7 +11,6 @@ the walker one by one, so nothing is lost, only slower.
 from __future__ import annotations
 
 import os
-
 import struct
 from dataclasses import dataclass
 from pathlib import Path
