@@ -85,7 +85,7 @@ def _post_digest(result, config: Path | None) -> None:  # noqa: ANN001
     """The nightly report's summary in Slack: one message, the runs with spikes and their top cause."""
     import socket
 
-    from .alerts.message import Message, cut_lines, escape
+    from .alerts.message import digest
     from .alerts.slack import client_from
     from .report import summary
     from .settings import load_settings
@@ -94,16 +94,8 @@ def _post_digest(result, config: Path | None) -> None:  # noqa: ANN001
     if sink is None:
         print("lossguard: warning: --slack-digest, but Slack is not configured; no digest posted", file=sys.stderr)
         return
-    s = summary(result)
-    lines = [f"lossguard scan on {escape(socket.gethostname())}: {s['spikes']} spike(s) in {s['runs_with_spikes']} of {s['runs']} run(s)"]
-    for rep in result.runs:
-        if rep.incidents:
-            top = rep.incidents[0].causes[0].cause.replace("_", " ") if rep.incidents[0].causes else "unknown"
-            lines.append(f"• {escape(rep.run)}: {len(rep.incidents)} spike(s), first at step {rep.incidents[0].step}, likely {escape(top)}")
-    if s["warnings"]:
-        lines.append(f"{s['warnings']} file(s) could not be read completely (see the report)")
-    text = cut_lines("\n".join(lines), 3000)
-    delivery = sink.post(Message(text, ({"type": "section", "text": {"type": "mrkdwn", "text": text}},)))
+    message = digest(host=socket.gethostname(), totals=summary(result), runs=[(rep.run, rep.incidents) for rep in result.runs])
+    delivery = sink.post(message)
     if not delivery.ok:
         print(f"lossguard: warning: Slack digest not delivered: {delivery.describe()}", file=sys.stderr)
 
@@ -273,7 +265,7 @@ def _cmd_watch(args: argparse.Namespace) -> int:
     from .config import read_options
     from .daemon import Daemon, setup_logging
     from .rules import load_rules
-    from .sinks import ConsoleSink, JsonlSink, SlackSink
+    from .alerts.sinks import ConsoleSink, JsonlSink, SlackSink
     if not settings.paths:
         raise UsageError("nothing to watch: give PATH arguments or `paths` in the config")
     setup_logging(settings.log_level)

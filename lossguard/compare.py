@@ -82,8 +82,8 @@ def to_json(rows: list[RunComparison], name_a: str, name_b: str) -> dict[str, ob
                 "b": len(r.b),
                 "a_per_10k_steps": round(r.rate(r.a), 4),
                 "b_per_10k_steps": round(r.rate(r.b), 4),
-                "only_a": [i.to_json() for i in r.only_a],
-                "only_b": [i.to_json() for i in r.only_b],
+                "only_a": [i.to_report() for i in r.only_a],
+                "only_b": [i.to_report() for i in r.only_b],
             }
             for r in rows
         ],

@@ -8,7 +8,6 @@ never holds up reading. The main thread waits for signals and pings systemd's wa
 
 from __future__ import annotations
 
-import json
 import logging
 import signal
 import sys
@@ -19,6 +18,7 @@ from pathlib import Path
 
 from apscheduler.schedulers.background import BackgroundScheduler
 
+from .alerts.pipeline import Dispatcher
 from .errors import LossguardError
 from .follow import Follower
 from .inotify import watch
@@ -45,60 +45,6 @@ SLOW_PASS = 1.0
 MAX_DIRTY = 10_000
 
 
-def _grouped(state: State, sinks: dict, *, now: float) -> int:
-    """A burst of new incidents for a sink that groups: one message listing them all."""
-    sent = 0
-    for name, sink in sinks.items():
-        threshold = getattr(sink, "group_threshold", None)
-        if threshold is None:
-            continue
-        burst = [r for r in state.pending(limit=1000) if r[2] == "opened" and json.loads(r[3]).get("sink") == name]
-        if len(burst) < threshold:
-            continue
-        parent, replies = sink.deliver_group([json.loads(r[3]) for r in burst])
-        if not parent.ok:
-            for r in burst:
-                state.mark_failed(r[0], parent.describe(), permanent=parent.permanent)
-            continue
-        with state.transaction() as db:
-            for r, reply in zip(burst, replies or [parent] * len(burst)):
-                db.execute("UPDATE outbox SET sent_at=?, attempts=attempts+1 WHERE id=?", (now, r[0]))
-                if parent.ts and r[1] is not None:
-                    db.execute("UPDATE incidents SET thread=? WHERE id=?", (f"{parent.channel or ''}|{parent.ts}", r[1]))
-        sent += len(burst)
-    return sent
-
-
-def deliver(state: State, sinks: dict, *, now: float) -> int:
-    """Send what the outbox holds; an entry is marked sent only once its sink confirmed it."""
-    sent = _grouped(state, sinks, now=now)
-    for outbox_id, incident_id, kind, payload, attempts in state.pending():
-        data = json.loads(payload)
-        sink = sinks.get(data.get("sink"))
-        if sink is None:
-            state.mark_failed(outbox_id, f"sink {data.get('sink')!r} is not configured", permanent=True)
-            continue
-        thread = None
-        if incident_id is not None:
-            row = state.db.execute("SELECT thread FROM incidents WHERE id=?", (incident_id,)).fetchone()
-            thread = row[0] if row else None
-        delivery = sink.deliver(kind, data, thread=thread, outbox_id=outbox_id)
-        if delivery.ok:
-            with state.transaction() as db:
-                db.execute("UPDATE outbox SET sent_at=?, attempts=attempts+1 WHERE id=?", (now, outbox_id))
-                if kind == "opened" and delivery.ts and incident_id is not None:
-                    db.execute("UPDATE incidents SET thread=? WHERE id=?", (f"{delivery.channel or ''}|{delivery.ts}", incident_id))
-            sent += 1
-            continue
-        state.mark_failed(outbox_id, delivery.describe(), permanent=delivery.permanent)
-        if delivery.permanent:
-            log.error("cannot deliver to %s: %s; the notification stays in the outbox (see `lossguard status`)", sink.name, delivery.describe())
-        else:
-            log.warning("delivery to %s failed, will retry: %s", sink.name, delivery.describe())
-            break  # keep the order: try again on the next round
-    return sent
-
-
 class Daemon:
     def __init__(
         self,
@@ -122,8 +68,7 @@ class Daemon:
         self.stop = threading.Event()
         self.reload = threading.Event()
         self.state = State(state_dir, log=log.error)
-        self.outbox = self.state.secondary()
-        self.sinks = sinks
+        self.dispatcher = Dispatcher(self.state.secondary(), sinks)
         rules: RuleSet = rules_loader()
         self.follower = Follower(roots, rules=rules, state=self.state, options=options, sinks=list(sinks), stall_after=stall_after, log=log.info)
         self.scheduler = BackgroundScheduler(job_defaults={"max_instances": 1, "coalesce": True, "misfire_grace_time": None})
@@ -210,7 +155,7 @@ class Daemon:
     def _send(self) -> None:
         # Its own connection and no shared lock: a slow Slack never holds up reading the logs.
         try:
-            deliver(self.outbox, self.sinks, now=time.time())
+            self.dispatcher.round()
         except Exception:  # noqa: BLE001
             log.exception("delivery round failed; will try again")
 
@@ -275,7 +220,7 @@ class Daemon:
         self.scheduler.shutdown(wait=True)
         with self.lock:
             self.state.close()
-        self.outbox.close()
+        self.dispatcher.state.close()
         if observer is not None:
             observer.join(timeout=5)
         return 0

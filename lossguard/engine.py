@@ -1,19 +1,104 @@
-"""One analysis, shared by `scan` (a whole run at once) and `watch` (the daemon): streams from the
-canonical table, incidents from the rules, causes from the context."""
+"""The one judge, shared by `scan` (whole streams) and `watch` (each stream's committed tail plus
+what just arrived): streams from the canonical table, incidents from the rules, causes from the
+context. Pure: frames in, incidents out; what the daemon already knows comes in as `Seen`."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
 import polars as pl
 
 from .causes import RunContext, Series, label_all
-from .detect import detect_all
+from .detect import detect
 from .model import Incident
-from .rules import RuleSet
+from .rules import Rule, RuleSet
 from .streams import as_context, by_metric
 
 JUDGED = ("loss", "eval_loss", "lr", "grad_norm", "loss_scale")
+"""The canonical metrics rules judge and causes read."""
+CONTEXT_TAGS = {
+    "OVERFLOW loss scale": "overflow",
+    "number of skipped iterations": "skipped",
+    "number of nan iterations": "nan_iterations",
+}
+"""Tags the cause labeller reads as they are (DeepSpeed's OVERFLOW lines, Megatron's counters),
+with the RunContext field each fills."""
+
+
+@dataclass(frozen=True)
+class Seen:
+    """What an earlier judgement already covered; the default (nothing) is the audit's case.
+
+    The daemon judges a window that starts with the points of earlier passes: an incident there was
+    raised then, unless the state knows it (it may have grown or recovered since) or its last
+    flagged point is new."""
+
+    before: Mapping[str, int] = field(default_factory=dict)
+    """Points each stream held before its window starts (for min_history)."""
+    new_from: Mapping[str, int] | None = None
+    """First new step of each stream with new points; None: every point is new."""
+    known: frozenset[tuple[str, int]] = frozenset()
+    """(rule, first step) of the incidents already raised on the run."""
+    open: tuple[Incident, ...] = ()
+    """Incidents still open from earlier passes: context for labelling (recurrence)."""
+
+    def is_new(self, inc: Incident) -> bool:
+        if self.new_from is None or (inc.rule, inc.step) in self.known:
+            return True
+        last = inc.last_flagged_step if inc.last_flagged_step is not None else inc.step
+        return last >= self.new_from[inc.metric]
+
+    def judges(self, metric: str) -> bool:
+        return self.new_from is None or metric in self.new_from
+
+
+def _tag_series(run_frame: pl.DataFrame, tag: str) -> Series | None:
+    rows = run_frame.filter(pl.col("tag") == tag).select("step", "value")
+    if not rows.height:
+        return None
+    return Series.of(rows.unique(subset=["step"], keep="last", maintain_order=True).sort("step"))
+
+
+def context_of(run_frame: pl.DataFrame, streams: Mapping[str, pl.DataFrame]) -> RunContext:
+    """What the labeller looks at: the context streams by step (after a resume, the replayed values)
+    and the tags it reads as they are."""
+    tags = {name: _tag_series(run_frame, tag) for tag, name in CONTEXT_TAGS.items()}
+    return RunContext(
+        loss=Series.of(as_context(streams["loss"])),
+        lr=Series.of(as_context(streams["lr"])),
+        grad_norm=Series.of(as_context(streams["grad_norm"])),
+        loss_scale=Series.of(as_context(streams["loss_scale"])),
+        **tags,
+    )
+
+
+def judge(
+    windows: Mapping[str, pl.DataFrame],
+    context: RunContext | Callable[[], RunContext],
+    rules: Sequence[Rule],
+    *,
+    run: str,
+    seen: Seen = Seen(),
+) -> tuple[Incident, ...]:
+    """The run's new incidents, labelled. `windows`: each metric's stream (step, value, segment);
+    `context`: what labelling reads (its incidents are filled in here: the new ones and
+    `seen.open`), or a function that makes it, called only when there is something to label: the
+    daemon judges every busy run several times a second and rarely finds anything."""
+    found: list[Incident] = []
+    for rule in rules:
+        points = windows.get(rule.metric)
+        if points is None or not points.height or not seen.judges(rule.metric):
+            continue
+        found.extend(i for i in detect(points, rule, run=run, seen_before=seen.before.get(rule.metric, 0)) if seen.is_new(i))
+    if not found:
+        return ()
+    found.sort(key=lambda i: (i.step, i.rule))
+    if callable(context):
+        context = context()
+    keys = {i.key for i in found}
+    everything = (*found, *(i for i in seen.open if i.key not in keys))
+    return tuple(label_all(found, replace(context, incidents=everything)))
 
 
 @dataclass(frozen=True)
@@ -28,24 +113,16 @@ class RunAnalysis:
     incidents: tuple[Incident, ...]
 
 
-def _tag_series(run_frame: pl.DataFrame, tag: str) -> Series | None:
-    rows = run_frame.filter(pl.col("tag") == tag).select("step", "value")
-    if not rows.height:
-        return None
-    return Series.of(rows.unique(subset=["step"], keep="last", maintain_order=True).sort("step"))
-
-
-def run_context(run_frame: pl.DataFrame, streams: dict[str, pl.DataFrame], incidents: tuple[Incident, ...] = ()) -> RunContext:
-    return RunContext(
-        loss=Series.of(as_context(streams["loss"])),
-        lr=Series.of(as_context(streams["lr"])),
-        grad_norm=Series.of(as_context(streams["grad_norm"])),
-        loss_scale=Series.of(as_context(streams["loss_scale"])),
-        overflow=_tag_series(run_frame, "OVERFLOW loss scale"),
-        skipped=_tag_series(run_frame, "number of skipped iterations"),
-        nan_iterations=_tag_series(run_frame, "number of nan iterations"),
-        incidents=incidents,
+def _tags_used(run_frame: pl.DataFrame) -> dict[str, str]:
+    counts = (
+        run_frame.select("metric", "tag").filter(pl.col("metric").is_in(list(JUDGED)))
+        .group_by("metric", "tag", maintain_order=True).len()
+        .sort("len", descending=True, maintain_order=True)
     )
+    metrics: dict[str, str] = {}
+    for metric, tag, _ in counts.iter_rows():
+        metrics.setdefault(metric, tag)
+    return {m: metrics[m] for m in JUDGED if m in metrics}
 
 
 def analyse_run(run_frame: pl.DataFrame, rules: RuleSet, *, run: str) -> RunAnalysis:
@@ -53,35 +130,16 @@ def analyse_run(run_frame: pl.DataFrame, rules: RuleSet, *, run: str) -> RunAnal
 
 
 def analyse_streams(run_frame: pl.DataFrame, rules: RuleSet, *, run: str) -> tuple[RunAnalysis, dict[str, pl.DataFrame]]:
-    """The analysis, and the streams it was made from (the scan plots them)."""
-    active = rules.for_run(run)
+    """The audit of a whole run, and the streams it was judged on (the scan plots them)."""
     streams = by_metric(run_frame, JUDGED)
-    incidents = tuple(detect_all(streams, active, run=run))
-    labelled = tuple(label_all(incidents, run_context(run_frame, streams, incidents)))
-    loss = streams["loss"]
-    counts = (
-        run_frame.select("metric", "tag").filter(pl.col("metric").is_in(list(JUDGED)))
-        .group_by("metric", "tag", maintain_order=True).len()
-        .sort("len", descending=True, maintain_order=True)
-    )
-    metrics = {}
-    for metric, tag, _ in counts.iter_rows():
-        metrics.setdefault(metric, tag)
-    metrics = {m: metrics[m] for m in JUDGED if m in metrics}
+    incidents = judge(streams, context_of(run_frame, streams), rules.for_run(run), run=run)
     steps = run_frame.get_column("step")
     analysis = RunAnalysis(
         run=run,
-        metrics=metrics,
-        steps=loss.height,
+        metrics=_tags_used(run_frame),
+        steps=streams["loss"].height,
         first_step=None if not steps.len() else int(steps.min()),
         last_step=None if not steps.len() else int(steps.max()),
-        incidents=labelled,
+        incidents=incidents,
     )
     return analysis, streams
-
-
-def analyse(frame: pl.DataFrame, rules: RuleSet) -> list[RunAnalysis]:
-    out = []
-    for (run,), part in frame.partition_by("run", as_dict=True, maintain_order=True).items():
-        out.append(analyse_run(part, rules, run=run))
-    return sorted(out, key=lambda a: a.run)

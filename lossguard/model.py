@@ -4,10 +4,8 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-
-CAUSES = ("lr_too_high", "gradient_explosion", "bad_batch", "numerical_instability", "lr_schedule", "model_architecture", "unknown")
-
 
 def json_number(value: float | None) -> float | str | None:
     """JSON has no NaN/Infinity: they are written as the strings every JSON parser can carry."""
@@ -20,6 +18,13 @@ def json_number(value: float | None) -> float | str | None:
     return value
 
 
+def from_json_number(value: object) -> float | None:
+    """The inverse of json_number."""
+    if value is None:
+        return None
+    return float(value)  # float("NaN"), float("Infinity") and float("-Infinity") are what they say
+
+
 @dataclass(frozen=True)
 class Cause:
     cause: str
@@ -28,7 +33,16 @@ class Cause:
     suggestion: str
 
     def to_json(self) -> dict[str, object]:
-        return {"cause": self.cause, "confidence": round(self.confidence, 3), "evidence": self.evidence, "suggestion": self.suggestion}
+        """Every field as it is (the daemon's store): from_json gives this cause back."""
+        return {"cause": self.cause, "confidence": self.confidence, "evidence": self.evidence, "suggestion": self.suggestion}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, object]) -> Cause:
+        return cls(cause=str(data["cause"]), confidence=float(data["confidence"]), evidence=str(data["evidence"]), suggestion=str(data["suggestion"]))
+
+    def to_report(self) -> dict[str, object]:
+        """The scan report's form: the confidence rounded for people."""
+        return {**self.to_json(), "confidence": round(self.confidence, 3)}
 
 
 @dataclass(frozen=True)
@@ -68,6 +82,47 @@ class Incident:
         return replace(self, causes=causes)
 
     def to_json(self) -> dict[str, object]:
+        """Every field, losslessly (non-finite numbers as JSON-safe strings): how the daemon stores an
+        incident and hands it to the alert pipeline. from_json gives the same incident back."""
+        return {
+            "run": self.run,
+            "metric": self.metric,
+            "rule": self.rule,
+            "kind": self.kind,
+            "severity": self.severity,
+            "step": self.step,
+            "peak_step": self.peak_step,
+            "value": json_number(self.value),
+            "baseline": json_number(self.baseline),
+            "threshold": json_number(self.threshold),
+            "end_step": self.end_step,
+            "last_flagged_step": self.last_flagged_step,
+            "points": self.points,
+            "segment": self.segment,
+            "causes": [c.to_json() for c in self.causes],
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, object]) -> Incident:
+        """Also reads the report form (to_report) that state files from before layout 3 stored:
+        the fields it lacks take their defaults."""
+
+        def step(key: str) -> int | None:
+            value = data.get(key)
+            return None if value is None else int(value)
+
+        return cls(
+            run=str(data["run"]), metric=str(data["metric"]), rule=str(data["rule"]), kind=str(data["kind"]),
+            severity=str(data["severity"]), step=int(data["step"]), peak_step=int(data["peak_step"]),
+            value=float(data["value"]), baseline=from_json_number(data.get("baseline")),
+            threshold=from_json_number(data.get("threshold")), end_step=step("end_step"),
+            last_flagged_step=step("last_flagged_step"), points=int(data.get("points", 1)),
+            segment=int(data.get("segment", 0)), causes=tuple(Cause.from_json(c) for c in data.get("causes", ())),
+        )
+
+    def to_report(self) -> dict[str, object]:
+        """The documented spike of `scan --format json` (README): the derived ratio and rounded
+        confidences for people; the engine's bookkeeping (segment, last flagged step) left out."""
         ratio = self.ratio
         return {
             "run": self.run,
@@ -83,5 +138,56 @@ class Incident:
             "threshold": json_number(self.threshold),
             "ratio": None if ratio is None else round(ratio, 4),
             "points": self.points,
-            "causes": [c.to_json() for c in self.causes],
+            "causes": [c.to_report() for c in self.causes],
         }
+
+
+NOTICE_KINDS = ("opened", "updated", "resolved", "relabelled", "stalled", "resumed")
+
+
+@dataclass(frozen=True)
+class Notice:
+    """One notification for the sinks: an incident's lifecycle event (opened, updated, resolved,
+    relabelled) or a run's (stalled, resumed). It carries the incident itself, so what a sink says
+    is built from the same object the engine produced, not from a dict rebuilt on the way."""
+
+    kind: str
+    run: str
+    incident: Incident | None = None
+    source: str = ""
+    """The log file(s) the incident was read from."""
+    previous_cause: str | None = None
+    """relabelled (and a resolution that revised the cause): the top cause said before."""
+    step: int | None = None
+    """stalled, resumed: the run's last step."""
+    minutes: float | None = None
+    """stalled: minutes without a new step."""
+
+    @property
+    def severity(self) -> str | None:
+        return None if self.incident is None else self.incident.severity
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "run": self.run,
+            "incident": None if self.incident is None else self.incident.to_json(),
+            "source": self.source,
+            "previous_cause": self.previous_cause,
+            "step": self.step,
+            "minutes": self.minutes,
+        }
+
+    @classmethod
+    def from_json(cls, kind: str, data: Mapping[str, object]) -> Notice:
+        """Also reads the flat payloads of state layout 2 (the incident's fields beside `source`)."""
+        if "incident" in data:
+            raw = data["incident"]
+            incident = None if raw is None else Incident.from_json(raw)
+        else:
+            incident = Incident.from_json(data) if "metric" in data else None
+        step = data.get("step") if incident is None else None
+        return cls(
+            kind=kind, run=str(data["run"]), incident=incident, source=str(data.get("source") or ""),
+            previous_cause=data.get("previous_cause"), step=None if step is None else int(step),
+            minutes=None if data.get("minutes") is None else float(data["minutes"]),
+        )

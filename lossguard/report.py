@@ -53,7 +53,7 @@ def to_json(result: ScanResult) -> str:
                 "steps": rep.analysis.steps,
                 "first_step": rep.analysis.first_step,
                 "last_step": rep.analysis.last_step,
-                "spikes": [i.to_json() for i in rep.incidents],
+                "spikes": [i.to_report() for i in rep.incidents],
                 "warnings": [p.to_json() for p in rep.problems],
             }
             for rep in result.runs

@@ -11,14 +11,16 @@ import json
 import os
 import sqlite3
 import time
-from collections.abc import Collection, Iterator
+from collections import OrderedDict
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from .errors import LossguardError
+from .model import Incident, Notice
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
@@ -37,24 +39,36 @@ CREATE TABLE IF NOT EXISTS runs (
 CREATE TABLE IF NOT EXISTS incidents (
     id INTEGER PRIMARY KEY, run TEXT NOT NULL, rule TEXT NOT NULL, step INTEGER NOT NULL,
     status TEXT NOT NULL, body TEXT NOT NULL, quiet INTEGER NOT NULL DEFAULT 0,
-    notified_value REAL, notified_at REAL, top_cause TEXT, thread TEXT,
+    notified_value REAL, notified_at REAL, top_cause TEXT, thread TEXT, source TEXT NOT NULL DEFAULT '',
     UNIQUE (run, rule, step)
 );
 CREATE TABLE IF NOT EXISTS outbox (
-    id INTEGER PRIMARY KEY, incident_id INTEGER, kind TEXT NOT NULL, payload TEXT NOT NULL,
+    id INTEGER PRIMARY KEY, incident_id INTEGER, sink TEXT NOT NULL DEFAULT '', kind TEXT NOT NULL, payload TEXT NOT NULL,
     created REAL NOT NULL, attempts INTEGER NOT NULL DEFAULT 0, last_error TEXT, permanent INTEGER NOT NULL DEFAULT 0,
     sent_at REAL
 );
 """
 
 
-VERSION = 2
+VERSION = 3
 """The layout of state.db, kept in SQLite's user_version. A later layout adds a step to MIGRATIONS
 (the statements that take version N - 1 to N), run in one transaction when an older file is opened.
 Version 0 is a file from before versions were kept: its layout is version 1's. Version 2 writes
-stream tails as packed numbers (TAIL_FORMAT) instead of JSON; version 1's JSON tails are still read,
-and an older lossguard refuses a version 2 file rather than misread it."""
-MIGRATIONS: dict[int, tuple[str, ...]] = {1: (), 2: ()}
+stream tails as packed numbers (TAIL_FORMAT) instead of JSON; version 1's JSON tails are still read.
+Version 3 gives an outbox entry its sink and an incident its source as columns (they were keys in
+the JSON), and stores incidents and notices losslessly (model.Incident.to_json); the older JSON is
+still read. An older lossguard refuses a newer file rather than misread it."""
+MIGRATIONS: dict[int, tuple[str, ...]] = {
+    1: (),
+    2: (),
+    3: (
+        "ALTER TABLE outbox ADD COLUMN sink TEXT NOT NULL DEFAULT ''",
+        "UPDATE outbox SET sink = coalesce(json_extract(payload, '$.sink'), '')",
+        "ALTER TABLE incidents ADD COLUMN source TEXT NOT NULL DEFAULT ''",
+        "UPDATE incidents SET source = coalesce(json_extract(body, '$.source'), '')",
+    ),
+}
+"""(An ADD COLUMN whose column exists is skipped: the step may meet a file that already has it.)"""
 TAIL_FORMAT = ("<i8", "<f8")
 """A tail on disk: its steps (int64), then its values (float64, NaN and infinities as they are)."""
 
@@ -84,6 +98,93 @@ class FileRow:
     """st_mtime_ns when last read: an unchanged size with a new mtime means rewritten in place."""
 
 
+@dataclass(frozen=True)
+class Tail:
+    """The last points of one stream, as committed: what the next pass's windows continue from."""
+
+    steps: np.ndarray
+    values: np.ndarray
+    seen: int
+    """Points the stream has held in all (the tail keeps only the last of them)."""
+
+    @classmethod
+    def empty(cls) -> Tail:
+        return cls(np.empty(0, np.int64), np.empty(0, np.float64), 0)
+
+
+@dataclass(frozen=True)
+class RunRow:
+    run: str
+    last_step: int | None
+    advanced_at: float | None
+    """When the run last logged a new step (the daemon's clock)."""
+    stalled: bool
+
+
+@dataclass(frozen=True)
+class IncidentRow:
+    """An incident as raised, and what was last said about it (the notification log)."""
+
+    id: int
+    status: str
+    """open | resolved"""
+    incident: Incident
+    source: str
+    quiet: bool
+    """Raised from history found at the first start: recorded, never announced."""
+    notified_value: float | None
+    notified_at: float | None
+    top_cause: str | None
+    thread: str | None
+    """`channel|ts` of the Slack message the incident's follow-ups reply to."""
+
+
+@dataclass(frozen=True)
+class OutboxEntry:
+    id: int
+    incident_id: int | None
+    sink: str
+    notice: Notice
+    attempts: int
+
+
+_INCIDENT = "SELECT id, status, body, source, quiet, notified_value, notified_at, top_cause, thread FROM incidents"
+_OUTBOX = "SELECT id, incident_id, sink, kind, payload, attempts FROM outbox WHERE sent_at IS NULL AND permanent=0"
+
+
+def _incident_row(r: tuple) -> IncidentRow:
+    return IncidentRow(r[0], r[1], Incident.from_json(json.loads(r[2])), r[3], bool(r[4]), r[5], r[6], r[7], r[8])
+
+
+def _outbox_entry(r: tuple) -> OutboxEntry:
+    return OutboxEntry(r[0], r[1], r[2], Notice.from_json(r[3], json.loads(r[4])), r[5])
+
+
+def _file_row(r: tuple) -> FileRow:
+    return FileRow(r[0], r[1], r[2], r[3], r[4], r[5] or b"", r[6], bool(r[7]), int(r[8]), r[9])
+
+
+def _unpack_tail(tail: bytes | str, seen: int) -> Tail:
+    if isinstance(tail, str):  # version 1: JSON [[step, value], ...], non-finite values as strings
+        points = json.loads(tail)
+        return Tail(np.array([p[0] for p in points], np.int64), np.array([float(p[1]) for p in points], np.float64), seen)
+    step_size, value_size = (np.dtype(t).itemsize for t in TAIL_FORMAT)
+    n = len(tail) // (step_size + value_size)
+    steps = np.frombuffer(tail, TAIL_FORMAT[0], n).copy()
+    return Tail(steps, np.frombuffer(tail, TAIL_FORMAT[1], n, offset=step_size * n).copy(), seen)
+
+
+def _has_column(db: sqlite3.Connection, statement: str) -> bool:
+    words = statement.split()
+    if words[:2] != ["ALTER", "TABLE"] or words[3:5] != ["ADD", "COLUMN"]:
+        return False
+    return any(row[1] == words[5] for row in db.execute(f"PRAGMA table_info({words[2]})"))
+
+
+TAIL_CACHE = 512
+"""Streams whose committed tails stay in memory: a busy run's pass need not decode them again."""
+
+
 class State:
     def __init__(self, directory: Path, *, log=print) -> None:  # noqa: ANN001
         self.directory = directory
@@ -96,6 +197,7 @@ class State:
             raise StateLocked(f"{directory}: another lossguard daemon is using this state directory") from None
         self.path = directory / "state.db"
         self.fresh = not self.path.exists()
+        self._tails: OrderedDict[tuple[str, str], Tail] = OrderedDict()
         try:
             self.db = self._open()
         except StateTooNew:
@@ -117,6 +219,7 @@ class State:
         entries sent while a pass reads and writes; WAL lets them overlap, SQLite serialises commits."""
         other = object.__new__(State)
         other.directory, other.path, other.fresh, other._lock = self.directory, self.path, self.fresh, None
+        other._tails = OrderedDict()
         other.db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30)
         other.db.execute("PRAGMA busy_timeout=30000")
         return other
@@ -137,13 +240,15 @@ class State:
         if check != "ok":
             db.close()
             raise sqlite3.DatabaseError(check)
+        empty = db.execute("SELECT count(*) FROM sqlite_master WHERE type='table' AND name='files'").fetchone()[0] == 0
         db.executescript(SCHEMA)
         if version < VERSION:
             db.execute("BEGIN IMMEDIATE")
             try:
-                for step in range(version + 1, VERSION + 1):
+                for step in range(version + 1, VERSION + 1) if not empty else ():
                     for statement in MIGRATIONS[step]:
-                        db.execute(statement)
+                        if not _has_column(db, statement):
+                            db.execute(statement)
                 db.execute(f"PRAGMA user_version={VERSION}")
             except BaseException:
                 db.execute("ROLLBACK")
@@ -157,16 +262,24 @@ class State:
             self._lock.close()
 
     @contextmanager
-    def transaction(self) -> Iterator[sqlite3.Connection]:
+    def transaction(self) -> Iterator[Transaction]:
+        """All of a pass's writes, committed at once; the tails it wrote join the cache only then."""
         self.db.execute("BEGIN IMMEDIATE")
+        tx = Transaction(self.db)
         try:
-            yield self.db
+            yield tx
         except BaseException:
             self.db.execute("ROLLBACK")
+            self._tails.clear()
             raise
         self.db.execute("COMMIT")
+        for key, tail in tx.tails.items():
+            self._tails[key] = tail
+            self._tails.move_to_end(key)
+        while len(self._tails) > TAIL_CACHE:
+            self._tails.popitem(last=False)
 
-    # --- files -------------------------------------------------------------------------------
+    # --- reads ---------------------------------------------------------------------------------
     def files(self, paths: Collection[str] | None = None) -> dict[str, FileRow]:
         """Every followed file, or only those of `paths` (a pass after inotify named what changed)."""
         query = "SELECT path, run, format, device, inode, fingerprint, cursor, dead, quiet, mtime FROM files"
@@ -178,52 +291,126 @@ class State:
             for i in range(0, len(wanted), 500):
                 chunk = wanted[i:i + 500]
                 rows += self.db.execute(f"{query} WHERE path IN ({','.join('?' * len(chunk))})", chunk).fetchall()
-        return {r[0]: FileRow(r[0], r[1], r[2], r[3], r[4], r[5] or b"", r[6], bool(r[7]), int(r[8]), r[9]) for r in rows}
+        return {r[0]: _file_row(r) for r in rows}
 
-    @staticmethod
-    def put_file(db: sqlite3.Connection, f: FileRow) -> None:
-        db.execute(
+    def tail(self, run: str, key: str) -> Tail:
+        """A stream's committed tail (`key`: a canonical metric, or `tag:<tag>` for a context tag)."""
+        cached = self._tails.get((run, key))
+        if cached is not None:
+            self._tails.move_to_end((run, key))
+            return cached
+        row = self.db.execute("SELECT tail, seen FROM streams WHERE run=? AND metric=?", (run, key)).fetchone()
+        return Tail.empty() if not row else _unpack_tail(*row)
+
+    def incident(self, run: str, rule: str, step: int) -> IncidentRow | None:
+        row = self.db.execute(f"{_INCIDENT} WHERE run=? AND rule=? AND step=?", (run, rule, step)).fetchone()
+        return None if row is None else _incident_row(row)
+
+    def incident_keys(self, run: str, *, since: int) -> frozenset[tuple[str, int]]:
+        """(rule, first step) of the run's incidents that start at or after `since`."""
+        rows = self.db.execute("SELECT rule, step FROM incidents WHERE run=? AND step>=?", (run, since))
+        return frozenset((rule, step) for rule, step in rows)
+
+    def open_incidents(self, run: str) -> list[IncidentRow]:
+        return [_incident_row(r) for r in self.db.execute(f"{_INCIDENT} WHERE run=? AND status='open'", (run,))]
+
+    def run(self, run: str) -> RunRow | None:
+        row = self.db.execute("SELECT run, last_step, advanced_at, stalled FROM runs WHERE run=?", (run,)).fetchone()
+        return None if row is None else RunRow(row[0], row[1], row[2], bool(row[3]))
+
+    def runs(self) -> list[RunRow]:
+        return [RunRow(r[0], r[1], r[2], bool(r[3])) for r in self.db.execute("SELECT run, last_step, advanced_at, stalled FROM runs")]
+
+    def pending(self, limit: int = 100, *, sink: str | None = None, kind: str | None = None) -> list[OutboxEntry]:
+        """Undelivered entries, oldest first (permanently failed ones wait for the operator)."""
+        query, args = _OUTBOX, []
+        if sink is not None:
+            query, args = query + " AND sink=?", [sink]
+        if kind is not None:
+            query, args = query + " AND kind=?", [*args, kind]
+        return [_outbox_entry(r) for r in self.db.execute(f"{query} ORDER BY id LIMIT ?", (*args, limit))]
+
+    def pending_sinks(self) -> list[str]:
+        return [r[0] for r in self.db.execute("SELECT DISTINCT sink FROM outbox WHERE sent_at IS NULL AND permanent=0 ORDER BY sink")]
+
+    def thread(self, incident_id: int) -> str | None:
+        row = self.db.execute("SELECT thread FROM incidents WHERE id=?", (incident_id,)).fetchone()
+        return row[0] if row else None
+
+    # --- delivery's writes (each its own transaction: the sender runs beside the passes) ---------
+    def mark_sent(self, entries: Sequence[OutboxEntry], *, now: float, thread: str | None = None) -> None:
+        """Delivered: never sent again. `thread`: the message their incidents' follow-ups reply to."""
+        with self.transaction():
+            for e in entries:
+                self.db.execute("UPDATE outbox SET sent_at=?, attempts=attempts+1 WHERE id=?", (now, e.id))
+                if thread and e.incident_id is not None:
+                    self.db.execute("UPDATE incidents SET thread=? WHERE id=?", (thread, e.incident_id))
+
+    def set_thread(self, entries: Sequence[OutboxEntry], thread: str) -> None:
+        """The message the entries' incidents reply in (a summary listing them), before they are sent."""
+        with self.transaction():
+            for e in entries:
+                if e.incident_id is not None:
+                    self.db.execute("UPDATE incidents SET thread=? WHERE id=?", (thread, e.incident_id))
+
+    def mark_failed(self, entries: Sequence[OutboxEntry], error: str, *, permanent: bool) -> None:
+        with self.transaction():
+            for e in entries:
+                self.db.execute("UPDATE outbox SET attempts=attempts+1, last_error=?, permanent=? WHERE id=?", (error, int(permanent), e.id))
+
+
+@dataclass
+class Transaction:
+    """A pass's writes, typed: the only place the daemon's rows are written."""
+
+    db: sqlite3.Connection
+    tails: dict[tuple[str, str], Tail] = field(default_factory=dict)
+
+    def put_file(self, f: FileRow) -> None:
+        self.db.execute(
             "INSERT OR REPLACE INTO files (path, run, format, device, inode, fingerprint, cursor, dead, quiet, mtime) VALUES (?,?,?,?,?,?,?,?,?,?)",
             (f.path, f.run, f.format, f.device, f.inode, f.fingerprint, f.cursor, int(f.dead), int(f.quiet), f.mtime),
         )
 
-    # --- streams -----------------------------------------------------------------------------
-    def stream(self, run: str, metric: str) -> tuple[np.ndarray, np.ndarray, int]:
-        """A stream's tail as (steps, values) and how many points it has seen."""
-        row = self.db.execute("SELECT tail, seen FROM streams WHERE run=? AND metric=?", (run, metric)).fetchone()
-        if not row:
-            return np.empty(0, np.int64), np.empty(0, np.float64), 0
-        tail, seen = row
-        if isinstance(tail, str):  # version 1: JSON [[step, value], ...], non-finite values as strings
-            points = json.loads(tail)
-            return np.array([p[0] for p in points], np.int64), np.array([float(p[1]) for p in points], np.float64), seen
-        step_size, value_size = (np.dtype(t).itemsize for t in TAIL_FORMAT)
-        n = len(tail) // (step_size + value_size)
-        return np.frombuffer(tail, TAIL_FORMAT[0], n).copy(), np.frombuffer(tail, TAIL_FORMAT[1], n, offset=step_size * n).copy(), seen
+    def forget_file(self, path: str) -> None:
+        self.db.execute("DELETE FROM files WHERE path=?", (path,))
 
-    @staticmethod
-    def put_stream(db: sqlite3.Connection, run: str, metric: str, steps: np.ndarray, values: np.ndarray, seen: int) -> None:
+    def put_tail(self, run: str, key: str, tail: Tail) -> None:
         # Packed, not JSON: the daemon writes every busy stream's tail (up to 400 points) each pass.
-        tail = np.ascontiguousarray(steps, TAIL_FORMAT[0]).tobytes() + np.ascontiguousarray(values, TAIL_FORMAT[1]).tobytes()
-        db.execute("INSERT OR REPLACE INTO streams (run, metric, tail, seen) VALUES (?,?,?,?)", (run, metric, tail, seen))
+        packed = np.ascontiguousarray(tail.steps, TAIL_FORMAT[0]).tobytes() + np.ascontiguousarray(tail.values, TAIL_FORMAT[1]).tobytes()
+        self.db.execute("INSERT OR REPLACE INTO streams (run, metric, tail, seen) VALUES (?,?,?,?)", (run, key, packed, tail.seen))
+        self.tails[(run, key)] = tail
 
-    # --- incidents and outbox ----------------------------------------------------------------
-    def incident(self, run: str, rule: str, step: int) -> tuple | None:
-        return self.db.execute(
-            "SELECT id, status, body, quiet, notified_value, notified_at, top_cause FROM incidents WHERE run=? AND rule=? AND step=?", (run, rule, step)
-        ).fetchone()
+    def add_incident(self, incident: Incident, *, source: str, quiet: bool, now: float) -> int:
+        status = "resolved" if incident.end_step is not None else "open"
+        top = incident.causes[0].cause if incident.causes else None
+        cur = self.db.execute(
+            "INSERT INTO incidents (run, rule, step, status, body, source, quiet, notified_value, notified_at, top_cause) VALUES (?,?,?,?,?,?,?,?,?,?)",
+            (incident.run, incident.rule, incident.step, status, json.dumps(incident.to_json()), source, int(quiet), incident.value, now, top),
+        )
+        return int(cur.lastrowid)
 
-    def open_incidents(self, run: str) -> list[tuple]:
-        return self.db.execute("SELECT id, rule, step, body FROM incidents WHERE run=? AND status='open'", (run,)).fetchall()
+    def update_incident(self, row: IncidentRow) -> None:
+        """The incident as now judged, and what was last announced about it."""
+        status = "resolved" if row.incident.end_step is not None else "open"
+        top = row.incident.causes[0].cause if row.incident.causes else None
+        self.db.execute(
+            "UPDATE incidents SET status=?, body=?, source=?, top_cause=?, notified_value=?, notified_at=? WHERE id=?",
+            (status, json.dumps(row.incident.to_json()), row.source, top, row.notified_value, row.notified_at, row.id),
+        )
 
-    def pending(self, limit: int = 100) -> list[tuple]:
-        return self.db.execute(
-            "SELECT id, incident_id, kind, payload, attempts FROM outbox WHERE sent_at IS NULL AND permanent=0 ORDER BY id LIMIT ?", (limit,)
-        ).fetchall()
+    def enqueue(self, notice: Notice, *, incident_id: int | None, sinks: Sequence[str], now: float) -> None:
+        payload = json.dumps(notice.to_json())
+        for sink in sinks:
+            self.db.execute(
+                "INSERT INTO outbox (incident_id, sink, kind, payload, created) VALUES (?,?,?,?,?)", (incident_id, sink, notice.kind, payload, now)
+            )
 
-    def mark_failed(self, outbox_id: int, error: str, *, permanent: bool) -> None:
-        self.db.execute("UPDATE outbox SET attempts=attempts+1, last_error=?, permanent=? WHERE id=?", (error, int(permanent), outbox_id))
+    def advance_run(self, run: str, last_step: int, *, now: float) -> None:
+        self.db.execute("INSERT OR REPLACE INTO runs (run, last_step, advanced_at, stalled) VALUES (?,?,?,0)", (run, last_step, now))
 
+    def mark_stalled(self, run: str) -> None:
+        self.db.execute("UPDATE runs SET stalled=1 WHERE run=?", (run,))
 
 
 def read_summary(path: Path) -> dict[str, list[dict[str, object]]]:

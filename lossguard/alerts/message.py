@@ -1,4 +1,6 @@
-"""Building the Slack message for an incident: Block Kit blocks plus a complete plain-text fallback.
+"""Everything lossguard says in Slack (and the console's one-line form of it): an incident's
+message as Block Kit blocks plus a complete plain-text fallback, stall and resume notices, the
+summary of a burst, the nightly digest.
 
 Pure: an incident and a few facts (host, source, the loss around it) in, a Message out; no clock,
 no I/O. Every string that came from a log or a path is escaped for mrkdwn wherever Slack parses it,
@@ -11,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..display import fmt, sparkline
-from ..model import Cause, Incident
+from ..model import Cause, Incident, Notice
 
 MAX_BLOCKS = 50
 MAX_SECTION = 3000
@@ -132,3 +134,50 @@ def build(
 def build_test(*, host: str, channel: str | None) -> Message:
     text = f"lossguard test message from {escape(host)}" + (f" to {escape(channel)}" if channel else "") + ": alerts will arrive here."
     return Message(text, ({"type": "section", "text": {"type": "mrkdwn", "text": text}},))
+
+
+def _section_message(text: str) -> Message:
+    return Message(text, (_section(text),))
+
+
+def describe(notice: Notice) -> str:
+    """One plain line (the console sink; the stall and resume notices' text)."""
+    kind = notice.kind.upper()
+    if notice.incident is None:
+        extra = f" after {notice.minutes} min without a new step" if notice.kind == "stalled" else ""
+        return f"{kind} run {notice.run} at step {notice.step}{extra}"
+    inc = notice.incident
+    cause = inc.causes[0].cause if inc.causes else "unknown"
+    return (
+        f"{kind} [{inc.severity}] run {inc.run}: {inc.metric} spike at step {inc.step} "
+        f"(peak {inc.value} at {inc.peak_step}, baseline {inc.baseline}, rule {inc.rule}); likely {cause}"
+    )
+
+
+def for_notice(notice: Notice, *, host: str, version: str = "") -> Message:
+    if notice.incident is None:
+        return _section_message(escape(describe(notice)))
+    return build(notice.incident, event=notice.kind, host=host, source=notice.source, version=version)
+
+
+def summary(notices: tuple[Notice, ...]) -> Message:
+    """A burst of new incidents as one message; each one's details go in its thread."""
+    lines = []
+    for n in notices:
+        inc = n.incident
+        cause = inc.causes[0].cause.replace("_", " ") if inc.causes else "unknown"
+        lines.append(f"• {escape(inc.run)}: {escape(inc.metric)} spike at step {inc.step} ({inc.severity}), likely {escape(cause)}")
+    text = f"{len(notices)} new spikes:\n" + "\n".join(lines)
+    return Message(text, (_section(text),))
+
+
+def digest(*, host: str, totals: dict, runs: list[tuple[str, tuple[Incident, ...]]]) -> Message:
+    """The nightly scan in one message: the runs with spikes and their top cause."""
+    lines = [f"lossguard scan on {escape(host)}: {totals['spikes']} spike(s) in {totals['runs_with_spikes']} of {totals['runs']} run(s)"]
+    for run, incidents in runs:
+        if incidents:
+            top = incidents[0].causes[0].cause.replace("_", " ") if incidents[0].causes else "unknown"
+            lines.append(f"• {escape(run)}: {len(incidents)} spike(s), first at step {incidents[0].step}, likely {escape(top)}")
+    if totals["warnings"]:
+        lines.append(f"{totals['warnings']} file(s) could not be read completely (see the report)")
+    return _section_message(cut_lines("\n".join(lines), MAX_SECTION))

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import socket
 import urllib.error
-from dataclasses import dataclass
-
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.http_retry.builtin_handlers import ConnectionErrorRetryHandler, RateLimitErrorRetryHandler, RetryHandler
@@ -20,6 +18,7 @@ from slack_sdk.http_retry.builtin_interval_calculators import BackoffRetryInterv
 from slack_sdk.http_retry.jitter import RandomJitter
 from slack_sdk.webhook import WebhookClient
 
+from .delivery import Delivery
 from .message import Message
 
 DEFAULT_BASE_URL = "https://slack.com/api/"
@@ -39,23 +38,6 @@ PERMANENT = {
     "action_prohibited": "an admin restricted posting with this webhook",
     "channel_is_archived": "the webhook's channel is archived: create a webhook for another channel",
 }
-
-
-@dataclass(frozen=True)
-class Delivery:
-    ok: bool
-    ts: str | None = None
-    """The posted message's timestamp (its id, for threads and updates)."""
-    channel: str | None = None
-    error: str | None = None
-    permanent: bool = False
-    fix: str | None = None
-
-    def describe(self) -> str:
-        if self.ok:
-            return "delivered"
-        kind = "permanent" if self.permanent else "temporary"
-        return f"{kind} Slack error: {self.error}" + (f" ({self.fix})" if self.fix else "")
 
 
 class _ServerErrorRetryHandler(RetryHandler):

@@ -1,0 +1,61 @@
+"""What to say about an incident, and about a run that went quiet: pure decisions over what was
+already said (the incidents table is the notification log) and the incident as judged now, with
+the clock passed in — Alertmanager's needsUpdate, for lossguard's lifecycle:
+
+- a new incident is announced (opened; and resolved at once if it already recovered), unless it
+  was found in the history read at the first start;
+- an open incident that grew by more than GROWTH since the last announcement is announced again
+  (updated), at most every `update_every` seconds;
+- its recovery is announced once (resolved), carrying a revised cause if the label changed;
+- a changed top cause is announced (relabelled);
+- otherwise nothing is said.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from ..model import Incident
+from ..state import IncidentRow, RunRow
+
+GROWTH = 1.1
+"""An open incident is announced again when its peak grew by more than this factor."""
+
+
+@dataclass(frozen=True)
+class Decision:
+    kinds: tuple[str, ...]
+    """Notices to send, in order: opened, updated, resolved, relabelled."""
+    row: IncidentRow | None
+    """The known incident's row as it should now read (None: a new incident, to be added)."""
+    previous_cause: str | None = None
+    """The top cause announced before, when the new one differs."""
+
+
+def decide(sent: IncidentRow | None, inc: Incident, *, now: float, quiet: bool, update_every: float) -> Decision:
+    """`sent`: the incident as last recorded (None: never seen); `quiet`: a new incident from
+    history, recorded without a word."""
+    if sent is None:
+        kinds = () if quiet else ("opened", "resolved") if inc.end_step is not None else ("opened",)
+        return Decision(kinds, None)
+    row = replace(sent, incident=inc, status="resolved" if inc.end_step is not None else "open")
+    if sent.quiet:
+        return Decision((), row)
+    top = inc.causes[0].cause if inc.causes else None
+    relabelled = sent.top_cause is not None and top is not None and top != sent.top_cause
+    previous = sent.top_cause if relabelled else None
+    if sent.status == "open" and row.status == "resolved":
+        return Decision(("resolved",), row, previous)  # one message: it carries the revised cause
+    kinds: tuple[str, ...] = ()
+    grew = sent.notified_value is not None and inc.value > sent.notified_value * GROWTH
+    if row.status == "open" and grew and now - (sent.notified_at or 0) >= update_every:
+        row = replace(row, notified_value=inc.value, notified_at=now)
+        kinds = ("updated",)
+    if relabelled:
+        kinds = (*kinds, "relabelled")
+    return Decision(kinds, row, previous)
+
+
+def stalled(run: RunRow, *, now: float, stall_after: float) -> bool:
+    """The run logged nothing new for `stall_after` seconds, and that was not said yet."""
+    return stall_after > 0 and not run.stalled and run.advanced_at is not None and now - run.advanced_at >= stall_after

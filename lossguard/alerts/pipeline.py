@@ -1,0 +1,197 @@
+"""From the outbox to the sinks, as Alertmanager's notify pipeline does it: each stage takes posts
+and gives posts (the same, fewer, or reshaped), the chain for a sink is built in one place
+(`chain`) from the sink's Manners, and the sender paces, delivers and records each post as its sink
+accepts it. Stages are lazy generators, so a stage that looks at what was just delivered (a run's
+recent alert) sees the post before it.
+
+    route -> threads -> group -> cooldown -> [pace -> deliver -> record]
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field, replace
+
+from ..state import OutboxEntry, State
+from .delivery import Delivery, Manners, Post, Sink
+
+log = logging.getLogger("lossguard")
+Stage = Callable[[Iterable[Post]], Iterator[Post]]
+SEVERITY_RANK = {"info": 0, "warning": 1, "critical": 2}
+BATCH = 100
+"""Outbox entries taken at a time; a round goes on while entries are waiting."""
+
+
+def route(manners: Manners) -> Stage:
+    """The channel: the first route matching the severity and run, else the sink's own."""
+
+    def channel_of(post: Post) -> str | None:
+        notices = post.notices
+        notice = max(notices, key=lambda n: SEVERITY_RANK.get(n.severity or "", 0))
+        for r in manners.routes:
+            if r.matches(notice.severity, notice.run):
+                return r.channel
+        return manners.channel
+
+    def stage(posts: Iterable[Post]) -> Iterator[Post]:
+        for post in posts:
+            yield replace(post, channel=channel_of(post))
+
+    return stage
+
+
+def threads(state: State) -> Stage:
+    """An incident's follow-ups reply in the thread its alert started (or the summary it was in)."""
+
+    def stage(posts: Iterable[Post]) -> Iterator[Post]:
+        for post in posts:
+            ident = post.entries[0].incident_id
+            thread = state.thread(ident) if ident is not None and post.thread is None else None
+            yield replace(post, thread=thread) if thread else post
+
+    return stage
+
+
+def group(threshold: int, *, channels: bool) -> Stage:
+    """A burst of `threshold` or more new incidents: one message listing them, each one's details
+    as a reply in its thread (a webhook has no threads: the summary is all)."""
+
+    def stage(posts: Iterable[Post]) -> Iterator[Post]:
+        posts = list(posts)
+        burst = [p for p in posts if p.notice.kind == "opened" and p.thread is None]
+        if len(burst) < threshold:
+            yield from posts
+            return
+        entries = tuple(e for p in burst for e in p.entries)
+        yield Post(entries, channel=route_of(burst), summary=True)
+        for post in posts:
+            if post not in burst:
+                yield post
+            elif channels:
+                yield replace(post, in_summary=True)
+
+    def route_of(burst: list[Post]) -> str | None:
+        return max(burst, key=lambda p: SEVERITY_RANK.get(p.notice.severity or "", 0)).channel
+
+    return stage
+
+
+@dataclass
+class RecentRuns:
+    """The thread of each run's last alert per channel, and when it was posted."""
+
+    seen: dict[tuple[str | None, str], tuple[str, float]] = field(default_factory=dict)
+
+    def note(self, post: Post, thread: str, now: float) -> None:
+        for notice in post.notices:
+            self.seen[(post.channel, notice.run)] = (thread, now)
+
+
+def cooldown(recent: RecentRuns, seconds: float, clock: Callable[[], float]) -> Stage:
+    """A run that alerted in this channel a moment ago: its new incident replies in that thread,
+    keeping the channel readable."""
+
+    def stage(posts: Iterable[Post]) -> Iterator[Post]:
+        for post in posts:
+            if post.notice.kind == "opened" and post.thread is None and not post.summary and not post.in_summary:
+                last = recent.seen.get((post.channel, post.notice.run))
+                if last is not None and clock() - last[1] < seconds:
+                    post = replace(post, thread=last[0])
+            yield post
+
+    return stage
+
+
+def chain(sink: Sink, state: State, recent: RecentRuns, clock: Callable[[], float]) -> list[Stage]:
+    """The stages one sink's posts go through: the one place the pipeline is put together."""
+    m = sink.manners
+    stages: list[Stage] = []
+    if m.channels:
+        stages += [route(m), threads(state)]
+    if m.group_threshold is not None:
+        stages.append(group(m.group_threshold, channels=m.channels))
+    if m.channels and m.run_cooldown > 0:
+        stages.append(cooldown(recent, m.run_cooldown, clock))
+    return stages
+
+
+class Dispatcher:
+    """Delivers what the outbox holds, sink by sink, in order; an entry is marked sent as soon as
+    its post is accepted (a crash then repeats at most the post in flight). A temporary failure
+    ends the sink's round (order is kept; the next round retries); a permanent one is said once,
+    loudly, and the entry waits in the outbox for the operator."""
+
+    def __init__(
+        self, state: State, sinks: Mapping[str, Sink], *, clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep, wall: Callable[[], float] = time.time,
+    ) -> None:
+        self.state = state
+        self.sinks = dict(sinks)
+        self.clock, self.sleep, self.wall = clock, sleep, wall
+        self._recent = {name: RecentRuns() for name in self.sinks}
+        self._last_post: dict[tuple[str, str | None], float] = {}
+
+    def round(self) -> int:
+        sent = 0
+        for name in self.state.pending_sinks():
+            sink = self.sinks.get(name)
+            if sink is None:
+                self.state.mark_failed(self.state.pending(limit=10_000, sink=name), f"sink {name!r} is not configured", permanent=True)
+                continue
+            sent += self._drain(sink)
+        return sent
+
+    def _drain(self, sink: Sink) -> int:
+        sent = 0
+        while entries := self.state.pending(limit=BATCH, sink=sink.name):
+            done, ok = self._deliver(sink, entries)
+            sent += done
+            if not ok or len(entries) < BATCH:
+                break
+        return sent
+
+    def _deliver(self, sink: Sink, entries: list[OutboxEntry]) -> tuple[int, bool]:
+        posts: Iterable[Post] = (Post((e,)) for e in entries)
+        for stage in chain(sink, self.state, self._recent[sink.name], self.clock):
+            posts = stage(posts)
+        sent, summary_thread = 0, None
+        for post in posts:
+            if post.in_summary:
+                post = replace(post, thread=summary_thread)
+            self._pace(sink, post.channel)
+            delivery = sink.send(post)
+            if not delivery.ok:
+                self._failed(sink, post.entries, delivery)
+                if not delivery.permanent:
+                    return sent, False
+                continue
+            thread = post.thread or (f"{delivery.channel or post.channel or ''}|{delivery.ts}" if delivery.ts else None)
+            if post.summary and sink.manners.channels:
+                # The replies settle the entries; recorded now, a restart replies in this thread
+                # instead of posting the summary again.
+                summary_thread = thread
+                if thread:
+                    self.state.set_thread(post.entries, thread)
+                    self._recent[sink.name].note(post, thread, self.clock())
+                continue
+            self.state.mark_sent(post.entries, now=self.wall(), thread=thread if post.notice.kind == "opened" else None)
+            if post.notice.kind == "opened" and thread and not post.in_summary:
+                self._recent[sink.name].note(post, thread, self.clock())
+            sent += len(post.entries)
+        return sent, True
+
+    def _pace(self, sink: Sink, channel: str | None) -> None:
+        key = (sink.name, channel)
+        wait = self._last_post.get(key, -1e18) + sink.manners.min_interval - self.clock()
+        if wait > 0:
+            self.sleep(wait)
+        self._last_post[key] = self.clock()
+
+    def _failed(self, sink: Sink, entries: tuple[OutboxEntry, ...], delivery: Delivery) -> None:
+        self.state.mark_failed(entries, delivery.describe(), permanent=delivery.permanent)
+        if delivery.permanent:
+            log.error("cannot deliver to %s: %s; the notification stays in the outbox (see `lossguard status`)", sink.name, delivery.describe())
+        else:
+            log.warning("delivery to %s failed, will retry: %s", sink.name, delivery.describe())

@@ -1,0 +1,115 @@
+"""Where notifications go. The console sink is the default, so the daemon is useful out of the box;
+the JSON-lines sink is for other tools (and for tests that count deliveries); Slack is what people
+read. Each turns a Post into its own wire form; what to post, where and when is the pipeline's."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from collections.abc import Callable
+from pathlib import Path
+
+from .. import __version__
+from . import message
+from .delivery import Delivery, Manners, Post
+from .slack import SlackBot, SlackWebhook
+
+
+class ConsoleSink:
+    name = "console"
+    manners = Manners()
+
+    def __init__(self, log: Callable[[str], None]) -> None:
+        self.log = log
+
+    def send(self, post: Post) -> Delivery:
+        for notice in post.notices:
+            self.log(message.describe(notice))
+        return Delivery(ok=True)
+
+
+class JsonlSink:
+    """Appends {"event", "id", ...incident as in the scan report, "source"} lines. Idempotent by
+    outbox id: if the daemon died after writing a line but before recording it as sent, the retry
+    finds the line and does not repeat it."""
+
+    name = "jsonl"
+    manners = Manners()
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._written: set[int] | None = None
+
+    def _already(self) -> set[int]:
+        if self._written is None:
+            self._written = set()
+            try:
+                with open(self.path, encoding="utf-8") as fh:
+                    for line in fh:
+                        try:
+                            self._written.add(int(json.loads(line)["id"]))
+                        except (ValueError, KeyError, TypeError):
+                            continue
+            except FileNotFoundError:
+                pass
+        return self._written
+
+    @staticmethod
+    def record(entry_id: int, notice) -> dict:  # noqa: ANN001
+        body: dict[str, object] = {"run": notice.run}
+        if notice.incident is not None:
+            body = {**notice.incident.to_report(), "source": notice.source}
+            if notice.previous_cause is not None:
+                body["previous_cause"] = notice.previous_cause
+        else:
+            body["step"] = notice.step
+            if notice.minutes is not None:
+                body["minutes"] = notice.minutes
+        return {"event": notice.kind, "id": entry_id, **body}
+
+    def send(self, post: Post) -> Delivery:
+        todo = [e for e in post.entries if e.id not in self._already()]
+        lines = "".join(json.dumps(self.record(e.id, e.notice)) + "\n" for e in todo)
+        try:
+            with open(self.path, "a", encoding="utf-8") as fh:
+                fh.write(lines)
+                fh.flush()
+                os.fsync(fh.fileno())
+        except OSError as exc:
+            return Delivery(ok=False, error=f"{self.path}: {exc.strerror or exc}")
+        self._already().update(e.id for e in todo)
+        return Delivery(ok=True)
+
+
+class SlackSink:
+    """Slack, bot or webhook. The bot's messages go to routed channels, follow-ups in the incident's
+    thread, and a resolution also rewrites the header of the alert that opened it."""
+
+    name = "slack"
+
+    def __init__(self, client: SlackBot | SlackWebhook, *, routes: tuple = (), min_interval: float = 1.0,
+                 run_cooldown: float = 600.0, group_threshold: int = 3) -> None:
+        self.client = client
+        bot = isinstance(client, SlackBot)
+        self.manners = Manners(
+            channels=bot, routes=tuple(routes), channel=client.channel if bot else None,
+            group_threshold=group_threshold, run_cooldown=run_cooldown if bot else 0.0, min_interval=min_interval,
+        )
+        self.host = socket.gethostname()
+        self._own: set[str] = set()
+        """ts of the alerts this process opened at the top of a channel (their headers it may rewrite)."""
+
+    def send(self, post: Post) -> Delivery:
+        text = message.summary(post.notices) if post.summary else message.for_notice(post.notice, host=self.host, version=__version__)
+        if not self.manners.channels:
+            return self.client.post(text)
+        channel, _, ts = (post.thread or "").partition("|")
+        delivery = self.client.post(text, channel=channel or post.channel, thread_ts=ts or None)
+        if not delivery.ok:
+            return delivery
+        if post.thread is None and post.notice.kind == "opened" and delivery.ts:
+            self._own.add(delivery.ts)
+        if post.notice.kind == "resolved" and ts in self._own:
+            self.client.update(text, ts=ts, channel=channel)  # the parent's header says it is over
+        return delivery

@@ -1,0 +1,146 @@
+"""The daemon's pass in-process (lossguard.follow.Follower over a real SQLite state and real files),
+with the clock passed in: what a pass reads, judges and announces. The daemon as a process is
+tests/test_watch.py."""
+
+from __future__ import annotations
+
+import json
+
+from lossguard.follow import Follower
+from lossguard.rules import default_rules
+from lossguard.state import State
+
+from .test_watch import _calm, _line
+
+
+def test_inotify_passes_read_the_named_files_and_walk_only_when_the_tree_changed(tmp_path):
+    root = tmp_path / "runs"
+    for name in ("a", "b"):
+        (root / name).mkdir(parents=True)
+        (root / name / "metrics.jsonl").write_text(_calm(range(1, 20)))
+    state = State(tmp_path / "state")
+    follower = Follower([root], rules=default_rules(), state=state, log=lambda _: None)
+    assert follower.run_pass(1.0).walked
+    a = root / "a" / "metrics.jsonl"
+    with open(a, "a") as fh:
+        fh.write(_calm(range(20, 25)))
+    report = follower.run_pass(2.0, {str(a)})
+    assert (report.walked, report.files, report.rows) == (False, 1, 15)  # 5 lines of loss, lr, grad_norm
+    (root / "b" / "model.pt").write_bytes(b"\0" * 100)
+    assert follower.run_pass(3.0, {str(root / "b" / "model.pt")}).walked is False  # not a log: nothing to do
+    c = root / "c" / "metrics.jsonl"
+    c.parent.mkdir()
+    c.write_text(_calm(range(1, 5)))
+    report = follower.run_pass(4.0, {str(c)})
+    assert report.walked and str(c) in state.files()
+    a.unlink()
+    assert follower.run_pass(5.0, {str(a)}).walked and str(a) not in state.files()
+    state.close()
+
+
+
+def test_a_long_history_is_read_a_block_per_pass_quietly_and_what_follows_is_alerted(tmp_path):
+    root = tmp_path / "runs"
+    (root / "exp").mkdir(parents=True)
+    log = root / "exp" / "metrics.jsonl"
+    history = _calm(range(1, 300)) + _line(300, 9.0) + _calm(range(301, 600))  # an old spike at 300
+    log.write_text(history)
+    state = State(tmp_path / "state")
+    follower = Follower([root], rules=default_rules(), state=state, read_limit=4096, log=lambda _: None)
+    passes, notices = [], []
+    report = follower.run_pass(1.0)
+    while True:
+        passes.append(report)
+        notices += report.notices
+        if not report.unfinished:
+            break
+        report = follower.run_pass(2.0, set(report.unfinished))
+    line_bytes = len(_line(1, 2.0))
+    assert len(passes) >= 4 and max(p.rows for p in passes) <= 3 * (2 * 4096 // line_bytes + 1)  # <= 2 blocks a pass
+    assert sum(p.rows for p in passes) == 599 * 3 and notices == []  # every value read; history is quiet
+    recorded = state.db.execute("SELECT step, quiet FROM incidents").fetchall()
+    assert recorded == [(300, 1)]  # the old spike is known (never raised again), as history
+    with open(log, "a") as fh:
+        fh.write(_line(600, 9.0))
+    report = follower.run_pass(3.0, {str(log)})
+    assert [(n.kind, n.incident.step) for n in report.notices] == [("opened", 600)]
+    state.close()
+
+
+
+def test_a_file_its_reader_fails_on_stops_alone_and_the_other_runs_are_still_judged(tmp_path, monkeypatch):
+    root = tmp_path / "runs"
+    for name in ("good", "bad"):
+        (root / name).mkdir(parents=True)
+        (root / name / "metrics.jsonl").write_text(_calm(range(1, 20)))
+    logged: list[str] = []
+    state = State(tmp_path / "state")
+    follower = Follower([root], rules=default_rules(), state=state, log=logged.append)
+    follower.run_pass(1.0)
+    from lossguard.formats import dictlines
+
+    real_json_pairs = dictlines.json_pairs
+    bad = root / "bad" / "metrics.jsonl"
+
+    def json_pairs(lines, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202 - a reader bug nobody foresaw
+        if lines.get_column("text").str.contains("poison").any():
+            raise ValueError("unforeseen")
+        return real_json_pairs(lines, *args, **kwargs)
+
+    monkeypatch.setattr(dictlines, "json_pairs", json_pairs)
+    with open(root / "good" / "metrics.jsonl", "a") as fh:
+        fh.write(_line(20, 9.0))
+    with open(bad, "a") as fh:
+        fh.write(json.dumps({"step": 20, "loss": 9.0, "poison": 1}) + "\n")
+    report = follower.run_pass(2.0)
+    assert [(n.kind, n.run) for n in report.notices] == [("opened", "good")]
+    assert any(str(bad) in line and "unforeseen" in line and "no longer read" in line for line in logged)
+    assert state.files()[str(bad)].dead
+    with open(bad, "a") as fh:
+        fh.write(_line(21, 9.0))
+    assert follower.run_pass(3.0).notices == [] and sum("unforeseen" in line for line in logged) == 1  # said once
+    state.close()
+
+
+
+def test_a_quiet_run_is_said_stalled_once_and_resumed_when_it_logs_again(tmp_path):
+    root = tmp_path / "runs"
+    (root / "exp").mkdir(parents=True)
+    log = root / "exp" / "metrics.jsonl"
+    log.write_text(_calm(range(1, 5)))
+    state = State(tmp_path / "state")
+    follower = Follower([root], rules=default_rules(), state=state, stall_after=60, log=lambda _: None)
+    assert follower.run_pass(1000.0).notices == []
+    assert follower.run_pass(1059.0).notices == []  # not yet a minute
+    (stalled,) = follower.run_pass(1060.0).notices
+    assert (stalled.kind, stalled.run, stalled.step, stalled.minutes) == ("stalled", "exp", 4, 1.0)
+    assert follower.run_pass(2000.0).notices == []  # said once
+    with open(log, "a") as fh:
+        fh.write(_calm(range(5, 7)))
+    (resumed,) = follower.run_pass(2001.0).notices
+    assert (resumed.kind, resumed.run, resumed.step) == ("resumed", "exp", 6)
+    state.close()
+
+
+def test_a_spike_that_grows_is_announced_again_and_its_recovery_once(tmp_path):
+    root = tmp_path / "runs"
+    (root / "exp").mkdir(parents=True)
+    log = root / "exp" / "metrics.jsonl"
+    log.write_text(_calm(range(1, 20)))
+    state = State(tmp_path / "state")
+    follower = Follower([root], rules=default_rules(), state=state, update_every=60, log=lambda _: None)
+    follower.run_pass(0.0)
+
+    def append(now: float, text: str) -> list[tuple[str, int, float]]:
+        with open(log, "a") as fh:
+            fh.write(text)
+        return [(n.kind, n.incident.step, n.incident.value) for n in follower.run_pass(now, {str(log)}).notices]
+
+    assert append(10.0, _line(20, 5.0)) == [("opened", 20, 5.0)]
+    assert append(20.0, _line(21, 9.0)) == []  # grew, but announced 10 s ago
+    assert append(100.0, _line(22, 9.5)) == [("updated", 20, 9.5)]
+    assert append(110.0, _calm(range(23, 26))) == [("resolved", 20, 9.5)]
+    assert append(120.0, _calm(range(26, 30))) == []
+    (row,) = [state.incident("exp", "loss-spike", 20)]
+    assert row.status == "resolved" and row.incident.end_step == 23 and row.notified_value == 9.5
+    state.close()

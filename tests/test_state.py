@@ -1,0 +1,112 @@
+"""The state store (a real SQLite file): typed rows in and out, tails bit for bit, older layouts
+migrated, and a pass's writes all or nothing."""
+
+from __future__ import annotations
+
+import json
+import math
+import sqlite3
+
+import numpy as np
+import pytest
+
+from lossguard.model import Cause, Incident, Notice
+from lossguard.state import VERSION, State, Tail
+
+INC = Incident(
+    run="exp/7b", metric="loss", rule="loss-spike", kind="ratio", severity="warning", step=700, peak_step=702,
+    value=float("inf"), baseline=2.06, threshold=4.13, end_step=None, last_flagged_step=703, points=3, segment=1,
+    causes=(Cause("gradient_explosion", 0.95123456, "grad_norm 48 = 45x", "Clip gradients"),),
+)
+
+
+@pytest.fixture
+def state(tmp_path):
+    s = State(tmp_path / "state")
+    yield s
+    s.close()
+
+
+def test_stream_tails_keep_every_value_and_version_1_json_tails_are_still_read(tmp_path):
+    state = State(tmp_path / "state")
+    values = np.array([2.5, float("nan"), float("inf"), -float("inf"), 1e-300, 0.1 + 0.2])
+    with state.transaction() as tx:
+        tx.put_tail("r", "loss", Tail(np.arange(10, 16), values, 42))
+    state.close()
+    state = State(tmp_path / "state")  # from the file, not the cache
+    tail = state.tail("r", "loss")
+    assert tail.steps.tolist() == list(range(10, 16)) and tail.seen == 42
+    assert tail.values.tobytes() == values.tobytes()  # bit for bit, NaN and infinities included
+    state.close()
+    # A state file from version 1 stored tails as JSON, non-finite values as strings.
+    db = sqlite3.connect(tmp_path / "state" / "state.db")
+    db.execute("INSERT OR REPLACE INTO streams (run, metric, tail, seen) VALUES ('old', 'loss', '[[1, 2.0], [2, \"nan\"], [3, \"inf\"]]', 3)")
+    db.execute("PRAGMA user_version=1")
+    db.commit()
+    db.close()
+    state = State(tmp_path / "state")
+    tail = state.tail("old", "loss")
+    assert tail.steps.tolist() == [1, 2, 3] and tail.values[0] == 2.0 and math.isnan(tail.values[1]) and tail.values[2] == float("inf")
+    assert state.db.execute("PRAGMA user_version").fetchone()[0] == VERSION
+    state.close()
+
+
+def test_a_rolled_back_pass_leaves_neither_rows_nor_cached_tails(state):
+    with state.transaction() as tx:
+        tx.put_tail("r", "loss", Tail(np.arange(3), np.ones(3), 3))
+    with pytest.raises(RuntimeError), state.transaction() as tx:
+        tx.put_tail("r", "loss", Tail(np.arange(5), np.zeros(5), 5))
+        tx.add_incident(INC, source="a.log", quiet=False, now=1.0)
+        raise RuntimeError("the pass failed")
+    assert state.tail("r", "loss").seen == 3 and state.tail("r", "loss").values.tolist() == [1.0] * 3
+    assert state.incident(INC.run, INC.rule, INC.step) is None
+
+
+def test_incidents_and_outbox_entries_come_back_as_they_went_in(state):
+    with state.transaction() as tx:
+        ident = tx.add_incident(INC, source="runs/exp/train.log", quiet=False, now=5.0)
+        tx.enqueue(Notice("opened", INC.run, INC, source="runs/exp/train.log"), incident_id=ident, sinks=["slack", "jsonl"], now=5.0)
+        tx.enqueue(Notice("stalled", "other", step=40, minutes=31.5), incident_id=None, sinks=["slack"], now=5.0)
+    row = state.incident(INC.run, INC.rule, INC.step)
+    assert row.incident == INC and row.status == "open" and row.source == "runs/exp/train.log"
+    assert (row.notified_value, row.notified_at, row.top_cause, row.quiet) == (INC.value, 5.0, "gradient_explosion", False)
+    assert [r.incident for r in state.open_incidents(INC.run)] == [INC]
+    assert state.incident_keys(INC.run, since=700) == {("loss-spike", 700)} and not state.incident_keys(INC.run, since=701)
+    slack = state.pending(sink="slack")
+    assert [(e.sink, e.notice.kind, e.incident_id) for e in slack] == [("slack", "opened", ident), ("slack", "stalled", None)]
+    assert slack[0].notice.incident == INC and slack[1].notice == Notice("stalled", "other", step=40, minutes=31.5)
+    assert state.pending_sinks() == ["jsonl", "slack"]
+    state.mark_sent(slack[:1], now=6.0, thread="C1|1.5")
+    state.mark_failed(slack[1:], "permanent error: not_in_channel", permanent=True)
+    assert state.pending(sink="slack") == [] and state.thread(ident) == "C1|1.5"
+
+
+def test_a_layout_2_file_is_migrated_with_its_undelivered_notifications(tmp_path):
+    state = State(tmp_path / "state")
+    state.close()
+    db = sqlite3.connect(tmp_path / "state" / "state.db")
+    db.executescript(
+        "DROP TABLE outbox; DROP TABLE incidents;"
+        "CREATE TABLE incidents (id INTEGER PRIMARY KEY, run TEXT NOT NULL, rule TEXT NOT NULL, step INTEGER NOT NULL,"
+        " status TEXT NOT NULL, body TEXT NOT NULL, quiet INTEGER NOT NULL DEFAULT 0, notified_value REAL, notified_at REAL,"
+        " top_cause TEXT, thread TEXT, UNIQUE (run, rule, step));"
+        "CREATE TABLE outbox (id INTEGER PRIMARY KEY, incident_id INTEGER, kind TEXT NOT NULL, payload TEXT NOT NULL,"
+        " created REAL NOT NULL, attempts INTEGER NOT NULL DEFAULT 0, last_error TEXT, permanent INTEGER NOT NULL DEFAULT 0, sent_at REAL);"
+    )
+    # Layout 2 kept the scan report's form of the incident, with the source and the sink as keys.
+    old = {**INC.to_report(), "source": "runs/exp/train.log"}
+    db.execute("INSERT INTO incidents (id, run, rule, step, status, body) VALUES (1, ?, ?, ?, 'open', ?)", (INC.run, INC.rule, INC.step, json.dumps(old)))
+    db.execute("INSERT INTO outbox (incident_id, kind, payload, created) VALUES (1, 'opened', ?, 1.0)", (json.dumps({"sink": "jsonl", **old}),))
+    db.execute("INSERT INTO outbox (incident_id, kind, payload, created) VALUES (NULL, 'stalled', ?, 1.0)", (json.dumps({"sink": "slack", "run": "r", "step": 9, "minutes": 30.0}),))
+    db.execute("PRAGMA user_version=2")
+    db.commit()
+    db.close()
+    state = State(tmp_path / "state")
+    (opened,) = state.pending(sink="jsonl")
+    # What layout 2 did not keep takes its default; the rest is what was stored.
+    assert opened.notice.incident.step == 700 and opened.notice.incident.segment == 0 and opened.notice.source == "runs/exp/train.log"
+    assert opened.notice.incident.causes[0].confidence == 0.951  # (rounded, as the report form was)
+    assert state.pending(sink="slack")[0].notice == Notice("stalled", "r", step=9, minutes=30.0)
+    assert state.incident(INC.run, INC.rule, INC.step).source == "runs/exp/train.log"
+    assert state.db.execute("PRAGMA user_version").fetchone()[0] == VERSION
+    state.close()
