@@ -146,39 +146,6 @@ def test_token_from_the_systemd_credentials_directory_is_used_and_masked(tmp_pat
     assert settings.masked()["slack_token"] == "********** (set)"
 
 
-def test_sink_threads_a_runs_next_incident_and_routes_by_severity(slack):
-    from lossguard.settings import SlackRoute
-    from lossguard.sinks import SlackSink
-
-    clock = [100.0]
-    sink = SlackSink(
-        SlackBot(TOKEN, "#training", base_url=slack.base_url, backoff=0.01),
-        routes=(SlackRoute(channel="#oncall", severity=["critical"]),),
-        min_interval=1.0, run_cooldown=600, clock=lambda: clock[0], sleep=lambda s: clock.__setitem__(0, clock[0] + s),
-    )
-    first = _message_payload()
-    assert sink.deliver("opened", first).ok
-    clock[0] += 10
-    second = {**first, "step": 900}
-    assert sink.deliver("opened", second).ok
-    critical = {**first, "step": 950, "severity": "critical"}
-    assert sink.deliver("opened", critical).ok
-    bodies = [r.body for r in slack.requests]
-    assert bodies[0]["channel"] == "#training" and "thread_ts" not in bodies[0]
-    assert bodies[1]["channel"] == "#training" and bodies[1]["thread_ts"] == "1700000000.000001"
-    assert bodies[2]["channel"] == "#oncall" and "thread_ts" not in bodies[2]
-    # Pacing is per channel: #oncall's first message did not wait for #training's.
-    assert clock[0] == 110.0
-    clock[0] += 0.2
-    sink.deliver("opened", {**first, "run": "other"})
-    assert clock[0] >= 111.0  # a second message to #training within a second waited for its turn
-
-
-def _message_payload():
-    inc = analyse_run(synth.long_frame("gradient_explosion"), default_rules(), run="exp/7b").incidents[0]
-    return {"sink": "slack", "source": "/runs/x.log", **inc.to_json()}
-
-
 def test_scan_posts_a_digest_to_slack(slack, monkeypatch, capsys):
     from .conftest import FIXTURES
 

@@ -1,0 +1,148 @@
+"""The alert pipeline (outbox -> stages -> sinks) with direct calls: the real slack-sdk against a
+local server that answers like Slack, a real JSON-lines file, a real SQLite state, and the clock
+passed in."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from lossguard.alerts.pipeline import BATCH, Dispatcher
+from lossguard.alerts.sinks import JsonlSink, SlackSink
+from lossguard.alerts.slack import SlackBot, SlackWebhook
+from lossguard.model import Incident, Notice
+from lossguard.settings import SlackRoute
+from lossguard.state import State
+
+from .slack_server import Answer, SlackServer
+
+TOKEN = "xoxb-2222-SECRET"
+BASE = Incident(run="exp", metric="loss", rule="loss-spike", kind="ratio", severity="warning", step=20, peak_step=20,
+                value=9.0, baseline=2.0, threshold=4.0)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+        self.slept: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+
+@pytest.fixture
+def slack(monkeypatch):
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    with SlackServer() as server:
+        yield server
+
+
+@pytest.fixture
+def state(tmp_path):
+    s = State(tmp_path / "state")
+    yield s
+    s.close()
+
+
+def raise_(state: State, *incidents: Incident, sinks=("slack",), kind: str = "opened") -> None:
+    with state.transaction() as tx:
+        for inc in incidents:
+            known = state.incident(inc.run, inc.rule, inc.step)
+            ident = known.id if known else tx.add_incident(inc, source="runs/x.log", quiet=False, now=1.0)
+            tx.enqueue(Notice(kind, inc.run, inc, source="runs/x.log"), incident_id=ident, sinks=sinks, now=1.0)
+
+
+def bot_sink(slack, **manners) -> SlackSink:
+    return SlackSink(SlackBot(TOKEN, "#training", base_url=slack.base_url, backoff=0.01, retries=0), **manners)
+
+
+def posts(slack):
+    return [r.body for r in slack.requests if r.path == "/api/chat.postMessage"]
+
+
+def test_a_runs_next_incident_replies_in_its_thread_and_critical_goes_to_its_route(slack, state):
+    clock = Clock()
+    sink = bot_sink(slack, routes=(SlackRoute(channel="#oncall", severity=["critical"]),), min_interval=1.0, run_cooldown=600)
+    dispatcher = Dispatcher(state, {"slack": sink}, clock=clock, sleep=clock.sleep, wall=clock)
+    raise_(state, BASE)
+    assert dispatcher.round() == 1
+    clock.now += 10
+    raise_(state, replace(BASE, step=900), replace(BASE, step=950, severity="critical"))
+    assert dispatcher.round() == 2
+    sent = posts(slack)
+    assert sent[0]["channel"] == "#training" and "thread_ts" not in sent[0]
+    assert sent[1]["channel"] == "#training" and sent[1]["thread_ts"] == "1700000000.000001"
+    assert sent[2]["channel"] == "#oncall" and "thread_ts" not in sent[2]
+    assert clock.slept == []  # 10 s apart, and #oncall's first message need not wait for #training's
+    clock.now += 0.2
+    raise_(state, replace(BASE, run="other"))
+    dispatcher.round()
+    assert clock.slept == [pytest.approx(0.8)]  # a second message to #training within a second waited its turn
+
+
+def test_follow_ups_reply_in_the_alerts_thread_and_the_resolution_rewrites_its_header(slack, state):
+    dispatcher = Dispatcher(state, {"slack": bot_sink(slack, min_interval=0)})
+    raise_(state, BASE)
+    dispatcher.round()
+    resolved = replace(BASE, end_step=23)
+    raise_(state, resolved, kind="resolved")
+    dispatcher.round()
+    reply = posts(slack)[1]
+    assert reply["thread_ts"] == "1700000000.000001" and "resolved" in reply["text"]
+    (update,) = [r.body for r in slack.requests if r.path == "/api/chat.update"]
+    assert update["ts"] == "1700000000.000001" and "Resolved" in json.dumps(update["blocks"])
+
+
+def test_a_burst_is_one_summary_and_a_crash_after_it_replies_in_its_thread_instead_of_posting_it_again(slack, state):
+    burst = [replace(BASE, run=f"exp{i}") for i in range(4)]
+    raise_(state, *burst)
+    slack.queue = [Answer(), Answer(), Answer(body={"ok": False, "error": "internal_error"})]
+    assert Dispatcher(state, {"slack": bot_sink(slack, min_interval=0)}).round() == 1  # summary, one reply, then a failure
+    # A new process (the first died): no second summary; the rest reply in the first one's thread.
+    assert Dispatcher(state, {"slack": bot_sink(slack, min_interval=0)}).round() == 3
+    sent = posts(slack)
+    assert sent[0]["text"].startswith("4 new spikes") and "thread_ts" not in sent[0]
+    assert sum(p["text"].startswith("4 new spikes") for p in sent) == 1
+    assert [p.get("thread_ts") for p in sent[1:]] == ["1700000000.000001"] * 5  # 4 replies + the failed one retried
+    assert state.pending() == []
+
+
+def test_each_post_is_recorded_as_it_is_accepted(slack, state):
+    raise_(state, BASE, replace(BASE, step=900))
+    slack.queue = [Answer(), Answer(body={"ok": False, "error": "internal_error"})]
+    dispatcher = Dispatcher(state, {"slack": bot_sink(slack, min_interval=0, group_threshold=10)})
+    assert dispatcher.round() == 1
+    (left,) = state.pending()
+    assert left.notice.incident.step == 900 and left.attempts == 1
+
+
+def test_a_webhook_gets_the_summary_alone_and_it_settles_the_burst(slack, state):
+    sink = SlackSink(SlackWebhook(slack.webhook_url, retries=0), min_interval=0)
+    raise_(state, *[replace(BASE, run=f"exp{i}") for i in range(3)])
+    assert Dispatcher(state, {"slack": sink}).round() == 3
+    (summary,) = [r.body for r in slack.requests]
+    assert summary["text"].startswith("3 new spikes") and state.pending() == []
+
+
+def test_the_outbox_is_drained_in_one_round_and_every_sink_gets_each_notice_once(tmp_path, state):
+    out = tmp_path / "alerts.jsonl"
+    raise_(state, *[replace(BASE, step=s) for s in range(10, 10 + BATCH + 20)], sinks=("jsonl",))
+    assert Dispatcher(state, {"jsonl": JsonlSink(out)}).round() == BATCH + 20
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [e["step"] for e in lines] == list(range(10, 10 + BATCH + 20)) and len({e["id"] for e in lines}) == len(lines)
+    assert lines[0]["event"] == "opened" and lines[0]["source"] == "runs/x.log" and lines[0]["ratio"] == 4.5
+
+
+def test_a_sink_that_is_not_configured_any_more_fails_its_entries_permanently(state):
+    raise_(state, BASE, sinks=("slack",))
+    assert Dispatcher(state, {}).round() == 0
+    assert state.pending() == []
+    error = state.db.execute("SELECT last_error, permanent FROM outbox").fetchone()
+    assert error == ("sink 'slack' is not configured", 1)
