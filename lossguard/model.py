@@ -6,8 +6,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
-CAUSES = ("lr_too_high", "gradient_explosion", "bad_batch", "numerical_instability", "lr_schedule", "model_architecture", "unknown")
-
 
 def json_number(value: float | None) -> float | str | None:
     """JSON has no NaN/Infinity: they are written as the strings every JSON parser can carry."""
