@@ -115,7 +115,7 @@ def _recovery(values: np.ndarray, start: int, stop: int, above: callable, need: 
     return None
 
 
-def detect(points: pl.DataFrame, rule: Rule, *, run: str, seen_before: int = 0) -> list[Incident]:
+def find_incidents(points: pl.DataFrame, rule: Rule, *, run: str, seen_before: int = 0) -> list[Incident]:
     """Incidents of one rule on one stream (columns step, value, segment; file order).
     `seen_before`: points the stream held before these (the daemon passes a tail), for min_history."""
     all_finite = bool(np.isfinite(points.get_column("value").to_numpy()).all())
@@ -265,5 +265,5 @@ def detect_all(streams: dict[str, pl.DataFrame], rules: Sequence[Rule], *, run: 
         points = streams.get(rule.metric)
         if points is None or not points.height:
             continue
-        out.extend(detect(points, rule, run=run))
+        out.extend(find_incidents(points, rule, run=run))
     return sorted(out, key=lambda i: (i.step, i.rule))

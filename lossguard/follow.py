@@ -21,7 +21,7 @@ import polars as pl
 
 from . import table
 from .cursor import Cursor
-from .detect import detect
+from .detect import find_incidents
 from .engine import JUDGED, run_context
 from .causes import label_all
 from .errors import UsageError
@@ -303,7 +303,7 @@ class Follower:
             if not new.height:
                 continue
             first_new = int(new.get_column("step")[0])
-            for inc in detect(windows[rule.metric], rule, run=run, seen_before=max(0, seen - tail.height)):
+            for inc in find_incidents(windows[rule.metric], rule, run=run, seen_before=max(0, seen - tail.height)):
                 last = inc.last_flagged_step if inc.last_flagged_step is not None else inc.step
                 known = self.state.incident(run, inc.rule, inc.step)
                 if known is None and last < first_new:

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lossguard.detect import detect
+from lossguard.detect import find_incidents
 from lossguard.engine import analyse_run
 from lossguard.rules import RuleSet, default_rules, rule_from
 from lossguard.streams import collapse
@@ -66,7 +66,7 @@ def test_default_rule_flags_exactly_what_the_seed_function_flags(values):
 
 def test_seed_example_is_one_incident():
     losses = [0.5, 0.48, 0.47, 0.46, 0.45, 0.44, 0.43, 0.42, 0.41, 0.40, 1.2]
-    (inc,) = detect(stream_of(losses), DEFAULT_LOSS_RULE, run="r")
+    (inc,) = find_incidents(stream_of(losses), DEFAULT_LOSS_RULE, run="r")
     assert (inc.step, inc.peak_step, inc.value) == (11, 11, 1.2)
     assert inc.baseline == pytest.approx(np.mean(losses[1:10]))
     assert inc.ratio == pytest.approx(1.2 / np.mean(losses[1:10]))
@@ -75,7 +75,7 @@ def test_seed_example_is_one_incident():
 
 def test_consecutive_flagged_points_are_one_incident_that_recovers():
     values = [1.0] * 20 + [3.0, 3.5, 2.5] + [1.0] * 10
-    (inc,) = detect(stream_of(values), DEFAULT_LOSS_RULE, run="r")
+    (inc,) = find_incidents(stream_of(values), DEFAULT_LOSS_RULE, run="r")
     assert (inc.step, inc.peak_step, inc.value) == (21, 22, 3.5)
     assert inc.end_step == 24
     assert inc.points >= 1
@@ -83,33 +83,33 @@ def test_consecutive_flagged_points_are_one_incident_that_recovers():
 
 def test_nan_does_not_blind_the_ratio_rule_and_is_caught_by_nonfinite():
     values = [1.0] * 12 + [math.nan] + [1.0, 3.0] + [1.0] * 5
-    ratio_incidents = detect(stream_of(values), DEFAULT_LOSS_RULE, run="r")
+    ratio_incidents = find_incidents(stream_of(values), DEFAULT_LOSS_RULE, run="r")
     assert [i.step for i in ratio_incidents] == [15]
     nonfinite = next(r for r in default_rules().rules if r.name == "loss-nonfinite")
-    (nan_inc,) = detect(stream_of(values), nonfinite, run="r")
+    (nan_inc,) = find_incidents(stream_of(values), nonfinite, run="r")
     assert nan_inc.step == 13 and math.isnan(nan_inc.value) and nan_inc.end_step == 14
 
 
 def test_nan_that_never_recovers_stays_open():
     nonfinite = next(r for r in default_rules().rules if r.name == "loss-nonfinite")
-    (inc,) = detect(stream_of([1.0] * 5 + [math.nan] * 5), nonfinite, run="r")
+    (inc,) = find_incidents(stream_of([1.0] * 5 + [math.nan] * 5), nonfinite, run="r")
     assert inc.step == 6 and inc.end_step is None
 
 
 def test_rewound_steps_start_a_new_segment_without_repeating_the_incident():
     steps = list(range(1, 31)) + list(range(15, 31))
     values = [1.0] * 20 + [3.0] + [1.0] * 9 + [1.0] * 5 + [3.0] + [1.0] * 10  # the replay spikes at step 20 again
-    incidents = detect(stream_of(values, steps), DEFAULT_LOSS_RULE, run="r")
+    incidents = find_incidents(stream_of(values, steps), DEFAULT_LOSS_RULE, run="r")
     assert [i.step for i in incidents] == [21, 20]
     # A rewind alone raises nothing: the same steps replayed calmly.
     calm = [1.0] * 30 + [1.0] * 16
-    assert detect(stream_of(calm, steps), DEFAULT_LOSS_RULE, run="r") == []
+    assert find_incidents(stream_of(calm, steps), DEFAULT_LOSS_RULE, run="r") == []
 
 
 def test_replayed_spike_at_the_same_step_is_not_raised_twice():
     steps = list(range(1, 31)) + list(range(15, 31))
     values = [1.0] * 20 + [3.0] + [1.0] * 9 + [1.0] * 6 + [3.0] + [1.0] * 9
-    incidents = detect(stream_of(values, steps), DEFAULT_LOSS_RULE, run="r")
+    incidents = find_incidents(stream_of(values, steps), DEFAULT_LOSS_RULE, run="r")
     assert [i.step for i in incidents] == [21]
 
 
@@ -118,7 +118,7 @@ def test_resumed_segment_continues_its_window_from_the_matching_step():
     # replay's second point is judged against them, not skipped for lack of history.
     steps = list(range(1, 21)) + list(range(15, 25))
     values = [1.0] * 20 + [1.0, 2.5] + [1.0] * 8
-    assert [i.step for i in detect(stream_of(values, steps), DEFAULT_LOSS_RULE, run="r")] == [16]
+    assert [i.step for i in find_incidents(stream_of(values, steps), DEFAULT_LOSS_RULE, run="r")] == [16]
 
 
 def test_duplicate_rows_of_one_step_collapse_to_one_point():
@@ -127,7 +127,7 @@ def test_duplicate_rows_of_one_step_collapse_to_one_point():
     values[-4:] = [3.0] * 4
     pts = stream_of(values, steps)
     assert pts.height == 20
-    assert [i.step for i in detect(pts, DEFAULT_LOSS_RULE, run="r")] == [20]
+    assert [i.step for i in find_incidents(pts, DEFAULT_LOSS_RULE, run="r")] == [20]
 
 
 def test_lr_decay_drop_and_steep_early_descent_are_not_spikes():
@@ -135,7 +135,7 @@ def test_lr_decay_drop_and_steep_early_descent_are_not_spikes():
     loss = 10 * np.exp(-t / 50) + 2.0
     loss[1000:] *= 0.5  # a step decay of the LR drops the loss sharply
     frame = synth.long_frame("clean")
-    assert detect(stream_of(list(loss)), DEFAULT_LOSS_RULE, run="r") == []
+    assert find_incidents(stream_of(list(loss)), DEFAULT_LOSS_RULE, run="r") == []
     assert analyse_run(frame, default_rules(), run="clean").incidents == ()
 
 
@@ -154,14 +154,14 @@ def test_lr_decay_drop_and_steep_early_descent_are_not_spikes():
     ],
 )
 def test_rule_kinds(kw, values, expected):
-    incidents = detect(stream_of(values), rule(**kw), run="r")
+    incidents = find_incidents(stream_of(values), rule(**kw), run="r")
     assert [i.step for i in incidents] == expected
 
 
 def test_cooldown_folds_a_close_second_spike_into_the_first():
     values = [1.0] * 20 + [3.0] + [1.0] * 5 + [3.0] + [1.0] * 10
-    assert len(detect(stream_of(values), rule(kind="ratio", factor=2.0, window=9), run="r")) == 2
-    (inc,) = detect(stream_of(values), rule(kind="ratio", factor=2.0, window=9, cooldown=10), run="r")
+    assert len(find_incidents(stream_of(values), rule(kind="ratio", factor=2.0, window=9), run="r")) == 2
+    (inc,) = find_incidents(stream_of(values), rule(kind="ratio", factor=2.0, window=9, cooldown=10), run="r")
     assert inc.points == 2 and inc.last_flagged_step == 27
 
 
@@ -174,8 +174,8 @@ def test_runs_glob_limits_a_rule():
 
 def test_min_history_holds_the_rule_back():
     values = [1.0, 1.0, 1.0, 5.0] + [1.0] * 3
-    assert detect(stream_of(values), rule(kind="ratio", window=3), run="r")[0].step == 4
-    assert detect(stream_of(values), rule(kind="ratio", window=3, min_history=6), run="r") == []
+    assert find_incidents(stream_of(values), rule(kind="ratio", window=3), run="r")[0].step == 4
+    assert find_incidents(stream_of(values), rule(kind="ratio", window=3, min_history=6), run="r") == []
 
 
 @settings(max_examples=60, deadline=None)
@@ -185,7 +185,7 @@ def test_judging_new_points_with_a_tail_flags_what_a_full_pass_flags(values, n_n
 
     n_new = min(n_new, len(values) - 1)
     pts = stream_of(values)
-    full = {i.step for i in detect(pts, DEFAULT_LOSS_RULE, run="r")} | set(flagged_steps(values, DEFAULT_LOSS_RULE))
+    full = {i.step for i in find_incidents(pts, DEFAULT_LOSS_RULE, run="r")} | set(flagged_steps(values, DEFAULT_LOSS_RULE))
     cut = len(values) - n_new
     history, new = pts.head(cut), pts.tail(n_new)
     tail_flags = set(flagged_steps(values, DEFAULT_LOSS_RULE)) & set(new.get_column("step").to_list())

@@ -38,14 +38,14 @@ def main() -> None:
     ap.add_argument("--points", type=int, default=10_000_000)
     ap.add_argument("--seed-points", type=int, default=200_000)
     args = ap.parse_args()
-    from lossguard.detect import detect, detect_tail
+    from lossguard.detect import detect_tail, find_incidents
     from lossguard.rules import default_rules
 
     rules = [r for r in default_rules().rules if r.metric == "loss"]
     pts = stream(args.points)
-    detect(pts.head(1000), rules[0], run="warmup")
+    find_incidents(pts.head(1000), rules[0], run="warmup")
     t0 = time.perf_counter()
-    found = [i for r in rules for i in detect(pts, r, run="bench")]
+    found = [i for r in rules for i in find_incidents(pts, r, run="bench")]
     ours = time.perf_counter() - t0
     values = pts.get_column("value").to_list()[: args.seed_points]
     t0 = time.perf_counter()
@@ -69,7 +69,7 @@ def main() -> None:
             detect_tail(history.tail(rule.lookback), new, rule, run="bench", seen_before=n - 10)
         tail = (time.perf_counter() - t0) / reps
         t0 = time.perf_counter()
-        detect(s, rule, run="bench")
+        find_incidents(s, rule, run="bench")
         full = time.perf_counter() - t0
         print(f"  {n:>11,} points: tail {tail * 1e3:7.2f} ms   full pass {full * 1e3:9.1f} ms")
 
