@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 
 import numpy as np
 import polars as pl
@@ -10,10 +11,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from lossguard import kinds
 from lossguard.detect import find_incidents
 from lossguard.engine import analyse_run
+from lossguard.kinds import Judgement, Rule
 from lossguard.rules import RuleSet, default_rules, rule_from
 from lossguard.streams import collapse
+from lossguard.validate import spec
 
 from . import synth
 
@@ -46,7 +50,7 @@ def flagged_steps(values, r, steps=None):
     from lossguard.streams import segments_with_history
 
     pts = stream_of(values, steps)
-    if r.kind in ("ratio", "zscore", "ewm", "sustained"):
+    if r.finite_only:
         pts = pts.filter(pl.col("value").is_finite())
     units = segments_with_history(pts, r.lookback)
     flagged, _ = _judge(units, r)
@@ -156,6 +160,49 @@ def test_lr_decay_drop_and_steep_early_descent_are_not_spikes():
 def test_rule_kinds(kw, values, expected):
     incidents = find_incidents(stream_of(values), rule(**kw), run="r")
     assert [i.step for i in incidents] == expected
+
+
+@pytest.fixture
+def scratch_kinds():
+    """Kinds a test defines are forgotten after it: the others see only the shipped ones."""
+    shipped = dict(kinds.RULE_KINDS)
+    yield
+    kinds._registered.clear()
+    kinds._registered.update(shipped)
+
+
+def test_a_kind_is_one_class_that_rules_files_name_and_detection_judges(scratch_kinds):
+    @dataclass(frozen=True, kw_only=True)
+    class JumpRule(Rule):
+        """value > factor x the value before it."""
+
+        kind: str = "jump"
+        factor: float = field(default=2.0, metadata=spec(float, gt=0))
+        finite_only = True
+
+        @property
+        def lookback(self) -> int:
+            return 1
+
+        def judgement(self, v, per_unit):
+            baseline = per_unit(v.shift(1))
+            return Judgement(condition=v > baseline * self.factor, baseline=baseline, limit=baseline * self.factor)
+
+    jump = rule_from({"name": "j", "metric": "loss", "kind": "jump", "factor": 3.0})
+    assert isinstance(jump, JumpRule)
+    (inc,) = find_incidents(stream_of([1.0, 1.0, math.nan, 4.0, 1.0, 2.0, 1.0, 1.0, 1.0]), jump, run="r")
+    assert (inc.step, inc.kind, inc.baseline, inc.threshold, inc.end_step) == (4, "jump", 1.0, 3.0, 5)
+    with pytest.raises(ValueError, match=r"factor: Input should be greater than 0 \(got 0\)"):
+        rule_from({"name": "j", "metric": "loss", "kind": "jump", "factor": 0})
+    with pytest.raises(ValueError, match=r"unknown kind 'jumps'; one of: ratio, zscore, .*, jump$"):
+        rule_from({"name": "j", "metric": "loss", "kind": "jumps"})
+
+
+def test_a_second_class_cannot_take_a_kind_name_already_registered(scratch_kinds):
+    with pytest.raises(TypeError, match="kind 'ratio' must be a new, non-empty name"):
+
+        class AnotherRatio(Rule):
+            kind: str = "ratio"
 
 
 def test_cooldown_folds_a_close_second_spike_into_the_first():
