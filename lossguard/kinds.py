@@ -281,3 +281,65 @@ class SustainedRule(Rule):
         limit = baseline * self.factor
         lowest = per_unit(v.rolling_min(self.patience, min_samples=self.patience))
         return Judgement(condition=lowest > limit, baseline=baseline, limit=limit, onset=self.patience - 1)
+
+
+@_KIND
+class SlopeRule(Rule):
+    """The least-squares slope of the last `window` finite values (the judged one included), per
+    point and relative to their mean, above `rate`: a loss creeping up over many points, a divergence
+    that begins too slowly for any ratio to the recent values to notice.
+
+    Per point, not per step, like every window here: a run logging every 500 steps and one logging
+    every step are both judged on their last `window` values. The defaults, window 50 and rate 0.01
+    (1% of the window's mean per point: a trend climbing by about half the mean across the window),
+    sit well clear of healthy training: on the clean runs of tests/fixtures/corpus the steepest
+    50-point slope is 0.0028 (modded-nanogpt's un-averaged per-step loss), 0.0017 or less on the
+    others; and white noise of relative spread s gives a slope of spread s x sqrt(12 / (n (n^2 - 1))),
+    about s / 100 at n = 50, so even 10% noise per point stays 10 spreads under the rate.
+
+    The baseline is the window mean; the limit is mean x (1 + rate x (window - 1) / 2), where a line
+    through the window's mean rising at exactly `rate` ends at the judged point: the fitted trend ends
+    above it exactly when the slope is above the rate. A window whose mean is not positive is not
+    judged (a slope relative to it means nothing).
+
+    Recovery is the slope back at or under the rate for `recovery` points, not the values back under
+    the limit: a loss that stopped climbing stays above where it started, and a trend is judged
+    over `window` points, so the incident closes some points after the climb does.
+    """
+
+    kind: str = "slope"
+    window: int = field(default=50, metadata=spec(int, ge=3))
+    rate: float = field(default=0.01, metadata=spec(float, gt=0))
+
+    finite_only = True
+
+    def default_history(self) -> int:
+        return self.window
+
+    @property
+    def lookback(self) -> int:
+        return self.window - 1
+
+    def judgement(self, v: pl.Expr, per_unit: PerUnit) -> Judgement:
+        n = self.window
+        # x is the row's index in its unit, never the step: steps run to billions, and x * value
+        # summed over a window would lose the slope's digits (a row index of 10 million costs about
+        # 1e-11 of the slope, against rates of 1e-3). sum((x - mean x) * value) = sum(x * value) -
+        # (mean x) * sum(value), and sum((x - mean x)^2) = n (n^2 - 1) / 12 for n consecutive x.
+        x = pl.int_range(0, pl.len()).cast(pl.Float64)
+        total = per_unit(v.rolling_sum(n, min_samples=n))
+        moment = per_unit((x * v).rolling_sum(n, min_samples=n)) - (per_unit(x) - (n - 1) / 2) * total
+        slope = moment / (n * (n * n - 1) / 12)
+        mean = total / n
+        limit = mean * (1 + self.rate * (n - 1) / 2)
+        return Judgement(condition=(mean > 0) & (slope > self.rate * mean), baseline=mean, limit=limit)
+
+    def recovery_signal(self, values: np.ndarray, flagged: np.ndarray) -> np.ndarray:
+        # After an incident's first point every point is judged with a full window, so "flagged" is
+        # exactly "its window's slope is above the rate".
+        signal = np.zeros(values.size, dtype=bool)
+        signal[flagged] = True
+        return signal
+
+    def beyond(self, signal: np.ndarray, limit: float | None) -> np.ndarray:
+        return signal

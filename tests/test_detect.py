@@ -10,16 +10,19 @@ import polars as pl
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from numpy.lib.stride_tricks import sliding_window_view
 
 from lossguard import kinds
 from lossguard.detect import find_incidents
 from lossguard.engine import analyse_run
 from lossguard.kinds import Judgement, Rule
+from lossguard.reader import ReadOptions, read_paths
 from lossguard.rules import RuleSet, default_rules, rule_from
-from lossguard.streams import collapse
+from lossguard.streams import by_metric, collapse
 from lossguard.validate import spec
 
 from . import synth
+from .conftest import CORPUS
 
 
 def seed_detect_loss_spike(losses, threshold=2.0):
@@ -241,3 +244,104 @@ def test_judging_new_points_with_a_tail_flags_what_a_full_pass_flags(values, n_n
     if tail_flags:
         assert min(i.step for i in found) == min(tail_flags)
     assert full >= {i.step for i in found}
+
+
+def healthy_loss(n, *, seed=0):
+    """A noisy decaying loss, like synth's: 6.0 above its floor of 2.0 at first, noise of 1% of the floor."""
+    t = np.arange(n)
+    return 2.0 + 6.0 * np.exp(-t / 150) + np.random.default_rng(seed).normal(0, 0.02, n)
+
+
+def relative_slopes(values, window):
+    """Each full window's least-squares slope over its mean, computed directly (window k ends at k + window - 1)."""
+    x = np.arange(window) - (window - 1) / 2
+    windows = sliding_window_view(np.asarray(values, dtype=float), window)
+    return windows @ x / (x @ x) / windows.mean(axis=1)
+
+
+def test_slope_flags_a_steady_climb_that_the_ratio_rule_misses():
+    loss = healthy_loss(600)
+    loss[400:] *= 1.015 ** np.arange(200)  # 1.5% a point: never 2x the previous nine
+    slope = rule(kind="slope")
+    assert find_incidents(stream_of(list(loss)), DEFAULT_LOSS_RULE, run="r") == []
+    (inc,) = find_incidents(stream_of(list(loss)), slope, run="r")
+    first = 50 + int(np.flatnonzero(relative_slopes(loss, 50) > 0.01)[0])
+    assert 401 < first <= 450 and inc.step == first
+    assert inc.baseline == pytest.approx(loss[first - 50 : first].mean())
+    assert inc.threshold == pytest.approx(inc.baseline * (1 + 0.01 * 49 / 2))
+    assert (inc.peak_step, inc.end_step) == (600, None)  # still climbing when the log ends
+
+
+def test_slope_incident_closes_when_the_climb_stops_though_the_loss_stays_high():
+    loss = np.concatenate([np.full(100, 2.0), 2.0 * 1.02 ** np.arange(1, 41), np.full(100, 2.0 * 1.02**40)])
+    (inc,) = find_incidents(stream_of(list(loss)), rule(kind="slope", window=20), run="r")
+    flagged = np.flatnonzero(relative_slopes(loss, 20) > 0.01) + 20
+    assert inc.step == flagged[0] and inc.last_flagged_step == flagged[-1] and inc.end_step == flagged[-1] + 1
+    assert 140 < inc.end_step <= 160  # the plateau's window no longer rises...
+    assert loss[inc.end_step - 1] > inc.threshold  # ...though its values are still above the limit
+
+
+@pytest.mark.parametrize(
+    "relpath",
+    [
+        "hf_trainer/whisper_tiny_nbailab_trainer_state.json",
+        "hf_trainer/mistral7b_lora_translator_trainer_state.json",
+        "hf_trainer/t5_summarization_trainer_state.json",
+        "jsonl/luojiu_7b_llamafactory_pretrain_trainer_log.jsonl",
+        "jsonl/qwen25_7b_medical_llamafactory_trainer_log.jsonl",
+        "csv/slm_training_lightning_v0_metrics.csv",
+        "tfevents/lstm_textgen_lightning",
+        "tfevents/satd_hmer_lightning_lr_sgd",
+        "other/modded_nanogpt_scaleup1b_87bd51fd_steps.log",
+        "other/build_nanogpt_agndm_bigger_254M.log",
+    ],
+)
+def test_slope_with_its_defaults_is_silent_on_the_clean_runs_of_the_corpus(relpath):
+    frame, _, _ = read_paths([CORPUS / relpath], ReadOptions())
+    loss = by_metric(frame, ("loss",))["loss"]
+    assert loss.height >= 240
+    assert find_incidents(loss, rule(kind="slope"), run="r") == []
+
+
+def test_slope_flags_the_slow_divergence_of_the_megatron_perf_log():
+    # SOURCES.md: the loss decays to 11.6 by iteration 31, then climbs steadily back to 20.4 by 62.
+    # The seed's rule says nothing: the blow-up at iteration 3 comes before its ten points of history,
+    # and the climb never doubles the mean of nine.
+    frame, _, _ = read_paths([CORPUS / "megatron/bigscience_meg_ds_3d_gpt2_perf_n16_ds_off.log"], ReadOptions())
+    loss = by_metric(frame, ("loss",))["loss"]
+    assert find_incidents(loss, DEFAULT_LOSS_RULE, run="r") == []
+    (inc,) = find_incidents(loss, rule(kind="slope", window=20), run="r")
+    assert 31 < inc.step < 50 and (inc.peak_step, inc.end_step) == (62, None)
+
+
+def test_slope_waits_for_min_history():
+    loss = [2.0] * 5 + [2.0 * 1.05**k for k in range(1, 40)]
+    assert find_incidents(stream_of(loss), rule(kind="slope", window=5), run="r")[0].step == 7
+    assert find_incidents(stream_of(loss), rule(kind="slope", window=5, min_history=30), run="r")[0].step == 30
+
+
+def test_slope_of_a_resumed_segment_continues_from_the_timeline_it_replaces():
+    steps = list(range(1, 61)) + list(range(55, 81))
+    dip = [1.0] * 55 + [0.5] * 5  # the first timeline dips at 56..60; the replay from 55 does not
+    calm = stream_of(dip + [1.0] * 26, steps)
+    assert find_incidents(calm, rule(kind="slope", window=10), run="r") == []  # the dip then 1.0 would look like one
+    climbing = stream_of(dip + [1.0 * 1.04**k for k in range(1, 27)], steps)
+    (inc,) = find_incidents(climbing, rule(kind="slope", window=10), run="r")
+    # Judged on steps 46..54 of the first timeline: flagged before the replay has ten points of its own.
+    assert inc.segment == 1 and 55 < inc.step < 64
+    # Rewound to step 3, the replay has two points of history: its windows fill with its own points,
+    # never with the dip that ended the timeline it replaces (min_history 1: nothing else holds it back).
+    early = stream_of([1.0] * 25 + [0.5] * 5 + [1.0] * 38, list(range(1, 31)) + list(range(3, 41)))
+    assert find_incidents(early, rule(kind="slope", window=10, min_history=1), run="r") == []
+
+
+def test_slope_is_exact_however_large_the_step_numbers():
+    # A loss whose trend crosses the rate hundreds of times, some windows within 1e-5 of it: the
+    # flags must be those of the slope computed directly, with steps near 1e15 (x the step itself
+    # would lose the slope's digits to cancellation).
+    k = np.arange(20_000)
+    loss = 3.0 + 0.8 * np.sin(k / 8) + np.random.default_rng(3).normal(0, 0.05, k.size)
+    steps = [10**15 + 1000 * i for i in range(k.size)]
+    expected = np.asarray(steps)[29:][relative_slopes(loss, 30) > 0.01].tolist()
+    assert len(expected) > 5000
+    assert flagged_steps(list(loss), rule(kind="slope", window=30), steps) == expected
