@@ -30,8 +30,6 @@ import polars as pl
 
 from .model import Cause, Incident
 
-LOSS_RULE_KINDS = ("ratio", "zscore", "ewm", "sustained", "threshold", "nonfinite")
-
 
 @dataclass(frozen=True)
 class Series:
@@ -51,12 +49,6 @@ class Series:
     def before(self, step: float, n: int) -> np.ndarray:
         i = np.searchsorted(self.steps, step, "left")
         return self.values[max(0, i - n) : i]
-
-    def at_or_before(self, step: float) -> tuple[int, float] | None:
-        i = np.searchsorted(self.steps, step, "right") - 1
-        if i < 0:
-            return None
-        return int(self.steps[i]), float(self.values[i])
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, replace
 import polars as pl
 
 from .causes import RunContext, Series, label_all
-from .detect import detect
+from .detect import find_incidents
 from .model import Incident
 from .rules import Rule, RuleSet
 from .streams import as_context, by_metric
@@ -90,7 +90,7 @@ def judge(
         points = windows.get(rule.metric)
         if points is None or not points.height or not seen.judges(rule.metric):
             continue
-        found.extend(i for i in detect(points, rule, run=run, seen_before=seen.before.get(rule.metric, 0)) if seen.is_new(i))
+        found.extend(i for i in find_incidents(points, rule, run=run, seen_before=seen.before.get(rule.metric, 0)) if seen.is_new(i))
     if not found:
         return ()
     found.sort(key=lambda i: (i.step, i.rule))

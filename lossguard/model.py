@@ -7,6 +7,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
+
 def json_number(value: float | None) -> float | str | None:
     """JSON has no NaN/Infinity: they are written as the strings every JSON parser can carry."""
     if value is None:

@@ -1,10 +1,12 @@
-"""Spike rules: what to watch, how to judge a point, how loud to be. Rules are data (TOML files in
-rules/), checked field by field (lossguard.validate); nothing in a rules file is ever evaluated as code.
+"""Spike rules: loading and checking the TOML files in rules/ (and the packaged defaults and
+presets). Rules are data, checked field by field (lossguard.validate); nothing in a rules file is ever
+evaluated as code. What each kind means, its parameters and how it judges a point, is its class in
+lossguard.kinds.
 
     [[rule]]
     name = "loss-spike"
     metric = "loss"
-    kind = "ratio"        # ratio | zscore | ewm | threshold | nonfinite | sustained
+    kind = "ratio"        # a kind from lossguard.kinds: its parameters follow
     factor = 2.0
     window = 9
     severity = "warning"  # info | warning | critical
@@ -14,157 +16,15 @@ rules/), checked field by field (lossguard.validate); nothing in a rules file is
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from fnmatch import fnmatchcase
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Union
 
 from .errors import ConfigError
-from .table import CANONICAL_METRICS
+from .kinds import RULE_KINDS, Rule
 from .tomlio import load_toml, load_toml_text
-from .validate import build, spec
-
-SEVERITIES = ("info", "warning", "critical")
-KINDS = ("ratio", "zscore", "ewm", "threshold", "nonfinite", "sustained")
-_RULE_CLASS = dataclass(frozen=True, kw_only=True)
-
-
-@_RULE_CLASS
-class _Rule:
-    name: str = field(metadata=spec(str, min_length=1))
-    metric: str = field(metadata=spec(str))
-    severity: str = field(default="warning", metadata=spec(SEVERITIES))
-    runs: str = field(default="*", metadata=spec(str))
-    min_history: int | None = field(default=None, metadata=spec(int, optional=True, ge=1))
-    """Values the stream must hold (the judged one included) before the rule may fire."""
-    cooldown: int = field(default=0, metadata=spec(int, ge=0))
-    recovery: int = field(default=3, metadata=spec(int, ge=1))
-    """Points back under the threshold that close an incident."""
-
-    def _check(self) -> str | None:
-        if self.metric not in CANONICAL_METRICS:
-            return f"metric: unknown metric {self.metric!r}; one of: {', '.join(CANONICAL_METRICS)}"
-        return None
-
-    def applies_to(self, run: str) -> bool:
-        return fnmatchcase(run, self.runs)
-
-    @property
-    def history(self) -> int:
-        return self.min_history if self.min_history is not None else self.default_history()
-
-    def default_history(self) -> int:
-        return 1
-
-    @property
-    def lookback(self) -> int:
-        """Finite points before the judged one that its decision can depend on."""
-        return 0
-
-
-@_RULE_CLASS
-class RatioRule(_Rule):
-    """value > factor x (mean | median | max) of the previous `window` finite values."""
-
-    kind: str = field(default="ratio", metadata=spec(("ratio",)))
-    factor: float = field(default=2.0, metadata=spec(float, gt=0))
-    window: int = field(default=9, metadata=spec(int, ge=1))
-    baseline: str = field(default="mean", metadata=spec(("mean", "median", "max")))
-
-    def default_history(self) -> int:
-        return self.window + 1
-
-    @property
-    def lookback(self) -> int:
-        return self.window
-
-
-@_RULE_CLASS
-class ZScoreRule(_Rule):
-    """value > mean + k x std of the previous `window` finite values."""
-
-    kind: str = field(default="zscore", metadata=spec(("zscore",)))
-    k: float = field(default=6.0, metadata=spec(float, gt=0))
-    window: int = field(default=128, metadata=spec(int, ge=2))
-
-    def default_history(self) -> int:
-        return self.window + 1
-
-    @property
-    def lookback(self) -> int:
-        return self.window
-
-
-@_RULE_CLASS
-class EwmRule(_Rule):
-    """value > factor x the exponentially weighted mean of the previous finite values."""
-
-    kind: str = field(default="ewm", metadata=spec(("ewm",)))
-    factor: float = field(default=1.5, metadata=spec(float, gt=0))
-    alpha: float = field(default=0.1, metadata=spec(float, gt=0, le=1))
-
-    def default_history(self) -> int:
-        return max(2, round(2 / self.alpha))
-
-    @property
-    def lookback(self) -> int:
-        # Weights below 1e-4 of the newest are negligible: that many points pin the mean.
-        return max(1, math.ceil(math.log(1e-4) / math.log(1 - self.alpha))) if self.alpha < 1 else 1
-
-
-@_RULE_CLASS
-class ThresholdRule(_Rule):
-    """value above `above` (or below `below`) for `patience` consecutive points."""
-
-    kind: str = field(default="threshold", metadata=spec(("threshold",)))
-    above: float | None = field(default=None, metadata=spec(float, optional=True))
-    below: float | None = field(default=None, metadata=spec(float, optional=True))
-    patience: int = field(default=1, metadata=spec(int, ge=1))
-
-    def _check(self) -> str | None:
-        if (self.above is None) == (self.below is None):
-            return "set exactly one of `above` or `below`"
-        return super()._check()
-
-    @property
-    def lookback(self) -> int:
-        return self.patience - 1
-
-
-@_RULE_CLASS
-class NonFiniteRule(_Rule):
-    """NaN or +/-Inf in the metric: never let a NaN loss pass silently."""
-
-    kind: str = field(default="nonfinite", metadata=spec(("nonfinite",)))
-    patience: int = field(default=1, metadata=spec(int, ge=1))
-
-
-@_RULE_CLASS
-class SustainedRule(_Rule):
-    """`patience` consecutive values above factor x the mean of the `window` values before them:
-    divergence rather than a blip."""
-
-    kind: str = field(default="sustained", metadata=spec(("sustained",)))
-    factor: float = field(default=2.0, metadata=spec(float, gt=0))
-    window: int = field(default=100, metadata=spec(int, ge=1))
-    patience: int = field(default=4, metadata=spec(int, ge=1))
-
-    def default_history(self) -> int:
-        return self.window + self.patience
-
-    @property
-    def lookback(self) -> int:
-        return self.window + self.patience - 1
-
-
-Rule = Union[RatioRule, ZScoreRule, EwmRule, ThresholdRule, NonFiniteRule, SustainedRule]
-_BY_KIND: dict[str, type] = {
-    "ratio": RatioRule, "zscore": ZScoreRule, "ewm": EwmRule,
-    "threshold": ThresholdRule, "nonfinite": NonFiniteRule, "sustained": SustainedRule,
-}
+from .validate import build
 
 
 def rule_from(raw: object) -> Rule:
@@ -172,10 +32,10 @@ def rule_from(raw: object) -> Rule:
     if not isinstance(raw, dict):
         raise ValueError("each [[rule]] must be a table")
     if "kind" not in raw:
-        raise ValueError(f"missing `kind`; one of: {', '.join(KINDS)}")
-    cls = _BY_KIND.get(raw["kind"]) if isinstance(raw["kind"], str) else None
+        raise ValueError(f"missing `kind`; one of: {', '.join(RULE_KINDS)}")
+    cls = RULE_KINDS.get(raw["kind"]) if isinstance(raw["kind"], str) else None
     if cls is None:
-        raise ValueError(f"unknown kind {raw['kind']!r}; one of: {', '.join(KINDS)}")
+        raise ValueError(f"unknown kind {raw['kind']!r}; one of: {', '.join(RULE_KINDS)}")
     return build(cls, raw)
 
 

@@ -1,8 +1,10 @@
-"""Reading a file in one go, and reading it in many arbitrary pieces as it grows, give the same table:
-the daemon and the audit must never disagree about what a log says."""
+"""Reading a file in one go, and reading it in many arbitrary pieces as it grows, give the same table;
+judging a stream whole, and judging it pass by pass as it grows, give the same incidents: the daemon
+and the audit must never disagree about what a log says."""
 
 from __future__ import annotations
 
+from itertools import pairwise
 from pathlib import Path
 
 import polars as pl
@@ -10,9 +12,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lossguard.cursor import Cursor
+from lossguard.detect import find_incidents
 from lossguard.formats.sniff import detect
+from lossguard.kinds import Rule
+from lossguard.model import Incident
 from lossguard.reader import ReadOptions, read
+from lossguard.rules import rule_from
 from lossguard.sources.textfile import iter_blocks
+from lossguard.streams import collapse
 
 from . import samples
 from .conftest import CORPUS
@@ -150,3 +157,74 @@ def test_event_read_stops_at_the_size_the_file_had_when_opened(tmp_path, monkeyp
     assert res.frame.get_column("step").to_list() == list(range(200))
     rest = read(src, res.cursor, run="r", fmt="tfevents", final=True, options=OPTIONS)
     assert rest.frame.get_column("value").to_list()[-60:] == [2.0] * 60
+
+
+def _stream(values: list[float]) -> pl.DataFrame:
+    return collapse(pl.DataFrame({"step": range(1, len(values) + 1), "value": values}, schema={"step": pl.Int64, "value": pl.Float64}))
+
+
+def _judged_in_passes(values: list[float], cuts: list[int], rule: Rule, *, spare: bool = True) -> list[Incident]:
+    """What the daemon raises, pass by pass (follow.py's _judge_run and _keep_tails): each pass judges
+    the stream's kept tail plus what arrived with the scan's own find_incidents, raises what is new and
+    updates what it knows, then keeps as tail the rule's lookback plus the span of the incidents still
+    open. `spare`: keep what follow.py keeps (at least 16, and 8 more); without it, the lookback
+    alone, which must be enough."""
+    points = _stream(values)
+    known: dict[int, Incident] = {}
+    tail, seen = points.head(0).select("step", "value"), 0
+    need = max(rule.lookback, 16) + 8 if spare else rule.lookback
+    for lo, hi in pairwise([0, *sorted(set(cuts)), len(values)]):
+        if lo == hi:
+            continue
+        new = points.slice(lo, hi - lo).select("step", "value")
+        window = collapse(pl.concat([tail, new]))
+        for inc in find_incidents(window, rule, run="r", seen_before=seen - tail.height):
+            if inc.step in known or inc.last_flagged_step >= new.get_column("step")[0]:
+                known[inc.step] = inc
+        still_open = [i.step for i in known.values() if i.end_step is None]
+        keep = need + (window.filter(pl.col("step") >= min(still_open)).height if still_open else 0)
+        tail, seen = window.tail(keep).select("step", "value"), seen + new.height
+    return sorted(known.values(), key=lambda i: i.step)
+
+
+def _walk(deltas: list[int]) -> list[float]:
+    # Whole numbers: every window sum is exact, whatever row it starts from, so the two ways of judging
+    # differ only in which points each judgement sees, which is what this test is about.
+    values, level = [], 400
+    for d in deltas:
+        level = max(1, level + d)
+        values.append(float(level))
+    return values
+
+
+KINDS_JUDGED_IN_PASSES = [
+    {"kind": "slope", "window": 8},
+    {"kind": "slope", "window": 30, "rate": 0.005},
+    {"kind": "slope", "window": 5, "rate": 0.02, "min_history": 12, "recovery": 2},
+    {"kind": "ratio", "factor": 1.1, "window": 5},
+    {"kind": "sustained", "factor": 1.05, "window": 8, "patience": 3},
+]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    params=st.sampled_from(KINDS_JUDGED_IN_PASSES),
+    deltas=st.lists(st.integers(-12, 30), min_size=20, max_size=160),
+    fractions=st.lists(st.floats(0, 1), max_size=12),
+)
+def test_judging_a_stream_pass_by_pass_raises_what_judging_it_whole_raises(params, deltas, fractions):
+    rule = rule_from({"name": "r", "metric": "loss", **params})
+    values = _walk(deltas)
+    whole = find_incidents(_stream(values), rule, run="r")
+    cuts = [int(f * len(values)) for f in fractions]
+    assert _judged_in_passes(values, cuts, rule) == whole
+    assert _judged_in_passes(values, cuts, rule, spare=False) == whole
+
+
+def test_a_slow_climb_judged_pass_by_pass_is_the_incident_a_scan_reports():
+    values = [400.0 - k for k in range(100)] + [300.0 * 1.03**k for k in range(1, 41)] + [300.0 * 1.03**40] * 40
+    rule = rule_from({"name": "creep", "metric": "loss", "kind": "slope", "window": 20})
+    (whole,) = find_incidents(_stream(values), rule, run="r")
+    assert whole.end_step is not None
+    assert _judged_in_passes(values, list(range(7, len(values), 7)), rule) == [whole]
+    assert _judged_in_passes(values, list(range(7, len(values), 7)), rule, spare=False) == [whole]

@@ -26,6 +26,13 @@ def test_default_rules_are_the_seed_rule_plus_nonfinite_guards():
     assert rules["loss-nonfinite"].metric == "loss" and rules["grad-norm-nonfinite"].metric == "grad_norm"
 
 
+def test_a_slope_rule_needs_only_a_name_and_a_metric(tmp_path):
+    path = tmp_path / "creep.toml"
+    path.write_text('[[rule]]\nname = "creep"\nmetric = "loss"\nkind = "slope"\n')
+    (creep,) = load_rules([path]).rules
+    assert (creep.window, creep.rate, creep.history, creep.lookback) == (50, 0.01, 50, 49)
+
+
 @pytest.mark.parametrize("name", ["llm-foundry", "olmo-core", "lightning", "metaseq", "megatron"])
 def test_every_preset_loads_by_path_and_by_name(name):
     by_path = load_rules([REPO / "rules/presets" / f"{name}.toml"])
@@ -54,6 +61,9 @@ def test_a_folder_of_rules_files_is_all_of_them(tmp_path):
         pytest.param('name = "x"\nmetric = "loss"\nkind = "ratio"\nwindow = 2.5\n', "rule 'x': window: Input should be a valid integer (got 2.5)", id="fractional window"),
         pytest.param('name = "x"\nmetric = "loss"\nkind = "ewm"\nalpha = 0\nfactor = true\n', "rule 'x': factor: Input should be a valid number (got True); alpha: Input should be greater than 0 (got 0)", id="every problem at once"),
         pytest.param('name = ""\nmetric = "loss"\nkind = "nonfinite"\n', "name: String should have at least 1 character", id="empty name"),
+        pytest.param('name = "x"\nmetric = "loss"\nkind = "slope"\nwindow = 2\n', "rule 'x': window: Input should be greater than or equal to 3 (got 2)", id="slope over two points"),
+        pytest.param('name = "x"\nmetric = "loss"\nkind = "slope"\nrate = 0\n', "rule 'x': rate: Input should be greater than 0 (got 0)", id="slope rate zero"),
+        pytest.param('name = "x"\nmetric = "loss"\nkind = "slope"\nrate = "fast"\n', "rule 'x': rate: Input should be a valid number (got 'fast')", id="slope rate not a number"),
     ],
 )
 def test_bad_rule_is_refused_with_file_rule_and_field(tmp_path, body, expected):

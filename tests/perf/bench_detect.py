@@ -38,14 +38,16 @@ def main() -> None:
     ap.add_argument("--points", type=int, default=10_000_000)
     ap.add_argument("--seed-points", type=int, default=200_000)
     args = ap.parse_args()
-    from lossguard.detect import detect, detect_tail
+    from lossguard.detect import find_incidents
+    from lossguard.causes import RunContext
+    from lossguard.engine import Seen, judge
     from lossguard.rules import default_rules
 
     rules = [r for r in default_rules().rules if r.metric == "loss"]
     pts = stream(args.points)
-    detect(pts.head(1000), rules[0], run="warmup")
+    find_incidents(pts.head(1000), rules[0], run="warmup")
     t0 = time.perf_counter()
-    found = [i for r in rules for i in detect(pts, r, run="bench")]
+    found = [i for r in rules for i in find_incidents(pts, r, run="bench")]
     ours = time.perf_counter() - t0
     values = pts.get_column("value").to_list()[: args.seed_points]
     t0 = time.perf_counter()
@@ -58,18 +60,19 @@ def main() -> None:
     print(f"  seed detect_loss_spike loop        {seed:8.1f} s   (measured on {len(values):,} points, scaled)")
     print(f"  ratio                              {seed / ours:8.0f}x")
     print()
-    print("Incremental: 10 new points judged against the stream's tail, by stream length")
+    print("Incremental (the daemon's case): 10 new points judged with the stream's tail, by stream length")
     rule = rules[0]
     for n in (1_000, 100_000, args.points):
         s = pts.head(n)
-        history, new = s.head(n - 10), s.tail(10)
+        window = s.tail(rule.lookback + 10)
+        seen = Seen(before={"loss": n - window.height}, new_from={"loss": int(s.get_column("step")[-10])})
         reps = 50
         t0 = time.perf_counter()
         for _ in range(reps):
-            detect_tail(history.tail(rule.lookback), new, rule, run="bench", seen_before=n - 10)
+            judge({"loss": window}, RunContext(loss=None), [rule], run="bench", seen=seen)
         tail = (time.perf_counter() - t0) / reps
         t0 = time.perf_counter()
-        detect(s, rule, run="bench")
+        find_incidents(s, rule, run="bench")
         full = time.perf_counter() - t0
         print(f"  {n:>11,} points: tail {tail * 1e3:7.2f} ms   full pass {full * 1e3:9.1f} ms")
 
