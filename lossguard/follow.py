@@ -14,6 +14,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 
 from . import table
@@ -44,6 +45,13 @@ class PassReport:
     unfinished: list[str] = field(default_factory=list)
     """Files with more to read than one pass takes (READ_LIMIT): the next pass should come at once."""
     notices: list[Notice] = field(default_factory=list)
+
+
+def _holding_finite(values: np.ndarray, n: int) -> int:
+    """How many last points hold `n` finite ones: statistical rules' windows count finite values
+    only, so a tail cut by points alone would come up short after a run of NaNs."""
+    finite = np.flatnonzero(np.isfinite(values))
+    return len(values) if finite.size <= n else len(values) - int(finite[-n])
 
 
 def _frame(tail: Tail) -> pl.DataFrame:
@@ -208,6 +216,7 @@ class Follower:
             if open_steps and m in judged:
                 keep = max(keep, window.filter(pl.col("step") >= min(open_steps)).height + need)
             keep = max(keep, CONTEXT_TAIL) if m != "loss" else keep
+            keep = max(keep, _holding_finite(window.get_column("value").to_numpy(), need))
             kept = window.tail(min(keep, TAIL_CAP))
             steps, values = kept.get_column("step").to_numpy(), kept.get_column("value").to_numpy()
             tx.put_tail(run, m, Tail(steps, values, tails[m].seen + new[m].height))

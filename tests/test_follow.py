@@ -144,3 +144,22 @@ def test_a_spike_that_grows_is_announced_again_and_its_recovery_once(tmp_path):
     (row,) = [state.incident("exp", "loss-spike", 20)]
     assert row.status == "resolved" and row.incident.end_step == 23 and row.notified_value == 9.5
     state.close()
+
+
+def test_a_tail_holds_enough_finite_points_for_the_windows_however_many_nans_came_last(tmp_path):
+    root = tmp_path / "runs"
+    (root / "exp").mkdir(parents=True)
+    log = root / "exp" / "metrics.jsonl"
+    log.write_text("")
+    state = State(tmp_path / "state")
+    follower = Follower([root], rules=default_rules(), state=state, log=lambda _: None)
+    follower.run_pass(0.0)
+    nans = "".join(json.dumps({"step": s, "loss": float("nan")}) + "\n" for s in range(21, 51))
+    with open(log, "a") as fh:
+        fh.write(_calm(range(1, 21)) + nans + _calm(range(51, 54)))
+    assert [n.incident.rule for n in follower.run_pass(1.0, {str(log)}).notices if n.kind == "opened"] == ["loss-nonfinite"]
+    with open(log, "a") as fh:
+        fh.write(_line(54, 9.0))
+    # The 9 finite losses before step 54 are the 3 after the NaNs and 6 before them: a scan flags it.
+    assert [(n.kind, n.incident.rule, n.incident.step) for n in follower.run_pass(2.0, {str(log)}).notices] == [("opened", "loss-spike", 54)]
+    state.close()
