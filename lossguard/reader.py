@@ -17,20 +17,14 @@ from . import table
 from .aliases import Aliases
 from .cursor import Cursor
 from .errors import UsageError
-from .formats.base import Parsed
-from .formats.composer import COMPOSER
-from .formats.csvlog import CSV
+from .formats import FORMATS
+from .formats.base import Parsed, Reader
 from .formats.custom import LineFormatSpec
-from .formats.dictlines import HF_CONSOLE, JSONL
-from .formats.kvlines import KV_LINES
-from .formats.megatron import MEGATRON
 from .formats.sniff import detect
-from .formats.tfevents import TFEVENTS
-from .formats.trainer_state import TRAINER_STATE
 from .problems import Problem
 from .sources.discover import Found, Listings, discover
 
-BUILTIN = {f.name: f for f in (TFEVENTS, JSONL, HF_CONSOLE, CSV, TRAINER_STATE, MEGATRON, KV_LINES, COMPOSER)}
+BUILTIN: dict[str, Reader] = {f.name: f.reader for f in FORMATS}
 FORMAT_NAMES = tuple(BUILTIN)
 
 

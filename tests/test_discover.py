@@ -72,3 +72,17 @@ def test_a_spike_in_a_rotated_segment_is_found_at_its_step(tmp_path):
         (tmp_path / "exp" / name).write_text("".join(lines))
     (report,) = scan([tmp_path], rules=default_rules()).runs
     assert report.analysis.run == "exp" and [i.step for i in report.analysis.incidents] == [51]
+
+
+def test_a_name_a_format_claims_is_a_log_whatever_its_suffix(tmp_path, monkeypatch):
+    from lossguard.formats import base, sniff
+
+    (tmp_path / "run").mkdir()
+    for name in ("events.out.tfevents.1700000000.host.v2", "weights.toy", "notes.md"):
+        (tmp_path / "run" / name).write_bytes(b"x")
+    assert [f.path.name for f in discover(tmp_path, problems=[])] == ["events.out.tfevents.1700000000.host.v2"]
+    # A new format's declared names are walked too, with no list in discovery to edit.
+    toy = base.Format(reader=base.LineFormat("toy", lambda lines, cursor, raw: (lines, cursor)), names=("*.toy",))
+    monkeypatch.setattr(sniff, "FORMATS", (*sniff.FORMATS, toy))
+    assert [f.path.name for f in discover(tmp_path, problems=[])] == ["events.out.tfevents.1700000000.host.v2", "weights.toy"]
+    assert sniff.detect(tmp_path / "run" / "weights.toy") == "toy"

@@ -84,6 +84,10 @@ BANNER = "a banner line with no metrics in it, as launchers print them by the pa
             "mixed.log", "{'loss': 2.0, 'epoch': 0.1}\n" * 2 + 'step 1 | loss 2.0 | "lr": 0.1\n' * 3, "hf_console",
             id="a quoted metric key is a dict's even without its brace, never a kv line",
         ),
+        pytest.param(
+            "tie.log", "\t Train loss/train/total: 2.0\n iteration 5/ 10 | lm loss: 2.0 |\n", "composer",
+            id="a tie goes to the format first in precedence",
+        ),
         pytest.param("late.log", BANNER * (300_000 // len(BANNER)) + "step 1 | loss 2.0\n", "kv_lines", id="first metric line past the head"),
         pytest.param("nothing.log", BANNER * 3, None, id="no metric lines"),
     ],

@@ -1,4 +1,5 @@
-"""What every format reader shares: the result type and the driver for line-oriented formats.
+"""What every format reader shares: the result type, the driver for line-oriented formats, and
+`Format`, what each format module declares of itself for the registry (formats/__init__.py).
 
 A reader never raises for bad content: it returns the rows it could read, a cursor just past the
 complete data it consumed, and Problems naming the file and line. `dead` marks a file that can not be
@@ -9,7 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
+from fnmatch import fnmatchcase
+from pathlib import Path, PurePath
+from typing import Protocol
 
 import numpy as np
 import polars as pl
@@ -60,6 +63,40 @@ class LineFormat:
         # Relaxed: a block's tags may be Categorical (fast paths) or String (a parser's odd rows).
         rows = frames[0] if len(frames) == 1 else pl.concat(frames, how="vertical_relaxed", rechunk=False) if frames else table.empty_raw()
         return Parsed(rows, cursor, tuple(problems))
+
+
+class Reader(Protocol):
+    name: str
+
+    def read(self, path: Path, cursor: Cursor, *, final: bool, limit: int | None = None) -> Parsed: ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class Format:
+    """One log format, as the sniffer and the folder walk need to know it. Each format module declares
+    its own, so that a new format is one module and its place in `formats.FORMATS`, whose order is
+    the sniffing precedence (a line counts for the first format claiming it; a tie goes to the first)."""
+
+    reader: Reader
+    names: tuple[str, ...] = ()
+    """Shell patterns (case-sensitive) of file names that settle the format whatever the content;
+    a folder walk also takes such files for logs."""
+    suffixes: tuple[str, ...] = ()
+    """The same by suffix, in any case (`.csv`)."""
+    head: Callable[[Path, Callable[[], bytes]], bool] | None = None
+    """For whole documents, which no line test can see: is this file ours, given its path and a
+    callable returning its first few MB (read once, and only if asked). Tried before lines are counted."""
+    line: Callable[[str], object] | None = None
+    """Truthy when one line of a file's head is this format's: content sniffing counts them."""
+
+    @property
+    def name(self) -> str:
+        return self.reader.name
+
+    def claims_name(self, name: str) -> bool:
+        return any(fnmatchcase(name, p) for p in self.names) or (
+            bool(self.suffixes) and PurePath(name).suffix.lower() in self.suffixes
+        )
 
 
 SEPARATOR = b"\x1f"

@@ -19,11 +19,14 @@ step after the last one logged, become `OVERFLOW loss scale` values at that step
 
 from __future__ import annotations
 
+import re
+
 import polars as pl
 
 from .. import table
 from ..cursor import Cursor
-from .base import LineFormat
+from .base import Format, LineFormat
+from .dictlines import METRIC_ITEM
 from .fastpath import fast_pairs
 from .megatron import overflow_rows
 from .pairs import NUMBER, pairs_frame, records_to_rows
@@ -68,3 +71,15 @@ def parse(lines: pl.DataFrame, cursor: Cursor, raw: bytes | None = None) -> tupl
 
 
 KV_LINES = LineFormat("kv_lines", parse, prefilter=PREFILTER)
+
+_STEP = re.compile(r"(?i)(?:^|[\s|,;\[(])(?:step|iter|iteration|num_updates|global_step)(?:\s*[:=]\s*|\s+)\d")
+_LOSS = re.compile(r"(?i)(?:^|[\s|,;\[(])[\w./-]*loss[\w./-]*(?:\s*[:=]\s*|\s+)[-+\d.nNiI]")
+
+
+def _kv_line(line: str) -> bool:
+    """A step and a loss, as `name value` pairs. A quoted metric name makes the line a dict's, which
+    this reader would not read anyway (a name here is bare)."""
+    return bool(_STEP.search(line) and _LOSS.search(line)) and not METRIC_ITEM.search(line)
+
+
+FORMAT = Format(reader=KV_LINES, line=_kv_line)

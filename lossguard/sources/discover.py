@@ -22,6 +22,7 @@ from fnmatch import fnmatch
 from functools import lru_cache
 from pathlib import Path
 
+from ..formats.sniff import by_name
 from ..problems import Problem
 
 RUN_IS_FOLDER = {"trainer_state.json", "metrics.csv", "trainer_log.jsonl", "log_history.jsonl"}
@@ -57,8 +58,8 @@ def segment_order(path: str) -> tuple[str, int]:
 
 
 def is_candidate(name: str, extra_globs: Sequence[str] = ()) -> bool:
-    if name.startswith("events.out.tfevents"):
-        return True
+    if by_name(name) is not None:
+        return True  # a name a format claims (events.out.tfevents.*), whatever its suffix
     name = live_name(name)[0]
     if name in NOT_LOGS:
         return False
