@@ -247,7 +247,7 @@ class Follower:
                 cursor = offset_of(row)
                 if row.format is not None and self.sizes.get(path) == cursor.offset and row.mtime == self.mtimes.get(path) and not cursor.skipping:
                     continue  # nothing new: no read, no write (this is what keeps 1,000 idle runs cheap)
-                fmt = row.format or self.options.detect(Path(path))
+                fmt = row.format or self.options.format_of(Path(path))
                 if fmt is None:
                     continue
                 res = read(Path(path), cursor, run=row.run, fmt=fmt, final=False, options=self.options, limit=self.read_limit)

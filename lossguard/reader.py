@@ -20,7 +20,7 @@ from .errors import UsageError
 from .formats import FORMATS
 from .formats.base import Parsed, Reader
 from .formats.custom import LineFormatSpec
-from .formats.sniff import detect
+from .formats.sniff import format_of
 from .problems import Problem
 from .sources.discover import Found, Listings, discover
 
@@ -45,8 +45,8 @@ class ReadOptions:
             known = ", ".join([*FORMAT_NAMES, *(s.name for s in self.custom)])
             raise UsageError(f"unknown format {name!r}; known formats: {known}") from None
 
-    def detect(self, path: Path) -> str | None:
-        return self.format or detect(path, self.custom)
+    def format_of(self, path: Path) -> str | None:
+        return self.format or format_of(path, self.custom)
 
 
 @dataclass(frozen=True)
@@ -95,7 +95,7 @@ class FileResult:
 
 def read_found(found: Found, options: ReadOptions, *, lean: bool = False) -> FileResult:
     try:
-        fmt = options.detect(found.path)
+        fmt = options.format_of(found.path)
     except OSError as exc:
         problem = Problem(str(found.path), f"cannot read: {exc.strerror or exc}")
         return FileResult(found, None, ReadResult(table.empty(lean=lean), Cursor(), (problem,)))

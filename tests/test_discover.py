@@ -85,4 +85,4 @@ def test_a_name_a_format_claims_is_a_log_whatever_its_suffix(tmp_path, monkeypat
     toy = base.Format(reader=base.LineFormat("toy", lambda lines, cursor, raw: (lines, cursor)), names=("*.toy",))
     monkeypatch.setattr(sniff, "FORMATS", (*sniff.FORMATS, toy))
     assert [f.path.name for f in discover(tmp_path, problems=[])] == ["events.out.tfevents.1700000000.host.v2", "weights.toy"]
-    assert sniff.detect(tmp_path / "run" / "weights.toy") == "toy"
+    assert sniff.format_of(tmp_path / "run" / "weights.toy") == "toy"

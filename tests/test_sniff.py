@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from lossguard.formats.sniff import detect
+from lossguard.formats.sniff import format_of
 
 from . import samples
 from .conftest import FIXTURES
@@ -58,7 +58,7 @@ SAMPLE_FORMATS = {
 def test_every_fixture_file_is_sniffed_as_the_format_it_is_in():
     # Every file, so that a new fixture must be given its expected format here.
     files = sorted(p for p in FIXTURES.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
-    assert {p.relative_to(FIXTURES).as_posix(): detect(p) for p in files} == FIXTURE_FORMATS
+    assert {p.relative_to(FIXTURES).as_posix(): format_of(p) for p in files} == FIXTURE_FORMATS
 
 
 @pytest.mark.parametrize("sample", sorted(samples.ALL))
@@ -67,7 +67,7 @@ def test_every_sample_log_is_sniffed_as_the_format_it_is_in(tmp_path, sample):
     name, text = samples.ALL[sample]
     path = tmp_path / name
     path.write_text(text)
-    assert detect(path) == SAMPLE_FORMATS[sample]
+    assert format_of(path) == SAMPLE_FORMATS[sample]
 
 
 BANNER = "a banner line with no metrics in it, as launchers print them by the page\n"
@@ -95,4 +95,4 @@ BANNER = "a banner line with no metrics in it, as launchers print them by the pa
 def test_sniffing_edge_cases(tmp_path, name, text, expected):
     path = tmp_path / name
     path.write_text(text)
-    assert detect(path) == expected
+    assert format_of(path) == expected

@@ -65,7 +65,8 @@ def _count(text: str, custom: Sequence[LineFormatSpec]) -> str | None:
     return best if counts[best] else None
 
 
-def detect(path: Path, custom: Sequence[LineFormatSpec] = ()) -> str | None:
+def format_of(path: Path, custom: Sequence[LineFormatSpec] = ()) -> str | None:
+    """The name of the format `path` is in (the user's own formats first), or None."""
     for spec in custom:
         if spec.files is not None and fnmatch(path.name, spec.files):
             return spec.name
