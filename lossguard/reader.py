@@ -109,8 +109,9 @@ WORTH_A_WARNING = {".jsonl", ".ndjson", ".csv", ".log"}
 
 def unrecognised(path: Path, *, explicit: bool) -> Problem | None:
     """A file no format claimed: worth a warning if the user named it or its name promises metrics
-    (a stray README.txt under a runs folder is not)."""
-    if explicit or path.suffix.lower() in WORTH_A_WARNING or path.name.startswith("events.out.tfevents"):
+    (a stray README.txt under a runs folder is not). A name a format claims never comes here: the
+    name alone settles its format."""
+    if explicit or path.suffix.lower() in WORTH_A_WARNING:
         return Problem(str(path), "no training metrics recognised in this file")
     return None
 
