@@ -46,8 +46,10 @@ SAMPLE_FORMATS = {
     "csv": "csv",
     "hf_console": "hf_console",
     "jsonl": "jsonl",
+    "fairseq": "fairseq",
+    "fairseq_legacy": "fairseq",
+    "fairseq_no_updates": "fairseq",
     "kv_deepspeed": "kv_lines",
-    "kv_fairseq": "kv_lines",
     "kv_llmc": "kv_lines",
     "kv_nanogpt": "kv_lines",
     "kv_torchtitan": "kv_lines",
@@ -87,6 +89,9 @@ BANNER = "a banner line with no metrics in it, as launchers print them by the pa
         pytest.param(
             "tie.log", "\t Train loss/train/total: 2.0\n iteration 5/ 10 | lm loss: 2.0 |\n", "composer",
             id="a tie goes to the format first in precedence",
+        ),
+        pytest.param(
+            "epochs.log", "epoch 001 | step 100 | loss 2.0\n" * 3, "kv_lines", id="a zero-padded epoch alone is not fairseq",
         ),
         pytest.param("late.log", BANNER * (300_000 // len(BANNER)) + "step 1 | loss 2.0\n", "kv_lines", id="first metric line past the head"),
         pytest.param("nothing.log", BANNER * 3, None, id="no metric lines"),

@@ -5,7 +5,7 @@ how its lines (or its head) are recognised. Adding a format is that module and i
 
 from __future__ import annotations
 
-from . import composer, csvlog, dictlines, kvlines, megatron, tfevents, trainer_state
+from . import composer, csvlog, dictlines, fairseq, kvlines, megatron, tfevents, trainer_state
 from .base import Format
 
 FORMATS: tuple[Format, ...] = (
@@ -16,6 +16,7 @@ FORMATS: tuple[Format, ...] = (
     megatron.FORMAT,
     dictlines.JSONL_FORMAT,
     dictlines.HF_CONSOLE_FORMAT,
+    fairseq.FORMAT,
     kvlines.FORMAT,
 )
 """In sniffing precedence: a line claimed by several formats counts for the first (Composer's metric
