@@ -1,11 +1,9 @@
-"""Step lines of `name value` pairs, as nanoGPT, build-nanogpt, llm.c, modded-nanogpt and fairseq's
-simple/hydra log formats print them:
+"""Step lines of `name value` pairs, as nanoGPT, build-nanogpt, llm.c and modded-nanogpt print them
+(fairseq's look alike, but its validation lines need a reader of their own: fairseq.py):
 
     iter 100: loss 4.2345, time 12.3ms
     step    10 | loss: 9.44 | lr 9.2e-06 | norm: 3.56 | dt: 412.1ms
     step:1/20344 train_loss:22.62 train_time:123ms
-    | epoch 001 | loss 7.21 | lr 0.0005 | gnorm 1.2 | num_updates 100
-    epoch 001:    100 / 1000 loss=7.21, lr=0.0005, gnorm=1.2, num_updates=100
     step:  10  loss:  8.1234  memory: 30.12GiB(31.72%)  tps: 1,234  mfu: 12.3%        (torchtitan)
     [Rank 0] step=10, skipped=0, lr=[9.9e-05, 9.9e-05], mom=[(0.9, 0.95)]          (DeepSpeed)
 
