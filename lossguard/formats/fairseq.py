@@ -90,6 +90,8 @@ _LOSS = re.compile(r"(?:^|[,|]\s*)loss[= ]")
 def _fairseq_line(line: str) -> bool:
     """A progress line with a loss, or a summary line with a loss and num_updates: an `epoch 001 |`
     alone could be anyone's zero-padded epoch."""
+    if "epoch " not in line:
+        return False  # what nearly every other line fails on, some 30x cheaper than the regex
     m = _HEADER.search(line)
     if m is None or not _LOSS.search(m["tail"]):
         return False
