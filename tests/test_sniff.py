@@ -79,6 +79,7 @@ BANNER = "a banner line with no metrics in it, as launchers print them by the pa
     "name,text,expected",
     [
         pytest.param("Metrics.CSV", "a,b\n1,2\n", "csv", id="csv by its suffix in any case"),
+        pytest.param(".csv", "a,b\n1,2\n", None, id="a hidden file named .csv has no suffix"),
         pytest.param("events.out.tfevents.1.host.csv", "a,b\n", "tfevents", id="an event file's name beats a csv suffix"),
         pytest.param("EVENTS.OUT.TFEVENTS.1", "x", None, id="an event file's name is case-sensitive"),
         pytest.param("state.json", '{"best_metric": null, "log_history": [{"loss": 1.0, "step": 1}]}', "hf_trainer_state", id="trainer state by content"),

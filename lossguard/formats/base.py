@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
-from pathlib import Path, PurePath
+from pathlib import Path
 from typing import Protocol
 
 import numpy as np
@@ -82,7 +82,7 @@ class Format:
     """Shell patterns (case-sensitive) of file names that settle the format whatever the content;
     a folder walk also takes such files for logs."""
     suffixes: tuple[str, ...] = ()
-    """The same by suffix, in any case (`.csv`)."""
+    """The same by suffix, in any case: a dot and no other (`.csv`)."""
     head: Callable[[Path, Callable[[], bytes]], bool] | None = None
     """For whole documents, which no line test can see: is this file ours, given its path and a
     callable returning its first few MB (read once, and only if asked). Tried before lines are counted."""
@@ -94,9 +94,16 @@ class Format:
         return self.reader.name
 
     def claims_name(self, name: str) -> bool:
-        return any(fnmatchcase(name, p) for p in self.names) or (
-            bool(self.suffixes) and PurePath(name).suffix.lower() in self.suffixes
-        )
+        # Plain loops: asked of every file a walk lists, of every format, most of which claim no
+        # name at all, where building a generator for any() would be most of the cost.
+        for pattern in self.names:
+            if fnmatchcase(name, pattern):
+                return True
+        for suffix in self.suffixes:
+            # As Path.suffix reads it: a name that is only the suffix (`.csv`) is a hidden file's.
+            if len(name) > len(suffix) and name.lower().endswith(suffix):
+                return True
+        return False
 
 
 SEPARATOR = b"\x1f"
