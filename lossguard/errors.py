@@ -1,5 +1,6 @@
 """The exception tree. Library errors are translated into these at the module that owns the library,
-so callers (the CLI, the daemon) handle one family and never see a raw traceback for bad input."""
+so callers (the CLI, the daemon) handle one family and never see a raw traceback for bad input.
+A log that cannot be read, or not in its format, is no error: readers return it as a Problem."""
 
 from __future__ import annotations
 
@@ -10,14 +11,6 @@ class LossguardError(Exception):
 
 class ConfigError(LossguardError):
     """A configuration, alias or rules file is invalid; the message names the file and the field."""
-
-
-class SourceError(LossguardError):
-    """A log file could not be read (vanished, permission denied, not a file)."""
-
-
-class FormatError(LossguardError):
-    """A file's content is not in the format it was read as."""
 
 
 class UsageError(LossguardError):

@@ -89,7 +89,7 @@ class Follower:
         self.read_limit = read_limit
         self.log = log
         self.first_pass = True
-        self.tracker = Tracker(list(roots), options, log)
+        self.tracker = Tracker(list(roots), options.globs, log)
 
     def run_pass(self, now: float, changed: Collection[str] | None = None) -> PassReport:
         """One pass: over every file under the roots, or (`changed`, from inotify) over just those
@@ -131,7 +131,7 @@ class Follower:
             row = seen.row
             if row.dead or seen.unchanged:
                 continue
-            fmt = row.format or self.options.detect(Path(path))
+            fmt = row.format or self.options.format_of(Path(path))
             if fmt is None:
                 continue
             cursor = offset_of(row)

@@ -17,20 +17,14 @@ from . import table
 from .aliases import Aliases
 from .cursor import Cursor
 from .errors import UsageError
-from .formats.base import Parsed
-from .formats.composer import COMPOSER
-from .formats.csvlog import CSV
+from .formats import FORMATS
+from .formats.base import Parsed, Reader
 from .formats.custom import LineFormatSpec
-from .formats.dictlines import HF_CONSOLE, JSONL
-from .formats.kvlines import KV_LINES
-from .formats.megatron import MEGATRON
-from .formats.sniff import detect
-from .formats.tfevents import TFEVENTS
-from .formats.trainer_state import TRAINER_STATE
+from .formats.sniff import format_of
 from .problems import Problem
-from .sources.discover import Found, Listings, discover
+from .sources.discover import Found, collect
 
-BUILTIN = {f.name: f for f in (TFEVENTS, JSONL, HF_CONSOLE, CSV, TRAINER_STATE, MEGATRON, KV_LINES, COMPOSER)}
+BUILTIN: dict[str, Reader] = {f.name: f.reader for f in FORMATS}
 FORMAT_NAMES = tuple(BUILTIN)
 
 
@@ -51,8 +45,13 @@ class ReadOptions:
             known = ", ".join([*FORMAT_NAMES, *(s.name for s in self.custom)])
             raise UsageError(f"unknown format {name!r}; known formats: {known}") from None
 
-    def detect(self, path: Path) -> str | None:
-        return self.format or detect(path, self.custom)
+    @property
+    def globs(self) -> list[str]:
+        """File-name patterns of the user's own formats: files discovery must not pass over."""
+        return [s.files for s in self.custom if s.files]
+
+    def format_of(self, path: Path) -> str | None:
+        return self.format or format_of(path, self.custom)
 
 
 @dataclass(frozen=True)
@@ -101,7 +100,7 @@ class FileResult:
 
 def read_found(found: Found, options: ReadOptions, *, lean: bool = False) -> FileResult:
     try:
-        fmt = options.detect(found.path)
+        fmt = options.format_of(found.path)
     except OSError as exc:
         problem = Problem(str(found.path), f"cannot read: {exc.strerror or exc}")
         return FileResult(found, None, ReadResult(table.empty(lean=lean), Cursor(), (problem,)))
@@ -115,33 +114,16 @@ WORTH_A_WARNING = {".jsonl", ".ndjson", ".csv", ".log"}
 
 def unrecognised(path: Path, *, explicit: bool) -> Problem | None:
     """A file no format claimed: worth a warning if the user named it or its name promises metrics
-    (a stray README.txt under a runs folder is not)."""
-    if explicit or path.suffix.lower() in WORTH_A_WARNING or path.name.startswith("events.out.tfevents"):
+    (a stray README.txt under a runs folder is not). A name a format claims never comes here: the
+    name alone settles its format."""
+    if explicit or path.suffix.lower() in WORTH_A_WARNING:
         return Problem(str(path), "no training metrics recognised in this file")
     return None
 
 
-def collect(paths: Sequence[Path], options: ReadOptions, *, listings: Listings | None = None) -> tuple[list[Found], list[Problem]]:
-    problems: list[Problem] = []
-    found: list[Found] = []
-    globs = [s.files for s in options.custom if s.files]
-    for root in paths:
-        if not root.exists():
-            raise UsageError(f"{root}: no such file or folder")
-        here = discover(root, extra_globs=globs, problems=problems, listings=listings)
-        if len(paths) > 1:
-            # Several roots: "." (or the same relative name) under two of them must not merge.
-            label = root.name or str(root)
-            here = [Found(label if f.run == "." else f"{label}/{f.run}", f.path) for f in here]
-        found.extend(here)
-    if listings is not None:
-        listings.forget_unvisited()
-    return found, problems
-
-
 def read_paths(paths: Sequence[Path], options: ReadOptions = ReadOptions()) -> tuple[pl.DataFrame, list[FileResult], list[Problem]]:
     """Read every log under the given files and folders, completely (the audit's case)."""
-    found, problems = collect(paths, options)
+    found, problems = collect(paths, globs=options.globs)
     results = [read_found(f, options) for f in found]
     frames = []
     for res in results:

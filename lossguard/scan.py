@@ -21,9 +21,9 @@ from . import table
 from .engine import RunAnalysis, analyse_streams
 from .model import Incident
 from .problems import Problem
-from .reader import ReadOptions, collect, read_found, unrecognised
+from .reader import ReadOptions, read_found, unrecognised
 from .rules import RuleSet
-from .sources.discover import Found
+from .sources.discover import Found, collect
 from .streams import as_context, context
 
 CURVE_POINTS = 1500
@@ -143,7 +143,7 @@ def scan(
     jobs: int | None = 1,
     progress: Callable[[int, int, int], None] | None = None,
 ) -> ScanResult:
-    found, problems = collect(paths, options)
+    found, problems = collect(paths, globs=options.globs)
     if run_glob:
         found = [f for f in found if fnmatchcase(f.run, run_glob)]
     by_run: dict[str, list[str]] = {}

@@ -37,6 +37,32 @@ FAIRSEQ = """\
 2021-03-01 10:01:00 | INFO | train_inner | {"epoch": 1, "update": 0.3, "loss": "8.5", "ppl": "362", "num_updates": "300", "lr": "0.0005", "gnorm": "1.05"}
 """
 
+# fairseq <= 0.9 printed its progress bars (`| ` before `epoch`); some versions also print running
+# averages mid-validation. Run with --update-freq 4: four batches an update, and epoch 2's batch
+# counter restarts; num_updates is the step.
+FAIRSEQ_LEGACY = """\
+| distributed init (rank 0): tcp://localhost:16011
+| model transformer_lm_gpt, criterion CrossEntropyCriterion
+| num. model params: 247037952 (num. trained: 247037952)
+| epoch 001:    400 / 8000 loss=9.871, nll_loss=9.871, ppl=936.4, wps=41233, ups=1, wpb=32768.000, bsz=64.000, num_updates=100, lr=0.0005, gnorm=2.751, clip=0.000, oom=0.000, loss_scale=64.000, wall=80, train_wall=75
+| epoch 001:    800 / 8000 loss=nan, nll_loss=nan, ppl=inf, wps=41250, ups=1, wpb=32768.000, bsz=64.000, num_updates=200, lr=0.0005, gnorm=inf, clip=1.000, oom=0.000, loss_scale=32.000, wall=160, train_wall=150
+| epoch 001 | loss 9.5 | nll_loss 9.5 | ppl 724.08 | wps 41240 | ups 1 | wpb 32768.000 | bsz 64.000 | num_updates 2000 | lr 0.0005 | gnorm 2.4 | clip 0.000 | oom 0.000 | loss_scale 32.000 | wall 1600 | train_wall 1500
+| epoch 001 | valid on 'valid' subset:    100 / 120 loss=7.3, nll_loss=7.3, ppl=157.6, num_updates=2000
+| epoch 001 | valid on 'valid' subset | loss 7.2 | nll_loss 7.2 | ppl 147.03 | num_updates 2000
+| saved checkpoint checkpoints/checkpoint1.pt (epoch 1 @ 2000 updates) (writing took 3.1 seconds)
+| epoch 002:    400 / 8000 loss=7.01, nll_loss=7.01, ppl=128.9, wps=41300, ups=1, wpb=32768.000, bsz=64.000, num_updates=2100, lr=0.0005, gnorm=1.2, clip=0.000, oom=0.000, loss_scale=32.000, wall=1680, train_wall=1575
+"""
+
+# A trainer of fairseq's lineage that prints no num_updates: steps are counted in batches.
+FAIRSEQ_NO_UPDATES = """\
+| epoch 001 | loss 9.9 | ppl 955.2 | lr 0.0005
+| epoch 001:    500 / 1500 loss=9.1, ppl=548.7, lr=0.0005, gnorm=1.9
+| epoch 001:   1000 / 1500 loss=8.6, ppl=388.0, lr=0.0005, gnorm=1.7
+| epoch 001 | loss 8.9 | ppl 477.7 | lr 0.0005 | gnorm 1.8
+| epoch 001 | valid on 'valid' subset | loss 8.4 | ppl 337.8
+| epoch 002:    500 / 1500 loss=8.1, ppl=274.4, lr=0.0005, gnorm=1.5
+"""
+
 JSONL = """\
 {"step": 1, "loss": 3.5, "lr": 1e-4, "grad_norm": 2.0}
 {"step": 2, "loss": NaN, "lr": 1e-4, "grad_norm": Infinity}
@@ -109,7 +135,9 @@ ALL = {
     "hf_console": ("train_stdout.txt", HF_CONSOLE),
     "kv_nanogpt": ("nanogpt.log", NANOGPT),
     "kv_llmc": ("llmc.log", LLMC),
-    "kv_fairseq": ("fairseq.log", FAIRSEQ),
+    "fairseq": ("fairseq.log", FAIRSEQ),
+    "fairseq_legacy": ("train.log", FAIRSEQ_LEGACY),
+    "fairseq_no_updates": ("train.out", FAIRSEQ_NO_UPDATES),
     "kv_torchtitan": ("titan.log", TORCHTITAN),
     "kv_deepspeed": ("ds.log", DEEPSPEED),
     "composer": ("composer.log", COMPOSER),

@@ -36,16 +36,16 @@ def test_repeated_walks_list_again_only_the_folders_that_changed(tmp_path):
 def test_listings_of_folders_that_are_gone_are_forgotten(tmp_path):
     import shutil
 
-    from lossguard.reader import ReadOptions, collect
+    from lossguard.sources.discover import collect
 
     for run in ("a", "b"):
         (tmp_path / run).mkdir()
         (tmp_path / run / "metrics.jsonl").write_text('{"step": 1, "loss": 2.0}\n')
     listings = Listings()
-    found, _ = collect([tmp_path], ReadOptions(), listings=listings)
+    found, _ = collect([tmp_path], listings=listings)
     assert len(found) == 2 and str(tmp_path / "b") in listings.folders
     shutil.rmtree(tmp_path / "b")
-    found, _ = collect([tmp_path], ReadOptions(), listings=listings)
+    found, _ = collect([tmp_path], listings=listings)
     assert [f.run for f in found] == ["a"] and str(tmp_path / "b") not in listings.folders
 
 
@@ -72,3 +72,17 @@ def test_a_spike_in_a_rotated_segment_is_found_at_its_step(tmp_path):
         (tmp_path / "exp" / name).write_text("".join(lines))
     (report,) = scan([tmp_path], rules=default_rules()).runs
     assert report.analysis.run == "exp" and [i.step for i in report.analysis.incidents] == [51]
+
+
+def test_a_name_a_format_claims_is_a_log_whatever_its_suffix(tmp_path, monkeypatch):
+    from lossguard.formats import base, sniff
+
+    (tmp_path / "run").mkdir()
+    for name in ("events.out.tfevents.1700000000.host.v2", "weights.toy", "notes.md"):
+        (tmp_path / "run" / name).write_bytes(b"x")
+    assert [f.path.name for f in discover(tmp_path, problems=[])] == ["events.out.tfevents.1700000000.host.v2"]
+    # A new format's declared names are walked too, with no list in discovery to edit.
+    toy = base.Format(reader=base.LineFormat("toy", lambda lines, cursor, raw: (lines, cursor)), names=("*.toy",))
+    monkeypatch.setattr(sniff, "FORMATS", (*sniff.FORMATS, toy))
+    assert [f.path.name for f in discover(tmp_path, problems=[])] == ["events.out.tfevents.1700000000.host.v2", "weights.toy"]
+    assert sniff.format_of(tmp_path / "run" / "weights.toy") == "toy"

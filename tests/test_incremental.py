@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from lossguard.cursor import Cursor
 from lossguard.detect import find_incidents
-from lossguard.formats.sniff import detect
+from lossguard.formats.sniff import format_of
 from lossguard.kinds import Rule
 from lossguard.model import Incident
 from lossguard.reader import ReadOptions, read
@@ -61,7 +61,7 @@ def test_text_read_in_pieces_equals_read_in_one_go(tmp_path, name, fractions):
     fname, data = TEXTS[name]
     whole_path = tmp_path / f"whole-{fname}"
     whole_path.write_bytes(data)
-    fmt = detect(whole_path)
+    fmt = format_of(whole_path)
     assert fmt is not None
     whole = read(whole_path, run="r", fmt=fmt, final=True, options=OPTIONS)
     grown, cursor = _grow_and_read(tmp_path / fname, data, [int(f * len(data)) for f in fractions], fmt)
@@ -106,7 +106,7 @@ def test_text_read_a_limited_piece_at_a_time_equals_read_in_one_go(tmp_path, nam
     fname, data = TEXTS[name]
     path = tmp_path / fname
     path.write_bytes(data)
-    fmt = detect(path)
+    fmt = format_of(path)
     whole = read(path, run="r", fmt=fmt, final=False, options=OPTIONS)
     pieces, reads = _read_with_limit(path, fmt, limit)
     assert pieces.equals(whole.frame)

@@ -1,1 +1,24 @@
-"""Bytes -> canonical rows: one small module per log format, plus sniffing (sniff.py)."""
+"""Bytes -> canonical rows: one small module per log format, plus sniffing (sniff.py).
+
+Each format module declares its `Format` (base.py): its reader, the file names that settle it, and
+how its lines (or its head) are recognised. Adding a format is that module and its entry here."""
+
+from __future__ import annotations
+
+from . import composer, csvlog, dictlines, fairseq, kvlines, megatron, tfevents, trainer_state
+from .base import Format
+
+FORMATS: tuple[Format, ...] = (
+    tfevents.FORMAT,
+    trainer_state.FORMAT,
+    csvlog.FORMAT,
+    composer.FORMAT,
+    megatron.FORMAT,
+    dictlines.JSONL_FORMAT,
+    dictlines.HF_CONSOLE_FORMAT,
+    fairseq.FORMAT,
+    kvlines.FORMAT,
+)
+"""In sniffing precedence: a line claimed by several formats counts for the first (Composer's metric
+lines, then Megatron's iteration lines, dict lines, then bare `name value` pairs, which many formats'
+lines also hold), and so does a tie in the count."""

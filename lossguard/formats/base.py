@@ -1,4 +1,5 @@
-"""What every format reader shares: the result type and the driver for line-oriented formats.
+"""What every format reader shares: the result type, the driver for line-oriented formats, and
+`Format`, what each format module declares of itself for the registry (formats/__init__.py).
 
 A reader never raises for bad content: it returns the rows it could read, a cursor just past the
 complete data it consumed, and Problems naming the file and line. `dead` marks a file that can not be
@@ -9,7 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from fnmatch import fnmatchcase
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 import polars as pl
@@ -60,6 +63,47 @@ class LineFormat:
         # Relaxed: a block's tags may be Categorical (fast paths) or String (a parser's odd rows).
         rows = frames[0] if len(frames) == 1 else pl.concat(frames, how="vertical_relaxed", rechunk=False) if frames else table.empty_raw()
         return Parsed(rows, cursor, tuple(problems))
+
+
+class Reader(Protocol):
+    name: str
+
+    def read(self, path: Path, cursor: Cursor, *, final: bool, limit: int | None = None) -> Parsed: ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class Format:
+    """One log format, as the sniffer and the folder walk need to know it. Each format module declares
+    its own, so that a new format is one module and its place in `formats.FORMATS`, whose order is
+    the sniffing precedence (a line counts for the first format claiming it; a tie goes to the first)."""
+
+    reader: Reader
+    names: tuple[str, ...] = ()
+    """Shell patterns (case-sensitive) of file names that settle the format whatever the content;
+    a folder walk also takes such files for logs."""
+    suffixes: tuple[str, ...] = ()
+    """The same by suffix, in any case: a dot and no other (`.csv`)."""
+    head: Callable[[Path, Callable[[], bytes]], bool] | None = None
+    """For whole documents, which no line test can see: is this file ours, given its path and a
+    callable returning its first few MB (read once, and only if asked). Tried before lines are counted."""
+    line: Callable[[str], object] | None = None
+    """Truthy when one line of a file's head is this format's: content sniffing counts them."""
+
+    @property
+    def name(self) -> str:
+        return self.reader.name
+
+    def claims_name(self, name: str) -> bool:
+        # Plain loops: asked of every file a walk lists, of every format, most of which claim no
+        # name at all, where building a generator for any() would be most of the cost.
+        for pattern in self.names:
+            if fnmatchcase(name, pattern):
+                return True
+        for suffix in self.suffixes:
+            # As Path.suffix reads it: a name that is only the suffix (`.csv`) is a hidden file's.
+            if len(name) > len(suffix) and name.lower().endswith(suffix):
+                return True
+        return False
 
 
 SEPARATOR = b"\x1f"

@@ -19,11 +19,13 @@ what the log holds.
 
 from __future__ import annotations
 
+import re
+
 import polars as pl
 
 from .. import table
 from ..cursor import Cursor
-from .base import LineFormat
+from .base import Format, LineFormat
 from .pairs import NUMBER
 
 HEADER = r"^(?:\[epoch=(?P<epoch>\d+)\])?\[(?:batch|iteration|token|sample)=(?P<n>\d+)(?:/(?P<total>\d+))?\]:?\s*$"
@@ -59,3 +61,5 @@ def parse(lines: pl.DataFrame, cursor: Cursor, raw: bytes | None = None) -> tupl
 
 
 COMPOSER = LineFormat("composer", parse, prefilter=PREFILTER)
+# Sniffed by its metric lines: a header alone (`[batch=1/200]:`) could be any progress print.
+FORMAT = Format(reader=COMPOSER, line=re.compile(DATA).match)

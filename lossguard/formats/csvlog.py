@@ -18,7 +18,7 @@ from .. import table
 from ..cursor import Cursor
 from ..problems import Problem
 from ..sources.textfile import iter_blocks, not_utf8
-from .base import Parsed, lines_of
+from .base import Format, Parsed, lines_of
 
 STEP_COLUMNS = ("step", "global_step", "iteration", "iter", "trainer/global_step", "_step", "num_updates", "steps")
 
@@ -148,3 +148,4 @@ class CsvFormat:
 
 
 CSV = CsvFormat()
+FORMAT = Format(reader=CSV, suffixes=(".csv",))

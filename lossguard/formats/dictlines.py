@@ -4,11 +4,13 @@ repr (`'k': v`), often behind a timestamp or a tqdm bar. Values may be NaN/Infin
 
 from __future__ import annotations
 
+import re
+
 import polars as pl
 
 from .. import table
 from ..cursor import Cursor
-from .base import LineFormat
+from .base import Format, LineFormat
 from .fastpath import fast_pairs, json_pairs
 from .pairs import NUMBER, pairs_frame, records_to_rows
 
@@ -55,3 +57,22 @@ def _merge(fast: pl.DataFrame, rest: pl.DataFrame) -> pl.DataFrame:
 
 JSONL = LineFormat("jsonl", parse_json, prefilter=r"\{")
 HF_CONSOLE = LineFormat("hf_console", parse, prefilter=r"\{")
+
+METRIC_ITEM = re.compile(r"""["'](?:[^"'\n]*loss[^"'\n]*|learning_rate|lr|grad_norm)["']\s*:\s*[-+\d.'"nNiI]""")
+"""A dict item naming a metric. A line holding one is a dict's, even without the brace that opens
+the dict (one printed over several lines): JSON if a `{"key":` opens it, Python repr if `{'key':`."""
+_JSON_OPEN = re.compile(r"""\{\s*"[^"\n]+"\s*:""")
+_PY_OPEN = re.compile(r"""\{\s*'[^'\n]+'\s*:""")
+
+
+def _json_line(line: str) -> bool:
+    return bool(_JSON_OPEN.search(line) and METRIC_ITEM.search(line))
+
+
+def _python_line(line: str) -> bool:
+    return bool(_PY_OPEN.search(line) and METRIC_ITEM.search(line))
+
+
+# A line with both openings is JSON's: JSONL comes first in formats.FORMATS.
+JSONL_FORMAT = Format(reader=JSONL, line=_json_line)
+HF_CONSOLE_FORMAT = Format(reader=HF_CONSOLE, line=_python_line)

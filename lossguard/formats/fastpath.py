@@ -12,6 +12,7 @@ results: the same cell regex decides what a pair is on both paths.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
@@ -45,11 +46,30 @@ def fast_pairs(
         return _EMPTY_PAIRS, lines
     texts = lines.get_column("text").fill_null("")
     seps = texts.str.count_matches(sep, literal=True)
-    # The shape most lines have (a progress bar glued to some lines adds separators to those only).
+    cells = _cut(texts, seps, sep=sep, raw=raw)
+    if cells is None:
+        return _EMPTY_PAIRS, lines
+    shape = _shape(cells, seps, cell_re=cell_re, strip=strip, first_field_free=first_field_free, one_pair_per_field=one_pair_per_field)
+    if shape is None:
+        return _EMPTY_PAIRS, lines
+    checks, fields = shape
+    fits = cells.select(pl.all_horizontal(checks).fill_null(False)).to_series()
+    fits = (fits & (seps == cells.width - 1)).to_numpy()
+    if not fits.any():
+        return _EMPTY_PAIRS, lines
+    mask = pl.Series(fits)
+    values = _numbers(cells.filter(mask), fields, cell_re)
+    line_nos = lines.get_column("line_no").to_numpy()[fits]
+    return _long_pairs(line_nos, [f.key for f in fields], values), lines.filter(~mask)
+
+
+def _cut(texts: pl.Series, seps: pl.Series, *, sep: str, raw: bytes | None) -> pl.DataFrame | None:
+    """The lines cut into as many fields as most of them have (a progress bar glued to some lines
+    adds separators to those only); None when there is no such shape or the CSV reader refuses."""
     common = seps.head(1000).mode().sort()
     width = int(common[-1] if common.len() else 0) + 1
     if width < 2:
-        return _EMPTY_PAIRS, lines
+        return None
     data = raw if raw is not None else texts.str.join("\n").item().encode("utf-8") + b"\n"
     try:
         cells = pl.read_csv(
@@ -57,69 +77,86 @@ def fast_pairs(
             new_columns=[f"c{i}" for i in range(width)], missing_columns="insert", raise_if_empty=False, encoding="utf8-lossy",
         )
     except pl.exceptions.PolarsError:
-        return _EMPTY_PAIRS, lines
-    if cells.height != lines.height or cells.width != width:
-        return _EMPTY_PAIRS, lines
-    pattern = re.compile(cell_re)
-    head = cells.head(500).with_columns(seps.head(500).alias("__n"))
-    rep = head.filter(pl.col("__n") == width - 1).drop("__n")
+        return None
+    if cells.height != texts.len() or cells.width != width:
+        return None
+    return cells
+
+
+@dataclass(frozen=True)
+class _Field:
+    key: str
+    quick: pl.Expr
+    """The field's number, read without a regex."""
+    cell: pl.Expr
+    """The field's text, for the regex where the quick read fails."""
+
+
+def _shape(
+    cells: pl.DataFrame, seps: pl.Series, *, cell_re: str, strip: str, first_field_free: bool, one_pair_per_field: bool
+) -> tuple[list[pl.Expr], list[_Field]] | None:
+    """What a line of the common shape holds, read off one such line: the checks every line's fields
+    must pass to be of that shape, and the fields holding a pair. None when that line holds no pair
+    or a field holding several (not this path's shape)."""
+    rep = cells.head(500).filter(seps.head(500) == cells.width - 1)
     if not rep.height:
-        return _EMPTY_PAIRS, lines
-    rep_row = rep.row(0)
-    checks = [seps == (width - 1)]
-    columns: list[tuple[str, pl.Expr, pl.Expr]] = []
-    for i, cell in enumerate(rep_row):
+        return None
+    pattern = re.compile(cell_re)
+    checks: list[pl.Expr] = []
+    fields: list[_Field] = []
+    for i, cell in enumerate(rep.row(0)):
         if i == 0 and first_field_free:
             continue
         col = pl.col(f"c{i}").fill_null("").str.strip_chars(strip)
         text = (cell or "").strip(strip)
         found = list(pattern.finditer(text))
         if len(found) > 1:
-            return _EMPTY_PAIRS, lines  # several pairs in one field: not this path's shape
+            return None
         if not found:
             checks.append(~col.str.contains(cell_re))
             continue
         m = found[0]
-        prefix = text[: m.start("value")]
-        key = m.group("key").strip()
         # Everything before the number must read the same; only the number may change.
-        literal = prefix.rstrip(" \t:=\"'(")
+        literal = text[: m.start("value")].rstrip(" \t:=\"'(")
         if not literal:
-            return _EMPTY_PAIRS, lines
+            return None
         checks.append(col.str.starts_with(literal))
         if not one_pair_per_field:
             checks.append(col.str.count_matches(cell_re) == 1)
         # The number is what follows the literal, give or take quotes, a wrapper's parentheses, a unit.
         rest = col.str.strip_prefix(literal).str.strip_chars_start(" \t:=\"'(")
-        quick = rest.str.strip_chars_end(" \"')}").cast(pl.Float64, strict=False)
-        columns.append((key, quick, col))
-    if not columns:
-        return _EMPTY_PAIRS, lines
-    fits = cells.select(pl.all_horizontal([c if isinstance(c, pl.Expr) else pl.lit(c) for c in checks[1:]]).fill_null(False)).to_series()
-    fits = (fits & checks[0]).to_numpy()
-    if not fits.any():
-        return _EMPTY_PAIRS, lines
-    mask = pl.Series(fits)
-    kept = cells.filter(mask)
-    values = kept.select([v.alias(f"v{i}") for i, (_, v, _) in enumerate(columns)])
+        fields.append(_Field(m.group("key").strip(), rest.str.strip_chars_end(" \"')}").cast(pl.Float64, strict=False), col))
+    return (checks, fields) if fields else None
+
+
+def _numbers(kept: pl.DataFrame, fields: list[_Field], cell_re: str) -> pl.DataFrame:
+    """Each field's number on the lines of the shape, a column per field; where the quick read
+    fails (a unit after the number, say), the regex decides."""
+    values = kept.select([f.quick.alias(f"v{i}") for i, f in enumerate(fields)])
     group = _value_group(cell_re)
-    for i, (_, _, cell) in enumerate(columns):
-        # Cells the quick parse could not read (a unit after the number, say): the regex decides.
+    for i, field in enumerate(fields):
         missing = values.get_column(f"v{i}").is_null()
         if missing.any():
-            slow = kept.filter(missing).select(cell.str.extract(cell_re, group).cast(pl.Float64, strict=False)).to_series()
+            slow = kept.filter(missing).select(field.cell.str.extract(cell_re, group).cast(pl.Float64, strict=False)).to_series()
             values = values.with_columns(values.get_column(f"v{i}").scatter(missing.arg_true(), slow))
-    matrix = values.to_numpy().astype(np.float64, copy=False)
+    return values
+
+
+def _long_pairs(line_nos: np.ndarray, keys: list[str], values: pl.DataFrame) -> pl.DataFrame:
+    """(line_no, key, value) from a frame of values, a row per line and a column per key, row by
+    row as the file reads; a missing value is no pair."""
+    k = len(keys)
     valid = values.select(pl.all().is_not_null()).to_numpy().ravel()
-    k = len(columns)
-    line_nos = lines.get_column("line_no").to_numpy()[fits]
+    matrix = values.to_numpy().astype(np.float64, copy=False)
     key_index = pl.Series(np.tile(np.arange(k, dtype=np.uint32), line_nos.size)[valid])
-    names = pl.Series([key for key, _, _ in columns], dtype=pl.Categorical())
-    pairs = pl.DataFrame(
-        {"line_no": pl.Series(np.repeat(line_nos, k)[valid], dtype=pl.Int64()).set_sorted(), "key": names.gather(key_index), "value": matrix.ravel()[valid]},
+    return pl.DataFrame(
+        {
+            "line_no": pl.Series(np.repeat(line_nos, k)[valid], dtype=pl.Int64()).set_sorted(),
+            "key": pl.Series(keys, dtype=pl.Categorical()).gather(key_index),
+            "value": matrix.ravel()[valid],
+        },
         schema={"line_no": pl.Int64(), "key": pl.Categorical(), "value": pl.Float64()},
     )
-    return pairs, lines.filter(~mask)
 
 
 _NESTED = (pl.Struct, pl.List, pl.Array, pl.Object)
@@ -163,18 +200,7 @@ def json_pairs(lines: pl.DataFrame, *, raw: bytes | None = None, min_lines: int 
         (pl.col(c).str.strip_chars("\"").cast(pl.Float64, strict=False) if frame.schema[c] == pl.String else pl.col(c).cast(pl.Float64))
         for c in numeric
     ]).filter(fits)
-    mask = fits.to_numpy()
-    line_nos = chosen.get_column("line_no").to_numpy()[mask]
-    k = len(numeric)
-    if k == 0:
-        pairs = _EMPTY_PAIRS
-    else:
-        valid = values.select(pl.all().is_not_null()).to_numpy().ravel()
-        matrix = values.to_numpy().astype(np.float64, copy=False)
-        key_index = pl.Series(np.tile(np.arange(k, dtype=np.uint32), line_nos.size)[valid])
-        pairs = pl.DataFrame(
-            {"line_no": pl.Series(np.repeat(line_nos, k)[valid], dtype=pl.Int64()).set_sorted(), "key": pl.Series(numeric, dtype=pl.Categorical()).gather(key_index), "value": matrix.ravel()[valid]},
-            schema={"line_no": pl.Int64(), "key": pl.Categorical(), "value": pl.Float64()},
-        )
+    line_nos = chosen.get_column("line_no").to_numpy()[fits.to_numpy()]
+    pairs = _long_pairs(line_nos, numeric, values) if numeric else _EMPTY_PAIRS
     rest = pl.concat([lines.filter(~objects), chosen.filter(~fits)]).sort("line_no")
     return pairs, rest

@@ -1,11 +1,9 @@
-"""Step lines of `name value` pairs, as nanoGPT, build-nanogpt, llm.c, modded-nanogpt and fairseq's
-simple/hydra log formats print them:
+"""Step lines of `name value` pairs, as nanoGPT, build-nanogpt, llm.c and modded-nanogpt print them
+(fairseq's look alike, but its validation lines need a reader of their own: fairseq.py):
 
     iter 100: loss 4.2345, time 12.3ms
     step    10 | loss: 9.44 | lr 9.2e-06 | norm: 3.56 | dt: 412.1ms
     step:1/20344 train_loss:22.62 train_time:123ms
-    | epoch 001 | loss 7.21 | lr 0.0005 | gnorm 1.2 | num_updates 100
-    epoch 001:    100 / 1000 loss=7.21, lr=0.0005, gnorm=1.2, num_updates=100
     step:  10  loss:  8.1234  memory: 30.12GiB(31.72%)  tps: 1,234  mfu: 12.3%        (torchtitan)
     [Rank 0] step=10, skipped=0, lr=[9.9e-05, 9.9e-05], mom=[(0.9, 0.95)]          (DeepSpeed)
 
@@ -19,11 +17,14 @@ step after the last one logged, become `OVERFLOW loss scale` values at that step
 
 from __future__ import annotations
 
+import re
+
 import polars as pl
 
 from .. import table
 from ..cursor import Cursor
-from .base import LineFormat
+from .base import Format, LineFormat
+from .dictlines import METRIC_ITEM
 from .fastpath import fast_pairs
 from .megatron import overflow_rows
 from .pairs import NUMBER, pairs_frame, records_to_rows
@@ -68,3 +69,15 @@ def parse(lines: pl.DataFrame, cursor: Cursor, raw: bytes | None = None) -> tupl
 
 
 KV_LINES = LineFormat("kv_lines", parse, prefilter=PREFILTER)
+
+_STEP = re.compile(r"(?i)(?:^|[\s|,;\[(])(?:step|iter|iteration|num_updates|global_step)(?:\s*[:=]\s*|\s+)\d")
+_LOSS = re.compile(r"(?i)(?:^|[\s|,;\[(])[\w./-]*loss[\w./-]*(?:\s*[:=]\s*|\s+)[-+\d.nNiI]")
+
+
+def _kv_line(line: str) -> bool:
+    """A step and a loss, as `name value` pairs. A quoted metric name makes the line a dict's, which
+    this reader would not read anyway (a name here is bare)."""
+    return bool(_STEP.search(line) and _LOSS.search(line)) and not METRIC_ITEM.search(line)
+
+
+FORMAT = Format(reader=KV_LINES, line=_kv_line)

@@ -11,11 +11,13 @@ after the last iteration line seen, and carry the new (halved) scale as a loss_s
 
 from __future__ import annotations
 
+import re
+
 import polars as pl
 
 from .. import table
 from ..cursor import Cursor
-from .base import LineFormat
+from .base import Format, LineFormat
 from .fastpath import fast_pairs
 from .pairs import NUMBER, pairs_frame, records_to_rows
 
@@ -76,3 +78,4 @@ def parse(lines: pl.DataFrame, cursor: Cursor, raw: bytes | None = None) -> tupl
 
 
 MEGATRON = LineFormat("megatron", parse, prefilter=PREFILTER)
+FORMAT = Format(reader=MEGATRON, line=re.compile(ITERATION + r".*\|.*loss", re.IGNORECASE).search)

@@ -22,7 +22,7 @@ from .. import table
 from ..cursor import Cursor
 from ..problems import Problem
 from ..sources.tfrecord import data_checksums_ok, frame, rows_at
-from .base import Parsed
+from .base import Format, Parsed
 
 CHUNK = 16 << 20
 MAX_TEMPLATES = 64
@@ -417,3 +417,4 @@ class TfEventsFormat:
 
 
 TFEVENTS = TfEventsFormat()
+FORMAT = Format(reader=TFEVENTS, names=("events.out.tfevents*",))

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 from .. import table
 from ..cursor import Cursor
 from ..problems import Problem
-from .base import Parsed
+from .base import Format, Parsed
 from .dictlines import SUMMARY_KEYS
 
 import polars as pl
@@ -73,3 +74,11 @@ class TrainerStateFormat:
 
 
 TRAINER_STATE = TrainerStateFormat()
+
+
+def _is_trainer_state(path: Path, head: Callable[[], bytes]) -> bool:
+    """A trainer_state.json copied out under another name: JSON whose head names `log_history`."""
+    return path.suffix.lower() == ".json" and b'"log_history"' in head()
+
+
+FORMAT = Format(reader=TRAINER_STATE, names=("trainer_state.json",), head=_is_trainer_state)

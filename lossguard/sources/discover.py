@@ -22,6 +22,8 @@ from fnmatch import fnmatch
 from functools import lru_cache
 from pathlib import Path
 
+from ..formats.sniff import by_name
+from ..errors import UsageError
 from ..problems import Problem
 
 RUN_IS_FOLDER = {"trainer_state.json", "metrics.csv", "trainer_log.jsonl", "log_history.jsonl"}
@@ -57,8 +59,8 @@ def segment_order(path: str) -> tuple[str, int]:
 
 
 def is_candidate(name: str, extra_globs: Sequence[str] = ()) -> bool:
-    if name.startswith("events.out.tfevents"):
-        return True
+    if by_name(name) is not None:
+        return True  # a name a format claims (events.out.tfevents.*), whatever its suffix
     name = live_name(name)[0]
     if name in NOT_LOGS:
         return False
@@ -220,3 +222,21 @@ def discover(root: Path, *, extra_globs: Sequence[str] = (), problems: list[Prob
     if listings is not None:
         listings.found[key] = (names, found)
     return found
+
+
+def collect(paths: Sequence[Path], *, globs: Sequence[str] = (), listings: Listings | None = None) -> tuple[list[Found], list[Problem]]:
+    """The runs under every root (`globs`: names the user's own formats claim)."""
+    problems: list[Problem] = []
+    found: list[Found] = []
+    for root in paths:
+        if not root.exists():
+            raise UsageError(f"{root}: no such file or folder")
+        here = discover(root, extra_globs=globs, problems=problems, listings=listings)
+        if len(paths) > 1:
+            # Several roots: "." (or the same relative name) under two of them must not merge.
+            label = root.name or str(root)
+            here = [Found(label if f.run == "." else f"{label}/{f.run}", f.path) for f in here]
+        found.extend(here)
+    if listings is not None:
+        listings.forget_unvisited()
+    return found, problems

@@ -13,9 +13,8 @@ from pathlib import Path
 
 from ..cursor import Cursor
 from ..errors import UsageError
-from ..reader import ReadOptions, collect
 from ..state import FileRow
-from .discover import Listings, is_candidate
+from .discover import Listings, collect, is_candidate
 
 FINGERPRINT = 64
 """Bytes at the head of a file that identify it together with (device, inode)."""
@@ -61,7 +60,8 @@ class Sighting:
 @dataclass
 class Tracker:
     roots: Sequence[Path]
-    options: ReadOptions
+    globs: Sequence[str] = ()
+    """File-name patterns of the user's own formats (ReadOptions.globs)."""
     log: Callable[[str], None] = print
     _listings: Listings = field(default_factory=Listings)
     _warned: set[str] = field(default_factory=set)
@@ -70,7 +70,7 @@ class Tracker:
         """Every log under the roots, and the followed paths that are gone. `quiet`: files met now
         are history (the first start): read for the windows, not alerted on."""
         try:
-            found, problems = collect(self.roots, self.options, listings=self._listings)
+            found, problems = collect(self.roots, globs=self.globs, listings=self._listings)
         except UsageError as exc:
             self._warn_once(str(exc))
             found, problems = [], []
@@ -94,12 +94,11 @@ class Tracker:
         """The files inotify said changed, when they are all files we follow (appends: the hot
         path); None when the tree itself changed (a new log, a file gone) and only a walk can tell
         what is what."""
-        globs = [s.files for s in self.options.custom if s.files]
         current: dict[str, Sighting] = {}
         for path in changed:
             row = tracked.get(path)
             if row is None:
-                if is_candidate(os.path.basename(path), globs):
+                if is_candidate(os.path.basename(path), self.globs):
                     return None
                 continue  # checkpoints, wandb files, our own state: nothing to read
             seen = self._identify(path, row.run, row, {}, False)

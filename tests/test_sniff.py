@@ -1,0 +1,104 @@
+"""Which format each known file is sniffed as. Sniffing is name patterns, a few head checks and
+line counting, with precedence, spread over the format modules: a new format must not take the
+files of another, and these tables say at once when one does."""
+
+from __future__ import annotations
+
+import pytest
+
+from lossguard.formats.sniff import format_of
+
+from . import samples
+from .conftest import FIXTURES
+
+FIXTURE_FORMATS = {
+    "corpus/SOURCES.md": None,
+    "corpus/csv/slm_training_lightning_v0_metrics.csv": "csv",
+    "corpus/hf_trainer/mistral7b_lora_translator_trainer_state.json": "hf_trainer_state",
+    "corpus/hf_trainer/t5_summarization_trainer_state.json": "hf_trainer_state",
+    "corpus/hf_trainer/whisper_tiny_nbailab_trainer_state.json": "hf_trainer_state",
+    "corpus/jsonl/luojiu_7b_llamafactory_pretrain_trainer_log.jsonl": "jsonl",
+    "corpus/jsonl/qwen25_7b_medical_llamafactory_trainer_log.jsonl": "jsonl",
+    "corpus/megatron/bigscience_meg_ds_3d_gpt2_perf_n16_ds_off.log": "megatron",
+    "corpus/megatron/bloom176b_tr11_spike_31216.log": "megatron",
+    "corpus/megatron/tr8_104b_exp12_spike_8741_diverge_9027.log": "megatron",
+    "corpus/megatron/tr8_104b_exp2_glitch_6930.log": "megatron",
+    "corpus/megatron/tr8b_104b_resume_spike_17062.log": "megatron",
+    "corpus/other/build_nanogpt_agndm_bigger_254M.log": "kv_lines",
+    "corpus/other/modded_nanogpt_scaleup1b_87bd51fd_steps.log": "kv_lines",
+    "corpus/tfevents/lstm_textgen_lightning/events.out.tfevents.1716735746.99c8c45923de.3769.0": "tfevents",
+    "corpus/tfevents/satd_hmer_lightning_lr_sgd/events.out.tfevents.1699875277.Ender-PC.10072.0": "tfevents",
+    "corpus/tfevents/t5_summarization_hf_trainer/events.out.tfevents.1742826235.DESKTOP-41L2EO3.107869.0": "tfevents",
+    "make_runs.py": None,
+    "runs/hf-lr-too-high/checkpoint-1200/trainer_state.json": "hf_trainer_state",
+    "runs/hf-lr-too-high/checkpoint-600/trainer_state.json": "hf_trainer_state",
+    "runs/jsonl-lr-restart/metrics.jsonl": "jsonl",
+    "runs/lightning-bad-batch/version_0/metrics.csv": "csv",
+    "runs/megatron-fp16-overflow/train.log": "megatron",
+    "runs/megatron-grad-explosion/train.log": "megatron",
+    "runs/nanogpt-clean/train.log": "kv_lines",
+    "runs/tb-clean/events.out.tfevents.1796083710.vm": "tfevents",
+    "runs/tf2-recurring-spikes/events.out.tfevents.1796083711.vm.4616.0": "tfevents",
+}
+
+SAMPLE_FORMATS = {
+    "composer": "composer",
+    "csv": "csv",
+    "hf_console": "hf_console",
+    "jsonl": "jsonl",
+    "fairseq": "fairseq",
+    "fairseq_legacy": "fairseq",
+    "fairseq_no_updates": "fairseq",
+    "kv_deepspeed": "kv_lines",
+    "kv_llmc": "kv_lines",
+    "kv_nanogpt": "kv_lines",
+    "kv_torchtitan": "kv_lines",
+    "megatron": "megatron",
+}
+
+
+def test_every_fixture_file_is_sniffed_as_the_format_it_is_in():
+    # Every file, so that a new fixture must be given its expected format here.
+    files = sorted(p for p in FIXTURES.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+    assert {p.relative_to(FIXTURES).as_posix(): format_of(p) for p in files} == FIXTURE_FORMATS
+
+
+@pytest.mark.parametrize("sample", sorted(samples.ALL))
+def test_every_sample_log_is_sniffed_as_the_format_it_is_in(tmp_path, sample):
+    assert set(SAMPLE_FORMATS) == set(samples.ALL)
+    name, text = samples.ALL[sample]
+    path = tmp_path / name
+    path.write_text(text)
+    assert format_of(path) == SAMPLE_FORMATS[sample]
+
+
+BANNER = "a banner line with no metrics in it, as launchers print them by the page\n"
+
+
+@pytest.mark.parametrize(
+    "name,text,expected",
+    [
+        pytest.param("Metrics.CSV", "a,b\n1,2\n", "csv", id="csv by its suffix in any case"),
+        pytest.param(".csv", "a,b\n1,2\n", None, id="a hidden file named .csv has no suffix"),
+        pytest.param("events.out.tfevents.1.host.csv", "a,b\n", "tfevents", id="an event file's name beats a csv suffix"),
+        pytest.param("EVENTS.OUT.TFEVENTS.1", "x", None, id="an event file's name is case-sensitive"),
+        pytest.param("state.json", '{"best_metric": null, "log_history": [{"loss": 1.0, "step": 1}]}', "hf_trainer_state", id="trainer state by content"),
+        pytest.param(
+            "mixed.log", "{'loss': 2.0, 'epoch': 0.1}\n" * 2 + 'step 1 | loss 2.0 | "lr": 0.1\n' * 3, "hf_console",
+            id="a quoted metric key is a dict's even without its brace, never a kv line",
+        ),
+        pytest.param(
+            "tie.log", "\t Train loss/train/total: 2.0\n iteration 5/ 10 | lm loss: 2.0 |\n", "composer",
+            id="a tie goes to the format first in precedence",
+        ),
+        pytest.param(
+            "epochs.log", "epoch 001 | step 100 | loss 2.0\n" * 3, "kv_lines", id="a zero-padded epoch alone is not fairseq",
+        ),
+        pytest.param("late.log", BANNER * (300_000 // len(BANNER)) + "step 1 | loss 2.0\n", "kv_lines", id="first metric line past the head"),
+        pytest.param("nothing.log", BANNER * 3, None, id="no metric lines"),
+    ],
+)
+def test_sniffing_edge_cases(tmp_path, name, text, expected):
+    path = tmp_path / name
+    path.write_text(text)
+    assert format_of(path) == expected
