@@ -124,24 +124,14 @@ class Incident:
     def to_report(self) -> dict[str, object]:
         """The documented spike of `scan --format json` (README): the derived ratio and rounded
         confidences for people; the engine's bookkeeping (segment, last flagged step) left out."""
-        ratio = self.ratio
+        full, ratio = self.to_json(), self.ratio
+        head = ("run", "metric", "rule", "kind", "severity", "step", "peak_step", "end_step", "value", "baseline", "threshold")
         return {
-            "run": self.run,
-            "metric": self.metric,
-            "rule": self.rule,
-            "kind": self.kind,
-            "severity": self.severity,
-            "step": self.step,
-            "peak_step": self.peak_step,
-            "end_step": self.end_step,
-            "value": json_number(self.value),
-            "baseline": json_number(self.baseline),
-            "threshold": json_number(self.threshold),
+            **{k: full[k] for k in head},
             "ratio": None if ratio is None else round(ratio, 4),
             "points": self.points,
             "causes": [c.to_report() for c in self.causes],
         }
-
 
 NOTICE_KINDS = ("opened", "updated", "resolved", "relabelled", "stalled", "resumed")
 
