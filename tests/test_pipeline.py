@@ -16,7 +16,7 @@ from lossguard.model import Incident, Notice
 from lossguard.settings import SlackRoute
 from lossguard.state import State
 
-from .slack_server import Answer, SlackServer
+from .slack_server import Answer
 
 TOKEN = "xoxb-2222-SECRET"
 BASE = Incident(run="exp", metric="loss", rule="loss-spike", kind="ratio", severity="warning", step=20, peak_step=20,
@@ -34,14 +34,6 @@ class Clock:
     def sleep(self, seconds: float) -> None:
         self.slept.append(seconds)
         self.now += seconds
-
-
-@pytest.fixture
-def slack(monkeypatch):
-    for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
-        monkeypatch.delenv(name, raising=False)
-    with SlackServer() as server:
-        yield server
 
 
 @pytest.fixture

@@ -14,21 +14,16 @@ from lossguard.engine import analyse_run
 from lossguard.rules import default_rules
 
 from . import synth
-from .slack_server import Answer, SlackServer
+from .conftest import PROXY_VARIABLES
+from .slack_server import Answer
 
 TOKEN = "xoxb-0000-SECRET-TOKEN"
 
 
 @pytest.fixture(autouse=True)
 def no_proxy(monkeypatch):
-    for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "all_proxy"):
+    for name in PROXY_VARIABLES:
         monkeypatch.delenv(name, raising=False)
-
-
-@pytest.fixture
-def slack():
-    with SlackServer() as server:
-        yield server
 
 
 def _message():

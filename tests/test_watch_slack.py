@@ -6,20 +6,11 @@ from __future__ import annotations
 import json
 import time
 
-import pytest
 
-from .slack_server import Answer, SlackServer
+from .slack_server import Answer
 from .test_watch import Watch, _calm, _line
 
 TOKEN = "xoxb-1111-SECRET"
-
-
-@pytest.fixture
-def slack(monkeypatch):
-    for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
-        monkeypatch.delenv(name, raising=False)
-    with SlackServer() as server:
-        yield server
 
 
 def _daemon(tmp, slack, extra_toml: str = "") -> Watch:
