@@ -13,6 +13,15 @@ from lossguard.state import State
 from .test_watch import _calm, _line
 
 
+def one_run(tmp_path, text: str, **options) -> tuple:  # noqa: ANN003
+    """runs/exp/metrics.jsonl holding `text`, a fresh state, and a Follower over runs/."""
+    log = tmp_path / "runs" / "exp" / "metrics.jsonl"
+    log.parent.mkdir(parents=True)
+    log.write_text(text)
+    state = State(tmp_path / "state")
+    return log, state, Follower([tmp_path / "runs"], rules=default_rules(), state=state, log=lambda _: None, **options)
+
+
 def test_inotify_passes_read_the_named_files_and_walk_only_when_the_tree_changed(tmp_path):
     root = tmp_path / "runs"
     for name in ("a", "b"):
@@ -40,13 +49,8 @@ def test_inotify_passes_read_the_named_files_and_walk_only_when_the_tree_changed
 
 
 def test_a_long_history_is_read_a_block_per_pass_quietly_and_what_follows_is_alerted(tmp_path):
-    root = tmp_path / "runs"
-    (root / "exp").mkdir(parents=True)
-    log = root / "exp" / "metrics.jsonl"
     history = _calm(range(1, 300)) + _line(300, 9.0) + _calm(range(301, 600))  # an old spike at 300
-    log.write_text(history)
-    state = State(tmp_path / "state")
-    follower = Follower([root], rules=default_rules(), state=state, read_limit=4096, log=lambda _: None)
+    log, state, follower = one_run(tmp_path, history, read_limit=4096)
     passes, notices = [], []
     report = follower.run_pass(1.0)
     while True:
@@ -104,12 +108,7 @@ def test_a_file_its_reader_fails_on_stops_alone_and_the_other_runs_are_still_jud
 
 
 def test_a_quiet_run_is_said_stalled_once_and_resumed_when_it_logs_again(tmp_path):
-    root = tmp_path / "runs"
-    (root / "exp").mkdir(parents=True)
-    log = root / "exp" / "metrics.jsonl"
-    log.write_text(_calm(range(1, 5)))
-    state = State(tmp_path / "state")
-    follower = Follower([root], rules=default_rules(), state=state, stall_after=60, log=lambda _: None)
+    log, state, follower = one_run(tmp_path, _calm(range(1, 5)), stall_after=60)
     assert follower.run_pass(1000.0).notices == []
     assert follower.run_pass(1059.0).notices == []  # not yet a minute
     (stalled,) = follower.run_pass(1060.0).notices
@@ -123,12 +122,7 @@ def test_a_quiet_run_is_said_stalled_once_and_resumed_when_it_logs_again(tmp_pat
 
 
 def test_a_spike_that_grows_is_announced_again_and_its_recovery_once(tmp_path):
-    root = tmp_path / "runs"
-    (root / "exp").mkdir(parents=True)
-    log = root / "exp" / "metrics.jsonl"
-    log.write_text(_calm(range(1, 20)))
-    state = State(tmp_path / "state")
-    follower = Follower([root], rules=default_rules(), state=state, update_every=60, log=lambda _: None)
+    log, state, follower = one_run(tmp_path, _calm(range(1, 20)), update_every=60)
     follower.run_pass(0.0)
 
     def append(now: float, text: str) -> list[tuple[str, int, float]]:
@@ -147,12 +141,7 @@ def test_a_spike_that_grows_is_announced_again_and_its_recovery_once(tmp_path):
 
 
 def test_a_tail_holds_enough_finite_points_for_the_windows_however_many_nans_came_last(tmp_path):
-    root = tmp_path / "runs"
-    (root / "exp").mkdir(parents=True)
-    log = root / "exp" / "metrics.jsonl"
-    log.write_text("")
-    state = State(tmp_path / "state")
-    follower = Follower([root], rules=default_rules(), state=state, log=lambda _: None)
+    log, state, follower = one_run(tmp_path, "")
     follower.run_pass(0.0)
     nans = "".join(json.dumps({"step": s, "loss": float("nan")}) + "\n" for s in range(21, 51))
     with open(log, "a") as fh:
