@@ -19,6 +19,7 @@ import polars as pl
 
 from . import table
 from .alerts.lifecycle import decide, stalled
+from .budget import PASS_BUDGET, Budget
 from .causes import RunContext
 from .engine import CONTEXT_TAGS, JUDGED, Seen, context_of, judge
 from .model import Incident, Notice
@@ -43,7 +44,9 @@ class PassReport:
     walked: bool = False
     """The pass walked the roots (rather than re-checking only the paths inotify named)."""
     unfinished: list[str] = field(default_factory=list)
-    """Files with more to read than one pass takes (READ_LIMIT): the next pass should come at once."""
+    """Files with more to read than this pass took (a block of READ_LIMIT, or left over when the pass
+    spent its budget): the next pass should come at once. (A file whose read outlasted the budget is
+    not among them: its read asks for the pass itself when it is done.)"""
     notices: list[Notice] = field(default_factory=list)
 
 
@@ -78,6 +81,7 @@ class Follower:
         stall_after: float = 30 * 60,
         update_every: float = 300.0,
         read_limit: int = READ_LIMIT,
+        pass_budget: float = PASS_BUDGET,
         log: Callable[[str], None] = print,
     ) -> None:
         self.rules = rules
@@ -86,9 +90,12 @@ class Follower:
         self.sinks = list(sinks)
         self.stall_after = stall_after
         self.update_every = update_every
-        self.read_limit = read_limit
         self.log = log
         self.first_pass = True
+        self.budget = Budget(limit=read_limit, budget=pass_budget)
+        """Which runs a pass reads first and how long it waits for one file (set its `wake`)."""
+        self.before_commit: Callable[[], None] = lambda: None
+        """Called as a pass is about to commit (the daemon's crash hook for tests)."""
         self.tracker = Tracker(list(roots), options.globs, log)
 
     def run_pass(self, now: float, changed: Collection[str] | None = None) -> PassReport:
@@ -103,7 +110,10 @@ class Follower:
                 report.rows += frame.height
                 self._judge_run(tx, run, frame, now=now, quiet=quiet[run], report=report)
             self._stalls(tx, now, set(frames), report)
-        self.first_pass = False
+            if self.state.fresh:
+                tx.settle()
+            self.before_commit()
+        self.state.fresh = self.first_pass = False
         return report
 
     def _sightings(self, tx: Transaction, changed: Collection[str] | None, report: PassReport) -> dict[str, Sighting]:
@@ -116,6 +126,7 @@ class Follower:
             current, gone = self.tracker.walk(tracked, quiet=self.first_pass and self.state.fresh)
             for path in gone:
                 tx.forget_file(path)
+                self.budget.forget(path)
             report.walked = True
         for path, seen in current.items():
             if seen.row != tracked.get(path):
@@ -123,33 +134,57 @@ class Follower:
         return current
 
     def _read(self, tx: Transaction, sightings: dict[str, Sighting], report: PassReport) -> tuple[dict[str, list[pl.DataFrame]], dict[str, bool]]:
-        """The new rows of each run, and whether all of them are history (quiet)."""
+        """The new rows of each run, and whether all of them are history (quiet). Runs left over from
+        the last pass first, then the cheapest; a run whose file is slow to read waits for it, the
+        others do not (lossguard.budget)."""
+        todo: dict[str, list[tuple[str, Sighting]]] = {}
+        for path, seen in sightings.items():
+            if not (seen.row.dead or seen.unchanged):
+                todo.setdefault(seen.row.run, []).append((path, seen))
+        order = self.budget.order({run: [(path, seen.size - offset_of(seen.row).offset) for path, seen in files] for run, files in todo.items()})
         frames: dict[str, list[pl.DataFrame]] = {}
         quiet: dict[str, bool] = {}
-        # A rotated segment before its live log, so a run's lines are judged in the order written.
-        for path, seen in sorted(sightings.items(), key=lambda item: segment_order(item[0])):
-            row = seen.row
-            if row.dead or seen.unchanged:
-                continue
-            fmt = row.format or self.options.format_of(Path(path))
-            if fmt is None:
-                continue
-            cursor = offset_of(row)
-            res = read(Path(path), cursor, run=row.run, fmt=fmt, final=False, options=self.options, limit=self.read_limit)
-            for p in res.problems:
-                self.log(f"warning: {p}")
-            report.files += 1
-            if res.cursor.offset - cursor.offset >= self.read_limit:
-                report.unfinished.append(path)
-            if res.frame.height:
-                frames.setdefault(row.run, []).append(res.frame)
-                quiet[row.run] = quiet.get(row.run, True) and cursor.offset < row.quiet
-            # Quiet until the read passes the size the file had at the first start.
-            quiet_until = row.quiet if res.cursor.offset < row.quiet else 0
-            updated = FileRow(path, row.run, fmt, row.device, row.inode, row.fingerprint, res.cursor.to_json(), res.dead, quiet_until, seen.mtime)
-            if updated != row:
-                tx.put_file(updated)
+        self.budget.deferred = set()
+        for i, run in enumerate(order):
+            if i and self.budget.spent():
+                self.budget.deferred = set(order[i:])
+                report.unfinished += [path for r in order[i:] for path, _ in todo[r]]
+                break
+            got: list[tuple[pl.DataFrame, bool]] = []
+            # A rotated segment before its live log, so a run's lines are judged in the order written.
+            for path, seen in sorted(todo[run], key=lambda item: segment_order(item[0])):
+                if not self._read_file(tx, path, seen, got, report):
+                    break  # still reading: the run's later files wait for it, to keep their order
+            for frame, history in got:
+                frames.setdefault(run, []).append(frame)
+                quiet[run] = quiet.get(run, True) and history
         return frames, quiet
+
+    def _read_file(self, tx: Transaction, path: str, seen: Sighting, got: list, report: PassReport) -> bool:
+        """Read `path` on from its cursor; False while the read still runs (lossguard.budget)."""
+        row = seen.row
+        fmt = row.format or self.options.format_of(Path(path))
+        if fmt is None:
+            return True
+        cursor = offset_of(row)
+        block = self.budget.block(path)
+        job = lambda limit: read(Path(path), cursor, run=row.run, fmt=fmt, final=False, options=self.options, limit=limit)  # noqa: E731
+        res = self.budget.read(path, cursor, seen.size - cursor.offset, job)
+        if res is None:
+            return False
+        for p in res.problems:
+            self.log(f"warning: {p}")
+        report.files += 1
+        if res.cursor.offset - cursor.offset >= block:
+            report.unfinished.append(path)
+        if res.frame.height:
+            got.append((res.frame, cursor.offset < row.quiet))
+        # Quiet until the read passes the size the file had at the first start.
+        quiet_until = row.quiet if res.cursor.offset < row.quiet else 0
+        updated = FileRow(path, row.run, fmt, row.device, row.inode, row.fingerprint, res.cursor.to_json(), res.dead, quiet_until, seen.mtime)
+        if updated != row:
+            tx.put_file(updated)
+        return True
 
     def _judge_run(self, tx: Transaction, run: str, frame: pl.DataFrame, *, now: float, quiet: bool, report: PassReport) -> None:
         tails = {m: self.state.tail(run, m) for m in JUDGED}

@@ -5,9 +5,12 @@ tests/test_watch.py."""
 from __future__ import annotations
 
 import json
+import time
 
+from lossguard.budget import MIN_BLOCK
 from lossguard.follow import Follower
 from lossguard.rules import default_rules
+from lossguard.sources.followed import offset_of
 from lossguard.state import State
 
 from .test_watch import _calm, _line
@@ -151,4 +154,38 @@ def test_a_tail_holds_enough_finite_points_for_the_windows_however_many_nans_cam
         fh.write(_line(54, 9.0))
     # The 9 finite losses before step 54 are the 3 after the NaNs and 6 before them: a scan flags it.
     assert [(n.kind, n.incident.rule, n.incident.step) for n in follower.run_pass(2.0, {str(log)}).notices] == [("opened", "loss-spike", 54)]
+    state.close()
+
+
+def test_a_file_slow_to_read_does_not_hold_up_another_runs_alert(tmp_path):
+    """A pass waits for one file only as long as its budget: a run whose read outlasts it is left to
+    a later pass (the read goes on beside, and asks for that pass), and the other runs' spikes are
+    committed now. The slow file is then read in smaller blocks."""
+    root = tmp_path / "runs"
+    big, spiky = root / "a-big" / "metrics.jsonl", root / "z-spike" / "metrics.jsonl"
+    for log in (big, spiky):
+        log.parent.mkdir(parents=True)
+        log.write_text(_calm(range(1, 20)))
+    state = State(tmp_path / "state")
+    woken: list[str] = []
+    follower = Follower([root], rules=default_rules(), state=state, log=lambda _: None)
+    follower.budget.wake = woken.append
+    follower.run_pass(1.0)  # history
+    follower.budget.budget = 0.01
+    with open(big, "a") as fh:  # ~16 MB at once: far more than 10 ms of parsing
+        fh.write(_calm(range(20, 200_000)))
+    with open(spiky, "a") as fh:
+        fh.write(_calm(range(20, 40)) + _line(40, 9.0))
+    report = follower.run_pass(2.0)
+    assert [(n.kind, n.run, n.incident.step) for n in report.notices] == [("opened", "z-spike", 40)]
+    assert offset_of(state.files()[str(big)]).offset == len(_calm(range(1, 20)))  # the big run waits
+    deadline, now = time.monotonic() + 60, 3.0
+    while offset_of(state.files()[str(big)]).offset < big.stat().st_size and time.monotonic() < deadline:
+        todo = set(report.unfinished) | set(woken)
+        woken.clear()
+        report = follower.run_pass(now, todo) if todo else report
+        now += 1
+        time.sleep(0.01)
+    assert offset_of(state.files()[str(big)]).offset == big.stat().st_size  # all of it, in the end
+    assert MIN_BLOCK <= follower.budget.block(str(big)) < follower.budget.limit  # in smaller blocks
     state.close()
