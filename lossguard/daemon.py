@@ -9,6 +9,7 @@ never holds up reading. The main thread waits for signals and pings systemd's wa
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import sys
 import threading
@@ -43,6 +44,9 @@ sooner than T / DUTY after it. Only many busy runs make passes that long (~10 ms
 alerts then come every couple of seconds instead of the daemon taking the whole core."""
 SLOW_PASS = 1.0
 MAX_DIRTY = 10_000
+KILL_AT = "LOSSGUARD_TEST_KILL_AT"
+"""A test hook: `before-first-commit` makes the daemon SIGKILL itself as its first pass is about to
+commit, so the tests can drive that crash window deterministically instead of hoping to hit it."""
 
 
 class Daemon:
@@ -67,10 +71,13 @@ class Daemon:
         self.notifier = Notifier()
         self.stop = threading.Event()
         self.reload = threading.Event()
-        self.state = State(state_dir, log=log.error)
+        self.state = State(state_dir, log=log.warning)
         self.dispatcher = Dispatcher(self.state.secondary(), sinks)
         rules: RuleSet = rules_loader()
         self.follower = Follower(roots, rules=rules, state=self.state, options=options, sinks=list(sinks), stall_after=stall_after, log=log.info)
+        self.follower.budget.wake = self.note  # a slow read, left running by a pass, is done
+        if os.environ.get(KILL_AT) == "before-first-commit":
+            self.follower.before_commit = lambda: self.follower.first_pass and os.kill(os.getpid(), signal.SIGKILL)
         self.scheduler = BackgroundScheduler(job_defaults={"max_instances": 1, "coalesce": True, "misfire_grace_time": None})
         self.lock = threading.Lock()
         self._wake_pending = False
@@ -124,6 +131,7 @@ class Daemon:
                 log.info("rules reloaded (%d rules)", len(self.follower.rules.rules))
             except LossguardError as exc:
                 log.error("new rules rejected, the old ones stay in force: %s", exc)
+            self._retry_failed("reload")
         with self.lock:
             try:
                 report = self.follower.run_pass(time.time(), None if walk else changed)
@@ -151,6 +159,16 @@ class Daemon:
         if report.notices:
             self._schedule("send", 0.0)
         return report.unfinished
+
+    def _retry_failed(self, why: str) -> None:
+        """A permanent failure (a revoked token, a missing channel) is fixed in the config, which a
+        start or reload is the sign of: its notifications go back in line rather than wait forever."""
+        with self.lock:
+            n = self.state.retry()
+        if n:
+            log.warning("%d notification(s) that failed permanently before are tried again (%s)", n, why)
+        if why == "reload":
+            self._schedule("send", 0.0)
 
     def _send(self) -> None:
         # Its own connection and no shared lock: a slow Slack never holds up reading the logs.
@@ -200,6 +218,7 @@ class Daemon:
         # Polling (asked for, or a remote root) walks every poll interval; with inotify alone the
         # walk is a rare safety net, and the passes inotify starts read only the files it named.
         self.every = self.poll_interval if self.polling or remote else max(self.poll_interval, self.rescan_interval)
+        self._retry_failed("start")
         self.scheduler.add_job(self._pass, "interval", seconds=self.poll_interval, id="follow", next_run_time=datetime.now())
         self.scheduler.add_job(self._send, "interval", seconds=max(1.0, min(self.poll_interval, 10.0)), id="send")
         observer = None if self.polling else watch(self.roots, self.note)

@@ -6,16 +6,19 @@ nothing lost."""
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
 import sqlite3
 import time
+import uuid
 from collections import OrderedDict
 from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import quote
 
 import numpy as np
 
@@ -75,6 +78,53 @@ TAIL_FORMAT = ("<i8", "<f8")
 
 class StateLocked(LossguardError):
     """Another lossguard daemon holds this state directory."""
+
+
+class StateError(LossguardError):
+    """The state directory or file cannot be used as it is (not a folder, not writable, not a
+    database): the operator has to fix it, so the daemon refuses to start rather than fail every pass."""
+
+
+DAMAGED = {11, 26}
+"""SQLite's primary result codes for a file that is not (or no longer) a sound database: CORRUPT and
+NOTADB. Such a file is moved aside and the state starts fresh; any other error (read-only, cannot
+open, I/O) is the operator's to fix and must not cost the state."""
+
+
+class _Damaged(sqlite3.DatabaseError):
+    """quick_check found the file damaged."""
+
+
+_WHO = f"the user lossguard runs as (uid {os.getuid()}) must be able to read and write it and create files beside it"
+
+
+def _damaged(exc: sqlite3.DatabaseError) -> bool:
+    return isinstance(exc, _Damaged) or (getattr(exc, "sqlite_errorcode", 0) & 0xFF) in DAMAGED
+
+
+def _claim(directory: Path) -> int:
+    """The state directory, created private (0700) when missing, and locked for this process. The
+    lock is on the directory itself, which nobody deletes by hand while keeping the state (a lock
+    file was: and a second daemon then started on the same state)."""
+    try:
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except FileExistsError:
+        raise StateError(f"{directory}: the state directory is a file, not a folder") from None
+    except OSError as exc:
+        raise StateError(f"{directory}: cannot create the state directory: {exc.strerror or exc}") from None
+    if not directory.is_dir():
+        raise StateError(f"{directory}: the state directory is not a folder")
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise StateError(f"{directory}: the state directory is not writable by this user (uid {os.getuid()})")
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        os.close(fd)
+        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+            raise StateLocked(f"{directory}: another lossguard daemon is using this state directory") from None
+        raise StateError(f"{directory}: cannot lock the state directory: {exc.strerror or exc}") from None
+    return fd
 
 
 class StateTooNew(LossguardError):
@@ -146,6 +196,9 @@ class OutboxEntry:
     sink: str
     notice: Notice
     attempts: int
+    key: str = ""
+    """`<state id>-<id>`: unique across state files (a state moved aside and started over counts
+    its ids from 1 again), so a sink that deduplicates by it is never fooled."""
 
 
 _INCIDENT = "SELECT id, status, body, source, quiet, notified_value, notified_at, top_cause, thread FROM incidents"
@@ -156,8 +209,8 @@ def _incident_row(r: tuple) -> IncidentRow:
     return IncidentRow(r[0], r[1], Incident.from_json(json.loads(r[2])), r[3], bool(r[4]), r[5], r[6], r[7], r[8])
 
 
-def _outbox_entry(r: tuple) -> OutboxEntry:
-    return OutboxEntry(r[0], r[1], r[2], Notice.from_json(r[3], json.loads(r[4])), r[5])
+def _outbox_entry(r: tuple, state_id: str) -> OutboxEntry:
+    return OutboxEntry(r[0], r[1], r[2], Notice.from_json(r[3], json.loads(r[4])), r[5], f"{state_id}-{r[0]}")
 
 
 def _file_row(r: tuple) -> FileRow:
@@ -188,43 +241,90 @@ TAIL_CACHE = 512
 class State:
     def __init__(self, directory: Path, *, log=print) -> None:  # noqa: ANN001
         self.directory = directory
-        directory.mkdir(parents=True, exist_ok=True)
-        self._lock = open(directory / "lossguard.lock", "a+")
-        try:
-            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            self._lock.close()
-            raise StateLocked(f"{directory}: another lossguard daemon is using this state directory") from None
+        self._lock: int | None = _claim(directory)
         self.path = directory / "state.db"
-        self.fresh = not self.path.exists()
         self._tails: OrderedDict[tuple[str, str], Tail] = OrderedDict()
         try:
-            self.db = self._open()
-        except StateTooNew:
-            self._lock.close()
+            try:
+                self.db = self._open()
+            except sqlite3.DatabaseError as exc:
+                if not _damaged(exc):
+                    raise StateError(f"{self.path}: cannot use the state file: {exc} ({_WHO})") from None
+                self._move_aside(exc, log)
+                self.db = self._open()
+            self.id, self.fresh = self._identity(log)
+        except BaseException:
+            self.close()
             raise
+
+    def _move_aside(self, exc: Exception, log) -> None:  # noqa: ANN001
+        aside = self.path.with_name(f"state.db.corrupt-{int(time.time())}")
+        os.replace(self.path, aside)
+        for suffix in ("-wal", "-shm"):
+            side = self.path.with_name(self.path.name + suffix)
+            if side.exists():
+                os.replace(side, aside.with_name(aside.name + suffix))
+        log(f"state file {self.path} is damaged ({exc}); moved to {aside}, starting fresh")
+
+    def _identity(self, log) -> tuple[str, bool]:  # noqa: ANN001
+        """This state's random id (in every outbox key, so keys never repeat across state files, and
+        a sink's idempotency cannot be fooled by a state started over), and whether it is fresh:
+        no pass has committed yet. Until one has, whatever the logs hold is history, however often
+        the daemon was killed before that (state.db exists from the first second). Opening also
+        writes, so a state file this user cannot write is refused at start, not at every pass."""
+        meta = dict(self.db.execute("SELECT key, value FROM meta WHERE key IN ('id', 'settled')").fetchall())
+        ident = meta.get("id") or uuid.uuid4().hex[:12]
+        settled = "settled" in meta
+        if not settled and self.db.execute("SELECT EXISTS (SELECT 1 FROM files) OR EXISTS (SELECT 1 FROM incidents)").fetchone()[0]:
+            settled = True  # written by a lossguard from before 'settled' was kept: its first pass did commit
+        try:
+            with self.transaction():
+                self.db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('id', ?)", (ident,))
+                self.db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('opened', ?)", (repr(time.time()),))
+                if settled:
+                    self.db.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('settled', 'legacy')")
         except sqlite3.DatabaseError as exc:
-            aside = self.path.with_name(f"state.db.corrupt-{int(time.time())}")
-            os.replace(self.path, aside)
-            for suffix in ("-wal", "-shm"):
-                side = self.path.with_name(self.path.name + suffix)
-                if side.exists():
-                    os.replace(side, aside.with_name(aside.name + suffix))
-            log(f"error: state file {self.path} is damaged ({exc}); moved to {aside}, starting fresh")
-            self.fresh = True
-            self.db = self._open()
+            raise StateError(f"{self.path}: cannot write the state file: {exc} ({_WHO})") from None
+        if not settled and "id" in meta:
+            log(f"{self.path}: no pass was ever committed (stopped during its first start?): what the logs hold is still history")
+        return ident, not settled
 
     def secondary(self) -> State:
-        """The same state on a connection of its own (no lock file): the sender delivers and marks
+        """The same state on a connection of its own (no lock): the sender delivers and marks
         entries sent while a pass reads and writes; WAL lets them overlap, SQLite serialises commits."""
-        other = object.__new__(State)
-        other.directory, other.path, other.fresh, other._lock = self.directory, self.path, self.fresh, None
+        return State._attached(self.directory, self.path, self.id, self.fresh)
+
+    @classmethod
+    def attach(cls, directory: Path) -> State:
+        """The state of a daemon that may be running, for the operator's commands (`outbox`): no
+        lock, nothing created; a missing or foreign file is a StateError."""
+        path = directory / "state.db"
+        if not path.is_file():
+            raise StateError(f"{path}: no state yet (has `lossguard watch` run with this state dir?)")
+        try:
+            other = cls._attached(directory, path, "", False)
+            other.id = dict(other.db.execute("SELECT key, value FROM meta").fetchall()).get("id", "")
+            other.db.execute("SELECT count(*) FROM outbox").fetchone()
+        except sqlite3.DatabaseError as exc:
+            raise StateError(f"{path}: not a lossguard state file ({exc})") from None
+        return other
+
+    @classmethod
+    def _attached(cls, directory: Path, path: Path, ident: str, fresh: bool) -> State:
+        other = object.__new__(cls)
+        other.directory, other.path, other.fresh, other.id, other._lock = directory, path, fresh, ident, None
         other._tails = OrderedDict()
-        other.db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30)
+        other.db = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30)
         other.db.execute("PRAGMA busy_timeout=30000")
         return other
 
     def _open(self) -> sqlite3.Connection:
+        if self.path.is_dir():
+            raise StateError(f"{self.path}: the state file is a folder")
+        if not self.path.exists():  # private from its first byte (SQLite gives -wal and -shm its mode)
+            os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o600))
+        elif self.path.stat().st_size == 0:
+            raise _Damaged("the file is empty")
         db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30)
         db.execute("PRAGMA busy_timeout=30000")
         version = db.execute("PRAGMA user_version").fetchone()[0]
@@ -239,7 +339,7 @@ class State:
         check = db.execute("PRAGMA quick_check").fetchone()[0]
         if check != "ok":
             db.close()
-            raise sqlite3.DatabaseError(check)
+            raise _Damaged(check)
         empty = db.execute("SELECT count(*) FROM sqlite_master WHERE type='table' AND name='files'").fetchone()[0] == 0
         db.executescript(SCHEMA)
         if version < VERSION:
@@ -257,9 +357,11 @@ class State:
         return db
 
     def close(self) -> None:
-        self.db.close()
+        if getattr(self, "db", None) is not None:
+            self.db.close()
         if self._lock is not None:
-            self._lock.close()
+            os.close(self._lock)
+            self._lock = None
 
     @contextmanager
     def transaction(self) -> Iterator[Transaction]:
@@ -328,7 +430,7 @@ class State:
             query, args = query + " AND sink=?", [sink]
         if kind is not None:
             query, args = query + " AND kind=?", [*args, kind]
-        return [_outbox_entry(r) for r in self.db.execute(f"{query} ORDER BY id LIMIT ?", (*args, limit))]
+        return [_outbox_entry(r, self.id) for r in self.db.execute(f"{query} ORDER BY id LIMIT ?", (*args, limit))]
 
     def pending_sinks(self) -> list[str]:
         return [r[0] for r in self.db.execute("SELECT DISTINCT sink FROM outbox WHERE sent_at IS NULL AND permanent=0 ORDER BY sink")]
@@ -357,6 +459,47 @@ class State:
         with self.transaction():
             for e in entries:
                 self.db.execute("UPDATE outbox SET attempts=attempts+1, last_error=?, permanent=? WHERE id=?", (error, int(permanent), e.id))
+
+    # --- the operator's hand on the outbox (`lossguard outbox`, and every start or reload) --------
+    def undelivered(self, ids: Collection[int] | None = None) -> list[Undelivered]:
+        """Entries not delivered, oldest first, with why (all, or those of `ids`)."""
+        query = "SELECT id, sink, kind, payload, created, attempts, last_error, permanent FROM outbox WHERE sent_at IS NULL"
+        rows = self.db.execute(f"{query} ORDER BY id").fetchall()
+        wanted = None if ids is None else set(ids)
+        return [
+            Undelivered(r[0], r[1], r[2], json.loads(r[3]).get("run", ""), r[4], r[5], r[6], bool(r[7]))
+            for r in rows if wanted is None or r[0] in wanted
+        ]
+
+    def retry(self, ids: Collection[int] | None = None) -> int:
+        """Permanently failed entries (all, or those of `ids`) go back in line. The fix for such a
+        failure is nearly always the operator's (a token, a channel, a URL), so the daemon retries
+        them at every start and reload, and `lossguard outbox retry` at once."""
+        with self.transaction():
+            if ids is None:
+                return self.db.execute("UPDATE outbox SET permanent=0 WHERE sent_at IS NULL AND permanent=1").rowcount
+            return sum(self.db.execute("UPDATE outbox SET permanent=0 WHERE id=? AND sent_at IS NULL AND permanent=1", (i,)).rowcount for i in ids)
+
+    def drop(self, ids: Collection[int] | None = None) -> int:
+        """Entries the operator gave up on: deleted, never sent (all undelivered, or those of `ids`)."""
+        with self.transaction():
+            if ids is None:
+                return self.db.execute("DELETE FROM outbox WHERE sent_at IS NULL").rowcount
+            return sum(self.db.execute("DELETE FROM outbox WHERE id=? AND sent_at IS NULL", (i,)).rowcount for i in ids)
+
+
+@dataclass(frozen=True)
+class Undelivered:
+    """An outbox entry as the operator sees it."""
+
+    id: int
+    sink: str
+    kind: str
+    run: str
+    created: float
+    attempts: int
+    error: str | None
+    permanent: bool
 
 
 @dataclass
@@ -412,24 +555,39 @@ class Transaction:
     def mark_stalled(self, run: str) -> None:
         self.db.execute("UPDATE runs SET stalled=1 WHERE run=?", (run,))
 
+    def settle(self) -> None:
+        """The first pass commits: from now on what the logs hold beyond their offsets is news."""
+        self.db.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('settled', ?)", (repr(time.time()),))
+
 
 def read_summary(path: Path) -> dict[str, list[dict[str, object]]]:
     """What `lossguard status` shows, read-only (safe while the daemon runs)."""
-    from .cursor import Cursor
-
-    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)
+    if path.is_dir():
+        raise StateError(f"{path}: the state file is a folder")
     try:
-        q = db.execute
-        return {
-            "files": [
-                {"path": p, "run": r, "format": f, "offset": Cursor.from_json(c).offset, "dead": bool(d)}
-                for p, r, f, c, d in q("SELECT path, run, format, cursor, dead FROM files ORDER BY path")
-            ],
-            "open_incidents": [{"run": r, "rule": ru, "step": st} for r, ru, st in q("SELECT run, rule, step FROM incidents WHERE status='open' ORDER BY run, step")],
-            "undelivered": [
-                {"id": i, "kind": k, "attempts": a, "error": e, "permanent": bool(p)}
-                for i, k, a, e, p in q("SELECT id, kind, attempts, last_error, permanent FROM outbox WHERE sent_at IS NULL ORDER BY id")
-            ],
-        }
+        db = sqlite3.connect(f"file:{quote(str(path))}?mode=ro", uri=True, timeout=10)
+    except sqlite3.DatabaseError as exc:
+        raise StateError(f"{path}: cannot open the state file ({exc})") from None
+    try:
+        return _summary(db)
+    except sqlite3.DatabaseError as exc:
+        raise StateError(f"{path}: not a lossguard state file ({exc})") from None
     finally:
         db.close()
+
+
+def _summary(db: sqlite3.Connection) -> dict[str, list[dict[str, object]]]:
+    from .cursor import Cursor
+
+    q = db.execute
+    return {
+        "files": [
+            {"path": p, "run": r, "format": f, "offset": Cursor.from_json(c).offset, "dead": bool(d)}
+            for p, r, f, c, d in q("SELECT path, run, format, cursor, dead FROM files ORDER BY path")
+        ],
+        "open_incidents": [{"run": r, "rule": ru, "step": st} for r, ru, st in q("SELECT run, rule, step FROM incidents WHERE status='open' ORDER BY run, step")],
+        "undelivered": [
+            {"id": i, "kind": k, "attempts": a, "error": e, "permanent": bool(p)}
+            for i, k, a, e, p in q("SELECT id, kind, attempts, last_error, permanent FROM outbox WHERE sent_at IS NULL ORDER BY id")
+        ],
+    }

@@ -41,21 +41,28 @@ class Watch:
 
     def wait_ready(self, timeout: float = 30, *, files: int = 1) -> None:
         """Until the daemon has made its first pass (its state lists `files` files it has read)."""
+        read = "SELECT count(*) FROM files WHERE cursor LIKE '%\"offset\": %' AND cursor NOT LIKE '%\"offset\": 0,%'"
+        self._wait_state(read, files, timeout, "daemon never made a pass")
+
+    def wait_settled(self, timeout: float = 30) -> None:
+        """Until the first pass has committed (from then on, what is written to the logs is news)."""
+        self._wait_state("SELECT count(*) FROM meta WHERE key='settled'", 1, timeout, "the first pass never committed")
+
+    def _wait_state(self, query: str, at_least: int, timeout: float, why: str) -> None:
+        import sqlite3
+
         deadline = time.monotonic() + timeout
         db = self.tmp / "state" / "state.db"
         while time.monotonic() < deadline:
-            if db.exists():
-                import sqlite3
-
-                try:
-                    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
-                        if conn.execute("SELECT count(*) FROM files WHERE cursor LIKE '%\"offset\": %' AND cursor NOT LIKE '%\"offset\": 0,%'").fetchone()[0] >= files:
-                            return
-                except sqlite3.Error:
-                    pass
+            try:
+                with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+                    if conn.execute(query).fetchone()[0] >= at_least:
+                        return
+            except sqlite3.Error:
+                pass
             assert self.proc.poll() is None, self.proc.stderr.read()
             time.sleep(0.05)
-        raise AssertionError("daemon never made a pass")
+        raise AssertionError(why)
 
     def events(self) -> list[dict]:
         if not self.out.exists():

@@ -121,7 +121,8 @@ class Dispatcher:
     """Delivers what the outbox holds, sink by sink, in order; an entry is marked sent as soon as
     its post is accepted (a crash then repeats at most the post in flight). A temporary failure
     ends the sink's round (order is kept; the next round retries); a permanent one is said once,
-    loudly, and the entry waits in the outbox for the operator."""
+    loudly, and the entry waits in the outbox for the operator's fix (tried again at the next start
+    or reload, or by `lossguard outbox retry`)."""
 
     def __init__(
         self, state: State, sinks: Mapping[str, Sink], *, clock: Callable[[], float] = time.monotonic,
@@ -192,6 +193,9 @@ class Dispatcher:
     def _failed(self, sink: Sink, entries: tuple[OutboxEntry, ...], delivery: Delivery) -> None:
         self.state.mark_failed(entries, delivery.describe(), permanent=delivery.permanent)
         if delivery.permanent:
-            log.error("cannot deliver to %s: %s; the notification stays in the outbox (see `lossguard status`)", sink.name, delivery.describe())
+            log.error(
+                "cannot deliver to %s: %s; the notification stays in the outbox: it is tried again when the daemon restarts "
+                "or reloads (SIGHUP), or at once with `lossguard outbox retry` (`lossguard outbox list` shows them)", sink.name, delivery.describe(),
+            )
         else:
             log.warning("delivery to %s failed, will retry: %s", sink.name, delivery.describe())

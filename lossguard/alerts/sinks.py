@@ -31,24 +31,26 @@ class ConsoleSink:
 
 class JsonlSink:
     """Appends {"event", "id", ...incident as in the scan report, "source"} lines. Idempotent by
-    outbox id: if the daemon died after writing a line but before recording it as sent, the retry
-    finds the line and does not repeat it."""
+    outbox key (`id`: the state's random id and the entry's number, so a state started over after
+    damage never reuses one): if the daemon died after writing a line but before recording it as
+    sent, the retry finds the line and does not repeat it. The file is private (0600) from its
+    first line: it holds run names and paths."""
 
     name = "jsonl"
     manners = Manners()
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._written: set[int] | None = None
+        self._written: set[str] | None = None
 
-    def _already(self) -> set[int]:
+    def _already(self) -> set[str]:
         if self._written is None:
             self._written = set()
             try:
-                with open(self.path, encoding="utf-8") as fh:
+                with open(self.path, encoding="utf-8", errors="replace") as fh:
                     for line in fh:
                         try:
-                            self._written.add(int(json.loads(line)["id"]))
+                            self._written.add(str(json.loads(line)["id"]))
                         except (ValueError, KeyError, TypeError):
                             continue
             except FileNotFoundError:
@@ -56,7 +58,7 @@ class JsonlSink:
         return self._written
 
     @staticmethod
-    def record(entry_id: int, notice) -> dict:  # noqa: ANN001
+    def record(key: str, notice) -> dict:  # noqa: ANN001
         body: dict[str, object] = {"run": notice.run}
         if notice.incident is not None:
             body = {**notice.incident.to_report(), "source": notice.source}
@@ -66,19 +68,20 @@ class JsonlSink:
             body["step"] = notice.step
             if notice.minutes is not None:
                 body["minutes"] = notice.minutes
-        return {"event": notice.kind, "id": entry_id, **body}
+        return {"event": notice.kind, "id": key, **body}
 
     def send(self, post: Post) -> Delivery:
-        todo = [e for e in post.entries if e.id not in self._already()]
-        lines = "".join(json.dumps(self.record(e.id, e.notice)) + "\n" for e in todo)
+        todo = [e for e in post.entries if e.key not in self._already()]
+        lines = "".join(json.dumps(self.record(e.key, e.notice)) + "\n" for e in todo)
         try:
-            with open(self.path, "a", encoding="utf-8") as fh:
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            with open(fd, "a", encoding="utf-8") as fh:
                 fh.write(lines)
                 fh.flush()
                 os.fsync(fh.fileno())
         except OSError as exc:
             return Delivery(ok=False, error=f"{self.path}: {exc.strerror or exc}")
-        self._already().update(e.id for e in todo)
+        self._already().update(e.key for e in todo)
         return Delivery(ok=True)
 
 
