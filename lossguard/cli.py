@@ -1,5 +1,6 @@
 """The `lossguard` command: thin wrappers over the library. Every user error becomes one line on
-stderr and exit code 2; a traceback is shown only with --debug."""
+stderr and exit code 2; anything unexpected one line and exit code 3 (never 1, which says "spikes
+found"); Ctrl-C exits 130. A traceback is shown only with --debug."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 from . import __version__
 from .errors import LossguardError, UsageError
 
-EXIT_OK, EXIT_FOUND, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_FOUND, EXIT_USAGE, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
 
 class _Formatter(argparse.RawDescriptionHelpFormatter):
@@ -60,8 +61,9 @@ def _add_scan(sub: argparse._SubParsersAction) -> None:
         formatter_class=_Formatter,
         description="Find every run under PATH, read its logs, apply the spike rules and say why each\n"
         "spike most likely happened.\n\n"
-        "Exit codes: 0 no spike found; 1 spikes found; 2 usage error, bad rules or config,\n"
-        "or (with --strict) a file that could not be read.",
+        "Exit codes: 0 no spike found; 1 spikes found; 2 usage error, bad rules or config, a file\n"
+        "that cannot be written, or (with --strict) a file that could not be read; 3 internal error\n"
+        "(a bug: please report it, with --debug's traceback); 130 interrupted (Ctrl-C).",
         epilog="Example:\n  lossguard scan runs/\n  lossguard scan runs/ --format json --output report.json\n"
         "  lossguard scan runs/ --rules olmo-core\n  lossguard scan runs/ --compare-rules rules/default.toml llm-foundry",
     )
@@ -268,6 +270,11 @@ def _cmd_watch(args: argparse.Namespace) -> int:
     from .alerts.sinks import ConsoleSink, JsonlSink, SlackSink
     if not settings.paths:
         raise UsageError("nothing to watch: give PATH arguments or `paths` in the config")
+    for path in settings.paths:
+        if not path.exists():
+            raise UsageError(f"{path}: no such folder to watch (create it first, or fix the path)")
+        if not (path.is_dir() or path.is_file()):
+            raise UsageError(f"{path}: not a folder or a regular file")
     setup_logging(settings.log_level)
     logger = logging.getLogger("lossguard")
     options = read_options(args.config)
@@ -336,6 +343,55 @@ def _cmd_status(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _add_outbox(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "outbox",
+        help="undelivered notifications: list them, retry them, or drop them",
+        formatter_class=_Formatter,
+        description="The daemon keeps every notification it could not deliver. A permanent failure (a revoked\n"
+        "token, a channel the bot is not in) waits for your fix; the daemon retries such failures when it\n"
+        "restarts or reloads (SIGHUP), `retry` puts them back in line at once, `drop` gives them up.\n"
+        "Safe while the daemon runs. Without IDs, retry and drop act on every undelivered entry.",
+        epilog="Example:\n  lossguard outbox list --state-dir /var/lib/lossguard\n  lossguard outbox retry 12 13\n  lossguard outbox drop --all",
+    )
+    p.add_argument("action", choices=["list", "retry", "drop"])
+    p.add_argument("ids", nargs="*", type=int, metavar="ID", help="outbox entries (as `list` shows them)")
+    p.add_argument("--all", action="store_true", help="with drop: every undelivered entry (drop needs IDs or --all)")
+    p.add_argument("--state-dir", type=Path)
+    p.add_argument("--format", choices=["table", "json"], default="table")
+    p.set_defaults(func=_cmd_outbox)
+
+
+def _cmd_outbox(args: argparse.Namespace) -> int:
+    import json
+    import time
+
+    from .state import State
+
+    if args.action == "drop" and not args.ids and not args.all:
+        raise UsageError("outbox drop needs the IDs to drop, or --all")
+    state = State.attach(_state_dir(args.state_dir))
+    try:
+        ids = args.ids or None
+        if args.action == "list":
+            entries = state.undelivered(ids)
+            if args.format == "json":
+                print(json.dumps([e.__dict__ for e in entries], indent=2))
+                return EXIT_OK
+            print(f"{len(entries)} undelivered notification(s)")
+            for e in entries:
+                age = max(0.0, time.time() - e.created) / 60
+                why = ("PERMANENT: " if e.permanent else "") + (e.error or "not tried yet")
+                print(f"  #{e.id}  {e.sink}  {e.kind}  {printable(e.run)}  {age:.0f} min old  attempts {e.attempts}  {printable(why)}")
+            return EXIT_OK
+        done = state.retry(ids) if args.action == "retry" else state.drop(ids)
+        verb = "back in line" if args.action == "retry" else "dropped"
+        print(f"{done} notification(s) {verb}" + ("" if args.action == "drop" else " (the daemon sends them at its next round)"))
+        return EXIT_OK
+    finally:
+        state.close()
+
+
 def _add_config(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "config",
@@ -384,6 +440,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_alert(sub)
     _add_watch(sub)
     _add_status(sub)
+    _add_outbox(sub)
     _add_config(sub)
     return parser
 
@@ -399,12 +456,34 @@ def main(argv: list[str] | None = None) -> int:
     except LossguardError as exc:
         if args.debug:
             raise
-        print(f"lossguard: error: {exc}", file=sys.stderr)
+        print(f"lossguard: error: {printable(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
     except BrokenPipeError:
         return EXIT_OK
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
+    except OSError as exc:
+        if args.debug:
+            raise
+        if exc.filename is None:
+            return _internal(exc)
+        # The environment refused a file the user named (an --output folder that does not exist...).
+        print(f"lossguard: error: {printable(str(exc.filename))}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except Exception as exc:  # noqa: BLE001 - one line, and an exit code that cannot mean "spikes found"
+        if args.debug:
+            raise
+        return _internal(exc)
+
+
+def _internal(exc: BaseException) -> int:
+    print(f"lossguard: internal error: {type(exc).__name__}: {printable(str(exc))} (run with --debug for the traceback)", file=sys.stderr)
+    return EXIT_INTERNAL
+
+
+def printable(text: str) -> str:
+    """Control characters shown, not obeyed: file and run names reach the terminal."""
+    return "".join(ch if ch.isprintable() or ch == " " else ch.encode("unicode_escape").decode("ascii") for ch in text)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -8,6 +8,7 @@ back sorted by run name, so the output does not depend on which worker finished 
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -134,6 +135,23 @@ def scan_run(run: str, paths: Sequence[str], rules: RuleSet, options: ReadOption
     return RunReport(analysis, source, tuple(dict.fromkeys(formats)), len(paths), tuple(problems), curves, sparks)
 
 
+def _leave_sigint() -> None:
+    """In a worker: Ctrl-C is the parent's to handle. A terminal sends SIGINT to the whole process
+    group, and each worker would print its own traceback and finish its run before exiting."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _stop(pool: ProcessPoolExecutor) -> None:
+    """Interrupted: the workers are stopped now rather than left to finish the runs they hold
+    (which kept Ctrl-C waiting up to 20 s)."""
+    workers = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for proc in workers:
+        proc.terminate()
+    for proc in workers:
+        proc.join(timeout=1.0)
+
+
 def scan(
     paths: Sequence[Path],
     *,
@@ -164,17 +182,21 @@ def scan(
         jobs = len(os.sched_getaffinity(0)) if total >= PARALLEL_BYTES else 1
     if jobs > 1 and len(runs) > 1:
         import multiprocessing
+        from concurrent.futures import as_completed
 
         # "spawn": forking a process that already runs polars' thread pool can deadlock.
-        with ProcessPoolExecutor(max_workers=min(jobs, len(runs)), mp_context=multiprocessing.get_context("spawn")) as pool:
+        pool = ProcessPoolExecutor(max_workers=min(jobs, len(runs)), mp_context=multiprocessing.get_context("spawn"), initializer=_leave_sigint)
+        try:
             futures = {pool.submit(scan_run, run, by_run[run], rules, options, explicit): run for run in runs}
-            from concurrent.futures import as_completed
-
             for fut in as_completed(futures):
                 reports.append(fut.result())
                 done_bytes += sizes.get(futures[fut], 0)
                 if progress:
                     progress(len(reports), len(runs), done_bytes)
+        except BaseException:
+            _stop(pool)
+            raise
+        pool.shutdown()
     else:
         for run in runs:
             reports.append(scan_run(run, by_run[run], rules, options, explicit))
