@@ -1,5 +1,6 @@
 """The `lossguard` command: thin wrappers over the library. Every user error becomes one line on
-stderr and exit code 2; a traceback is shown only with --debug."""
+stderr and exit code 2; a traceback is shown only with --debug. What it prints for people has names
+from disk made printable and secrets scrubbed (`escaping`, `redact`)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 
 from . import __version__
 from .errors import LossguardError, UsageError
+from .redact import scrub
 
 EXIT_OK, EXIT_FOUND, EXIT_USAGE = 0, 1, 2
 
@@ -399,7 +401,7 @@ def main(argv: list[str] | None = None) -> int:
     except LossguardError as exc:
         if args.debug:
             raise
-        print(f"lossguard: error: {exc}", file=sys.stderr)
+        print(f"lossguard: error: {scrub(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
     except BrokenPipeError:
         return EXIT_OK
