@@ -1,5 +1,7 @@
 """Scan output: a terminal table for people, JSON for programs, Markdown for PRs and chat, and one
-self-contained HTML file with the curves. All four render the same ScanResult."""
+self-contained HTML file with the curves. All four render the same ScanResult. Names from disk (runs,
+tags, files, and the warnings quoting them) go through `escaping` for the three made for people;
+JSON keeps them exact (its own escaping covers control characters)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from dataclasses import asdict
 
 from . import __version__
 from .display import fmt, sparkline
+from .escaping import printable
 from .model import Incident, json_number
 from .scan import Curve, RunReport, ScanResult
 
@@ -92,33 +95,34 @@ def _incident_head(inc: Incident) -> str:
 
 def to_text(result: ScanResult, *, colour: bool = False) -> str:
     st = _Style(colour)
+    p = printable
     out = [
         st(f"lossguard {__version__}", "1")
-        + f": {len(result.runs)} run(s), {result.files} file(s), rules: {result.rules.origin} ({len(result.rules.rules)})",
+        + f": {len(result.runs)} run(s), {result.files} file(s), rules: {p(result.rules.origin)} ({len(result.rules.rules)})",
         "",
     ]
     rows = [
-        [rep.run, ",".join(rep.formats), str(rep.analysis.steps), str(rep.analysis.last_step if rep.analysis.last_step is not None else "-"),
-         str(len(rep.incidents)), f"{_worst(rep):.1f}x" if _worst(rep) else "-", _top_cause(rep)]
+        [p(rep.run), p(",".join(rep.formats)), str(rep.analysis.steps), str(rep.analysis.last_step if rep.analysis.last_step is not None else "-"),
+         str(len(rep.incidents)), f"{_worst(rep):.1f}x" if _worst(rep) else "-", p(_top_cause(rep))]
         for rep in result.runs
     ]
     out += _table(rows, ["RUN", "FORMAT", "STEPS", "LAST STEP", "SPIKES", "WORST", "TOP CAUSE"], {2, 3, 4, 5})
     for rep in result.runs:
         for inc in rep.incidents:
             out.append("")
-            sev = st(inc.severity.upper(), SEVERITY_COLOUR.get(inc.severity, "0"))
-            out.append(f"{sev} {st(rep.run, '1')} step {inc.step} · rule {inc.rule}")
-            out.append(f"  {_incident_head(inc)}")
+            sev = st(p(inc.severity.upper()), SEVERITY_COLOUR.get(inc.severity, "0"))
+            out.append(f"{sev} {st(p(rep.run), '1')} step {inc.step} · rule {p(inc.rule)}")
+            out.append(f"  {p(_incident_head(inc))}")
             spark = rep.sparks.get((inc.rule, inc.step))
             if spark:
-                out.append(f"  {inc.metric}: {sparkline(spark)}")
+                out.append(f"  {p(inc.metric)}: {sparkline(spark)}")
             for cause in inc.causes:
-                out.append(f"  {st(f'{cause.confidence:4.0%}', '1')} {cause.cause}: {cause.evidence}")
-                out.append(f"       → {cause.suggestion}")
+                out.append(f"  {st(f'{cause.confidence:4.0%}', '1')} {p(cause.cause)}: {p(cause.evidence)}")
+                out.append(f"       → {p(cause.suggestion)}")
     problems = result.all_problems
     if problems:
         out += ["", st(f"{len(problems)} warning(s):", "33")]
-        out += [f"  {p}" for p in problems]
+        out += [f"  {p(str(problem))}" for problem in problems]
     s = summary(result)
     out += ["", f"{s['spikes']} spike(s) in {s['runs_with_spikes']} of {s['runs']} run(s)."]
     return "\n".join(out) + "\n"
