@@ -4,12 +4,15 @@ the reader's clipboard), a newline (forges a line in a log), a bidi override (sh
 `<img onerror=...>` or `[x](javascript:...)` (runs in a rendered report). Linux allows all of them.
 
 Each output has one function here, and every renderer calls it for every name it inserts:
-`printable` for terminals and log lines (Slack's `message.escape` calls it too). Machine formats
+`printable` for terminals and log lines (and before the others, so no output carries a raw control
+character), `markdown` and `markdown_code` for Markdown, `html_text` for HTML. Machine formats
 (JSON, CSV) keep names exact: their own quoting is the escaping there.
 """
 
 from __future__ import annotations
 
+import html
+import re
 
 
 def _visible(code: int) -> str:
@@ -39,3 +42,35 @@ def printable(text: str) -> str:
 def printable_lines(text: str) -> str:
     """`printable` for text made of lines on purpose (a traceback): only the newline stays raw."""
     return text.translate(_PRINTABLE_LINES)
+
+
+_MD_PUNCT = re.compile(r"[\\`*\[\]|~]|(?<![^\W_])_|_(?![^\W_])")
+"""Backslash, code, emphasis, link, table and strikethrough punctuation. Escaping `[` and `]` is
+enough to stop a link or an image (`(`, `)` and `!` are harmless without them), and an underscore
+between two letters or digits cannot start or end emphasis, so `bad_batch` stays as it is."""
+
+
+def markdown(text: str) -> str:
+    """Text that Markdown (GitHub's included) shows as written, also inside a table cell: `<`, `>`
+    and `&` as entities, so no HTML tag or entity is formed; the punctuation of emphasis, code,
+    links and table cells backslash-escaped, so `[x](javascript:...)` is no link and `|` no cell
+    border. Control characters are made visible first (`printable`)."""
+    text = printable(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return _MD_PUNCT.sub(lambda m: "\\" + m.group(), text)
+
+
+def markdown_code(text: str) -> str:
+    """An inline code span that no backtick in the text can end early: its fence is one backtick
+    longer than the longest run inside (entities and backslashes are literal in a code span, so
+    only control characters need escaping)."""
+    text = printable(text)
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") or not text.strip() else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def html_text(text: str) -> str:
+    """For HTML text and attribute values alike: control characters visible, then `&`, `<`, `>`
+    and both quotes as entities."""
+    return html.escape(printable(text), quote=True)

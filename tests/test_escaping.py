@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from lossguard.daemon import SafeFormatter
-from lossguard.escaping import printable
+from lossguard.escaping import html_text, markdown, markdown_code, printable
 
 
 @pytest.mark.parametrize("name, shown", [
@@ -42,3 +42,30 @@ def test_log_formatter_keeps_a_tracebacks_lines_but_escapes_the_rest():
         record = logging.LogRecord("lossguard", logging.ERROR, __file__, 1, "pass failed", (), sys.exc_info())
     text = SafeFormatter("%(levelname)s %(message)s").format(record)
     assert text.startswith("ERROR pass failed\nTraceback") and "\x1b" not in text and "\\x1b]52" in text
+
+
+@pytest.mark.parametrize("name, shown", [
+    pytest.param('"><img src=x onerror=alert(2)>', '"&gt;&lt;img src=x onerror=alert(2)&gt;', id="HTML tag"),
+    pytest.param("[x](javascript:alert(1))", "\\[x\\](javascript:alert(1))", id="link"),
+    pytest.param("![i](http://x/p.png)", "!\\[i\\](http://x/p.png)", id="image"),
+    pytest.param("a|b`c`", "a\\|b\\`c\\`", id="cell border and code span"),
+    pytest.param("*b* _i_ ~s~", "\\*b\\* \\_i\\_ \\~s\\~", id="emphasis and strikethrough (GFM)"),
+    pytest.param("&lt; \\", "&amp;lt; \\\\", id="entity and backslash"),
+    pytest.param("a\nb", "a\\\\nb", id="newline: visible, its backslash escaped"),
+    pytest.param("bad_batch/version_0", "bad_batch/version_0", id="underscores inside words stay"),
+])
+def test_markdown_escapes_what_would_render_as_markup(name, shown):
+    assert markdown(name) == shown
+
+
+@pytest.mark.parametrize("text, shown", [
+    pytest.param("plain", "`plain`", id="no backtick"),
+    pytest.param("a`b", "``a`b``", id="one backtick inside"),
+    pytest.param("``x`` `", "``` ``x`` ` ```", id="runs of backticks, one at the edge"),
+])
+def test_markdown_code_span_cannot_be_ended_by_the_text(text, shown):
+    assert markdown_code(text) == shown
+
+
+def test_html_text_escapes_quotes_for_attributes_and_shows_control_characters():
+    assert html_text('a"b\'<c>&\x1b') == "a&quot;b&#x27;&lt;c&gt;&amp;\\x1b"

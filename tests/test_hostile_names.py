@@ -11,6 +11,7 @@ import re
 import shutil
 import subprocess
 import sys
+from html import unescape
 from pathlib import Path
 
 import pytest
@@ -142,3 +143,45 @@ def test_slack_receives_the_hostile_name_escaped_through_the_real_client(slack):
     assert "] ev\\x1b[2J\\x1b[Hil" in hostile.body["text"].splitlines()[0]
     assert hostile.body["text"].count("\n") == plain.body["text"].count("\n")
 
+
+
+MARKUP = ['"><img src=x onerror=alert(2)>', "[x](javascript:alert(1))", "a`b|c", "*em* _x_ & &amp;"]
+"""Run names that are HTML, a link, a code span with a cell border, emphasis and entities."""
+
+
+def _cells(row: str) -> list[str]:
+    """A Markdown table row's cells, split where GitHub splits them: at every `|` not escaped."""
+    return re.split(r"(?<!\\)\|", row.strip())[1:-1]
+
+
+def test_markdown_report_shows_markup_in_run_names_as_text(tmp_path):
+    runs = tmp_path / "runs"
+    for name in MARKUP:
+        shutil.copytree(FIXTURES / "runs" / "lightning-bad-batch", runs / name)
+    (runs / "other").mkdir()
+    (runs / "other" / "b`ad ``x``.jsonl").write_text("not a log\n")
+    done = _lossguard("scan", runs, "--format", "markdown")
+    assert done.returncode == 1, done.stderr
+    text = done.stdout
+    assert "<img" not in text and not re.search(r"(?<!\\)\]\(javascript:", text)  # no tag, no link
+    rows = [line for line in text.splitlines() if line.startswith("|") and not line.startswith("|---")]
+    assert len(rows) == 2 + 2 * len(MARKUP)  # two headers, a summary row and a spike row per run
+    assert all(len(_cells(row)) in (7, 10) for row in rows), rows
+    assert "- ```" in text  # the warning's code span is fenced longer than the backticks in the file name
+    # As a Markdown renderer builds it (Python-Markdown, with tables): the names come back as text.
+    import markdown as markdown_lib
+
+    html = markdown_lib.markdown(text, extensions=["tables"])
+    assert "<img" not in html and "<a " not in html and "<em>" not in html
+    shown = {unescape(cell) for cell in re.findall(r"<td>(.*?)</td>", html)}
+    assert {f"{name}/version_0" for name in MARKUP} <= shown
+    assert re.search(r"<code>.*b`ad ``x``\.jsonl: no training metrics", unescape(html))
+
+
+def test_html_report_shows_control_characters_escaped(tmp_path):
+    shutil.copytree(FIXTURES / "runs" / "lightning-bad-batch", tmp_path / "runs" / HOSTILE)
+    out = tmp_path / "report.html"
+    _lossguard("scan", tmp_path / "runs", "--format", "html", "--output", out)
+    text = out.read_text(encoding="utf-8")
+    _assert_safe(text)
+    assert 'id="ev\\x1b[2J\\x1b[Hil\\x1b]52;c;SGVsbG8=\\x07\\nINFO forged line\\u202eeno/version_0"' in text
