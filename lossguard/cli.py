@@ -324,6 +324,8 @@ def _cmd_status(args: argparse.Namespace) -> int:
     if not path.exists():
         raise UsageError(f"{path}: no state yet (has `lossguard watch` run with this state dir?)")
     summary = read_summary(path)
+    for n in summary["undelivered"]:  # (a state written before errors were scrubbed at the source)
+        n["error"] = n["error"] and scrub(n["error"])
     if args.format == "json":
         print(json.dumps(summary, indent=2))
         return EXIT_OK
@@ -336,7 +338,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
         print(f"  {p(inc['run'])}  step {inc['step']}  {p(inc['rule'])}")
     print(f"{len(summary['undelivered'])} undelivered notification(s):")
     for n in summary["undelivered"]:
-        print(f"  #{n['id']} {n['kind']}  attempts {n['attempts']}{'  PERMANENT' if n['permanent'] else ''}  {scrub(p(n['error'] or ''))}")
+        print(f"  #{n['id']} {n['kind']}  attempts {n['attempts']}{'  PERMANENT' if n['permanent'] else ''}  {p(n['error'] or '')}")
     return EXIT_OK
 
 
@@ -366,7 +368,7 @@ def _cmd_config(args: argparse.Namespace) -> int:
     width = max(len(k) for k in settings.masked())
     for key, value in settings.masked().items():
         print(f"{key:<{width}}  {printable(str(value))}")
-    print(f"{'rules (loaded)':<{width}}  {len(rules.rules)} from {rules.origin}")
+    print(f"{'rules (loaded)':<{width}}  {len(rules.rules)} from {printable(rules.origin)}")
     missing = [str(p) for p in settings.paths if not p.exists()]
     if missing:
         print(f"lossguard: warning: paths that do not exist (yet): {printable(', '.join(missing))}", file=sys.stderr)

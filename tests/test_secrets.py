@@ -89,3 +89,18 @@ def test_scrub_masks_what_is_shaped_like_a_slack_secret_though_never_configured(
 ])
 def test_mask_url_shows_where_a_webhook_points_but_not_its_secret(url, shown):
     assert mask_url(url) == shown
+
+
+def test_status_scrubs_a_token_kept_in_an_older_states_outbox_error(tmp_path):
+    from lossguard.model import Notice
+    from lossguard.state import State
+
+    state = State(tmp_path / "state")
+    with state.transaction() as tx:
+        tx.enqueue(Notice("stalled", "exp", step=40, minutes=31.0), incident_id=None, sinks=["slack"], now=1.0)
+    state.mark_failed(state.pending(sink="slack"), f"temporary error: echoed Authorization: Bearer {TOKEN}", permanent=False)
+    state.close()
+    for fmt in ("table", "json"):
+        done = _lossguard("status", "--state-dir", str(tmp_path / "state"), "--format", fmt, env={}, cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        assert "Bearer ***" in done.stdout and "ECHOEDSECRET" not in done.stdout
