@@ -1,6 +1,7 @@
 """The `lossguard` command: thin wrappers over the library. Every user error becomes one line on
 stderr and exit code 2; anything unexpected one line and exit code 3 (never 1, which says "spikes
-found"); Ctrl-C exits 130. A traceback is shown only with --debug."""
+found"); Ctrl-C exits 130. A traceback is shown only with --debug. What it prints for people has
+names from disk made printable and secrets scrubbed (`escaping`, `redact`)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from pathlib import Path
 
 from . import __version__
 from .errors import LossguardError, UsageError
+from .escaping import printable
+from .redact import scrub
 
 EXIT_OK, EXIT_FOUND, EXIT_USAGE, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
@@ -50,7 +53,7 @@ def _cmd_read(args: argparse.Namespace) -> int:
         frame = frame.filter(pl.col("metric").is_in(args.metric) | pl.col("tag").is_in(args.metric))
     write_table(frame, args.format, sys.stdout)
     for problem in problems:
-        print(f"warning: {problem}", file=sys.stderr)
+        print(f"warning: {printable(str(problem))}", file=sys.stderr)
     return EXIT_OK
 
 
@@ -99,7 +102,7 @@ def _post_digest(result, config: Path | None) -> None:  # noqa: ANN001
     message = digest(host=socket.gethostname(), totals=summary(result), runs=[(rep.run, rep.incidents) for rep in result.runs])
     delivery = sink.post(message)
     if not delivery.ok:
-        print(f"lossguard: warning: Slack digest not delivered: {delivery.describe()}", file=sys.stderr)
+        print(f"lossguard: warning: Slack digest not delivered: {scrub(printable(delivery.describe()))}", file=sys.stderr)
 
 
 def _cmd_scan(args: argparse.Namespace) -> int:
@@ -164,7 +167,7 @@ def _cmd_scan(args: argparse.Namespace) -> int:
     problems = result.all_problems
     if problems and not args.quiet and (args.output or args.format != "table"):
         for problem in problems:
-            print(f"warning: {problem}", file=sys.stderr)
+            print(f"warning: {printable(str(problem))}", file=sys.stderr)
     if not result.runs:
         print("lossguard: error: no file under the given paths could be read", file=sys.stderr)
         return EXIT_USAGE
@@ -203,12 +206,12 @@ def _cmd_alert(args: argparse.Namespace) -> int:
     sink = client_from(settings, channel=channel, retries=2)
     if sink is None:
         raise UsageError("Slack is not configured: set LOSSGUARD_SLACK_TOKEN and LOSSGUARD_SLACK_CHANNEL, or LOSSGUARD_SLACK_WEBHOOK_URL")
-    target = f"channel {channel}" if isinstance(sink, SlackBot) else "the incoming webhook"
+    target = f"channel {printable(channel)}" if isinstance(sink, SlackBot) else "the incoming webhook"
     delivery = sink.post(build_test(host=socket.gethostname(), channel=channel))
     if delivery.ok:
         print(f"test message delivered to {target}")
         return EXIT_OK
-    print(f"lossguard: test message to {target} failed: {delivery.describe()}", file=sys.stderr)
+    print(f"lossguard: test message to {target} failed: {scrub(printable(delivery.describe()))}", file=sys.stderr)
     return EXIT_FOUND
 
 
@@ -328,18 +331,21 @@ def _cmd_status(args: argparse.Namespace) -> int:
     if not path.exists():
         raise UsageError(f"{path}: no state yet (has `lossguard watch` run with this state dir?)")
     summary = read_summary(path)
+    for n in summary["undelivered"]:  # (a state written before errors were scrubbed at the source)
+        n["error"] = n["error"] and scrub(n["error"])
     if args.format == "json":
         print(json.dumps(summary, indent=2))
         return EXIT_OK
+    p = printable
     print(f"following {len(summary['files'])} file(s):")
     for f in summary["files"]:
-        print(f"  {f['run']}  {f['path']}  {f['format'] or '?'}  byte {f['offset']}{'  (unreadable)' if f['dead'] else ''}")
+        print(f"  {p(f['run'])}  {p(f['path'])}  {p(f['format'] or '?')}  byte {f['offset']}{'  (unreadable)' if f['dead'] else ''}")
     print(f"{len(summary['open_incidents'])} open incident(s):")
     for inc in summary["open_incidents"]:
-        print(f"  {inc['run']}  step {inc['step']}  {inc['rule']}")
+        print(f"  {p(inc['run'])}  step {inc['step']}  {p(inc['rule'])}")
     print(f"{len(summary['undelivered'])} undelivered notification(s):")
     for n in summary["undelivered"]:
-        print(f"  #{n['id']} {n['kind']}  attempts {n['attempts']}{'  PERMANENT' if n['permanent'] else ''}  {n['error'] or ''}")
+        print(f"  #{n['id']} {n['kind']}  attempts {n['attempts']}{'  PERMANENT' if n['permanent'] else ''}  {p(n['error'] or '')}")
     return EXIT_OK
 
 
@@ -382,7 +388,7 @@ def _cmd_outbox(args: argparse.Namespace) -> int:
             for e in entries:
                 age = max(0.0, time.time() - e.created) / 60
                 why = ("PERMANENT: " if e.permanent else "") + (e.error or "not tried yet")
-                print(f"  #{e.id}  {e.sink}  {e.kind}  {printable(e.run)}  {age:.0f} min old  attempts {e.attempts}  {printable(why)}")
+                print(f"  #{e.id}  {e.sink}  {e.kind}  {printable(e.run)}  {age:.0f} min old  attempts {e.attempts}  {scrub(printable(why))}")
             return EXIT_OK
         done = state.retry(ids) if args.action == "retry" else state.drop(ids)
         verb = "back in line" if args.action == "retry" else "dropped"
@@ -417,11 +423,11 @@ def _cmd_config(args: argparse.Namespace) -> int:
     rules = load_rules(list(settings.rules) or None)
     width = max(len(k) for k in settings.masked())
     for key, value in settings.masked().items():
-        print(f"{key:<{width}}  {value}")
-    print(f"{'rules (loaded)':<{width}}  {len(rules.rules)} from {rules.origin}")
+        print(f"{key:<{width}}  {printable(str(value))}")
+    print(f"{'rules (loaded)':<{width}}  {len(rules.rules)} from {printable(rules.origin)}")
     missing = [str(p) for p in settings.paths if not p.exists()]
     if missing:
-        print(f"lossguard: warning: paths that do not exist (yet): {', '.join(missing)}", file=sys.stderr)
+        print(f"lossguard: warning: paths that do not exist (yet): {printable(', '.join(missing))}", file=sys.stderr)
     return EXIT_OK
 
 
@@ -456,7 +462,7 @@ def main(argv: list[str] | None = None) -> int:
     except LossguardError as exc:
         if args.debug:
             raise
-        print(f"lossguard: error: {printable(str(exc))}", file=sys.stderr)
+        print(f"lossguard: error: {scrub(printable(str(exc)))}", file=sys.stderr)
         return EXIT_USAGE
     except BrokenPipeError:
         return EXIT_OK
@@ -468,7 +474,7 @@ def main(argv: list[str] | None = None) -> int:
         if exc.filename is None:
             return _internal(exc)
         # The environment refused a file the user named (an --output folder that does not exist...).
-        print(f"lossguard: error: {printable(str(exc.filename))}: {exc.strerror or exc}", file=sys.stderr)
+        print(f"lossguard: error: {scrub(printable(str(exc.filename)))}: {exc.strerror or exc}", file=sys.stderr)
         return EXIT_USAGE
     except Exception as exc:  # noqa: BLE001 - one line, and an exit code that cannot mean "spikes found"
         if args.debug:
@@ -477,13 +483,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _internal(exc: BaseException) -> int:
-    print(f"lossguard: internal error: {type(exc).__name__}: {printable(str(exc))} (run with --debug for the traceback)", file=sys.stderr)
+    print(f"lossguard: internal error: {type(exc).__name__}: {scrub(printable(str(exc)))} (run with --debug for the traceback)", file=sys.stderr)
     return EXIT_INTERNAL
-
-
-def printable(text: str) -> str:
-    """Control characters shown, not obeyed: file and run names reach the terminal."""
-    return "".join(ch if ch.isprintable() or ch == " " else ch.encode("unicode_escape").decode("ascii") for ch in text)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .escaping import printable
 from .model import Incident
 from .scan import ScanResult
 
@@ -53,10 +54,10 @@ def compare(a: ScanResult, b: ScanResult) -> list[RunComparison]:
 
 
 def to_text(rows: list[RunComparison], name_a: str, name_b: str) -> str:
-    lines = [f"A = {name_a}", f"B = {name_b}", ""]
+    lines = [f"A = {printable(name_a)}", f"B = {printable(name_b)}", ""]
     header = ["RUN", "STEPS", "A", "B", "A/10k", "B/10k", "ONLY A (steps)", "ONLY B (steps)"]
     table = [
-        [r.run, str(r.steps), str(len(r.a)), str(len(r.b)), f"{r.rate(r.a):.2f}", f"{r.rate(r.b):.2f}",
+        [printable(r.run), str(r.steps), str(len(r.a)), str(len(r.b)), f"{r.rate(r.a):.2f}", f"{r.rate(r.b):.2f}",
          ",".join(str(i.step) for i in r.only_a) or "-", ",".join(str(i.step) for i in r.only_b) or "-"]
         for r in rows
     ]

@@ -21,10 +21,12 @@ from apscheduler.schedulers.background import BackgroundScheduler
 
 from .alerts.pipeline import Dispatcher
 from .errors import LossguardError
+from .escaping import printable, printable_lines
 from .follow import Follower
 from .inotify import watch
 from .mounts import remote_roots
 from .reader import ReadOptions
+from .redact import scrub
 from .rules import RuleSet
 from .sdnotify import Notifier
 from .state import State
@@ -245,9 +247,26 @@ class Daemon:
         return 0
 
 
+class SafeFormatter(logging.Formatter):
+    """One record, one line, no secret: the message (with the run names, paths and Slack errors
+    formatted into it) has its control characters made visible and its secrets scrubbed here, where
+    every log call passes, rather than at each call site, where one would be forgotten. A
+    traceback keeps its own line breaks; only its other control characters are escaped."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 - logging's name
+        record.message = scrub(printable(record.message))
+        return super().formatMessage(record)
+
+    def formatException(self, ei) -> str:  # noqa: ANN001, N802
+        return scrub(printable_lines(super().formatException(ei)))
+
+    def formatStack(self, stack_info: str) -> str:  # noqa: N802
+        return scrub(printable_lines(super().formatStack(stack_info)))
+
+
 def setup_logging(level: str) -> None:
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
+    handler.setFormatter(SafeFormatter("%(levelname)s %(message)s"))
     root = logging.getLogger("lossguard")
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

@@ -1,4 +1,5 @@
-"""Writing the canonical table for people (aligned text) and programs (CSV, JSON lines)."""
+"""Writing the canonical table for people (aligned text, names made printable) and programs (CSV,
+JSON lines: names exact)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import TextIO
 
 import polars as pl
 
+from .escaping import printable
 from .model import json_number
 
 
@@ -20,7 +22,7 @@ def write_table(frame: pl.DataFrame, fmt: str, out: TextIO) -> None:
             out.write(json.dumps(row) + "\n")
     else:
         cols = frame.columns
-        rows = [[("" if v is None else (repr(v) if isinstance(v, float) else str(v))) for v in r] for r in frame.iter_rows()]
+        rows = [[("" if v is None else (repr(v) if isinstance(v, float) else printable(str(v)))) for v in r] for r in frame.iter_rows()]
         widths = [max([len(c)] + [len(r[i]) for r in rows]) for i, c in enumerate(cols)]
         out.write("  ".join(c.ljust(w) for c, w in zip(cols, widths)).rstrip() + "\n")
         for r in rows:

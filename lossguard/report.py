@@ -1,9 +1,10 @@
 """Scan output: a terminal table for people, JSON for programs, Markdown for PRs and chat, and one
-self-contained HTML file with the curves. All four render the same ScanResult."""
+self-contained HTML file with the curves. All four render the same ScanResult. Names from disk (runs,
+tags, files, and the warnings quoting them) go through `escaping` for the three made for people;
+JSON keeps them exact (its own escaping covers control characters)."""
 
 from __future__ import annotations
 
-import html
 import json
 import math
 from collections import Counter
@@ -11,6 +12,7 @@ from dataclasses import asdict
 
 from . import __version__
 from .display import fmt, sparkline
+from .escaping import html_text, markdown, markdown_code, printable
 from .model import Incident, json_number
 from .scan import Curve, RunReport, ScanResult
 
@@ -92,51 +94,52 @@ def _incident_head(inc: Incident) -> str:
 
 def to_text(result: ScanResult, *, colour: bool = False) -> str:
     st = _Style(colour)
+    p = printable
     out = [
         st(f"lossguard {__version__}", "1")
-        + f": {len(result.runs)} run(s), {result.files} file(s), rules: {result.rules.origin} ({len(result.rules.rules)})",
+        + f": {len(result.runs)} run(s), {result.files} file(s), rules: {p(result.rules.origin)} ({len(result.rules.rules)})",
         "",
     ]
     rows = [
-        [rep.run, ",".join(rep.formats), str(rep.analysis.steps), str(rep.analysis.last_step if rep.analysis.last_step is not None else "-"),
-         str(len(rep.incidents)), f"{_worst(rep):.1f}x" if _worst(rep) else "-", _top_cause(rep)]
+        [p(rep.run), p(",".join(rep.formats)), str(rep.analysis.steps), str(rep.analysis.last_step if rep.analysis.last_step is not None else "-"),
+         str(len(rep.incidents)), f"{_worst(rep):.1f}x" if _worst(rep) else "-", p(_top_cause(rep))]
         for rep in result.runs
     ]
     out += _table(rows, ["RUN", "FORMAT", "STEPS", "LAST STEP", "SPIKES", "WORST", "TOP CAUSE"], {2, 3, 4, 5})
     for rep in result.runs:
         for inc in rep.incidents:
             out.append("")
-            sev = st(inc.severity.upper(), SEVERITY_COLOUR.get(inc.severity, "0"))
-            out.append(f"{sev} {st(rep.run, '1')} step {inc.step} · rule {inc.rule}")
-            out.append(f"  {_incident_head(inc)}")
+            sev = st(p(inc.severity.upper()), SEVERITY_COLOUR.get(inc.severity, "0"))
+            out.append(f"{sev} {st(p(rep.run), '1')} step {inc.step} · rule {p(inc.rule)}")
+            out.append(f"  {p(_incident_head(inc))}")
             spark = rep.sparks.get((inc.rule, inc.step))
             if spark:
-                out.append(f"  {inc.metric}: {sparkline(spark)}")
+                out.append(f"  {p(inc.metric)}: {sparkline(spark)}")
             for cause in inc.causes:
-                out.append(f"  {st(f'{cause.confidence:4.0%}', '1')} {cause.cause}: {cause.evidence}")
-                out.append(f"       → {cause.suggestion}")
+                out.append(f"  {st(f'{cause.confidence:4.0%}', '1')} {p(cause.cause)}: {p(cause.evidence)}")
+                out.append(f"       → {p(cause.suggestion)}")
     problems = result.all_problems
     if problems:
         out += ["", st(f"{len(problems)} warning(s):", "33")]
-        out += [f"  {p}" for p in problems]
+        out += [f"  {p(str(problem))}" for problem in problems]
     s = summary(result)
     out += ["", f"{s['spikes']} spike(s) in {s['runs_with_spikes']} of {s['runs']} run(s)."]
     return "\n".join(out) + "\n"
 
 
-def _md(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
 def to_markdown(result: ScanResult) -> str:
+    """GitHub renders this in pull requests: every name and evidence string is escaped (`markdown`),
+    so a run named `"><img src=x onerror=...>`, `[x](javascript:...)` or `a|b` shows as written and
+    cannot add a tag, a link or a table cell."""
+    md = markdown
     s = summary(result)
     out = [f"## lossguard scan: {s['spikes']} spike(s) in {s['runs_with_spikes']} of {s['runs']} run(s)", ""]
     out += ["| run | format | steps | last step | spikes | worst | top cause |", "|---|---|--:|--:|--:|--:|---|"]
     for rep in result.runs:
         worst = _worst(rep)
         out.append(
-            f"| {_md(rep.run)} | {','.join(rep.formats)} | {rep.analysis.steps} | {rep.analysis.last_step} | {len(rep.incidents)} | "
-            f"{f'{worst:.1f}x' if worst else '-'} | {_top_cause(rep)} |"
+            f"| {md(rep.run)} | {md(','.join(rep.formats))} | {rep.analysis.steps} | {rep.analysis.last_step} | {len(rep.incidents)} | "
+            f"{f'{worst:.1f}x' if worst else '-'} | {md(_top_cause(rep))} |"
         )
     incidents = [(rep, inc) for rep in result.runs for inc in rep.incidents]
     if incidents:
@@ -144,13 +147,13 @@ def to_markdown(result: ScanResult) -> str:
         for rep, inc in incidents:
             top = inc.causes[0] if inc.causes else None
             out.append(
-                f"| {_md(rep.run)} | {inc.step} | {inc.rule} | {inc.severity} | {fmt(inc.value)} | {fmt(inc.baseline)} | "
+                f"| {md(rep.run)} | {inc.step} | {md(inc.rule)} | {md(inc.severity)} | {fmt(inc.value)} | {fmt(inc.baseline)} | "
                 f"{f'{inc.ratio:.1f}x' if inc.ratio else '-'} | {inc.end_step if inc.end_step is not None else 'open'} | "
-                f"{top.cause + f' ({top.confidence:.0%})' if top else '-'} | {_md(top.evidence) if top else ''} |"
+                f"{md(top.cause) + f' ({top.confidence:.0%})' if top else '-'} | {md(top.evidence) if top else ''} |"
             )
     problems = result.all_problems
     if problems:
-        out += ["", "### Warnings", ""] + [f"- `{_md(str(p))}`" for p in problems]
+        out += ["", "### Warnings", ""] + [f"- {markdown_code(str(p))}" for p in problems]
     return "\n".join(out) + "\n"
 
 
@@ -195,7 +198,7 @@ def _panel(curve: Curve, name: str, x0: float, x1: float, incidents: list[Incide
     def Y(y: float) -> float:
         return _PAD_T + (hi - y) / (hi - lo) * (_H - _PAD_T - _PAD_B)
 
-    parts = [f'<svg width="{_W}" height="{_H}" viewBox="0 0 {_W} {_H}" role="img" aria-label="{html.escape(name)}">']
+    parts = [f'<svg width="{_W}" height="{_H}" viewBox="0 0 {_W} {_H}" role="img" aria-label="{html_text(name)}">']
     parts.append(f'<rect x="{_PAD_L}" y="{_PAD_T}" width="{_W - _PAD_L - _PAD_R}" height="{_H - _PAD_T - _PAD_B}" fill="#fafbfc" stroke="#e1e5ec"/>')
     for inc in incidents:
         a = X(inc.step)
@@ -210,7 +213,7 @@ def _panel(curve: Curve, name: str, x0: float, x1: float, incidents: list[Incide
         parts.append(f'<text x="{_PAD_L - 4}" y="{Y(t) + 4:.1f}" text-anchor="end">{label}</text>')
     for t in _ticks(x0, x1):
         parts.append(f'<text x="{X(t):.1f}" y="{_H - 6}" text-anchor="middle">{int(t)}</text>')
-    parts.append(f'<text x="{_PAD_L + 6}" y="{_PAD_T + 12}" font-weight="600">{html.escape(name)}{" (log)" if log else ""}</text>')
+    parts.append(f'<text x="{_PAD_L + 6}" y="{_PAD_T + 12}" font-weight="600">{html_text(name)}{" (log)" if log else ""}</text>')
     parts.append("</svg>")
     return "".join(parts)
 
@@ -234,17 +237,17 @@ def _run_html(rep: RunReport) -> str:
     ev = []
     for inc in incs:
         causes = "".join(
-            f'<div class="cause"><span class="conf">{c.confidence:.0%}</span> <b>{html.escape(c.cause)}</b>: {html.escape(c.evidence)}'
-            f'<div class="sugg">→ {html.escape(c.suggestion)}</div></div>'
+            f'<div class="cause"><span class="conf">{c.confidence:.0%}</span> <b>{html_text(c.cause)}</b>: {html_text(c.evidence)}'
+            f'<div class="sugg">→ {html_text(c.suggestion)}</div></div>'
             for c in inc.causes
         )
         ev.append(
-            f'<div class="inc {html.escape(inc.severity)}"><b>step {inc.step}</b> · {html.escape(inc.rule)} ({html.escape(inc.severity)})<br>'
-            f"{html.escape(_incident_head(inc))}{causes}</div>"
+            f'<div class="inc {html_text(inc.severity)}"><b>step {inc.step}</b> · {html_text(inc.rule)} ({html_text(inc.severity)})<br>'
+            f"{html_text(_incident_head(inc))}{causes}</div>"
         )
     return (
-        f'<h2 id="{html.escape(rep.run)}">{html.escape(rep.run)} <span class="muted">({html.escape(",".join(rep.formats))}, '
-        f"{rep.analysis.steps} steps, {html.escape(rep.source)})</span></h2>"
+        f'<h2 id="{html_text(rep.run)}">{html_text(rep.run)} <span class="muted">({html_text(",".join(rep.formats))}, '
+        f"{rep.analysis.steps} steps, {html_text(rep.source)})</span></h2>"
         f'<div class="run"><div class="plots">{"".join(plots)}</div><div class="evidence">{"".join(ev)}</div></div>'
     )
 
@@ -252,18 +255,18 @@ def _run_html(rep: RunReport) -> str:
 def to_html(result: ScanResult) -> str:
     s = summary(result)
     rows = "".join(
-        f'<tr><td><a href="#{html.escape(rep.run)}">{html.escape(rep.run)}</a></td><td>{html.escape(",".join(rep.formats))}</td>'
+        f'<tr><td><a href="#{html_text(rep.run)}">{html_text(rep.run)}</a></td><td>{html_text(",".join(rep.formats))}</td>'
         f'<td class="n">{rep.analysis.steps}</td><td class="n">{len(rep.incidents)}</td><td class="n">{f"{_worst(rep):.1f}x" if _worst(rep) else "-"}</td>'
-        f"<td>{html.escape(_top_cause(rep))}</td></tr>"
+        f"<td>{html_text(_top_cause(rep))}</td></tr>"
         for rep in result.runs
     )
     runs = "".join(_run_html(rep) for rep in result.runs if rep.incidents)
-    problems = "".join(f"<li><code>{html.escape(str(p))}</code></li>" for p in result.all_problems)
+    problems = "".join(f"<li><code>{html_text(str(p))}</code></li>" for p in result.all_problems)
     return (
         "<!doctype html><html lang=en><head><meta charset=utf-8><title>lossguard scan</title>"
         f"<style>{_CSS}</style></head><body>"
         f"<h1>lossguard scan: {s['spikes']} spike(s) in {s['runs_with_spikes']} of {s['runs']} run(s)</h1>"
-        f'<div class="muted">lossguard {__version__} · rules: {html.escape(result.rules.origin)} · '
+        f'<div class="muted">lossguard {__version__} · rules: {html_text(result.rules.origin)} · '
         f'<label><input type="checkbox" id="logscale" onchange="document.body.classList.toggle(\'logscale\', this.checked)"> log-scale loss</label></div>'
         f"<table><tr><th>run</th><th>format</th><th>steps</th><th>spikes</th><th>worst</th><th>top cause</th></tr>{rows}</table>"
         f"{runs}"

@@ -1,7 +1,9 @@
 """Settings (pydantic-settings): environment variables with flat LOSSGUARD_* names, secrets from
 files (systemd's LoadCredential= puts them in $CREDENTIALS_DIRECTORY; any setting also takes a
 LOSSGUARD_<NAME>_FILE path), and the [slack] table of lossguard.toml. Secrets are SecretStr: they
-print as ********** in every repr, error and `config show`."""
+print as ********** in every repr, error and `config show`, and are handed to `redact` as they load,
+so no later message can show them. A webhook URL is checked here, not at the first alert: a broken
+one would otherwise fail inside urllib with the whole URL in the traceback, on every round."""
 
 from __future__ import annotations
 
@@ -11,14 +13,38 @@ from typing import Any
 
 from fnmatch import fnmatchcase
 from typing import Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from .errors import ConfigError
+from .redact import mask_url, remember
 from .tomlio import load_toml
 
 SECRET_FILES = ("slack_token", "slack_webhook_url")
+LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
+"""The only hosts a webhook may be reached at over plain http (a local relay, the tests' server)."""
+
+
+def webhook_problem(url: str) -> str | None:
+    """Why `url` cannot be an incoming webhook, or None: it must be https (http only to this
+    machine), with a host and a path."""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname
+        parts.port  # noqa: B018 - raises for a port that is no number
+    except ValueError:
+        return "is not a URL"
+    if parts.scheme not in ("https", "http"):
+        return "must start with https://"
+    if not host:
+        return "has no host"
+    if parts.scheme == "http" and host not in LOCAL_HOSTS:
+        return "must use https:// (plain http would send the secret in clear)"
+    if not parts.path.strip("/"):
+        return "has no path (a webhook URL looks like https://hooks.slack.com/services/T.../B.../...)"
+    return None
 
 
 class _FileSecrets(PydanticBaseSettingsSource):
@@ -107,6 +133,25 @@ class Settings(BaseSettings):
     slack_run_cooldown: float = Field(default=600.0, ge=0, description="seconds after a run's alert during which its new incidents go into that alert's thread")
     slack_min_interval: float = Field(default=1.0, ge=0, description="seconds between two messages to one channel (Slack allows about one a second)")
 
+    @field_validator("slack_token")
+    @classmethod
+    def _token(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None:
+            remember(value.get_secret_value())
+        return value
+
+    @field_validator("slack_webhook_url")
+    @classmethod
+    def _webhook(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is None:
+            return value
+        url = value.get_secret_value().strip()
+        remember(url)
+        problem = webhook_problem(url)
+        if problem:
+            raise ValueError(f"{mask_url(url)} {problem}")
+        return SecretStr(url)
+
     @field_validator("slack_channel")
     @classmethod
     def _channel(cls, value: str | None) -> str | None:
@@ -144,7 +189,7 @@ def load_settings(config: Path | None = None, **overrides: object) -> Settings:
     try:
         return Settings(**{k: v for k, v in overrides.items() if v is not None})
     except ValidationError as exc:
-        reasons = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
+        reasons = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg'].removeprefix('Value error, ')}" for e in exc.errors())
         raise ConfigError(f"invalid settings: {reasons}") from None
     finally:
         _CONFIG_PATH["path"] = None

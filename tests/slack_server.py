@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs
@@ -15,7 +16,8 @@ from urllib.parse import parse_qs
 @dataclass
 class Answer:
     status: int = 200
-    body: dict | str | None = None
+    body: dict | str | Callable[[Request], dict | str] | None = None
+    """What to answer; a callable builds it from the request (a server that echoes what it got)."""
     headers: dict[str, str] = field(default_factory=dict)
     delay: float = 0.0
     drop: bool = False
@@ -51,7 +53,8 @@ class SlackServer:
                     body = {k: v[0] for k, v in parse_qs(raw).items()}
                     if "blocks" in body:
                         body["blocks"] = json.loads(body["blocks"])
-                server.requests.append(Request(self.path, {k.lower(): v for k, v in self.headers.items()}, body, time.monotonic()))
+                request = Request(self.path, {k.lower(): v for k, v in self.headers.items()}, body, time.monotonic())
+                server.requests.append(request)
                 answer = server.queue.pop(0) if server.queue else Answer()
                 if answer.delay:
                     time.sleep(answer.delay)
@@ -59,7 +62,7 @@ class SlackServer:
                     self.close_connection = True
                     self.connection.shutdown(2)
                     return
-                payload = answer.body
+                payload = answer.body(request) if callable(answer.body) else answer.body
                 if payload is None:
                     payload = server._default(self.path, body)
                 data = payload.encode() if isinstance(payload, str) else json.dumps(payload).encode()

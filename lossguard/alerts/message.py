@@ -4,8 +4,9 @@ summary of a burst, the nightly digest.
 
 Pure: an incident and a few facts (host, source, the loss around it) in, a Message out; no clock,
 no I/O. Every string that came from a log or a path is escaped for mrkdwn wherever Slack parses it,
-so a run named `<!channel>` cannot ping a channel and `<http://x|y>` cannot forge a link. Slack's
-limits are respected by cutting at whole lines.
+so a run named `<!channel>` cannot ping a channel and `<http://x|y>` cannot forge a link, and made
+printable everywhere (the plain-text header included), so a newline in a run name cannot forge a
+line of the message. Slack's limits are respected by cutting at whole lines.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..display import fmt, sparkline
+from ..escaping import printable
 from ..model import Cause, Incident, Notice
 
 MAX_BLOCKS = 50
@@ -48,8 +50,9 @@ class Message:
 
 
 def escape(text: str) -> str:
-    """mrkdwn control characters as entities (Slack's own rule: &, <, > and nothing else)."""
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    """mrkdwn control characters as entities (Slack's own rule: &, <, > and nothing else), after
+    the text's own control characters and line breaks were made visible: a name stays on its line."""
+    return printable(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def code(text: str) -> str:
@@ -96,7 +99,7 @@ def build(
     metric = inc.metric.replace("_", " ")
     title = EVENT_TITLES.get(event, "{sev}: {metric} spike").format(sev=sev, metric=metric)
     emoji = ":white_check_mark:" if event == "resolved" else SEVERITY_EMOJI.get(inc.severity, "")
-    header = f"{emoji} {title} in {inc.run}".strip()
+    header = printable(f"{emoji} {title} in {inc.run}".strip())
     ratio = f" ({inc.ratio:.1f}×)" if inc.ratio is not None else ""
     end = f"recovered at step {inc.end_step}" if inc.end_step is not None else "still open"
     facts = (

@@ -3,8 +3,10 @@
 Delivery answers "did it work, and if not, is it worth trying again": slack-sdk's retry handlers
 own the waiting (429 honours Retry-After; 5xx and dropped connections back off with jitter); what is
 left after them is classified here. HTTP 200 with `ok: false` is a failure. Errors that retrying
-cannot fix (a revoked token, a missing channel) are permanent, with the fix spelled out. The token
-never appears in a message, an exception or a log line.
+cannot fix (a revoked token, a missing channel) are permanent, with the fix spelled out. Neither the
+token nor the webhook URL appears in a message, an exception or a log line: every error text that
+leaves this module is scrubbed (`redact`), including what the server said, which a proxy or a
+misbehaving server may have filled with the request's Authorization header or URL.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from slack_sdk.http_retry.builtin_interval_calculators import BackoffRetryInterv
 from slack_sdk.http_retry.jitter import RandomJitter
 from slack_sdk.webhook import WebhookClient
 
+from ..redact import remember, scrub
 from .delivery import Delivery
 from .message import Message
 
@@ -58,11 +61,12 @@ def retry_handlers(*, retries: int = 4, backoff: float = 0.5) -> list[RetryHandl
 
 
 def _failure(error: str) -> Delivery:
-    return Delivery(ok=False, error=error, permanent=error in PERMANENT, fix=PERMANENT.get(error))
+    return Delivery(ok=False, error=scrub(error), permanent=error in PERMANENT, fix=PERMANENT.get(error))
 
 
-def _scrub(text: str, secret: str | None) -> str:
-    return text.replace(secret, "***") if secret else text
+def _broken(exc: Exception) -> Delivery:
+    """No answer (or a request urllib refused to send): worth another try later."""
+    return Delivery(ok=False, error=scrub(f"{type(exc).__name__}: {exc}"), permanent=False)
 
 
 class SlackBot:
@@ -71,7 +75,7 @@ class SlackBot:
     def __init__(self, token: str, channel: str, *, base_url: str = DEFAULT_BASE_URL, timeout: int = 10, retries: int = 4, backoff: float = 0.5) -> None:
         if not base_url.endswith("/"):
             base_url += "/"
-        self._token = token
+        remember(token)
         self.channel = channel
         self._client = WebClient(token=token, base_url=base_url, timeout=timeout, retry_handlers=retry_handlers(retries=retries, backoff=backoff))
 
@@ -94,8 +98,8 @@ class SlackBot:
             if error:
                 return _failure(str(error))
             return Delivery(ok=False, error=f"HTTP {status}" if status else "no answer", permanent=False)
-        except (SlackClientError, OSError, urllib.error.URLError) as exc:
-            return Delivery(ok=False, error=_scrub(f"{type(exc).__name__}: {exc}", self._token), permanent=False)
+        except (SlackClientError, OSError, ValueError) as exc:  # (URLError is an OSError; ValueError: a URL urllib refuses)
+            return _broken(exc)
         return Delivery(ok=True, ts=response.get("ts"), channel=response.get("channel"))
 
 
@@ -103,7 +107,7 @@ class SlackWebhook:
     """An incoming webhook: the simplest setup; no threads, no updates."""
 
     def __init__(self, url: str, *, timeout: int = 10, retries: int = 4, backoff: float = 0.5) -> None:
-        self._url = url
+        remember(url)
         self._client = WebhookClient(url, timeout=timeout, retry_handlers=retry_handlers(retries=retries, backoff=backoff))
 
     def __repr__(self) -> str:
@@ -112,14 +116,14 @@ class SlackWebhook:
     def post(self, message: Message, **_: object) -> Delivery:
         try:
             response = self._client.send(**message.as_kwargs())
-        except (SlackClientError, OSError, urllib.error.URLError) as exc:
-            return Delivery(ok=False, error=_scrub(f"{type(exc).__name__}: {exc}", self._url), permanent=False)
+        except (SlackClientError, OSError, ValueError) as exc:
+            return _broken(exc)
         if response.status_code == 200:
             return Delivery(ok=True)
         body = (response.body or "").strip()
         if body in PERMANENT:
             return _failure(body)
-        return Delivery(ok=False, error=f"HTTP {response.status_code}: {_scrub(body[:200], self._url)}", permanent=400 <= response.status_code < 500 and response.status_code != 429)
+        return Delivery(ok=False, error=f"HTTP {response.status_code}: {scrub(body)[:200]}", permanent=400 <= response.status_code < 500 and response.status_code != 429)
 
 
 def client_from(settings, *, channel: str | None = None, retries: int = 4) -> SlackBot | SlackWebhook | None:  # noqa: ANN001

@@ -1,0 +1,72 @@
+"""Slack secrets out of every string lossguard shows: a bot token or an incoming webhook's URL must
+never reach a log line, an exception message, a report or the terminal, not even when a server
+echoes it back in an error (some proxies and gateways answer with the request's Authorization
+header or URL).
+
+`scrub` removes what looks like a secret (xox*- tokens, `Bearer ...`, hooks.slack.com webhook
+paths) and every secret this process was given (`remember`: settings call it when they load one,
+the Slack clients when they are built). It keeps the configured values, not just the patterns,
+because a GovSlack or test server's webhook looks like no Slack URL, and an echo may quote only its
+path or its last segment.
+"""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import SplitResult, urlsplit
+
+MASK = "***"
+MIN_SECRET = 6
+"""Shorter pieces are not remembered: masking every "api" in a message would hide more than it saves."""
+
+_PATTERNS = [
+    (re.compile(r"\b(xox[a-z]|xapp)-[A-Za-z0-9-]+"), rf"\1-{MASK}"),
+    (re.compile(r"\b(Bearer\s+)[^\s'\",;}]+", re.IGNORECASE), rf"\g<1>{MASK}"),
+    # services/T.../B.../<secret>: the workspace and app ids stay (they say which webhook it was)
+    (re.compile(r"(hooks\.slack(?:-gov)?\.com(?:\\?/)+(?:services|workflows|triggers)(?:\\?/)+(?:[A-Z0-9]+\\?/){0,2})[^\s'\"<>/\\]+"), rf"\g<1>{MASK}"),
+]
+_known: set[str] = set()
+
+
+def remember(secret: str) -> None:
+    """Mask `secret` in everything scrubbed from now on; for a URL also its path and its last
+    segment (the webhook's own secret), which is what an echo of the request line shows."""
+    secret = secret.strip()
+    pieces = {secret}
+    if "/" in secret:
+        parts = urlsplit(secret)
+        pieces.add(parts.path)
+        pieces.add(secret.rstrip("/").rsplit("/", 1)[-1])
+    _known.update(p for p in pieces if len(p) >= MIN_SECRET)
+
+
+def scrub(text: str) -> str:
+    """`text` with every remembered secret and everything shaped like a Slack secret masked."""
+    for secret in sorted(_known, key=len, reverse=True):  # a whole URL before its own path
+        text = text.replace(secret, MASK)
+    for pattern, replacement in _PATTERNS:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+def mask_url(url: str) -> str:
+    """A webhook URL as it may be shown: scheme, host and path with the last segment (the secret)
+    masked; no user info, query or fragment. A URL too broken to split shows only up to its last
+    slash."""
+    url = url.strip()
+    parts = urlsplit(url)
+    if parts.scheme and parts.netloc:
+        port = _port(parts)
+        head, path = f"{parts.scheme}://{parts.hostname or ''}{f':{port}' if port else ''}", parts.path
+    else:
+        head, path = "", url.split("?", 1)[0].split("#", 1)[0]
+    if "/" not in path.strip("/"):
+        return f"{head}/{MASK}" if head else MASK
+    return f"{head}{path.rstrip('/').rsplit('/', 1)[0]}/{MASK}"
+
+
+def _port(parts: SplitResult) -> int | None:
+    try:
+        return parts.port
+    except ValueError:  # a port that is no number
+        return None

@@ -1,0 +1,71 @@
+"""The escapes every output uses for names from disk: what they neutralise, and what they must leave
+alone (ordinary names, accents, CJK, emoji look the same everywhere)."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import pytest
+
+from lossguard.daemon import SafeFormatter
+from lossguard.escaping import html_text, markdown, markdown_code, printable
+
+
+@pytest.mark.parametrize("name, shown", [
+    pytest.param("\x1b[2Jcleared", "\\x1b[2Jcleared", id="ESC (clear screen)"),
+    pytest.param("a\x1b]52;c;SGk=\x07b", "a\\x1b]52;c;SGk=\\x07b", id="OSC 52 with BEL"),
+    pytest.param("a\nb\rc\td", "a\\nb\\rc\\td", id="newline, carriage return, tab"),
+    pytest.param("a\x7fb\x9bc", "a\\x7fb\\x9bc", id="DEL and the one-byte CSI"),
+    pytest.param("abc\u202edef\u2066x\u2069", "abc\\u202edef\\u2066x\\u2069", id="bidi override and isolates"),
+    pytest.param("a\u2028b", "a\\u2028b", id="line separator"),
+])
+def test_printable_shows_control_characters_as_visible_escapes(name, shown):
+    assert printable(name) == shown
+
+
+@pytest.mark.parametrize("name", ["llama-7b_lr3e-4/version_0", "café-été", "日本語の実験", "run 🚀 #2", "a\\x1b"])
+def test_printable_leaves_ordinary_names_as_they_are(name):
+    assert printable(name) == name
+
+
+def test_log_formatter_keeps_a_name_with_a_newline_on_one_line_and_masks_a_token():
+    record = logging.LogRecord("lossguard", logging.WARNING, __file__, 1, "run %s: %s", ("a\nINFO forged\x1b[2J", "Bearer xoxb-1-2-SECRET"), None)
+    line = SafeFormatter("%(levelname)s %(message)s").format(record)
+    assert line == "WARNING run a\\nINFO forged\\x1b[2J: Bearer ***"
+
+
+def test_log_formatter_keeps_a_tracebacks_lines_but_escapes_the_rest():
+    try:
+        raise ValueError("bad run \x1b]52;c;SGk=\x07")
+    except ValueError:
+        record = logging.LogRecord("lossguard", logging.ERROR, __file__, 1, "pass failed", (), sys.exc_info())
+    text = SafeFormatter("%(levelname)s %(message)s").format(record)
+    assert text.startswith("ERROR pass failed\nTraceback") and "\x1b" not in text and "\\x1b]52" in text
+
+
+@pytest.mark.parametrize("name, shown", [
+    pytest.param('"><img src=x onerror=alert(2)>', '"&gt;&lt;img src=x onerror=alert(2)&gt;', id="HTML tag"),
+    pytest.param("[x](javascript:alert(1))", "\\[x\\](javascript:alert(1))", id="link"),
+    pytest.param("![i](http://x/p.png)", "!\\[i\\](http://x/p.png)", id="image"),
+    pytest.param("a|b`c`", "a\\|b\\`c\\`", id="cell border and code span"),
+    pytest.param("*b* _i_ ~s~", "\\*b\\* \\_i\\_ \\~s\\~", id="emphasis and strikethrough (GFM)"),
+    pytest.param("&lt; \\", "&amp;lt; \\\\", id="entity and backslash"),
+    pytest.param("a\nb", "a\\\\nb", id="newline: visible, its backslash escaped"),
+    pytest.param("bad_batch/version_0", "bad_batch/version_0", id="underscores inside words stay"),
+])
+def test_markdown_escapes_what_would_render_as_markup(name, shown):
+    assert markdown(name) == shown
+
+
+@pytest.mark.parametrize("text, shown", [
+    pytest.param("plain", "`plain`", id="no backtick"),
+    pytest.param("a`b", "``a`b``", id="one backtick inside"),
+    pytest.param("``x`` `", "``` ``x`` ` ```", id="runs of backticks, one at the edge"),
+])
+def test_markdown_code_span_cannot_be_ended_by_the_text(text, shown):
+    assert markdown_code(text) == shown
+
+
+def test_html_text_escapes_quotes_for_attributes_and_shows_control_characters():
+    assert html_text('a"b\'<c>&\x1b') == "a&quot;b&#x27;&lt;c&gt;&amp;\\x1b"

@@ -1,0 +1,106 @@
+"""No Slack token or webhook URL reaches anything lossguard prints: a malformed webhook URL is
+refused at load with its secret masked, and what a server echoes back is scrubbed. The commands run
+as real processes against the local Slack-like server."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from lossguard.redact import mask_url, scrub
+
+from .slack_server import Answer
+
+TOKEN = "xoxb-1111-2222-ECHOEDSECRET"
+HOOK_SECRET = "Zq8SECRETwebhookPART"
+
+
+def _lossguard(*args: str, env: dict[str, str], cwd) -> subprocess.CompletedProcess:  # noqa: ANN001
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("LOSSGUARD_") and k != "CREDENTIALS_DIRECTORY"}
+    return subprocess.run([sys.executable, "-m", "lossguard.cli", *args], capture_output=True, text=True, timeout=60,
+                          env={**clean, **env}, cwd=cwd)
+
+
+@pytest.mark.parametrize("command", [
+    pytest.param(["config", "check"], id="config check"),
+    pytest.param(["alert", "test"], id="alert test"),
+    pytest.param(["watch", "runs"], id="watch"),
+])
+def test_webhook_url_without_a_scheme_is_refused_at_load_in_one_line_with_its_secret_masked(tmp_path, command):
+    url = f"hooks.slack.com/services/T0/B0/{HOOK_SECRET}"
+    done = _lossguard(*command, env={"LOSSGUARD_SLACK_WEBHOOK_URL": url}, cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+    assert "hooks.slack.com/services/T0/B0/***" in done.stderr and "https://" in done.stderr
+    assert HOOK_SECRET not in done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("url, reason", [
+    pytest.param("http://hooks.slack.com/services/T0/B0/" + HOOK_SECRET, "https", id="plain http to a remote host"),
+    pytest.param("https:///services/T0/B0/" + HOOK_SECRET, "host", id="no host"),
+    pytest.param("https://hooks.slack.com/", "path", id="no path"),
+])
+def test_webhook_url_that_cannot_work_is_refused_by_config_check(tmp_path, url, reason):
+    done = _lossguard("config", "check", env={"LOSSGUARD_SLACK_WEBHOOK_URL": url}, cwd=tmp_path)
+    assert done.returncode == 2 and reason in done.stderr
+    assert HOOK_SECRET not in done.stdout + done.stderr
+
+
+def test_webhook_on_this_machine_may_use_plain_http(tmp_path, slack):
+    done = _lossguard("alert", "test", env={"LOSSGUARD_SLACK_WEBHOOK_URL": slack.webhook_url}, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert slack.requests[0].path.startswith("/hooks/")
+
+
+def test_alert_test_scrubs_a_token_the_server_echoes_in_its_error(tmp_path, slack):
+    slack.queue.append(Answer(body=lambda req: {"ok": False, "error": f"bad request; Authorization: {req.headers['authorization']}"}))
+    env = {"LOSSGUARD_SLACK_TOKEN": TOKEN, "LOSSGUARD_SLACK_BASE_URL": slack.base_url}
+    done = _lossguard("alert", "test", "--channel", "#oncall", env=env, cwd=tmp_path)
+    assert slack.requests[0].headers["authorization"] == f"Bearer {TOKEN}"  # the server did get it
+    assert done.returncode == 1 and "Authorization: Bearer ***" in done.stderr
+    assert "ECHOEDSECRET" not in done.stdout + done.stderr
+
+
+def test_alert_test_scrubs_a_webhook_path_the_server_echoes_in_its_error(tmp_path, slack):
+    slack.queue.append(Answer(status=400, body=lambda req: f"invalid_payload for POST {req.path}"))
+    done = _lossguard("alert", "test", env={"LOSSGUARD_SLACK_WEBHOOK_URL": slack.webhook_url}, cwd=tmp_path)
+    assert done.returncode == 1 and "invalid_payload for POST ***" in done.stderr
+    assert "XXXXSECRETXXXX" not in done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("text, secret", [
+    pytest.param("invalid_auth for xoxb-12-34-abcdef", "abcdef", id="bot token"),
+    pytest.param("token=xoxp-9-8-userSECRET;", "userSECRET", id="user token"),
+    pytest.param("Authorization: Bearer opaqueSECRET", "opaqueSECRET", id="bearer header"),
+    pytest.param("POST https://hooks.slack.com/services/T0/B0/hookSECRET failed", "hookSECRET", id="webhook URL"),
+    pytest.param('{"url": "https:\\/\\/hooks.slack.com\\/services\\/T0\\/B0\\/hookSECRET"}', "hookSECRET", id="webhook URL, JSON-escaped"),
+])
+def test_scrub_masks_what_is_shaped_like_a_slack_secret_though_never_configured(text, secret):
+    assert secret not in scrub(text) and "***" in scrub(text)
+
+
+@pytest.mark.parametrize("url, shown", [
+    pytest.param("hooks.slack.com/services/T0/B0/S3CRET", "hooks.slack.com/services/T0/B0/***", id="no scheme"),
+    pytest.param("https://user:pw@hooks.slack.com/services/T0/B0/S3CRET?x=S3CRET", "https://hooks.slack.com/services/T0/B0/***", id="user info and query"),
+    pytest.param("S3CRET", "***", id="no slash at all"),
+])
+def test_mask_url_shows_where_a_webhook_points_but_not_its_secret(url, shown):
+    assert mask_url(url) == shown
+
+
+def test_status_scrubs_a_token_kept_in_an_older_states_outbox_error(tmp_path):
+    from lossguard.model import Notice
+    from lossguard.state import State
+
+    state = State(tmp_path / "state")
+    with state.transaction() as tx:
+        tx.enqueue(Notice("stalled", "exp", step=40, minutes=31.0), incident_id=None, sinks=["slack"], now=1.0)
+    state.mark_failed(state.pending(sink="slack"), f"temporary error: echoed Authorization: Bearer {TOKEN}", permanent=False)
+    state.close()
+    for fmt in ("table", "json"):
+        done = _lossguard("status", "--state-dir", str(tmp_path / "state"), "--format", fmt, env={}, cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        assert "Bearer ***" in done.stdout and "ECHOEDSECRET" not in done.stdout
