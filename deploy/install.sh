@@ -2,8 +2,9 @@
 # Install lossguard as a systemd service on a Debian/Ubuntu-like box (run as root). Idempotent.
 #
 #   deploy/install.sh                 install or upgrade from this checkout
-#   deploy/install.sh --root DIR      install into DIR instead of / (packaging, tests): no user is
-#                                     created and systemctl is not called
+#   deploy/install.sh --root DIR      stage the install in DIR (packaging, tests): no user is created,
+#                                     systemctl is not called, and the program's scripts name
+#                                     /opt/lossguard/venv, where the package will put them
 #   deploy/install.sh --uninstall     remove the program and the units; keep config and state
 #   deploy/install.sh --uninstall --purge   ...and remove /etc/lossguard and the state too
 set -euo pipefail
@@ -59,10 +60,16 @@ if [ ! -x "$OPT/venv/bin/python" ]; then
     "$PYTHON" -m venv "$OPT/venv"
 fi
 "$OPT/venv/bin/python" -m pip install --quiet --upgrade "$SOURCE"
+if ! live; then
+    # A staged install: the scripts' shebangs must name where the venv will live, not the stage.
+    grep -rlIF --null "$OPT/venv" "$OPT/venv/bin" | xargs -0 -r sed -i "s|$OPT/venv|/opt/lossguard/venv|g"
+fi
 
-# The user's configuration is never overwritten.
+# The user's configuration is never overwritten. It may hold a token or webhook URL: readable by
+# root and the service's group only.
 if [ ! -e "$ETC/lossguard.toml" ]; then
-    install -m 0644 "$SOURCE/deploy/lossguard.toml" "$ETC/lossguard.toml"
+    if live; then GROUP=lossguard; else GROUP="$(id -g)"; fi
+    install -m 0640 -g "$GROUP" "$SOURCE/deploy/lossguard.toml" "$ETC/lossguard.toml"
     CREATED_CONFIG=1
 fi
 # The unit loads this credential; empty means "no bot token" (webhook setups), so it always exists.

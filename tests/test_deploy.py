@@ -39,7 +39,12 @@ def test_install_into_a_root_writes_program_config_credential_and_units(installe
     for unit in ("lossguard.service", "lossguard-scan.service", "lossguard-scan.timer"):
         assert (root / "etc/systemd/system" / unit).read_text() == (REPO / "systemd" / unit).read_text()
     assert "Two steps remain" in out and "systemctl enable --now lossguard.service" in out
-    ran = subprocess.run([str(root / "opt/lossguard/venv/bin/lossguard"), "--version"], capture_output=True, text=True)
+    assert oct((root / "etc/lossguard/lossguard.toml").stat().st_mode & 0o777) == "0o640"  # it may hold a token
+    # Staged for a package: the scripts name where the venv will live, not the staging folder.
+    script = root / "opt/lossguard/venv/bin/lossguard"
+    assert script.read_text().splitlines()[0] == "#!/opt/lossguard/venv/bin/python"
+    assert str(root) not in "".join(f.read_text(errors="replace") for f in (root / "opt/lossguard/venv/bin").iterdir() if f.is_file())
+    ran = subprocess.run([str(root / "opt/lossguard/venv/bin/python"), "-m", "lossguard.cli", "--version"], capture_output=True, text=True)
     assert ran.returncode == 0 and ran.stdout.startswith("lossguard ")
 
 

@@ -86,3 +86,19 @@ def test_a_name_a_format_claims_is_a_log_whatever_its_suffix(tmp_path, monkeypat
     monkeypatch.setattr(sniff, "FORMATS", (*sniff.FORMATS, toy))
     assert [f.path.name for f in discover(tmp_path, problems=[])] == ["events.out.tfevents.1700000000.host.v2", "weights.toy"]
     assert sniff.format_of(tmp_path / "run" / "weights.toy") == "toy"
+
+
+def test_symlink_loops_are_said_once_each_and_the_runs_beside_them_are_read(tmp_path):
+    from lossguard.sources.discover import collect
+
+    (tmp_path / "exp").mkdir()
+    (tmp_path / "exp" / "metrics.jsonl").write_text('{"step": 1, "loss": 2.0}\n')
+    os.symlink("self", tmp_path / "exp" / "self")  # resolves to itself
+    os.symlink("b", tmp_path / "a")  # a -> b -> a
+    os.symlink("a", tmp_path / "b")
+    os.symlink("..", tmp_path / "exp" / "up")  # back to a folder already walked
+    os.symlink("gone", tmp_path / "exp" / "latest")  # dangling: not a log, not a loop
+    found, problems = collect([tmp_path], globs=())
+    assert [f.path.name for f in found] == ["metrics.jsonl"]
+    said = sorted((os.path.relpath(p.source, tmp_path), "loop" in p.message) for p in problems)
+    assert said == [("a", True), ("b", True), ("exp/self", True), ("exp/up", True)]

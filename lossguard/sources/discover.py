@@ -12,6 +12,7 @@ twice, so a symlink loop under the root ends the walk instead of hanging it.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import time
@@ -128,8 +129,10 @@ class Listings:
         self.folders[folder] = ((st.st_dev, st.st_ino, st.st_mtime_ns), entries)
 
 
-def _list(folder: str) -> list[tuple[str, str, bool]]:
-    """(name, path, is a folder) of the entries that are folders or files, by name."""
+def _list(folder: str, problems: list[Problem]) -> list[tuple[str, str, bool]]:
+    """(name, path, is a folder) of the entries that are folders or files, by name. A symlink that
+    resolves to itself (`a -> a`, `a -> b -> a`) is a loop the kernel refuses: said, not followed;
+    one that points nowhere (a `latest` link to a deleted checkpoint) is not a log: skipped."""
     out = []
     for entry in sorted(os.scandir(folder), key=lambda e: e.name):
         try:
@@ -137,8 +140,9 @@ def _list(folder: str) -> list[tuple[str, str, bool]]:
                 out.append((entry.name, entry.path, True))
             elif entry.is_file(follow_symlinks=True):
                 out.append((entry.name, entry.path, False))
-        except OSError:
-            continue
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                problems.append(Problem(entry.path, "symlink loop (it resolves to itself); not followed"))
     return out
 
 
@@ -163,7 +167,7 @@ def _walk(root: Path, problems: list[Problem], listings: Listings | None = None)
         entries = listings.entries(folder, st) if listings is not None else None
         if entries is None:
             try:
-                entries = _list(folder)
+                entries = _list(folder, problems)
             except OSError as exc:
                 problems.append(Problem(folder, f"cannot list folder: {exc.strerror or exc}"))
                 continue
