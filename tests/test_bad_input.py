@@ -238,3 +238,27 @@ def test_scan_reports_a_file_its_reader_fails_on_and_audits_the_other_runs(tmp_p
     assert code == 1  # spikes found
     assert [r["run"] for r in report["runs"] if r["spikes"]] == ["good"]
     assert "unforeseen" in out.out + out.err and "metrics.jsonl" in out.out + out.err
+
+
+@pytest.mark.parametrize("filler", [0, 3000], ids=["regex path", "fast path"])
+def test_a_step_that_is_no_step_skips_that_line_with_one_summarised_problem(tmp_path, filler):
+    # Each of these once took the step of the line before it: its loss was put where it never was.
+    bad = ['{"step": true, "loss": 9.0}', '{"step": 9223372036854775808, "loss": 9.1}', '{"step": 1e400, "loss": 9.2}', '{"step": -5, "loss": 9.3}']
+    good = [json.dumps({"step": s, "loss": 1.0 + s / 10_000}) for s in range(1, filler + 3)]
+    path = tmp_path / "m.jsonl"
+    path.write_text("\n".join([*good[:2], *bad, *good[2:], '{"loss": 1.5}']) + "\n")
+    frame, _, problems = read_paths([path])
+    loss = frame.filter(pl.col("metric") == "loss")
+    assert loss.get_column("value").max() < 9.0
+    assert loss.height == len(good) + 1  # the stepless last line still takes the step before it
+    assert [str(p) for p in problems] == [
+        f"{path}:3: step is not a whole number from 0 to 2^63-1; this line's values are skipped (and 3 more line(s) like it)"
+    ]
+
+
+def test_a_hundred_thousand_bad_steps_are_one_problem_with_the_count(tmp_path):
+    path = tmp_path / "train.log"
+    path.write_text("step 1 | loss: 2.0\n" + "step 99999999999999999999 | loss: 3.0\n" * 100_000)
+    frame, _, problems = read_paths([path])
+    assert frame.get_column("step").to_list() == [1]
+    assert [str(p) for p in problems] == [f"{path}:2: step is not a whole number from 0 to 2^63-1; this line's values are skipped (and 99,999 more line(s) like it)"]
