@@ -19,6 +19,7 @@ from lossguard.formats import base
 from lossguard.sources import textfile
 
 from . import samples
+from .conftest import assert_one_error_line, run_lossguard
 
 GOOD = samples.JSONL
 
@@ -262,3 +263,15 @@ def test_a_hundred_thousand_bad_steps_are_one_problem_with_the_count(tmp_path):
     frame, _, problems = read_paths([path])
     assert frame.get_column("step").to_list() == [1]
     assert [str(p) for p in problems] == [f"{path}:2: step is not a whole number from 0 to 2^63-1; this line's values are skipped (and 99,999 more line(s) like it)"]
+
+
+@pytest.mark.parametrize("command", ["scan", "read"])
+@pytest.mark.parametrize("kind", ["fifo", "/dev/zero"])
+def test_a_path_that_is_no_file_or_folder_is_refused_without_opening_it(tmp_path, command, kind):
+    if kind == "fifo":
+        path = tmp_path / "train.log"
+        os.mkfifo(path)  # opening it for reading would block until a writer came: the timeout shows it
+    else:
+        path = kind
+    res = run_lossguard(command, str(path), timeout=30)
+    assert_one_error_line(res, f"{path}: not a regular file or folder")
