@@ -9,7 +9,7 @@ from .aliases import Aliases
 from .errors import ConfigError
 from .formats.custom import LineFormatSpec
 from .reader import FORMAT_NAMES, ReadOptions
-from .tomlio import load_toml
+from .tomlio import key_line, load_toml
 from .validate import build
 
 
@@ -20,8 +20,12 @@ def read_options(config: Path | None, *, fmt: str | None = None) -> ReadOptions:
     aliases = data.get("aliases", {})
     if not isinstance(aliases, dict):
         raise ConfigError(f"{config}: [aliases] must be a table of metric = [tags]")
+    formats = data.get("formats", [])
+    if not isinstance(formats, list):
+        line = key_line(config, "formats")
+        raise ConfigError(f"{config}{f':{line}' if line else ''}: formats: must be an array of tables ([[formats]] with name and pattern)")
     specs = []
-    for i, raw in enumerate(data.get("formats", [])):
+    for i, raw in enumerate(formats):
         try:
             spec = build(LineFormatSpec, raw)
         except ValueError as exc:

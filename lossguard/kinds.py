@@ -25,6 +25,15 @@ from .table import CANONICAL_METRICS
 from .validate import spec
 
 SEVERITIES = ("info", "warning", "critical")
+MAX_POINTS = 10**9
+"""Windows, patience, recovery and history count points: more than any run logs, and far from where
+polars' window sizes (and their sums here) overflow."""
+MAX_STEPS = 2**63 - 1
+"""Steps are Int64."""
+MIN_ALPHA = 1e-6
+"""The smallest EWM alpha: a memory of about a million points (its lookback, 9.2 million points, is
+what the daemon keeps of each stream's tail). Smaller ones mean nothing more, and under about 1e-16
+1 - alpha rounds to 1, where the lookback divided by log(1 - alpha) = 0."""
 _KIND = dataclass(frozen=True, kw_only=True)
 
 PerUnit = Callable[[pl.Expr], pl.Expr]
@@ -70,10 +79,10 @@ class Rule:
     metric: str = field(metadata=spec(str))
     severity: str = field(default="warning", metadata=spec(SEVERITIES))
     runs: str = field(default="*", metadata=spec(str))
-    min_history: int | None = field(default=None, metadata=spec(int, optional=True, ge=1))
+    min_history: int | None = field(default=None, metadata=spec(int, optional=True, ge=1, le=MAX_POINTS))
     """Values the stream must hold (the judged one included) before the rule may fire."""
-    cooldown: int = field(default=0, metadata=spec(int, ge=0))
-    recovery: int = field(default=3, metadata=spec(int, ge=1))
+    cooldown: int = field(default=0, metadata=spec(int, ge=0, le=MAX_STEPS))
+    recovery: int = field(default=3, metadata=spec(int, ge=1, le=MAX_POINTS))
     """Points back under the threshold that close an incident."""
     kind: str = ""
     """Each kind sets its name as this default; rules.rule_from picks the class by it."""
@@ -157,7 +166,7 @@ class RatioRule(_AgainstTheWindowBefore):
 
     kind: str = "ratio"
     factor: float = field(default=2.0, metadata=spec(float, gt=0))
-    window: int = field(default=9, metadata=spec(int, ge=1))
+    window: int = field(default=9, metadata=spec(int, ge=1, le=MAX_POINTS))
     baseline: str = field(default="mean", metadata=spec(("mean", "median", "max")))
 
     def judgement(self, v: pl.Expr, per_unit: PerUnit) -> Judgement:
@@ -172,7 +181,7 @@ class ZScoreRule(_AgainstTheWindowBefore):
 
     kind: str = "zscore"
     k: float = field(default=6.0, metadata=spec(float, gt=0))
-    window: int = field(default=128, metadata=spec(int, ge=2))
+    window: int = field(default=128, metadata=spec(int, ge=2, le=MAX_POINTS))
 
     def judgement(self, v: pl.Expr, per_unit: PerUnit) -> Judgement:
         baseline = per_unit(v.rolling_mean(self.window, min_samples=self.window).shift(1))
@@ -186,7 +195,7 @@ class EwmRule(Rule):
 
     kind: str = "ewm"
     factor: float = field(default=1.5, metadata=spec(float, gt=0))
-    alpha: float = field(default=0.1, metadata=spec(float, gt=0, le=1))
+    alpha: float = field(default=0.1, metadata=spec(float, ge=MIN_ALPHA, le=1))
 
     finite_only = True
 
@@ -196,7 +205,8 @@ class EwmRule(Rule):
     @property
     def lookback(self) -> int:
         # Weights below 1e-4 of the newest are negligible: that many points pin the mean.
-        return max(1, math.ceil(math.log(1e-4) / math.log(1 - self.alpha))) if self.alpha < 1 else 1
+        # log1p: 1 - alpha itself loses alpha's digits as alpha gets small.
+        return max(1, math.ceil(math.log(1e-4) / math.log1p(-self.alpha))) if self.alpha < 1 else 1
 
     def judgement(self, v: pl.Expr, per_unit: PerUnit) -> Judgement:
         baseline = per_unit(v.ewm_mean(alpha=self.alpha, adjust=False).shift(1))
@@ -210,7 +220,7 @@ class ThresholdRule(Rule):
     kind: str = "threshold"
     above: float | None = field(default=None, metadata=spec(float, optional=True))
     below: float | None = field(default=None, metadata=spec(float, optional=True))
-    patience: int = field(default=1, metadata=spec(int, ge=1))
+    patience: int = field(default=1, metadata=spec(int, ge=1, le=MAX_POINTS))
 
     def _check(self) -> str | None:
         if (self.above is None) == (self.below is None):
@@ -235,7 +245,7 @@ class NonFiniteRule(Rule):
     """NaN or +/-Inf in the metric: never let a NaN loss pass silently."""
 
     kind: str = "nonfinite"
-    patience: int = field(default=1, metadata=spec(int, ge=1))
+    patience: int = field(default=1, metadata=spec(int, ge=1, le=MAX_POINTS))
 
     nonfinite_only = True
 
@@ -264,8 +274,8 @@ class SustainedRule(Rule):
 
     kind: str = "sustained"
     factor: float = field(default=2.0, metadata=spec(float, gt=0))
-    window: int = field(default=100, metadata=spec(int, ge=1))
-    patience: int = field(default=4, metadata=spec(int, ge=1))
+    window: int = field(default=100, metadata=spec(int, ge=1, le=MAX_POINTS))
+    patience: int = field(default=4, metadata=spec(int, ge=1, le=MAX_POINTS))
 
     finite_only = True
 
@@ -308,7 +318,7 @@ class SlopeRule(Rule):
     """
 
     kind: str = "slope"
-    window: int = field(default=50, metadata=spec(int, ge=3))
+    window: int = field(default=50, metadata=spec(int, ge=3, le=MAX_POINTS))
     rate: float = field(default=0.01, metadata=spec(float, gt=0))
 
     finite_only = True

@@ -3,6 +3,8 @@ never raised out of a reader, so one bad file cannot stop the others from being 
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 
@@ -23,3 +25,27 @@ class Problem:
 
     def to_json(self) -> dict[str, object]:
         return {"source": self.source, "line": self.line, "offset": self.offset, "message": self.message}
+
+
+KEEP_PER_FOLDER = 3
+
+
+def summarised(problems: Iterable[Problem], *, keep: int = KEEP_PER_FOLDER) -> list[Problem]:
+    """The problems with those of one kind (the same message) in one folder cut to the first `keep`,
+    then one line saying how many more: 50,000 empty files are a fact about their folder, not 50,000
+    warnings to scroll past."""
+    out: list[Problem | None] = []
+    seen: dict[tuple[str, str], int] = {}
+    slot: dict[tuple[str, str], int] = {}
+    for problem in problems:
+        key = (os.path.dirname(problem.source), problem.message)
+        seen[key] = seen.get(key, 0) + 1
+        if seen[key] <= keep:
+            out.append(problem)
+        elif key not in slot:
+            slot[key] = len(out)
+            out.append(None)
+    for key, at in slot.items():
+        folder, message = key
+        out[at] = Problem(folder or ".", f"... and {seen[key] - keep:,} more file(s) in this folder: {message}")
+    return [p for p in out if p is not None]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from fnmatch import fnmatch
 from pathlib import Path
 
 import polars as pl
@@ -20,8 +21,8 @@ from .errors import UsageError
 from .formats import FORMATS
 from .formats.base import Parsed, Reader
 from .formats.custom import LineFormatSpec
-from .formats.sniff import format_of
-from .problems import Problem
+from .formats.sniff import by_name, format_of
+from .problems import Problem, summarised
 from .sources.discover import Found, collect
 
 BUILTIN: dict[str, Reader] = {f.name: f.reader for f in FORMATS}
@@ -98,12 +99,23 @@ class FileResult:
     result: ReadResult | None
 
 
-def read_found(found: Found, options: ReadOptions, *, lean: bool = False) -> FileResult:
+EMPTY = "empty file: no records"
+
+
+def read_found(found: Found, options: ReadOptions, *, lean: bool = False, explicit: bool = False) -> FileResult:
+    """One file of an audit, completely. An empty file is not sniffed or parsed (a folder can hold
+    thousands): it is a problem when its name promises records (an event file), or when a file of
+    unknown name would be one (`unrecognised`); `explicit`: the user named this file."""
     try:
-        fmt = options.format_of(found.path)
+        empty = found.path.stat().st_size == 0
+        fmt = None if empty else options.format_of(found.path)
     except OSError as exc:
         problem = Problem(str(found.path), f"cannot read: {exc.strerror or exc}")
         return FileResult(found, None, ReadResult(table.empty(lean=lean), Cursor(), (problem,)))
+    if empty:
+        named = options.format or by_name(found.path.name) or next((s.name for s in options.custom if s.files and fnmatch(found.path.name, s.files)), None)
+        warn = named is not None or unrecognised(found.path, explicit=explicit) is not None
+        return FileResult(found, named, ReadResult(table.empty(lean=lean), Cursor(), (Problem(str(found.path), EMPTY),) if warn else ()))
     if fmt is None:
         return FileResult(found, None, None)
     return FileResult(found, fmt, read(found.path, run=found.run, fmt=fmt, final=True, options=options, lean=lean))
@@ -124,7 +136,7 @@ def unrecognised(path: Path, *, explicit: bool) -> Problem | None:
 def read_paths(paths: Sequence[Path], options: ReadOptions = ReadOptions()) -> tuple[pl.DataFrame, list[FileResult], list[Problem]]:
     """Read every log under the given files and folders, completely (the audit's case)."""
     found, problems = collect(paths, globs=options.globs)
-    results = [read_found(f, options) for f in found]
+    results = [read_found(f, options, explicit=f.path in paths) for f in found]
     frames = []
     for res in results:
         if res.result is None:
@@ -136,4 +148,4 @@ def read_paths(paths: Sequence[Path], options: ReadOptions = ReadOptions()) -> t
         if res.result.frame.height:
             frames.append(res.result.frame)
     frame = pl.concat(frames, rechunk=False) if frames else table.empty()
-    return frame, results, problems
+    return frame, results, summarised(problems)

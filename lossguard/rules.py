@@ -67,6 +67,10 @@ def parse_rules(data: dict, *, origin: str) -> tuple[Rule, ...]:
             raise ConfigError(f"{origin}: rule {rule.name!r}: a rule of that name is already defined")
         names.add(rule.name)
         rules.append(rule)
+    if not rules:
+        # An empty file (or one of comments, or a typo'd table name caught above) would load as no
+        # rules at all: a daemon that runs for weeks and can never alert.
+        raise ConfigError(f"{origin}: no rules in this file; each rule is a [[rule]] table")
     return tuple(rules)
 
 

@@ -21,7 +21,7 @@ import polars as pl
 from . import table
 from .engine import RunAnalysis, analyse_streams
 from .model import Incident
-from .problems import Problem
+from .problems import Problem, summarised
 from .reader import ReadOptions, read_found, unrecognised
 from .rules import RuleSet
 from .sources.discover import Found, collect
@@ -106,7 +106,7 @@ def scan_run(run: str, paths: Sequence[str], rules: RuleSet, options: ReadOption
     """Read and analyse one run; a module-level function so worker processes can run it."""
     frames, formats, problems = [], [], []
     for path in paths:
-        res = read_found(Found(run, Path(path)), options, lean=True)
+        res = read_found(Found(run, Path(path)), options, lean=True, explicit=path in explicit)
         if res.result is None:
             problem = unrecognised(Path(path), explicit=path in explicit)
             if problem:
@@ -118,6 +118,10 @@ def scan_run(run: str, paths: Sequence[str], rules: RuleSet, options: ReadOption
             formats.append(res.format)
         if res.result.frame.height:
             frames.append(res.result.frame)
+    if not formats:
+        # No file of the run was read: the scan keeps only its problems (thousands of empty files, each
+        # a run of its own, once cost an analysis of nothing each).
+        return RunReport(RunAnalysis(run, {}, 0, None, None, ()), paths[0], (), len(paths), tuple(problems))
     frame = pl.concat(frames, rechunk=False) if frames else table.empty(lean=True)
     analysis, streams = analyse_streams(frame, rules, run=run)
     contexts = {m: as_context(s) for m, s in streams.items()}
@@ -207,4 +211,4 @@ def scan(
     ordered = sorted(reports, key=lambda r: r.run)
     kept = tuple(r for r in ordered if r.formats)
     orphans = [p for r in ordered if not r.formats for p in r.problems]
-    return ScanResult(rules, kept, tuple([*problems, *orphans]), files=len(found), bytes=total)
+    return ScanResult(rules, kept, tuple(summarised([*problems, *orphans])), files=len(found), bytes=total)

@@ -7,20 +7,20 @@ one would otherwise fail inside urllib with the whole URL in the traceback, on e
 
 from __future__ import annotations
 
+import json
 import os
-from pathlib import Path
-from typing import Any
-
+import re
 from fnmatch import fnmatchcase
-from typing import Literal
+from pathlib import Path
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict, SettingsError
 
 from .errors import ConfigError
 from .redact import mask_url, remember
-from .tomlio import load_toml
+from .tomlio import key_line, load_toml
 
 SECRET_FILES = ("slack_token", "slack_webhook_url")
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
@@ -95,7 +95,37 @@ class _TomlFile(PydanticBaseSettingsSource):
         unknown = sorted(set(top) - known) + sorted(f"slack.{k}" for k in slack if f"slack_{k}" not in known)
         if unknown:
             raise ConfigError(f"{self.path}: unknown setting(s): {', '.join(unknown)}")
-        return {**top, **{f"slack_{k}": v for k, v in slack.items()}}
+        values = {**top, **{f"slack_{k}": v for k, v in slack.items()}}
+        for name, value in values.items():
+            if reason := _not_toml_typed(name, value):
+                raise ConfigError(f"{where_in_file(self.path, name)}: {reason} (got {value!r})")
+        return values
+
+
+_SCALARS = {bool: "a TOML boolean (true or false)", int: "a TOML integer", float: "a TOML number"}
+
+
+def _not_toml_typed(name: str, value: object) -> str | None:
+    """A scalar setting written as TOML can type it: `polling = "yes"` is a string, which pydantic's
+    lax mode would read as true (and "10" as 10.0). Environment variables are text and stay lax."""
+    wanted = Settings.model_fields[name].annotation
+    if wanted not in _SCALARS:
+        return None
+    fits = isinstance(value, bool) if wanted is bool else isinstance(value, (int, float) if wanted is float else int) and not isinstance(value, bool)
+    return None if fits else f"must be {_SCALARS[wanted]}"
+
+
+def where_in_file(path: Path, name: str) -> str:
+    """`file:line: key` for a setting of lossguard.toml (the [slack] ones as slack.key)."""
+    table, key = ("slack", name.removeprefix("slack_")) if name.startswith("slack_") else (None, name)
+    line = key_line(path, key, table=table)
+    return f"{path}{f':{line}' if line else ''}: {f'{table}.' if table else ''}{key}"
+
+
+PathList = Annotated[list[Path], NoDecode]
+"""A list of paths that the environment may give as one path, as PATH does (a:b), or as JSON."""
+
+DAY = 86400.0
 
 
 class SlackRoute(BaseModel):
@@ -114,14 +144,14 @@ class SlackRoute(BaseModel):
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="LOSSGUARD_", extra="ignore", frozen=True)
 
-    paths: list[Path] = Field(default_factory=list, description="runs folders (or log files) to follow")
-    rules: list[Path] = Field(default_factory=list, description="rules files, folders or preset names; empty: the packaged defaults")
+    paths: PathList = Field(default_factory=list, description="runs folders (or log files) to follow")
+    rules: PathList = Field(default_factory=list, description="rules files, folders or preset names; empty: the packaged defaults")
     state_dir: Path | None = Field(default=None, description="daemon state; default $STATE_DIRECTORY, else $XDG_STATE_HOME/lossguard")
-    poll_interval: float = Field(default=10.0, gt=0, description="seconds between rescans with --polling or of a root on a network filesystem (NFS, Lustre, CIFS, FUSE: found in /proc/self/mountinfo)")
+    poll_interval: float = Field(default=10.0, allow_inf_nan=False, gt=0, le=DAY, description="seconds between rescans with --polling or of a root on a network filesystem (NFS, Lustre, CIFS, FUSE: found in /proc/self/mountinfo)")
     polling: bool = Field(default=False, description="rescans only, no inotify")
-    rescan_interval: float = Field(default=300.0, gt=0, description="seconds between the safety-net rescans of roots that inotify watches")
-    threads: int = Field(default=1, ge=1, description="polars threads in the daemon: its passes work on small batches, where a pool costs more CPU than it saves; more only speeds up reading a large backlog at start")
-    stall_after: float = Field(default=30.0, ge=0, description="minutes without a new step before a run is reported stalled (0: never)")
+    rescan_interval: float = Field(default=300.0, allow_inf_nan=False, gt=0, le=DAY, description="seconds between the safety-net rescans of roots that inotify watches")
+    threads: int = Field(default=1, ge=1, le=1024, description="polars threads in the daemon: its passes work on small batches, where a pool costs more CPU than it saves; more only speeds up reading a large backlog at start")
+    stall_after: float = Field(default=30.0, allow_inf_nan=False, ge=0, le=DAY / 60 * 7, description="minutes without a new step before a run is reported stalled (0: never)")
     jsonl: Path | None = Field(default=None, description="also append every notification to this JSON-lines file")
     log_level: str = Field(default="info", pattern="^(debug|info|warning|error)$", description="daemon log level")
     slack_token: SecretStr | None = Field(default=None, description="Slack bot token (xoxb-...); better from a credential file")
@@ -130,8 +160,23 @@ class Settings(BaseSettings):
     slack_base_url: str = Field(default="https://slack.com/api/", description="Slack Web API base URL (GovSlack, tests)")
     slack_routes: list[SlackRoute] = Field(default_factory=list, description="per severity / run glob channels, first match wins; else `channel`")
     slack_group_threshold: int = Field(default=3, ge=2, description="this many new incidents waiting at once go out as one message, details in its thread")
-    slack_run_cooldown: float = Field(default=600.0, ge=0, description="seconds after a run's alert during which its new incidents go into that alert's thread")
-    slack_min_interval: float = Field(default=1.0, ge=0, description="seconds between two messages to one channel (Slack allows about one a second)")
+    slack_run_cooldown: float = Field(default=600.0, allow_inf_nan=False, ge=0, le=DAY, description="seconds after a run's alert during which its new incidents go into that alert's thread")
+    slack_min_interval: float = Field(default=1.0, allow_inf_nan=False, ge=0, le=3600, description="seconds between two messages to one channel (Slack allows about one a second)")
+
+    @field_validator("paths", "rules", mode="before")
+    @classmethod
+    def _path_list(cls, value: object) -> object:
+        """One path (LOSSGUARD_PATHS=/data/runs, or `paths = "/data/runs"`), several as $PATH
+        writes them (a:b), or a JSON list."""
+        if not isinstance(value, str):
+            return value
+        text = value.strip()
+        if text.startswith("["):
+            try:
+                return json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"not a JSON list of paths: {exc.msg} at character {exc.pos}") from None
+        return [part for part in text.split(os.pathsep) if part]
 
     @field_validator("slack_token")
     @classmethod
@@ -186,10 +231,41 @@ def load_settings(config: Path | None = None, **overrides: object) -> Settings:
     """Settings from (in order of precedence) `overrides` (the command line), LOSSGUARD_* variables,
     secret files, and the config file."""
     _CONFIG_PATH["path"] = config
+    given = {k: v for k, v in overrides.items() if v is not None}
     try:
-        return Settings(**{k: v for k, v in overrides.items() if v is not None})
+        return Settings(**given)
     except ValidationError as exc:
-        reasons = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg'].removeprefix('Value error, ')}" for e in exc.errors())
+        reasons = "; ".join(_reason(e, given=given, config=config) for e in exc.errors())
         raise ConfigError(f"invalid settings: {reasons}") from None
+    except SettingsError as exc:
+        # pydantic-settings' own failure to decode a variable (LOSSGUARD_SLACK_ROUTES not JSON).
+        field = re.search(r'field "(\w+)"', str(exc))
+        where = _env_name(field.group(1)) if field else "LOSSGUARD_*"
+        raise ConfigError(f"invalid settings: {where}: not valid JSON") from None
     finally:
         _CONFIG_PATH["path"] = None
+
+
+def _env_name(field: str) -> str:
+    return f"LOSSGUARD_{field.upper()}"
+
+
+def _reason(error: Any, *, given: dict[str, object], config: Path | None) -> str:
+    """One pydantic error as `where: field: why`, where is the source that gave the value, in the
+    order they take precedence: the command line, the environment, a credential file, the config."""
+    field, rest = str(error["loc"][0]), error["loc"][1:]
+    detail = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in rest)
+    why = error["msg"].removeprefix("Value error, ")
+    if "input" in error and not isinstance(error["input"], (dict, list)) and field not in SECRET_FILES:
+        shown = repr(error["input"])
+        why += f" (got {shown if len(shown) <= 40 else shown[:37] + '...'})"
+    if field in given:
+        return f"--{field.replace('_', '-')}{detail}: {why}"
+    env = {k.upper() for k in os.environ}
+    if _env_name(field) in env:
+        return f"{_env_name(field)}{detail}: {why}"
+    if f"{_env_name(field)}_FILE" in env:
+        return f"{_env_name(field)}_FILE: {why}"
+    if config is not None:
+        return f"{where_in_file(config, field)}{detail}: {why}"
+    return f"{field}{detail}: {why}"

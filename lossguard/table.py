@@ -48,7 +48,11 @@ def conform_raw(frame: pl.DataFrame) -> pl.DataFrame:
     if "wall_time" not in frame.columns:
         frame = frame.with_columns(pl.lit(None, dtype=pl.Float64).alias("wall_time"))
     keep = {"tag"} if frame.schema.get("tag") == pl.Categorical() else set()
-    return frame.select([pl.col(c) if c in keep else pl.col(c).cast(t) for c, t in RAW_SCHEMA.items()])
+    columns = [pl.col(c) if c in keep else pl.col(c).cast(t) for c, t in RAW_SCHEMA.items()]
+    if "line_no" in frame.columns and frame.get_column("step").null_count():
+        # Rows no step could be found for: the line formats' reader names their first line.
+        columns.append(pl.col("line_no").cast(pl.Int64))
+    return frame.select(columns)
 
 
 LEAN = ("step", "metric", "tag", "value")

@@ -9,6 +9,7 @@ rules that span fields (it returns an error text or None)."""
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -49,6 +50,14 @@ def _problem(value: Any, rule: dict[str, Any]) -> str | None:
     elif kind is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             return _NUMBER
+        # TOML writes inf and nan, and integers of any size; no parameter means anything there (a
+        # factor of inf never fires, a bound of nan compares false with everything).
+        try:
+            finite = math.isfinite(value)
+        except OverflowError:
+            finite = False
+        if not finite:
+            return "Input should be a finite number"
     if rule["ge"] is not None and not value >= rule["ge"]:
         return f"Input should be greater than or equal to {rule['ge']}"
     if rule["gt"] is not None and not value > rule["gt"]:
@@ -56,6 +65,12 @@ def _problem(value: Any, rule: dict[str, Any]) -> str | None:
     if rule["le"] is not None and not value <= rule["le"]:
         return f"Input should be less than or equal to {rule['le']}"
     return None
+
+
+def _short(value: Any) -> str:
+    """The value as the user wrote it, cut short (a 300-digit integer must not fill the error line)."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def build(cls: type, raw: Any) -> Any:
@@ -75,7 +90,7 @@ def build(cls: type, raw: Any) -> Any:
         value = raw[name]
         reason = _problem(value, rule) if rule else None
         if reason:
-            shown = f" (got {value!r})" if not isinstance(value, (dict, list)) else ""
+            shown = f" (got {_short(value)})" if not isinstance(value, (dict, list)) else ""
             problems.append(f"{name}: {reason}{shown}")
             continue
         values[name] = float(value) if rule and rule["kind"] is float and value is not None else value

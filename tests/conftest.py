@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -25,3 +28,27 @@ def slack(monkeypatch):
         monkeypatch.delenv(name, raising=False)
     with SlackServer() as server:
         yield server
+
+
+def run_lossguard(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
+    """`lossguard ARGS` in a real process, as a user runs it; `env` adds to (or, with None values,
+    removes from) the environment."""
+    full = {k: v for k, v in os.environ.items() if not k.startswith("LOSSGUARD_")}
+    for key, value in (env or {}).items():
+        if value is None:
+            full.pop(key, None)
+        else:
+            full[key] = value
+    return subprocess.run([sys.executable, "-m", "lossguard.cli", *args], capture_output=True, text=True, env=full, timeout=timeout)
+
+
+def assert_one_error_line(res: subprocess.CompletedProcess, *names: str) -> str:
+    """The exit code contract for a user error: exit 2 and exactly one line on stderr, naming each of
+    `names` (the file, the setting, the rule), never a traceback. Returns that line."""
+    assert "Traceback" not in res.stderr, res.stderr
+    assert res.returncode == 2, (res.returncode, res.stderr)
+    lines = res.stderr.splitlines()
+    assert len(lines) == 1, res.stderr
+    for name in names:
+        assert name in lines[0], (name, lines[0])
+    return lines[0]

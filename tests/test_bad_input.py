@@ -19,6 +19,7 @@ from lossguard.formats import base
 from lossguard.sources import textfile
 
 from . import samples
+from .conftest import assert_one_error_line, run_lossguard
 
 GOOD = samples.JSONL
 
@@ -36,7 +37,48 @@ def test_empty_file_is_not_an_error(tmp_path):
     (tmp_path / "empty.log").write_bytes(b"")
     frame, _, problems = read_paths([tmp_path])
     assert _good_rows(frame) == 13
-    assert [str(p) for p in problems] == [f"{tmp_path / 'empty.log'}: no training metrics recognised in this file"]
+    assert [str(p) for p in problems] == [f"{tmp_path / 'empty.log'}: empty file: no records"]
+
+
+def test_an_empty_event_file_is_a_problem_not_a_run_of_no_steps(tmp_path):
+    (tmp_path / "run1").mkdir()
+    (tmp_path / "run1" / "events.out.tfevents.1700000000.host").write_bytes(b"")
+    frame, results, problems = read_paths([tmp_path])
+    assert frame.height == 0
+    assert [str(p) for p in problems] == [f"{tmp_path / 'run1' / 'events.out.tfevents.1700000000.host'}: empty file: no records"]
+
+
+def test_empty_files_are_neither_sniffed_nor_parsed_and_their_warnings_are_summarised(tmp_path, monkeypatch):
+    _with_good(tmp_path)
+    for i in range(50):
+        (tmp_path / f"job{i:02d}.log").write_bytes(b"")
+    (tmp_path / "notes.txt").write_bytes(b"")  # a name that promises no metrics: no warning
+
+    real = ReadOptions.format_of
+
+    def only_the_good_one(self, path):
+        assert path.stat().st_size, f"{path} is empty: nothing to sniff"
+        return real(self, path)
+
+    monkeypatch.setattr(ReadOptions, "format_of", only_the_good_one)
+    frame, _, problems = read_paths([tmp_path])
+    assert _good_rows(frame) == 13
+    assert [str(p) for p in problems] == [
+        *(f"{tmp_path / f'job{i:02d}.log'}: empty file: no records" for i in range(3)),
+        f"{tmp_path}: ... and 47 more file(s) in this folder: empty file: no records",
+    ]
+
+
+@pytest.mark.parametrize("command", ["scan", "read"])
+@pytest.mark.parametrize("kind", ["fifo", "/dev/zero"])
+def test_a_path_that_is_no_file_or_folder_is_refused_without_opening_it(tmp_path, command, kind):
+    if kind == "fifo":
+        path = tmp_path / "train.log"
+        os.mkfifo(path)  # opening it for reading would block until a writer came: the timeout shows it
+    else:
+        path = kind
+    res = run_lossguard(command, str(path), timeout=30)
+    assert_one_error_line(res, f"{path}: not a regular file or folder")
 
 
 def test_binary_garbage_with_a_log_name_gives_one_problem(tmp_path):
@@ -238,3 +280,27 @@ def test_scan_reports_a_file_its_reader_fails_on_and_audits_the_other_runs(tmp_p
     assert code == 1  # spikes found
     assert [r["run"] for r in report["runs"] if r["spikes"]] == ["good"]
     assert "unforeseen" in out.out + out.err and "metrics.jsonl" in out.out + out.err
+
+
+@pytest.mark.parametrize("filler", [0, 3000], ids=["regex path", "fast path"])
+def test_a_step_that_is_no_step_skips_that_line_with_one_summarised_problem(tmp_path, filler):
+    # Each of these once took the step of the line before it: its loss was put where it never was.
+    bad = ['{"step": true, "loss": 9.0}', '{"step": 9223372036854775808, "loss": 9.1}', '{"step": 1e400, "loss": 9.2}', '{"step": -5, "loss": 9.3}']
+    good = [json.dumps({"step": s, "loss": 1.0 + s / 10_000}) for s in range(1, filler + 3)]
+    path = tmp_path / "m.jsonl"
+    path.write_text("\n".join([*good[:2], *bad, *good[2:], '{"loss": 1.5}']) + "\n")
+    frame, _, problems = read_paths([path])
+    loss = frame.filter(pl.col("metric") == "loss")
+    assert loss.get_column("value").max() < 9.0
+    assert loss.height == len(good) + 1  # the stepless last line still takes the step before it
+    assert [str(p) for p in problems] == [
+        f"{path}:3: step is not a whole number from 0 to 2^63-1; this line's values are skipped (and 3 more line(s) like it)"
+    ]
+
+
+def test_a_hundred_thousand_bad_steps_are_one_problem_with_the_count(tmp_path):
+    path = tmp_path / "train.log"
+    path.write_text("step 1 | loss: 2.0\n" + "step 99999999999999999999 | loss: 3.0\n" * 100_000)
+    frame, _, problems = read_paths([path])
+    assert frame.get_column("step").to_list() == [1]
+    assert [str(p) for p in problems] == [f"{path}:2: step is not a whole number from 0 to 2^63-1; this line's values are skipped (and 99,999 more line(s) like it)"]

@@ -16,6 +16,8 @@ import pytest
 from lossguard.cli import main
 from lossguard.settings import Settings
 
+from .conftest import assert_one_error_line, run_lossguard
+
 REPO = Path(__file__).parent.parent
 ANALYZE = shutil.which("systemd-analyze")
 needs_analyze = pytest.mark.skipif(ANALYZE is None, reason="systemd-analyze is not installed (.ci/run installs it)")
@@ -105,6 +107,49 @@ def test_config_check_rejects_bad_configuration(tmp_path, body, message, capsys)
     config.write_text(body)
     assert main(["config", "check", "--config", str(config)]) == 2
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "command", [["config", "check"], ["watch", "{runs}", "--state-dir", "{state}"]], ids=["config check", "watch"]
+)
+@pytest.mark.parametrize(
+    "body,named",
+    [
+        pytest.param("formats = 5\n", ":1: formats: must be an array of tables", id="formats not a list"),
+        pytest.param("# every 10 s\npoll_interval = inf\n", ":2: poll_interval: Input should be a finite number", id="poll interval inf"),
+        pytest.param("poll_interval = 1e300\n", ":1: poll_interval: Input should be less than or equal to 86400", id="poll interval 1e300"),
+        pytest.param('polling = "yes"\n', ':1: polling: must be a TOML boolean (true or false)', id="boolean as a string"),
+        pytest.param('stall_after = "10"\n', ":1: stall_after: must be a TOML number", id="number as a string"),
+        pytest.param('[slack]\nchannel = "#a"\nroutes = [{channel = 5}]\n', ":3: slack.routes[0].channel: Input should be a valid string", id="slack route field"),
+    ],
+)
+def test_a_bad_setting_is_one_line_naming_the_file_line_and_setting(tmp_path, command, body, named):
+    config = tmp_path / "lossguard.toml"
+    config.write_text(body)
+    args = [a.format(runs=REPO / "tests/fixtures/runs/tb-clean", state=tmp_path / "state") for a in command]
+    res = run_lossguard(*args, "--config", str(config), timeout=30)
+    assert_one_error_line(res, f"{config}{named}")
+
+
+@pytest.mark.parametrize(
+    "variable,value,named",
+    [
+        pytest.param("LOSSGUARD_POLL_INTERVAL", "inf", "LOSSGUARD_POLL_INTERVAL: Input should be a finite number", id="interval"),
+        pytest.param("LOSSGUARD_SLACK_ROUTES", "#alerts", "LOSSGUARD_SLACK_ROUTES: not valid JSON", id="routes not JSON"),
+        pytest.param("LOSSGUARD_PATHS", "[/data", "LOSSGUARD_PATHS: not a JSON list of paths", id="paths half JSON"),
+    ],
+)
+def test_a_bad_environment_variable_is_one_line_naming_it(variable, value, named):
+    assert_one_error_line(run_lossguard("config", "check", env={variable: value}, timeout=30), named)
+
+
+@pytest.mark.parametrize("value", ["{a}", "{a}:{b}", '["{a}", "{b}"]'], ids=["one path", "as PATH writes them", "JSON list"])
+def test_paths_from_the_environment_are_one_path_or_a_list(tmp_path, value):
+    a, b = tmp_path / "a", tmp_path / "b"
+    res = run_lossguard("config", "check", env={"LOSSGUARD_PATHS": value.format(a=a, b=b)}, timeout=30)
+    assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr
+    expected = [str(a)] if value == "{a}" else [str(a), str(b)]
+    assert re.search(r"^paths\s+(.*)$", res.stdout, re.M).group(1) == repr(expected)
 
 
 def test_scan_reads_its_paths_from_the_config(tmp_path, capsys):

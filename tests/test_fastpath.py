@@ -4,6 +4,8 @@ lines mixed in that must fall back to the regex path."""
 
 from __future__ import annotations
 
+import json
+
 import polars as pl
 import pytest
 
@@ -12,6 +14,7 @@ from lossguard.formats import base, fastpath
 from lossguard.formats.dictlines import parse, parse_json
 from lossguard.formats.kvlines import parse as parse_kv
 from lossguard.formats.megatron import parse as parse_megatron
+from lossguard.reader import ReadOptions, read
 
 
 ODD = {
@@ -74,3 +77,28 @@ def test_split_lines_keeps_blank_lines_numbered():
     lines, problem = base.split_lines(b"a\n\nb\r\n", 5, source="x")
     assert lines.rows() == [(5, "a"), (6, ""), (7, "b")]
     assert problem is None
+
+
+def wide_jsonl(path, *, lines: int = 2000, new_keys: int = 10) -> None:
+    """A JSON-lines log whose every line brings keys no other line has (per-sample or per-layer
+    metrics logged under fresh names): 2,000 lines hold 20,000 distinct keys."""
+    with path.open("w") as fh:
+        for i in range(lines):
+            record = {"step": i + 1, "loss": 2.0 + (i % 13) / 100, **{f"m{i}_{j}": i + j / 10 for j in range(new_keys)}}
+            fh.write(json.dumps(record) + "\n")
+
+
+def test_a_log_whose_lines_each_bring_new_keys_reads_every_row(tmp_path):
+    # Before the NDJSON path refused sparse frames this read took minutes (a column for each of the
+    # 10,000 keys inferred, its schema rebuilt per column): the size is what would show it again.
+    path = tmp_path / "wide.jsonl"
+    wide_jsonl(path)
+    result = read(path, run="r", fmt="jsonl", final=True, options=ReadOptions())
+    assert not result.problems
+    loss = result.frame.filter(pl.col("metric") == "loss")
+    assert loss.get_column("step").to_list() == list(range(1, 2001))
+    assert loss.get_column("value").to_list() == [2.0 + (i % 13) / 100 for i in range(2000)]
+    others = result.frame.filter(pl.col("metric") != "loss")
+    assert others.height == 20_000 and others.get_column("tag").n_unique() == 20_000
+    last = others.filter(pl.col("step") == 2000).sort("tag")
+    assert last.select("tag", "value").rows() == [(f"m1999_{j}", 1999 + j / 10) for j in range(10)]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -107,6 +108,21 @@ def test_bad_input_is_one_clear_message_and_exit_2(tmp_path, args, message):
     assert res.stderr.count("\n") == 1
 
 
+def test_fifty_thousand_empty_files_are_a_quick_scan_with_a_few_warnings(tmp_path):
+    # Each was a run of its own, analysed and warned about: 159 s and 50,000 lines on stderr.
+    shutil.copytree(RUNS / "tb-clean", tmp_path / "good")
+    (tmp_path / "jobs").mkdir()
+    for i in range(50_000):
+        (tmp_path / "jobs" / f"job{i:05d}.log").write_bytes(b"")
+    res = lossguard("scan", str(tmp_path), "--format", "json")
+    assert res.returncode == 0, res.stderr
+    assert res.stderr.splitlines() == [
+        *(f"warning: {tmp_path / 'jobs' / f'job{i:05d}.log'}: empty file: no records" for i in range(3)),
+        f"warning: {tmp_path / 'jobs'}: ... and 49,997 more file(s) in this folder: empty file: no records",
+    ]
+    assert json.loads(res.stdout)["summary"]["warnings"] == 4
+
+
 def test_folder_of_only_unreadable_files_is_exit_2_with_each_named(tmp_path):
     (tmp_path / "a.jsonl").write_bytes(b"\x00\x01garbage")
     (tmp_path / "events.out.tfevents.1.host").write_bytes(b"not an event file at all")
@@ -117,7 +133,6 @@ def test_folder_of_only_unreadable_files_is_exit_2_with_each_named(tmp_path):
 
 
 def test_some_bad_files_do_not_hide_the_good_ones_and_strict_makes_them_fatal(tmp_path):
-    import shutil
 
     shutil.copytree(RUNS / "megatron-grad-explosion", tmp_path / "good")
     (tmp_path / "broken").mkdir()

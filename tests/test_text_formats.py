@@ -10,6 +10,7 @@ import pytest
 from lossguard.reader import ReadOptions, read_paths
 
 from . import samples
+from .conftest import assert_one_error_line, run_lossguard
 
 
 def read_text(tmp_path, name, text):
@@ -157,6 +158,9 @@ pattern = 'it=(?P<step>\\d+) objective=(?P<objective>\\S+) eta=(?P<lr>\\S+)'
         pytest.param('[[formats]]\nname = "x"\npattern = "(unclosed"\n', "not a valid regular expression", id="bad regex"),
         pytest.param('[[formats]]\nname = "x"\npattern = "(?P<step>\\\\d+)"\n', "at least one named group", id="no metric group"),
         pytest.param('[[formats]]\nname = "jsonl"\npattern = "(?P<loss>\\\\d+)"\n', "built-in format", id="shadows a built-in"),
+        pytest.param('[[formats]]\nname = "x"\npattern = "(?<=loss=)(?P<loss>\\\\S+)"\n', "[[formats]] x: pattern: the regex engine that reads the logs (polars, Rust's regex) refuses it: look-around", id="lookbehind only Python reads"),
+        pytest.param('[[formats]]\nname = "x"\npattern = "(?P<loss>\\\\d)(?P=loss)"\n', "[[formats]] x: pattern: the regex engine that reads the logs", id="backreference only Python reads"),
+        pytest.param('[[formats]]\nname = "x"\npattern = "(?P<loss>\\\\p{N}+)"\n', "[[formats]] x: pattern: not a valid regular expression: bad escape", id="class only polars reads"),
         pytest.param("[aliases]\nloss = 'x'\n", "must be a list", id="alias not a list"),
         pytest.param("[aliases\n", "not valid TOML", id="bad toml"),
     ],
@@ -170,3 +174,13 @@ def test_bad_config_names_the_file_and_the_problem(tmp_path, body, message):
     with pytest.raises(ConfigError) as info:
         read_options(config)
     assert str(config) in str(info.value) and message in str(info.value)
+
+
+@pytest.mark.parametrize("command", ["read", "scan"])
+def test_a_format_only_python_can_compile_stops_the_command_with_one_line(tmp_path, command):
+    config = tmp_path / "lossguard.toml"
+    config.write_text('[[formats]]\nname = "after"\npattern = \'(?<=loss=)(?P<loss>\\S+)\'\n')
+    log = tmp_path / "train.log"
+    log.write_text("step 1 loss=2.5\n")
+    res = run_lossguard(command, str(log), "--config", str(config), timeout=30)
+    assert_one_error_line(res, str(config), "[[formats]] after", "look-around")

@@ -49,6 +49,7 @@ class LineFormat:
         frames: list[pl.DataFrame] = []
         source = str(path)
         warned = False
+        unplaced, first_unplaced = 0, None
         for block in iter_blocks(path, cursor, final=final, problems=problems, limit=limit):
             lines, problem = split_lines(block.data, block.first_line, source=source)
             if problem and not warned:
@@ -57,11 +58,20 @@ class LineFormat:
             kept = lines.filter(pl.col("text").str.contains(self.prefilter)) if self.prefilter else lines
             raw = block.data if kept.height == lines.height and problem is None else None
             rows, state = self.parse(kept, cursor, raw)
+            if "line_no" in rows.columns:
+                lost = rows.filter(pl.col("step").is_null()).get_column("line_no").unique()
+                unplaced += lost.len()
+                first_unplaced = first_unplaced if first_unplaced is not None else int(lost.min())
+                rows = rows.filter(pl.col("step").is_not_null()).drop("line_no")
             if rows.height:
                 frames.append(rows)
             cursor = block.cursor.advance(index=state.index, last_step=state.last_step, header=state.header)
         # Relaxed: a block's tags may be Categorical (fast paths) or String (a parser's odd rows).
         rows = frames[0] if len(frames) == 1 else pl.concat(frames, how="vertical_relaxed", rechunk=False) if frames else table.empty_raw()
+        if unplaced:
+            # One summary per read, not a warning per line: a log can hold millions of them.
+            more = f" (and {unplaced - 1:,} more line(s) like it)" if unplaced > 1 else ""
+            problems.append(Problem(source, f"step is not a whole number from 0 to 2^63-1; this line's values are skipped{more}", line=first_unplaced))
         return Parsed(rows, cursor, tuple(problems))
 
 

@@ -11,6 +11,7 @@ metric tag. The same regex runs in polars (Rust regex) over all lines at once.
 from __future__ import annotations
 
 import re
+import warnings
 from dataclasses import dataclass, field
 
 import polars as pl
@@ -29,10 +30,18 @@ class LineFormatSpec:
     files: str | None = field(default=None, metadata=spec(str, optional=True))
 
     def _check(self) -> str | None:
-        try:
-            compiled = re.compile(self.pattern)
-        except re.error as exc:
-            return f"pattern: not a valid regular expression: {exc}"
+        # Two engines run the pattern: Python's re when sniffing a file's head, polars' (Rust's regex
+        # crate) over its lines. Each refuses what the other takes (look-around and backreferences
+        # only Python has), so a pattern is checked with both: one only Python read would make every
+        # file it claims unreadable.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # re's FutureWarnings: stderr stays one line per error
+            try:
+                compiled = re.compile(self.pattern)
+            except re.error as exc:
+                return f"pattern: not a valid regular expression: {exc}"
+        if reason := _refused_by_polars(self.pattern):
+            return f"pattern: the regex engine that reads the logs (polars, Rust's regex) refuses it: {reason}"
         if not set(compiled.groupindex) - {"step"}:
             return "pattern: needs at least one named group besides `step`, e.g. (?P<loss>[0-9.eE+-]+)"
         return None
@@ -53,3 +62,14 @@ class LineFormatSpec:
             return table.conform_raw(rows), state
 
         return LineFormat(self.name, parse, prefilter=None)
+
+
+def _refused_by_polars(pattern: str) -> str | None:
+    """Why polars cannot compile `pattern` (its message's own `error:` line), or None."""
+    try:
+        pl.Series([""], dtype=pl.String()).str.extract_groups(pattern)
+    except pl.exceptions.PolarsError as exc:
+        lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+        reasons = [line.removeprefix("error: ") for line in lines if line.startswith("error:")]
+        return reasons[-1] if reasons else (lines[-1] if lines else type(exc).__name__)
+    return None

@@ -33,15 +33,33 @@ CELL = PAIR.replace(r"""(?:,|\}|\))""", r"""(?:\}|\)|$)""")
 
 def parse(lines: pl.DataFrame, cursor: Cursor, raw: bytes | None = None) -> tuple[pl.DataFrame, Cursor]:
     fast, rest = fast_pairs(lines, sep=",", cell_re=CELL, strip=" {}", raw=raw, one_pair_per_field=True)
-    rows, state = records_to_rows(_merge(fast, rest), cursor, step_keys=STEP_KEYS, drop_record_keys=SUMMARY_KEYS)
-    return table.conform_raw(rows), state
+    return _rows(lines, _merge(fast, rest), cursor)
 
 
 def parse_json(lines: pl.DataFrame, cursor: Cursor, raw: bytes | None = None) -> tuple[pl.DataFrame, Cursor]:
     fast, rest = json_pairs(lines, raw=raw)
     if not fast.height:
         fast, rest = fast_pairs(lines, sep=",", cell_re=CELL, strip=" {}", raw=raw, one_pair_per_field=True)
-    rows, state = records_to_rows(_merge(fast, rest), cursor, step_keys=STEP_KEYS, drop_record_keys=SUMMARY_KEYS)
+    return _rows(lines, _merge(fast, rest), cursor)
+
+
+STEP_ITEM = r"""(?i)["'](?:""" + "|".join(re.escape(k) for k in STEP_KEYS) + r""")["']\s*:"""
+
+
+def _rows(lines: pl.DataFrame, pairs: pl.DataFrame, cursor: Cursor) -> tuple[pl.DataFrame, Cursor]:
+    # A step key whose value is no number (`"step": true`, `"step": "abc"`) gives no pair: find those
+    # lines among the ones with metrics but no step pair (a log that writes its steps has few).
+    # (Keys compared on the few distinct names; the sets only built when some line lacks a step.)
+    step_names = [k for k in pairs.get_column("key").unique().to_list() if k is not None and k.lower() in STEP_KEYS]
+    keyed = pairs.filter(pl.col("key").is_in(step_names)).get_column("line_no").unique() if step_names else None
+    unreadable = None
+    if keyed is None or keyed.len() < pairs.get_column("line_no").n_unique():
+        stepless = pairs.get_column("line_no").unique()
+        if keyed is not None:
+            stepless = stepless.filter(~stepless.is_in(keyed.implode()))
+        candidates = lines.filter(pl.col("line_no").is_in(stepless.implode()))
+        unreadable = candidates.filter(pl.col("text").str.contains(STEP_ITEM)).get_column("line_no")
+    rows, state = records_to_rows(pairs, cursor, step_keys=STEP_KEYS, drop_record_keys=SUMMARY_KEYS, unreadable_steps=unreadable)
     return table.conform_raw(rows), state
 
 

@@ -41,6 +41,15 @@ def pairs_frame(lines: pl.DataFrame, pair_re: str, *, thousands: bool = False) -
     )
 
 
+STEP_LIMIT = 2.0**63
+"""Steps are Int64: a step key's value at or past this is no step (nor is a negative one)."""
+
+
+def usable_step(value: pl.Expr) -> pl.Expr:
+    """A step key's number as a step: a whole number from 0 to 2^63 - 1, else null (1e400, -5, NaN)."""
+    return pl.when(value.is_finite() & (value >= 0) & (value < STEP_LIMIT)).then(value.cast(pl.Int64, strict=False))
+
+
 def records_to_rows(
     pairs: pl.DataFrame,
     cursor: Cursor,
@@ -49,6 +58,7 @@ def records_to_rows(
     line_steps: pl.DataFrame | None = None,
     drop_record_keys: Sequence[str] = (),
     require_step: bool = False,
+    unreadable_steps: pl.Series | None = None,
 ) -> tuple[pl.DataFrame, Cursor]:
     """Lay pairs out as raw rows (plus the `line_no` each came from), one record per line.
 
@@ -56,6 +66,10 @@ def records_to_rows(
     format-specific regex); the last step seen before it; else its ordinal number, counting on from
     `cursor.index`, for formats that carry no step at all (HF console dicts). Records holding any of
     `drop_record_keys` are summaries, not points of the curve, and are dropped whole.
+
+    A record whose step key holds no usable step (usable_step; `unreadable_steps`: lines whose step
+    key holds no number at all, `"step": true`) keeps its rows with a null step: taking the step
+    before it would put its values at a step they do not belong to. The reader drops them and says so.
     """
     # Keys compared on the few distinct names, not on every row (tens of millions in a big log).
     names = pairs.get_column("key").unique().to_list()
@@ -71,22 +85,33 @@ def records_to_rows(
     steps = (
         lazy.filter(is_step)
         .group_by("line_no", maintain_order=True)
-        .agg(pl.col("value").first().cast(pl.Int64, strict=False).alias("step"))
+        .agg(pl.col("value").first())
+        .select("line_no", usable_step(pl.col("value")).alias("step"), pl.lit(True).alias("keyed"))
     )
     if line_steps is not None:
-        steps = pl.concat([line_steps.lazy().select("line_no", pl.col("step").cast(pl.Int64)), steps]).unique(
+        # A format's own line steps are null where it chose to read no step (fairseq's lines before the
+        # first one that has any): not a step key gone wrong.
+        own = line_steps.lazy().select("line_no", pl.col("step").cast(pl.Int64), pl.col("step").is_not_null().alias("keyed"))
+        steps = pl.concat([own, steps]).unique(
             "line_no", keep="first", maintain_order=True
         )
+    if unreadable_steps is not None and unreadable_steps.len():
+        unreadable = pl.LazyFrame({"line_no": unreadable_steps.cast(pl.Int64)}).select("line_no", pl.lit(None, dtype=pl.Int64).alias("step"), pl.lit(True).alias("keyed"))
+        steps = pl.concat([steps, unreadable]).unique("line_no", keep="first", maintain_order=True)
     metrics = lazy.filter(~is_step)
     records = metrics.select("line_no").unique(maintain_order=True).join(steps, on="line_no", how="left", maintain_order="left")
+    # A step key that is there but holds no step: the record is unplaceable, whatever came before.
+    bad = pl.col("keyed").fill_null(False) & pl.col("step").is_null()
     if require_step:
-        records = records.filter(pl.col("step").is_not_null())
+        records = records.filter(pl.col("step").is_not_null() | bad)
     records = records.with_columns(
-        pl.coalesce(
-            pl.col("step"),
-            pl.col("step").forward_fill(),
-            pl.lit(cursor.last_step, dtype=pl.Int64),
-            pl.int_range(0, pl.len(), dtype=pl.Int64) + (cursor.index + 1),
+        pl.when(bad).then(None).otherwise(
+            pl.coalesce(
+                pl.col("step"),
+                pl.col("step").forward_fill(),
+                pl.lit(cursor.last_step, dtype=pl.Int64),
+                pl.int_range(0, pl.len(), dtype=pl.Int64) + (cursor.index + 1),
+            )
         ).alias("filled")
     )
     # Joins keep the pairs' order (line, then position in the line) only when asked to.

@@ -15,6 +15,7 @@ from __future__ import annotations
 import errno
 import os
 import re
+import stat
 import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -233,8 +234,16 @@ def collect(paths: Sequence[Path], *, globs: Sequence[str] = (), listings: Listi
     problems: list[Problem] = []
     found: list[Found] = []
     for root in paths:
-        if not root.exists():
-            raise UsageError(f"{root}: no such file or folder")
+        try:
+            mode = os.stat(root).st_mode
+        except FileNotFoundError:
+            raise UsageError(f"{root}: no such file or folder") from None
+        except OSError as exc:
+            raise UsageError(f"{root}: cannot read: {exc.strerror or exc}") from None
+        if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+            # A FIFO would block the first read forever, /dev/zero never end: the stat says so without
+            # opening either.
+            raise UsageError(f"{root}: not a regular file or folder")
         here = discover(root, extra_globs=globs, problems=problems, listings=listings)
         if len(paths) > 1:
             # Several roots: "." (or the same relative name) under two of them must not merge.
