@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from .conftest import assert_one_error_line
 from .slack_server import Answer
 from .test_watch import Watch, _calm, _line, opened
 from .test_watch_slack import _daemon, _posts, _wait
@@ -185,29 +186,21 @@ def test_outbox_lists_retries_and_drops_what_was_not_delivered(tmp_path):
 
 
 # --- 10. a state directory or file that cannot be used: one line, exit 2, before anything runs ---
-def _one_error_line(res: subprocess.CompletedProcess, *needles: str) -> None:
-    assert res.returncode == 2, res.stderr
-    lines = res.stderr.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in res.stderr, res.stderr
-    for needle in needles:
-        assert needle in lines[0]
-
-
 def test_a_state_dir_that_is_a_file_or_under_one_is_refused_in_one_line(tmp_path):
     (tmp_path / "runs" / "exp").mkdir(parents=True)
     afile = tmp_path / "afile"
     afile.write_text("x")
-    _one_error_line(_cli("watch", str(tmp_path / "runs"), "--state-dir", str(afile)), str(afile), "is a file, not a folder")
-    _one_error_line(_cli("watch", str(tmp_path / "runs"), "--state-dir", str(afile / "sub")), "cannot create the state directory")
+    assert_one_error_line(_cli("watch", str(tmp_path / "runs"), "--state-dir", str(afile)), str(afile), "is a file, not a folder")
+    assert_one_error_line(_cli("watch", str(tmp_path / "runs"), "--state-dir", str(afile / "sub")), "cannot create the state directory")
 
 
 def test_status_on_a_garbage_or_folder_state_file_is_one_line_not_a_traceback(tmp_path):
     (tmp_path / "garbage").mkdir()
     (tmp_path / "garbage" / "state.db").write_bytes(b"\x00garbage" * 100)
-    _one_error_line(_cli("status", "--state-dir", str(tmp_path / "garbage")), "not a lossguard state file")
+    assert_one_error_line(_cli("status", "--state-dir", str(tmp_path / "garbage")), "not a lossguard state file")
     (tmp_path / "folder" / "state.db").mkdir(parents=True)
-    _one_error_line(_cli("status", "--state-dir", str(tmp_path / "folder")), "state file is a folder")
-    _one_error_line(_cli("outbox", "list", "--state-dir", str(tmp_path / "garbage")), "not a lossguard state file")
+    assert_one_error_line(_cli("status", "--state-dir", str(tmp_path / "folder")), "state file is a folder")
+    assert_one_error_line(_cli("outbox", "list", "--state-dir", str(tmp_path / "garbage")), "not a lossguard state file")
 
 
 def _unprivileged() -> list[str]:
@@ -244,12 +237,12 @@ def test_an_unwritable_state_dir_or_read_only_state_file_is_refused_at_start(sha
     os.chmod(shared_tmp / "state" / "state.db", 0o644)
     if user:  # the state belongs to someone else: not writable for this user
         res = _cli("watch", str(shared_tmp / "runs"), "--state-dir", str(shared_tmp / "state"), user=user)
-        _one_error_line(res, "state directory is not writable")
+        assert_one_error_line(res, "state directory is not writable")
         os.chown(shared_tmp / "state", 65534, 65534)
     else:
         os.chmod(shared_tmp / "state" / "state.db", 0o444)
     res = _cli("watch", str(shared_tmp / "runs"), "--state-dir", str(shared_tmp / "state"), user=user)
-    _one_error_line(res, "state.db: cannot write the state file", "readonly")
+    assert_one_error_line(res, "state.db: cannot write the state file", "readonly")
 
 
 def test_a_new_state_dir_and_file_are_private(tmp_path):
@@ -264,7 +257,7 @@ def test_a_new_state_dir_and_file_are_private(tmp_path):
 def test_an_output_file_that_cannot_be_written_is_a_usage_error(tmp_path):
     (tmp_path / "runs" / "exp").mkdir(parents=True)
     (tmp_path / "runs" / "exp" / "metrics.jsonl").write_text(_calm(range(1, 20)) + _line(20, 9.0))
-    _one_error_line(_cli("scan", str(tmp_path / "runs"), "--output", str(tmp_path / "nope" / "r.json")), "nope/r.json", "No such file")
+    assert_one_error_line(_cli("scan", str(tmp_path / "runs"), "--output", str(tmp_path / "nope" / "r.json")), "nope/r.json", "No such file")
 
 
 def test_an_unexpected_exception_exits_3_with_one_line_and_a_hint(tmp_path, monkeypatch, capsys):
@@ -312,7 +305,7 @@ def test_ctrl_c_in_a_parallel_scan_exits_130_promptly_without_tracebacks(busy_ru
 
 # --- 16. watch a path that is not there; one daemon per state, whatever was deleted --------------
 def test_watch_of_a_missing_folder_is_a_usage_error(tmp_path):
-    _one_error_line(_cli("watch", str(tmp_path / "nowhere"), "--state-dir", str(tmp_path / "state")), "nowhere: no such folder to watch")
+    assert_one_error_line(_cli("watch", str(tmp_path / "nowhere"), "--state-dir", str(tmp_path / "state")), "nowhere: no such folder to watch")
     assert not (tmp_path / "state").exists()
 
 
@@ -326,7 +319,7 @@ def test_deleting_files_in_the_state_dir_does_not_let_a_second_daemon_start(tmp_
         # lock is now the state folder's own: there is no file besides the database to delete.
         assert {f.name for f in (tmp_path / "state").iterdir()} <= {"state.db", "state.db-wal", "state.db-shm"}
         second = subprocess.run(w.args, capture_output=True, text=True, timeout=30)
-        _one_error_line(second, "another lossguard daemon is using this state directory")
+        assert_one_error_line(second, "another lossguard daemon is using this state directory")
     finally:
         w.stop_and_read()
     assert sqlite3.connect(tmp_path / "state" / "state.db").execute("PRAGMA quick_check").fetchone()[0] == "ok"
