@@ -1,32 +1,29 @@
-"""Tag -> canonical metric names. The table is data (data/aliases.toml plus the user's config), so a
-user whose trainer writes `objective/ce` can teach lossguard that it is the loss without a release."""
+"""Tag -> canonical metric: the user's [aliases] first, then the built-in vocabulary (`vocabulary`).
+
+The user's table stays data, so a trainer that writes `objective/ce` can be taught without a release;
+the built-in recognition reads a tag's words instead of listing whole tags (see `vocabulary`).
+"""
 
 from __future__ import annotations
 
 import fnmatch
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from importlib import resources
+from dataclasses import dataclass
 
 from .errors import ConfigError
-from .tomlio import load_toml_text
-
-
-def _builtin() -> dict[str, tuple[str, ...]]:
-    text = resources.files("lossguard").joinpath("data/aliases.toml").read_text("utf-8")
-    data = load_toml_text(text, origin="lossguard/data/aliases.toml")
-    return {metric: tuple(tags) for metric, tags in data.items()}
+from .vocabulary import RANK_USER, Match, recognise
 
 
 @dataclass(frozen=True)
 class Aliases:
-    """Ordered (pattern, metric) pairs; the first pattern that matches a tag wins."""
+    """The user's (pattern, metric) pairs, tried in order before the vocabulary; case-insensitive,
+    `*` and `?` wildcards."""
 
-    patterns: tuple[tuple[str, str], ...] = field(default_factory=tuple)
+    patterns: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def default(cls) -> Aliases:
-        return cls.build({})
+        return cls()
 
     @classmethod
     def build(cls, user: Mapping[str, Sequence[str]], *, origin: str = "config") -> Aliases:
@@ -35,16 +32,29 @@ class Aliases:
             if isinstance(tags, str) or not all(isinstance(t, str) for t in tags):
                 raise ConfigError(f"{origin}: [aliases] {metric} must be a list of tag names")
             pairs.extend((t.lower(), metric) for t in tags)
-        for metric, tags in _builtin().items():
-            pairs.extend((t.lower(), metric) for t in tags)
         return cls(tuple(pairs))
 
-    def metric_of(self, tag: str) -> str:
+    def match(self, tag: str) -> Match | None:
         low = tag.lower()
         for pattern, metric in self.patterns:
             if pattern == low or (("*" in pattern or "?" in pattern) and fnmatch.fnmatchcase(low, pattern)):
-                return metric
-        return tag
+                return Match(metric, RANK_USER)
+        return recognise(tag)
+
+    def metric_of(self, tag: str) -> str:
+        """The metric `tag` means on its own (what `mapping` gives it unless a better tag is there)."""
+        found = self.match(tag)
+        return found.metric if found else tag
 
     def mapping(self, tags: Sequence[str]) -> dict[str, str]:
-        return {t: self.metric_of(t) for t in tags}
+        """Each tag of one file -> the metric it carries. Where several tags mean one metric, only
+        those of the best rank carry it (`vocabulary`: user alias, canonical name, other spelling,
+        test set, epoch aggregate); the others keep their own names, so an epoch mean is never
+        spliced into the per-step curve. Tags of equal rank all carry it, and the stream takes the
+        one with most points, the first written on a tie (`streams.by_metric`)."""
+        found = {t: self.match(t) for t in tags}
+        best: dict[str, int] = {}
+        for m in found.values():
+            if m is not None:
+                best[m.metric] = min(best.get(m.metric, m.rank), m.rank)
+        return {t: m.metric if m is not None and m.rank == best[m.metric] else t for t, m in found.items()}

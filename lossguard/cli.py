@@ -41,12 +41,14 @@ def _add_read(sub: argparse._SubParsersAction) -> None:
 def _cmd_read(args: argparse.Namespace) -> int:
     from .config import read_options
     from .reader import read_paths
-    from .render import write_table
+    from .render import write_mapping, write_table
 
     options = read_options(args.config, fmt=args.log_format)
     if args.log_format:
         options.reader(args.log_format)
     frame, _, problems = read_paths(args.paths, options)
+    if args.format == "table" and frame.height:
+        write_mapping(frame, sys.stdout)
     if args.metric:
         import polars as pl
 

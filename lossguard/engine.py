@@ -113,7 +113,9 @@ class RunAnalysis:
     incidents: tuple[Incident, ...]
 
 
-def _tags_used(run_frame: pl.DataFrame) -> dict[str, str]:
+def tags_used(run_frame: pl.DataFrame) -> dict[str, str]:
+    """Canonical metric -> the tag its stream is read from: the one with most rows, the first
+    written on a tie, as `streams.by_metric` picks it."""
     counts = (
         run_frame.select("metric", "tag").filter(pl.col("metric").is_in(list(JUDGED)))
         .group_by("metric", "tag", maintain_order=True).len()
@@ -136,7 +138,7 @@ def analyse_streams(run_frame: pl.DataFrame, rules: RuleSet, *, run: str) -> tup
     steps = run_frame.get_column("step")
     analysis = RunAnalysis(
         run=run,
-        metrics=_tags_used(run_frame),
+        metrics=tags_used(run_frame),
         steps=streams["loss"].height,
         first_step=None if not steps.len() else int(steps.min()),
         last_step=None if not steps.len() else int(steps.max()),

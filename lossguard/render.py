@@ -12,6 +12,18 @@ from .escaping import printable
 from .model import json_number
 
 
+def write_mapping(frame: pl.DataFrame, out: TextIO) -> None:
+    """Which tag each run's canonical metrics are read from, one line a run: the first thing to check
+    when a cause looks wrong is whether the grad norm was found at all."""
+    from .engine import tags_used
+
+    for (run,), rows in frame.partition_by("run", as_dict=True, maintain_order=True).items():
+        used = tags_used(rows)
+        said = ", ".join(f"{metric} <- {printable(tag)}" for metric, tag in used.items()) or "none recognised"
+        out.write(f"metrics ({printable(run)}): {said}\n")
+    out.write("\n")
+
+
 def write_table(frame: pl.DataFrame, fmt: str, out: TextIO) -> None:
     if fmt == "csv":
         out.write(frame.write_csv(float_precision=None))

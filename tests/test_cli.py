@@ -55,6 +55,9 @@ def test_read_json_is_one_object_per_row_with_nan_as_a_string(tmp_path, capsys):
 def test_read_table_filters_by_metric_and_shows_wall_time_for_event_files(capsys):
     main(["read", str(CORPUS / "tfevents/satd_hmer_lightning_lr_sgd"), "--metric", "lr"])
     lines = capsys.readouterr().out.splitlines()
+    # The mapping block (every metric, whatever --metric keeps), a blank line, then the table.
+    assert lines[0] == "metrics (.): loss <- train_loss, eval_loss <- val_loss, lr <- lr-SGD" and lines[1] == ""
+    lines = lines[2:]
     assert lines[0].split() == ["run", "source", "step", "metric", "tag", "value", "wall_time"]
     assert len(lines) == 241 and all(" lr-SGD " in line for line in lines[1:])
     assert float(lines[1].split()[-1]) > 1.6e9

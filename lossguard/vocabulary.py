@@ -1,0 +1,143 @@
+"""Which canonical metric a tag means, from its words rather than from a list of spellings.
+
+Trainers combine namespaces and spellings freely (`optim/grad_norm`, `optim/total grad norm`,
+`Train/Samples/train_loss`, `lr-AdamW/pg1`), so a list of whole tags always misses the next one and a
+missed grad norm silently turns a gradient explosion into a "bad batch". A tag is read instead:
+
+1. split into words: `/ . - _ ( ) %` and spaces separate, camelCase splits (`CrossEntropyLoss`), case
+   is ignored;
+2. leading namespaces are dropped (`train/ training/ optim/ optimizer/ trainer/ metrics/
+   loss_metrics/ Train/Samples/`); `eval/ val/ valid/ validation/ test/` anywhere make it an eval
+   tag; `train` anywhere is dropped (`train_loss`, `loss/train/total`);
+3. a Lightning `_step` suffix is the per-step value, an `_epoch` suffix or an `epoch_` prefix (Keras)
+   an epoch aggregate;
+4. what is left must be one of a metric's spellings (VOCABULARY), or `lr` followed by an optimizer
+   name and/or a param group (`lr-AdamW/pg1`, `optim/LR (group 0)`, `learning_rate_group0`).
+
+Anything else keeps its own name: an extra word changes the meaning (`grad_norm_clip`, `moe_aux_loss`,
+`lr-Adam-momentum`, Megatron's `lm loss vs samples`, whose x axis is samples, not steps).
+
+Precedence, when several tags of one file mean one metric (lower rank wins, see `Aliases.mapping`):
+0 the user's [aliases]; 1 the canonical name itself (`loss`); 2 any other spelling (`train/loss`,
+`train_loss_step`); 3 a test-set loss, as eval_loss; 4 an epoch aggregate (`train_loss_epoch`).
+Eval, val and test losses are eval_loss or nothing, never loss.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+
+RANK_USER, RANK_CANONICAL, RANK_SPELLING, RANK_TEST, RANK_AGGREGATE = 0, 1, 2, 3, 4
+
+CANONICAL = ("loss", "eval_loss", "lr", "grad_norm", "loss_scale")
+
+# Each metric's spellings, as words after normalisation. Qualifiers are listed whole, not combined
+# freely: `reduced loss` is NeMo's per-step loss, `reduced lm loss` one of its components.
+VOCABULARY: dict[str, tuple[str, ...]] = {
+    "loss": (
+        "loss", "lm loss", "ce loss", "cross entropy loss", "avg loss", "average loss", "mean loss",
+        "running loss", "batch loss", "reduced loss", "global avg loss", "total loss", "loss total",
+    ),
+    "lr": ("lr", "learning rate"),
+    "grad_norm": (
+        "grad norm", "gnorm", "norm", "gradient norm", "total norm", "total grad norm", "grad l2 norm",
+        "grad norm total", "grad 2 0 norm total", "l2 norm grad global",
+    ),
+    "loss_scale": ("loss scale", "grad scale", "scaler scale", "overflow loss scale"),
+}
+# Spellings that are the loss only on an eval set (Composer's eval metric, Megatron's validation line).
+EVAL_ONLY = ("language cross entropy", "lm loss value")
+
+# Leading path segments that only say where a metric was logged.
+NAMESPACES = {"optim", "optimizer", "trainer", "metrics", "loss metrics", "samples"}
+TRAIN_WORDS = {"train", "training"}
+EVAL_WORDS = {"eval", "evaluation", "val", "valid", "validation"}
+TEST_WORDS = {"test"}
+MARKERS = TRAIN_WORDS | EVAL_WORDS | TEST_WORDS
+# Words after `lr` that make it something else than the learning rate.
+NOT_LR = {
+    "momentum", "weight", "decay", "wd", "beta", "betas", "beta1", "beta2", "eps", "scale", "ratio", "min",
+    "max", "mult", "multiplier", "factor", "warmup", "schedule", "scheduler", "base", "init", "initial",
+    "peak", "end", "final", "update", "vs", "samples", "tokens",
+}
+_GROUP = re.compile(r"^(?:group|pg|param|groups?\d+|pg\d+|\d+)$")
+
+_SPELLINGS = {tuple(s.split()): m for m, spellings in VOCABULARY.items() for s in spellings}
+_EVAL_SPELLINGS = {tuple(s.split()) for s in EVAL_ONLY}
+
+
+@dataclass(frozen=True)
+class Match:
+    metric: str
+    rank: int
+
+
+def words(text: str) -> list[str]:
+    """`optim/LR (group 0)` -> optim lr group 0; `train/CrossEntropyLoss` -> train cross entropy loss."""
+    text = re.sub(r"(?<=[a-z])(?=[A-Z])", " ", text)
+    return re.findall(r"[a-z0-9]+", text.lower())
+
+
+@lru_cache(maxsize=4096)
+def recognise(tag: str) -> Match | None:
+    """The canonical metric `tag` means by the built-in vocabulary, or None. Pure and cached: the
+    daemon asks again for every chunk it reads."""
+    if tag.lower() in CANONICAL:
+        return Match(tag.lower(), RANK_CANONICAL)
+    raw = [r for r in tag.split("/") if words(r)]
+    if not raw:
+        return None
+    # HF writes its end-of-run summary as train/train_loss, train/train_runtime: not the curve.
+    if len(raw) > 1 and words(raw[0]) == ["train"] and words(raw[1])[0] == "train":
+        return None
+    evaluated = tested = False
+    while len(raw) > 1 and _namespace(words(raw[0])):
+        first = words(raw.pop(0))
+        evaluated |= any(w in EVAL_WORDS for w in first)
+        tested |= any(w in TEST_WORDS for w in first)
+    segments = [words(r) for r in raw]
+    ws = [w for s in segments for w in s]
+    evaluated |= any(w in EVAL_WORDS for w in ws)
+    tested |= any(w in TEST_WORDS for w in ws)
+    ws = [w for w in ws if w not in MARKERS]
+    aggregate = False
+    if len(ws) > 1 and ws[-1] == "step":
+        ws = ws[:-1]
+    elif len(ws) > 1 and (ws[-1] == "epoch" or ws[0] == "epoch"):
+        ws = ws[:-1] if ws[-1] == "epoch" else ws[1:]
+        aggregate = True
+    named = raw[0].lower().startswith("lr-") or (len(raw) > 1 and segments[0] == ["lr"])
+    metric = _lr(ws, named=named) or _SPELLINGS.get(tuple(ws))
+    if evaluated or tested:
+        if metric != "loss" and tuple(ws) not in _EVAL_SPELLINGS:
+            return None
+        metric = "eval_loss"
+    if metric is None:
+        return None
+    rank = RANK_AGGREGATE if aggregate else RANK_TEST if tested and not evaluated else RANK_SPELLING
+    return Match(metric, rank)
+
+
+def _namespace(ws: list[str]) -> bool:
+    """A leading segment that only says where the metric was logged (`optim`, `Train`, `eval`,
+    torchtitan's `loss_metrics` and `validation_metrics`)."""
+    rest = [w for w in ws if w not in MARKERS]
+    return len(rest) < len(ws) and not rest or " ".join(rest) in NAMESPACES
+
+
+def _lr(ws: list[str], *, named: bool) -> str | None:
+    """`lr`, `learning rate`, then a param group (`group 0`, `group0`, `pg1`); after Lightning's and
+    Composer's `lr-` also the optimizer's name (`lr-AdamW`, `lr-DecoupledAdamW/group0`)."""
+    if ws[:1] == ["lr"]:
+        rest = ws[1:]
+    elif ws[:2] == ["learning", "rate"]:
+        rest = ws[2:]
+    else:
+        return None
+    if any(w in NOT_LR for w in rest):
+        return None
+    if all(_GROUP.match(w) for w in rest):
+        return "lr"
+    return "lr" if named else None
