@@ -22,8 +22,8 @@ Confidences are independent plausibilities in [0, 1], not probabilities that sum
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import polars as pl
@@ -63,6 +63,25 @@ class RunContext:
     skipped: Series | None = None
     nan_iterations: Series | None = None
     incidents: tuple[Incident, ...] = field(default=())
+    timelines: Mapping[str, pl.DataFrame] = field(default_factory=dict)
+    """The context streams with their segments (step, value, segment; a step going back is a resume),
+    for `as_of`. The streams above hold, for each step, the last value written: after a resume the
+    replay's, which is right for the replay and wrong for the timeline it replaced."""
+
+    def as_of(self, back: int) -> RunContext:
+        """The context as it stood `back` resumes before the end: each stream's segments up to that
+        one (the later write of a step winning within them). A spike just before a crash is then
+        explained by the grad norms logged at it, not by the clean ones of the replay. A stream that
+        saw fewer resumes than that (logged later, or its tail is short) keeps all it has."""
+        if back <= 0 or not self.timelines:
+            return self
+        changed = {}
+        for name, points in self.timelines.items():
+            upto = (int(points.get_column("segment").max()) if points.height else 0) - back
+            if upto >= 0:
+                kept = points.filter(pl.col("segment") <= upto)
+                changed[name] = Series.of(kept.unique(subset=["step"], keep="last", maintain_order=True).sort("step").select("step", "value"))
+        return replace(self, **changed)
 
     @property
     def interval(self) -> float:
@@ -260,7 +279,7 @@ def _recurrence(inc: Incident, ctx: RunContext) -> Cause | None:
             if early > 0 and late / early >= 2:
                 confidence = min(0.9, confidence + 0.2)
                 notes.append(f"grad_norm baseline climbing ({_fmt(early)} -> {_fmt(late)} median)")
-    if inc.kind == "nonfinite" and inc.end_step is None:
+    if inc.kind == "nonfinite" and not inc.over:
         confidence = max(confidence, 0.7)
         notes.append(f"{inc.metric} stays non-finite from step {inc.step} to the end of the log")
     if not notes:

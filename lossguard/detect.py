@@ -99,15 +99,26 @@ def find_incidents(points: pl.DataFrame, rule: Rule, *, run: str, seen_before: i
             mine = flagged.filter((pl.col("i") >= start) & (pl.col("i") < start + n)).with_columns(pl.col("i") - start)
             if mine.height:
                 parts.append((unit, units.slice(start, n), mine))
+    resumes = {} if single_valued(unit_of) else _resumes(units)
     for unit, part, mine in parts:
         found = _incidents(part, mine, onset, rule, run=run, segment=int(unit))
         for inc in found:
+            if inc.end_step is None and unit in resumes:
+                inc = replace(inc, resumed_from=resumes[unit])  # its timeline was replaced by a replay
             # A replay after a resume must not raise the incident of the original timeline again.
             if inc.step in seen_keys:
                 continue
             seen_keys.add(inc.step)
             incidents.append(inc)
     return _apply_cooldown(incidents, rule)
+
+
+def _resumes(units: pl.DataFrame) -> dict[int, int]:
+    """Each unit (segment) that a resume ended -> the step the run resumed from: the first step the
+    next segment judges."""
+    firsts = units.filter(pl.col("judge")).group_by("unit", maintain_order=True).agg(pl.col("step").first())
+    rows = firsts.rows()
+    return {int(unit): int(nxt) for (unit, _), (_, nxt) in zip(rows, rows[1:])}
 
 
 def _incidents(part: pl.DataFrame, flagged: pl.DataFrame, onset: int, rule: Rule, *, run: str, segment: int) -> list[Incident]:

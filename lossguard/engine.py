@@ -60,17 +60,21 @@ def _tag_series(run_frame: pl.DataFrame, tag: str) -> Series | None:
     return Series.of(rows.unique(subset=["step"], keep="last", maintain_order=True).sort("step"))
 
 
+CONTEXT_STREAMS = ("loss", "lr", "grad_norm", "loss_scale")
+
+
 def context_of(run_frame: pl.DataFrame, streams: Mapping[str, pl.DataFrame]) -> RunContext:
-    """What the labeller looks at: the context streams by step (after a resume, the replayed values)
-    and the tags it reads as they are."""
+    """What the labeller looks at: the context streams by step (after a resume, the replayed values;
+    with their segments, for a spike of a timeline a resume replaced) and the tags it reads as they are."""
     tags = {name: _tag_series(run_frame, tag) for tag, name in CONTEXT_TAGS.items()}
-    return RunContext(
-        loss=Series.of(as_context(streams["loss"])),
-        lr=Series.of(as_context(streams["lr"])),
-        grad_norm=Series.of(as_context(streams["grad_norm"])),
-        loss_scale=Series.of(as_context(streams["loss_scale"])),
-        **tags,
-    )
+    resumed = {m: streams[m] for m in CONTEXT_STREAMS if streams[m].height and streams[m].get_column("segment").max() > 0}
+    return RunContext(**{m: Series.of(as_context(streams[m])) for m in CONTEXT_STREAMS}, **tags, timelines=resumed)
+
+
+def _resumes_after(inc: Incident, windows: Mapping[str, pl.DataFrame]) -> int:
+    """How many resumes came after the incident's segment in its stream."""
+    points = windows[inc.metric]
+    return (int(points.get_column("segment").max()) if points.height else 0) - inc.segment
 
 
 def judge(
@@ -97,8 +101,13 @@ def judge(
     if callable(context):
         context = context()
     keys = {i.key for i in found}
-    everything = (*found, *(i for i in seen.open if i.key not in keys))
-    return tuple(label_all(found, replace(context, incidents=everything)))
+    context = replace(context, incidents=(*found, *(i for i in seen.open if i.key not in keys)))
+    backs = [_resumes_after(i, windows) for i in found]
+    if not any(backs):
+        return tuple(label_all(found, context))
+    # An incident of a timeline a resume replaced is explained by that timeline's context.
+    views = {back: context.as_of(back) for back in set(backs)}
+    return tuple(inc for inc, back in zip(found, backs) for inc in label_all([inc], views[back]))
 
 
 @dataclass(frozen=True)

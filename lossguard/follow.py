@@ -203,12 +203,12 @@ class Follower:
             open=open_before,
         )
         active = self.rules.for_run(run)
-        found = judge(windows, lambda: self._context(run, frame, tails), active, run=run, seen=seen)
+        found = judge(windows, lambda: self._context(run, frame, windows), active, run=run, seen=seen)
         source = ", ".join(frame.get_column("source").unique(maintain_order=True).to_list())
         for inc in found:
             self._lifecycle(tx, inc, now=now, quiet=quiet, source=source, report=report)
         judged = {i.key for i in found}
-        still_open = [i.step for i in open_before if i.key not in judged] + [i.step for i in found if i.end_step is None]
+        still_open = [i.step for i in open_before if i.key not in judged] + [i.step for i in found if not i.over]
         self._keep_tails(tx, run, frame, windows, new, tails, active, still_open)
         self._advance(tx, run, int(frame.get_column("step").max()), now=now, report=report)
 
@@ -217,16 +217,17 @@ class Follower:
         firsts = [int(w.get_column("step").min()) for w in windows.values() if w.height]
         return self.state.incident_keys(run, since=min(firsts)) if firsts else frozenset()
 
-    def _context(self, run: str, frame: pl.DataFrame, tails: dict[str, Tail]) -> RunContext:
-        # Labels with the context the daemon has: the tails and what just arrived.
-        parts = [frame.select(table.COLUMNS)]
-        parts += [_as_rows(t, run=run, metric=m, tag=m) for m, t in tails.items() if t.steps.size]
+    def _context(self, run: str, frame: pl.DataFrame, windows: dict[str, pl.DataFrame]) -> RunContext:
+        """Labels with the context the daemon has: each stream's window (its tail, then what just
+        arrived, in the order written: a resume shows as a segment, as in `scan`), and the tags the
+        labeller reads as they are (their tails, then the new rows: the later write wins)."""
+        parts = []
         for tag in CONTEXT_TAGS:
             tail = self.state.tail(run, f"tag:{tag}")
             if tail.steps.size:
                 parts.append(_as_rows(tail, run=run, metric="loss_scale" if tag.startswith("OVERFLOW") else tag, tag=tag))
-        context = pl.concat(parts).sort("step", maintain_order=True)
-        return context_of(context, by_metric(context, JUDGED))
+        parts.append(frame.filter(pl.col("tag").is_in(list(CONTEXT_TAGS))).select(table.COLUMNS))
+        return context_of(pl.concat(parts), windows)
 
     def _lifecycle(self, tx: Transaction, inc: Incident, *, now: float, quiet: bool, source: str, report: PassReport) -> None:
         sent = self.state.incident(inc.run, inc.rule, inc.step)

@@ -68,6 +68,23 @@ class Incident:
     """Points of the incident that the rule flagged."""
     segment: int = 0
     causes: tuple[Cause, ...] = field(default=())
+    resumed_from: int | None = None
+    """The run resumed from this (earlier) step before the incident recovered: its timeline was
+    replaced by the replay, so the incident ended there rather than staying open."""
+
+    @property
+    def over(self) -> bool:
+        """Recovered, or ended by a resume from an earlier checkpoint."""
+        return self.end_step is not None or self.resumed_from is not None
+
+    @property
+    def ending(self) -> str:
+        """How the incident ended, in words (for reports and alerts)."""
+        if self.end_step is not None:
+            return f"recovered at step {self.end_step}"
+        if self.resumed_from is not None:
+            return f"ended when the run resumed from step {self.resumed_from}"
+        return "still open"
 
     @property
     def ratio(self) -> float | None:
@@ -101,6 +118,7 @@ class Incident:
             "points": self.points,
             "segment": self.segment,
             "causes": [c.to_json() for c in self.causes],
+            "resumed_from": self.resumed_from,
         }
 
     @classmethod
@@ -119,6 +137,7 @@ class Incident:
             threshold=from_json_number(data.get("threshold")), end_step=step("end_step"),
             last_flagged_step=step("last_flagged_step"), points=int(data.get("points", 1)),
             segment=int(data.get("segment", 0)), causes=tuple(Cause.from_json(c) for c in data.get("causes", ())),
+            resumed_from=step("resumed_from"),
         )
 
     def to_report(self) -> dict[str, object]:
@@ -126,12 +145,15 @@ class Incident:
         confidences for people; the engine's bookkeeping (segment, last flagged step) left out."""
         full, ratio = self.to_json(), self.ratio
         head = ("run", "metric", "rule", "kind", "severity", "step", "peak_step", "end_step", "value", "baseline", "threshold")
-        return {
+        report = {
             **{k: full[k] for k in head},
             "ratio": None if ratio is None else round(ratio, 4),
             "points": self.points,
             "causes": [c.to_report() for c in self.causes],
         }
+        if self.resumed_from is not None:  # (only then: the key is new, and rare)
+            report["resumed_from"] = self.resumed_from
+        return report
 
 NOTICE_KINDS = ("opened", "updated", "resolved", "relabelled", "stalled", "resumed")
 

@@ -88,7 +88,7 @@ def _table(rows: list[list[str]], header: list[str], right: set[int]) -> list[st
 
 def _incident_head(inc: Incident) -> str:
     ratio = f" ({inc.ratio:.1f}x)" if inc.ratio is not None else ""
-    end = f"recovered at step {inc.end_step}" if inc.end_step is not None else "still open at the end of the log"
+    end = inc.ending if inc.over else "still open at the end of the log"
     return f"{inc.metric} {fmt(inc.value)} vs baseline {fmt(inc.baseline)}{ratio}, peak at step {inc.peak_step}, {end}"
 
 
@@ -148,7 +148,7 @@ def to_markdown(result: ScanResult) -> str:
             top = inc.causes[0] if inc.causes else None
             out.append(
                 f"| {md(rep.run)} | {inc.step} | {md(inc.rule)} | {md(inc.severity)} | {fmt(inc.value)} | {fmt(inc.baseline)} | "
-                f"{f'{inc.ratio:.1f}x' if inc.ratio else '-'} | {inc.end_step if inc.end_step is not None else 'open'} | "
+                f"{f'{inc.ratio:.1f}x' if inc.ratio else '-'} | {inc.end_step if inc.end_step is not None else f'resumed from {inc.resumed_from}' if inc.resumed_from is not None else 'open'} | "
                 f"{md(top.cause) + f' ({top.confidence:.0%})' if top else '-'} | {md(top.evidence) if top else ''} |"
             )
     problems = result.all_problems

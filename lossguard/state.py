@@ -525,7 +525,7 @@ class Transaction:
         self.tails[(run, key)] = tail
 
     def add_incident(self, incident: Incident, *, source: str, quiet: bool, now: float) -> int:
-        status = "resolved" if incident.end_step is not None else "open"
+        status = "resolved" if incident.over else "open"
         top = incident.causes[0].cause if incident.causes else None
         cur = self.db.execute(
             "INSERT INTO incidents (run, rule, step, status, body, source, quiet, notified_value, notified_at, top_cause) VALUES (?,?,?,?,?,?,?,?,?,?)",
@@ -535,7 +535,7 @@ class Transaction:
 
     def update_incident(self, row: IncidentRow) -> None:
         """The incident as now judged, and what was last announced about it."""
-        status = "resolved" if row.incident.end_step is not None else "open"
+        status = "resolved" if row.incident.over else "open"
         top = row.incident.causes[0].cause if row.incident.causes else None
         self.db.execute(
             "UPDATE incidents SET status=?, body=?, source=?, top_cause=?, notified_value=?, notified_at=? WHERE id=?",

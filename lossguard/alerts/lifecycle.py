@@ -36,9 +36,9 @@ def decide(sent: IncidentRow | None, inc: Incident, *, now: float, quiet: bool, 
     """`sent`: the incident as last recorded (None: never seen); `quiet`: a new incident from
     history, recorded without a word."""
     if sent is None:
-        kinds = () if quiet else ("opened", "resolved") if inc.end_step is not None else ("opened",)
+        kinds = () if quiet else ("opened", "resolved") if inc.over else ("opened",)
         return Decision(kinds, None)
-    row = replace(sent, incident=inc, status="resolved" if inc.end_step is not None else "open")
+    row = replace(sent, incident=inc, status="resolved" if inc.over else "open")
     if sent.quiet:
         return Decision((), row)
     top = inc.causes[0].cause if inc.causes else None

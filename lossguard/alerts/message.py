@@ -101,7 +101,7 @@ def build(
     emoji = ":white_check_mark:" if event == "resolved" else SEVERITY_EMOJI.get(inc.severity, "")
     header = printable(f"{emoji} {title} in {inc.run}".strip())
     ratio = f" ({inc.ratio:.1f}×)" if inc.ratio is not None else ""
-    end = f"recovered at step {inc.end_step}" if inc.end_step is not None else "still open"
+    end = inc.ending
     facts = (
         f"*Run* {code(inc.run)}  ·  *step {inc.step}* (peak at {inc.peak_step}, {end})\n"
         f"*{escape(inc.metric)}* {fmt(inc.value)} vs baseline {fmt(inc.baseline)}{ratio}  ·  rule {code(inc.rule)}"
