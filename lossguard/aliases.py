@@ -42,19 +42,14 @@ class Aliases:
         return recognise(tag)
 
     def metric_of(self, tag: str) -> str:
-        """The metric `tag` means on its own (what `mapping` gives it unless a better tag is there)."""
+        """The metric `tag` means on its own."""
         found = self.match(tag)
         return found.metric if found else tag
 
     def mapping(self, tags: Sequence[str]) -> dict[str, str]:
-        """Each tag of one file -> the metric it carries. Where several tags mean one metric, only
-        those of the best rank carry it (`vocabulary`: user alias, canonical name, other spelling,
-        test set, epoch aggregate); the others keep their own names, so an epoch mean is never
-        spliced into the per-step curve. Tags of equal rank all carry it, and the stream takes the
-        one with most points, the first written on a tie (`streams.by_metric`)."""
-        found = {t: self.match(t) for t in tags}
-        best: dict[str, int] = {}
-        for m in found.values():
-            if m is not None:
-                best[m.metric] = min(best.get(m.metric, m.rank), m.rank)
-        return {t: m.metric if m is not None and m.rank == best[m.metric] else t for t, m in found.items()}
+        """Each tag -> the metric it means, on its own: the same whatever other tags the read holds,
+        so a log read in pieces (the daemon) gets the table one read gets. Where several tags of a
+        run mean one metric, the stream takes the best ranked (`streams.preferred`: user alias,
+        canonical name, other spelling, test set, epoch aggregate), so an epoch mean is never
+        spliced into the per-step curve."""
+        return {t: self.metric_of(t) for t in tags}

@@ -137,12 +137,32 @@ def _gradient(inc: Incident, ctx: RunContext, near_lo: float) -> tuple[Cause | N
     confidence = min(0.95, 0.45 + 0.15 * math.log2(ratio / 1.5))
     onset = int(steps[np.argmax(np.where(finite, values, -np.inf) >= 3 * median)])
     evidence = f"grad_norm {_fmt(peak)} = {ratio:.0f}x its median over the previous {prior.size} values"
-    if onset == at:
+    if inc.metric == "grad_norm":  # the grad-norm spike itself: say whether the loss has followed yet
+        evidence += f" (step {at}); {_loss_after(ctx, inc.step, interval=max(1.0, (inc.step - near_lo) / 3))}"
+    elif onset == at:
         evidence += f", {_steps_phrase(inc.step - at)}"
     else:
         evidence += f" at step {at}; first above 3x {_steps_phrase(inc.step - onset)} (step {onset})"
     suggestion = "Clip gradients (max_norm=1.0; lower it if already clipping) and resume from a checkpoint before step " f"{inc.step}."
     return Cause("gradient_explosion", confidence, evidence, suggestion), ratio
+
+
+def _loss_after(ctx: RunContext, step: int, *, interval: float) -> str:
+    """Where the loss stands at a grad-norm spike, against its median before: an explosion usually
+    reaches the loss an interval or more later, so "not yet" is the early warning."""
+    if ctx.loss is None:
+        return "no loss logged beside it"
+    before = ctx.loss.before(step, 20)
+    before = before[np.isfinite(before)]
+    _, now = ctx.loss.between(step, step + 2 * interval)
+    if not before.size or not now.size:
+        return "the loss around it is not logged"
+    median, latest = float(np.median(before)), float(now[-1])
+    if not math.isfinite(latest):
+        return f"the loss is already {_fmt(latest)}"
+    if median > 0 and latest > 1.5 * median:
+        return f"the loss has followed ({_fmt(latest)}, its median {_fmt(median)})"
+    return f"the loss has not followed yet ({_fmt(latest)}, its median {_fmt(median)}): it often does within a few intervals"
 
 
 def _numerical(inc: Incident, ctx: RunContext, lo: float, hi: float) -> Cause | None:

@@ -13,7 +13,7 @@ from .causes import RunContext, Series, label_all
 from .detect import find_incidents
 from .model import Incident
 from .rules import Rule, RuleSet
-from .streams import as_context, by_metric
+from .streams import as_context, by_metric, preferred
 
 JUDGED = ("loss", "eval_loss", "lr", "grad_norm", "loss_scale")
 """The canonical metrics rules judge and causes read."""
@@ -71,6 +71,28 @@ def context_of(run_frame: pl.DataFrame, streams: Mapping[str, pl.DataFrame]) -> 
     return RunContext(**{m: Series.of(as_context(streams[m])) for m in CONTEXT_STREAMS}, **tags, timelines=resumed)
 
 
+ESCALATION_GAP = 10
+"""A loss spike follows a grad-norm spike that is still open at its first step, or recovered at
+most this many logged intervals before it."""
+
+
+def _escalations(found: list[Incident], pool: Sequence[Incident], *, gap: float) -> list[Incident]:
+    """Loss spikes that follow a grad-norm spike, linked to it (`follows`): the grad norm usually
+    jumps first, and the loss following is the same trouble growing. (A non-finite grad norm is
+    not one: fp16 overflow steps are routine. Both on one timeline: cut by the same resume, or by none.)"""
+    grads = sorted((i for i in pool if i.metric == "grad_norm" and i.kind != "nonfinite"), key=lambda i: i.step)
+    if not grads:
+        return found
+    out = []
+    for inc in found:
+        if inc.metric == "loss":
+            before = [g for g in grads if g.step <= inc.step and (g.end_step is None or g.end_step >= inc.step - gap) and g.resumed_from == inc.resumed_from]
+            if before:
+                inc = replace(inc, follows=(before[-1].rule, before[-1].step))
+        out.append(inc)
+    return out
+
+
 def _resumes_after(inc: Incident, windows: Mapping[str, pl.DataFrame]) -> int:
     """How many resumes came after the incident's segment in its stream."""
     points = windows[inc.metric]
@@ -101,6 +123,7 @@ def judge(
     if callable(context):
         context = context()
     keys = {i.key for i in found}
+    found = _escalations(found, (*found, *seen.open), gap=ESCALATION_GAP * context.interval)
     context = replace(context, incidents=(*found, *(i for i in seen.open if i.key not in keys)))
     backs = [_resumes_after(i, windows) for i in found]
     if not any(backs):
@@ -123,17 +146,15 @@ class RunAnalysis:
 
 
 def tags_used(run_frame: pl.DataFrame) -> dict[str, str]:
-    """Canonical metric -> the tag its stream is read from: the one with most rows, the first
-    written on a tie, as `streams.by_metric` picks it."""
+    """Canonical metric -> the tag its stream is read from, as `streams.by_metric` picks it."""
     counts = (
         run_frame.select("metric", "tag").filter(pl.col("metric").is_in(list(JUDGED)))
         .group_by("metric", "tag", maintain_order=True).len()
-        .sort("len", descending=True, maintain_order=True)
     )
-    metrics: dict[str, str] = {}
-    for metric, tag, _ in counts.iter_rows():
-        metrics.setdefault(metric, tag)
-    return {m: metrics[m] for m in JUDGED if m in metrics}
+    tags: dict[str, list[tuple[str, int]]] = {}
+    for metric, tag, n in counts.iter_rows():
+        tags.setdefault(metric, []).append((tag, n))
+    return {m: preferred(m, tags[m]) for m in JUDGED if m in tags}
 
 
 def analyse_run(run_frame: pl.DataFrame, rules: RuleSet, *, run: str) -> RunAnalysis:

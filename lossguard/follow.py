@@ -231,9 +231,10 @@ class Follower:
 
     def _lifecycle(self, tx: Transaction, inc: Incident, *, now: float, quiet: bool, source: str, report: PassReport) -> None:
         sent = self.state.incident(inc.run, inc.rule, inc.step)
-        decision = decide(sent, inc, now=now, quiet=quiet, update_every=self.update_every)
+        parent = self.state.incident(inc.run, *inc.follows) if sent is None and inc.follows else None
+        decision = decide(sent, inc, now=now, quiet=quiet, update_every=self.update_every, parent=parent)
         if decision.row is None:
-            ident = tx.add_incident(inc, source=source, quiet=quiet, now=now)
+            ident = tx.add_incident(inc, source=source, quiet=quiet, now=now, parent=parent.id if parent else None)
         else:
             ident = decision.row.id
             tx.update_incident(decision.row)

@@ -71,6 +71,9 @@ class Incident:
     resumed_from: int | None = None
     """The run resumed from this (earlier) step before the incident recovered: its timeline was
     replaced by the replay, so the incident ended there rather than staying open."""
+    follows: tuple[str, int] | None = None
+    """(rule, first step) of the grad-norm incident this loss spike followed: the same trouble
+    escalating (one alert thread), not a second, unrelated one."""
 
     @property
     def over(self) -> bool:
@@ -119,6 +122,7 @@ class Incident:
             "segment": self.segment,
             "causes": [c.to_json() for c in self.causes],
             "resumed_from": self.resumed_from,
+            "follows": None if self.follows is None else list(self.follows),
         }
 
     @classmethod
@@ -138,6 +142,7 @@ class Incident:
             last_flagged_step=step("last_flagged_step"), points=int(data.get("points", 1)),
             segment=int(data.get("segment", 0)), causes=tuple(Cause.from_json(c) for c in data.get("causes", ())),
             resumed_from=step("resumed_from"),
+            follows=None if not data.get("follows") else (str(data["follows"][0]), int(data["follows"][1])),
         )
 
     def to_report(self) -> dict[str, object]:
@@ -151,17 +156,20 @@ class Incident:
             "points": self.points,
             "causes": [c.to_report() for c in self.causes],
         }
-        if self.resumed_from is not None:  # (only then: the key is new, and rare)
+        if self.resumed_from is not None:  # (only then: these keys are new, and rare)
             report["resumed_from"] = self.resumed_from
+        if self.follows is not None:
+            report["follows"] = {"rule": self.follows[0], "step": self.follows[1]}
         return report
 
-NOTICE_KINDS = ("opened", "updated", "resolved", "relabelled", "stalled", "resumed")
+NOTICE_KINDS = ("opened", "escalated", "updated", "resolved", "relabelled", "stalled", "resumed")
 
 
 @dataclass(frozen=True)
 class Notice:
-    """One notification for the sinks: an incident's lifecycle event (opened, updated, resolved,
-    relabelled) or a run's (stalled, resumed). It carries the incident itself, so what a sink says
+    """One notification for the sinks: an incident's lifecycle event (opened; escalated: opened as
+    the loss following a grad-norm spike already announced; updated, resolved, relabelled) or a
+    run's (stalled, resumed). It carries the incident itself, so what a sink says
     is built from the same object the engine produced, not from a dict rebuilt on the way."""
 
     kind: str

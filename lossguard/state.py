@@ -42,7 +42,7 @@ CREATE TABLE IF NOT EXISTS runs (
 CREATE TABLE IF NOT EXISTS incidents (
     id INTEGER PRIMARY KEY, run TEXT NOT NULL, rule TEXT NOT NULL, step INTEGER NOT NULL,
     status TEXT NOT NULL, body TEXT NOT NULL, quiet INTEGER NOT NULL DEFAULT 0,
-    notified_value REAL, notified_at REAL, top_cause TEXT, thread TEXT, source TEXT NOT NULL DEFAULT '',
+    notified_value REAL, notified_at REAL, top_cause TEXT, thread TEXT, source TEXT NOT NULL DEFAULT '', parent INTEGER,
     UNIQUE (run, rule, step)
 );
 CREATE TABLE IF NOT EXISTS outbox (
@@ -53,14 +53,16 @@ CREATE TABLE IF NOT EXISTS outbox (
 """
 
 
-VERSION = 3
+VERSION = 4
 """The layout of state.db, kept in SQLite's user_version. A later layout adds a step to MIGRATIONS
 (the statements that take version N - 1 to N), run in one transaction when an older file is opened.
 Version 0 is a file from before versions were kept: its layout is version 1's. Version 2 writes
 stream tails as packed numbers (TAIL_FORMAT) instead of JSON; version 1's JSON tails are still read.
 Version 3 gives an outbox entry its sink and an incident its source as columns (they were keys in
 the JSON), and stores incidents and notices losslessly (model.Incident.to_json); the older JSON is
-still read. An older lossguard refuses a newer file rather than misread it."""
+still read. Version 4 links an incident to the one it escalates (`parent`: a loss spike following a
+grad-norm spike), whose alert thread it shares. An older lossguard refuses a newer file rather than
+misread it."""
 MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: (),
     2: (),
@@ -70,6 +72,7 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "ALTER TABLE incidents ADD COLUMN source TEXT NOT NULL DEFAULT ''",
         "UPDATE incidents SET source = coalesce(json_extract(body, '$.source'), '')",
     ),
+    4: ("ALTER TABLE incidents ADD COLUMN parent INTEGER",),
 }
 """(An ADD COLUMN whose column exists is skipped: the step may meet a file that already has it.)"""
 TAIL_FORMAT = ("<i8", "<f8")
@@ -436,7 +439,11 @@ class State:
         return [r[0] for r in self.db.execute("SELECT DISTINCT sink FROM outbox WHERE sent_at IS NULL AND permanent=0 ORDER BY sink")]
 
     def thread(self, incident_id: int) -> str | None:
-        row = self.db.execute("SELECT thread FROM incidents WHERE id=?", (incident_id,)).fetchone()
+        """The Slack message the incident's notices reply to: its own, else (an escalation not yet
+        posted) the thread of the incident it escalates."""
+        row = self.db.execute(
+            "SELECT coalesce(i.thread, p.thread) FROM incidents i LEFT JOIN incidents p ON p.id = i.parent WHERE i.id=?", (incident_id,)
+        ).fetchone()
         return row[0] if row else None
 
     # --- delivery's writes (each its own transaction: the sender runs beside the passes) ---------
@@ -524,12 +531,13 @@ class Transaction:
         self.db.execute("INSERT OR REPLACE INTO streams (run, metric, tail, seen) VALUES (?,?,?,?)", (run, key, packed, tail.seen))
         self.tails[(run, key)] = tail
 
-    def add_incident(self, incident: Incident, *, source: str, quiet: bool, now: float) -> int:
+    def add_incident(self, incident: Incident, *, source: str, quiet: bool, now: float, parent: int | None = None) -> int:
+        """`parent`: the incident this one escalates (its alert thread is this one's too)."""
         status = "resolved" if incident.over else "open"
         top = incident.causes[0].cause if incident.causes else None
         cur = self.db.execute(
-            "INSERT INTO incidents (run, rule, step, status, body, source, quiet, notified_value, notified_at, top_cause) VALUES (?,?,?,?,?,?,?,?,?,?)",
-            (incident.run, incident.rule, incident.step, status, json.dumps(incident.to_json()), source, int(quiet), incident.value, now, top),
+            "INSERT INTO incidents (run, rule, step, status, body, source, quiet, notified_value, notified_at, top_cause, parent) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+            (incident.run, incident.rule, incident.step, status, json.dumps(incident.to_json()), source, int(quiet), incident.value, now, top, parent),
         )
         return int(cur.lastrowid)
 

@@ -8,8 +8,12 @@ points of the earlier timeline before the segment's first step.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import polars as pl
+
+from .vocabulary import rank_of
 
 
 def stream(run_frame: pl.DataFrame, metric: str) -> pl.DataFrame:
@@ -45,8 +49,7 @@ def collapse(points: pl.DataFrame) -> pl.DataFrame:
 def by_metric(run_frame: pl.DataFrame, metrics: tuple[str, ...]) -> dict[str, pl.DataFrame]:
     """Each metric's stream, from one pass over the run's table (the daemon calls this for every
     batch of new lines, so it costs a few polars calls, not a few per metric). Where several tags
-    carry a metric (`loss` and `train/loss`), the one with most points does, the first written on a
-    tie."""
+    carry a metric (`loss` and `train/loss_epoch`), one does (`preferred`)."""
     # Only the columns a stream needs: the run's full table can be gigabytes.
     wanted = run_frame[["metric", "tag", "step", "value"]].filter(pl.col("metric").is_in(list(metrics)))
     parts = wanted.partition_by("metric", as_dict=True, maintain_order=True)
@@ -57,11 +60,16 @@ def by_metric(run_frame: pl.DataFrame, metrics: tuple[str, ...]) -> dict[str, pl
             out[m] = pl.DataFrame(schema={"step": pl.Int64(), "value": pl.Float64(), "segment": pl.Int64()})
             continue
         if not single_valued(part.get_column("tag")):
-            tags = part.group_by("tag", maintain_order=True).len().rows()
-            best = max(tags, key=lambda t: t[1])[0]
-            part = part.filter(pl.col("tag") == best)
+            part = part.filter(pl.col("tag") == preferred(m, part.group_by("tag", maintain_order=True).len().rows()))
         out[m] = collapse(part[["step", "value"]])
     return out
+
+
+def preferred(metric: str, tags: Sequence[tuple[str, int]]) -> str:
+    """Of the tags (with their point counts, in the order first written) that carry `metric`, the
+    one its stream is read from: the best ranked (`vocabulary`: a user alias, the canonical name,
+    another spelling, a test set, an epoch aggregate), then the one with most points, then the first."""
+    return min(enumerate(tags), key=lambda it: (rank_of(it[1][0], metric), -it[1][1], it[0]))[1][0]
 
 
 def context(run_frame: pl.DataFrame, metric: str) -> pl.DataFrame:

@@ -17,7 +17,7 @@ missed grad norm silently turns a gradient explosion into a "bad batch". A tag i
 Anything else keeps its own name: an extra word changes the meaning (`grad_norm_clip`, `moe_aux_loss`,
 `lr-Adam-momentum`, Megatron's `lm loss vs samples`, whose x axis is samples, not steps).
 
-Precedence, when several tags of one file mean one metric (lower rank wins, see `Aliases.mapping`):
+Precedence, when several tags of one run mean one metric (lower rank wins, see `streams.preferred`):
 0 the user's [aliases]; 1 the canonical name itself (`loss`); 2 any other spelling (`train/loss`,
 `train_loss_step`); 3 a test-set loss, as eval_loss; 4 an epoch aggregate (`train_loss_epoch`).
 Eval, val and test losses are eval_loss or nothing, never loss.
@@ -141,3 +141,10 @@ def _lr(ws: list[str], *, named: bool) -> str | None:
     if all(_GROUP.match(w) for w in rest):
         return "lr"
     return "lr" if named else None
+
+
+def rank_of(tag: str, metric: str) -> int:
+    """The tag's rank as a source of `metric`: the vocabulary's, or the user's when the vocabulary
+    would not have made it that metric (only a user alias can have)."""
+    found = recognise(tag)
+    return found.rank if found is not None and found.metric == metric else RANK_USER

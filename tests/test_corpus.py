@@ -8,6 +8,7 @@ import math
 import polars as pl
 import pytest
 
+from lossguard.streams import stream
 from lossguard.reader import ReadOptions, read_paths
 
 from .conftest import CORPUS
@@ -26,7 +27,9 @@ EXPECTED = {
     "jsonl/luojiu_7b_llamafactory_pretrain_trainer_log.jsonl": ("jsonl", {"loss": 1742, "lr": 1742}, (5, 8710)),
     # SOURCES.md says 14 eval lines; the file holds 13 (grep -c eval_loss).
     "jsonl/qwen25_7b_medical_llamafactory_trainer_log.jsonl": ("jsonl", {"loss": 675, "lr": 675, "eval_loss": 13}, (10, 6750)),
-    "csv/slm_training_lightning_v0_metrics.csv": ("csv", {"loss": 2814, "eval_loss": 10}, (49, 140699)),
+    # 2814 per-step losses and 10 epoch means (train_loss_epoch: the loss too, though the stream is
+    # read from train_loss_step, which outranks it).
+    "csv/slm_training_lightning_v0_metrics.csv": ("csv", {"loss": 2824, "eval_loss": 10}, (49, 140699)),
     "tfevents/t5_summarization_hf_trainer": ("tfevents", {"loss": 430, "lr": 430, "grad_norm": 430}, (500, 215000)),
     "tfevents/lstm_textgen_lightning": ("tfevents", {"loss": 7691, "eval_loss": 29}, (49, 384549)),
     "tfevents/satd_hmer_lightning_lr_sgd": ("tfevents", {"loss": 240, "lr": 240, "eval_loss": 120}, None),
@@ -54,7 +57,7 @@ def test_corpus_file_is_read_with_its_metrics(relpath):
     for metric, n in counts.items():
         assert got.get(metric) == n, (metric, got.get(metric))
     if loss_span is not None:
-        steps = frame.filter(pl.col("metric") == "loss").get_column("step")
+        steps = stream(frame, "loss").get_column("step")
         assert (steps.min(), steps.max()) == loss_span
     assert frame.schema == {
         "run": pl.String, "source": pl.String, "step": pl.Int64, "metric": pl.String,

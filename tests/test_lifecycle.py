@@ -73,3 +73,19 @@ def test_an_update_moves_what_was_announced_and_quiet_does_not():
 def test_when_a_run_is_stalled(run, now, expected):
     assert stalled(run, now=now, stall_after=600.0) is expected
     assert stalled(run, now=now, stall_after=0) is False  # 0: never
+
+
+GRAD = replace(OPEN, metric="grad_norm", rule="grad-norm-spike", step=18, peak_step=18, value=30.0, baseline=1.0)
+
+
+@pytest.mark.parametrize(
+    ("parent", "inc", "kinds"),
+    [
+        pytest.param(row(GRAD), replace(OPEN, follows=("grad-norm-spike", 18)), ("escalated",), id="after an announced grad-norm spike: escalated"),
+        pytest.param(row(GRAD), replace(RESOLVED, follows=("grad-norm-spike", 18)), ("escalated", "resolved"), id="escalated and already over"),
+        pytest.param(row(GRAD, quiet=True), replace(OPEN, follows=("grad-norm-spike", 18)), ("opened",), id="its grad-norm spike was history: opened"),
+        pytest.param(None, OPEN, ("opened",), id="no grad-norm spike before: opened"),
+    ],
+)
+def test_a_loss_spike_that_follows_a_grad_norm_spike_is_said_as_its_escalation(parent, inc, kinds):
+    assert decide(None, inc, now=300.0, quiet=False, update_every=120.0, parent=parent).kinds == kinds

@@ -61,8 +61,10 @@ def test_json_report_is_stable_and_documented(capsys):
     assert set(run) == {"run", "source", "format", "metrics", "steps", "first_step", "last_step", "spikes", "warnings"}
     assert run["source"].endswith("megatron-grad-explosion/train.log")
     assert run["metrics"] == {"loss": "lm loss", "lr": "learning rate", "grad_norm": "grad norm"}
-    (spike,) = run["spikes"]
-    assert set(spike) == {"run", "metric", "rule", "kind", "severity", "step", "peak_step", "end_step", "value", "baseline", "threshold", "ratio", "points", "causes"}
+    grad, spike = run["spikes"]  # the grad norm warned a step before the loss followed
+    assert (grad["rule"], grad["step"], spike["rule"]) == ("grad-norm-spike", 700, "loss-spike")
+    assert set(grad) == {"run", "metric", "rule", "kind", "severity", "step", "peak_step", "end_step", "value", "baseline", "threshold", "ratio", "points", "causes"}
+    assert set(spike) == set(grad) | {"follows"} and spike["follows"] == {"rule": "grad-norm-spike", "step": 700}  # the same trouble, grown
     assert spike["step"] == 701 and spike["end_step"] == 705 and spike["ratio"] > 2
     assert doc["summary"]["spikes"] == sum(len(r["spikes"]) for r in doc["runs"])
     nan_spike = next(s for r in doc["runs"] for s in r["spikes"] if s["rule"] == "loss-nonfinite")

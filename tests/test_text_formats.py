@@ -7,7 +7,9 @@ import math
 import polars as pl
 import pytest
 
+from lossguard.engine import tags_used
 from lossguard.reader import ReadOptions, read_paths
+from lossguard.streams import stream
 
 from . import samples
 from .conftest import assert_one_error_line, run_lossguard
@@ -40,11 +42,13 @@ def test_hf_console_dicts_are_numbered_and_the_summary_line_is_dropped(tmp_path)
 def test_nanogpt_iter_lines(tmp_path):
     frame, results, _ = read_text(tmp_path, "nanogpt.log", samples.NANOGPT)
     assert results[0].format == "kv_lines"
-    assert points(frame, "loss") == [(0, 10.9917), (10, 9.4371), (20, 8.8012)]
     assert points(frame, "eval_loss") == [(20, 8.9331)]
-    # The eval-time estimate of the train loss is not the per-iteration loss: `loss` outranks it
-    # (a canonical name beats another spelling), so it keeps its own name.
-    assert points(frame, "train loss") == [(20, 8.9123)]
+    # The eval-time estimate of the train loss means the loss too (a tag means its metric on its
+    # own, so pieces read as one read does), but it is not the per-iteration loss: the stream is
+    # read from `loss`, which outranks it (a canonical name beats another spelling).
+    assert sorted(points(frame, "loss")) == [(0, 10.9917), (10, 9.4371), (20, 8.8012), (20, 8.9123)]
+    assert tags_used(frame)["loss"] == "loss"
+    assert stream(frame, "loss").select("step", "value").rows() == [(0, 10.9917), (10, 9.4371), (20, 8.8012)]
 
 
 def test_llmc_step_lines_with_two_word_names(tmp_path):

@@ -9,9 +9,12 @@ import re
 import subprocess
 import sys
 
+import polars as pl
 import pytest
 
 from lossguard.aliases import Aliases
+from lossguard.engine import tags_used
+from lossguard.streams import preferred
 from lossguard.vocabulary import RANK_AGGREGATE, RANK_CANONICAL, RANK_SPELLING, RANK_TEST, recognise
 
 from .synth import curves
@@ -147,30 +150,34 @@ def test_the_tables_are_as_large_as_the_issue_asks():
 @pytest.mark.parametrize(
     "tags,expected",
     [
-        pytest.param(["train/loss_epoch", "loss"], {"loss": "loss", "train/loss_epoch": "train/loss_epoch"}, id="loss beats train/loss_epoch"),
-        pytest.param(["train_loss_epoch", "train_loss_step"], {"train_loss_step": "loss", "train_loss_epoch": "train_loss_epoch"}, id="_step beats _epoch"),
-        pytest.param(["loss_epoch"], {"loss_epoch": "loss"}, id="an aggregate alone is the loss"),
-        pytest.param(["train/loss", "loss"], {"loss": "loss", "train/loss": "train/loss"}, id="canonical beats namespaced"),
-        pytest.param(["lr", "optim/LR (group 0)"], {"lr": "lr", "optim/LR (group 0)": "optim/LR (group 0)"}, id="lr beats a group's lr"),
-        pytest.param(["val_loss", "test_loss"], {"val_loss": "eval_loss", "test_loss": "test_loss"}, id="validation beats test"),
-        pytest.param(["val_loss", "loss"], {"val_loss": "eval_loss", "loss": "loss"}, id="eval never competes with loss"),
-        pytest.param(["epoch_loss", "batch_loss"], {"batch_loss": "loss", "epoch_loss": "epoch_loss"}, id="keras batch beats epoch"),
-        pytest.param(
-            ["lm loss", "OVERFLOW loss scale", "loss scale"],
-            {"lm loss": "loss", "OVERFLOW loss scale": "loss_scale", "loss scale": "loss_scale"},
-            id="equal ranks both carry it",
-        ),
+        pytest.param(["train/loss_epoch", "loss"], {"loss": "loss"}, id="loss beats train/loss_epoch"),
+        pytest.param(["train_loss_epoch", "train_loss_step"], {"loss": "train_loss_step"}, id="_step beats _epoch"),
+        pytest.param(["loss_epoch"], {"loss": "loss_epoch"}, id="an aggregate alone is the loss"),
+        pytest.param(["train/loss", "loss"], {"loss": "loss"}, id="canonical beats namespaced"),
+        pytest.param(["lr", "optim/LR (group 0)"], {"lr": "lr"}, id="lr beats a group's lr"),
+        pytest.param(["val_loss", "test_loss"], {"eval_loss": "val_loss"}, id="validation beats test"),
+        pytest.param(["val_loss", "loss"], {"eval_loss": "val_loss", "loss": "loss"}, id="eval never competes with loss"),
+        pytest.param(["epoch_loss", "batch_loss"], {"loss": "batch_loss"}, id="keras batch beats epoch"),
+        pytest.param(["OVERFLOW loss scale", "loss scale", "lm loss"], {"loss": "lm loss", "loss_scale": "OVERFLOW loss scale"}, id="equal ranks: most points, then first"),
     ],
 )
-def test_precedence_within_one_file(tags, expected):
-    assert Aliases.default().mapping(tags) == expected
+def test_precedence_within_one_run(tags, expected):
+    """Every tag means its metric on its own (so a log read in pieces gets the table one read
+    gets); the stream is read from the best ranked tag, then the one with most points."""
+    mapping = Aliases.default().mapping(tags)
+    frame = pl.DataFrame(
+        {"metric": [mapping[t] for t in tags for _ in range(3)], "tag": [t for t in tags for _ in range(3)],
+         "step": [s for _ in tags for s in range(3)], "value": [1.0] * (3 * len(tags))},
+    )
+    assert tags_used(frame) == expected
 
 
 def test_user_aliases_come_first_even_over_the_canonical_name():
     aliases = Aliases.build({"loss": ["objective/ce"], "grad_norm": ["optim/gn_*"]})
     assert aliases.mapping(["objective/ce", "train/loss", "optim/gn_total"]) == {
-        "objective/ce": "loss", "train/loss": "train/loss", "optim/gn_total": "grad_norm",
+        "objective/ce": "loss", "train/loss": "loss", "optim/gn_total": "grad_norm",
     }
+    assert preferred("loss", [("train/loss", 100), ("objective/ce", 10)]) == "objective/ce"
     # A user alias may also take a tag away from the vocabulary's choice.
     assert Aliases.build({"eval_loss": ["train_loss"]}).metric_of("train_loss") == "eval_loss"
 

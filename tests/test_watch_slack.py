@@ -105,3 +105,46 @@ def test_a_permanent_error_is_logged_once_loudly_and_kept_in_the_outbox(tmp_path
     finally:
         err = w.stop_and_read()
     assert err.count("not_in_channel") == 2 and err.count("ERROR cannot deliver to slack") == 2 and TOKEN not in err  # once each
+
+
+def test_a_loss_spike_after_a_grad_norm_spike_escalates_that_alert_in_its_thread(tmp_path, slack):
+    (tmp_path / "runs" / "exp").mkdir(parents=True)
+    log = tmp_path / "runs" / "exp" / "metrics.jsonl"
+    log.write_text(_calm(range(1, 61)))
+    w = _daemon(tmp_path, slack).start()
+    try:
+        w.wait_ready()
+        with open(log, "a") as fh:  # the grad norm jumps 30x; the loss has not moved yet
+            fh.write(_line(61, 2.01, gn=30.0))
+        _wait(lambda: len(_posts(slack)) >= 1)
+        (first,) = _posts(slack)
+        assert "grad_norm spike at step 61" in first.body["text"] and "has not followed yet" in json.dumps(first.body["blocks"])
+        with open(log, "a") as fh:  # and then it does
+            fh.write(_line(62, 9.0, gn=45.0))
+        _wait(lambda: len(_posts(slack)) >= 2 and _posts(slack, "/api/chat.update"))
+        second = _posts(slack)[1]
+        assert second.body.get("thread_ts") == "1700000000.000001"  # one thread: the trouble, grown
+        assert "loss spike at step 62" in second.body["text"]
+        update = _posts(slack, "/api/chat.update")[0]
+        assert update.body["ts"] == "1700000000.000001" and "the loss followed the grad-norm spike" in json.dumps(update.body["blocks"])
+    finally:
+        w.stop_and_read()
+    events = [(e["event"], e["rule"]) for e in w.events() if e["event"] in ("opened", "escalated")]
+    assert events == [("opened", "grad-norm-spike"), ("escalated", "loss-spike")]
+
+
+def test_a_grad_norm_and_loss_spike_on_one_line_are_one_thread(tmp_path, slack):
+    (tmp_path / "runs" / "exp").mkdir(parents=True)
+    log = tmp_path / "runs" / "exp" / "metrics.jsonl"
+    log.write_text(_calm(range(1, 61)))
+    w = _daemon(tmp_path, slack).start()
+    try:
+        w.wait_ready()
+        with open(log, "a") as fh:
+            fh.write(_line(61, 9.0, gn=40.0))
+        _wait(lambda: len(_posts(slack)) >= 2)
+        first, second = _posts(slack)[:2]
+        assert "grad_norm spike at step 61" in first.body["text"] and "thread_ts" not in first.body
+        assert second.body.get("thread_ts") == "1700000000.000001" and "loss spike" in second.body["text"]
+    finally:
+        w.stop_and_read()

@@ -3,7 +3,8 @@ already said (the incidents table is the notification log) and the incident as j
 the clock passed in — Alertmanager's needsUpdate, for lossguard's lifecycle:
 
 - a new incident is announced (opened; and resolved at once if it already recovered), unless it
-  was found in the history read at the first start;
+  was found in the history read at the first start; a loss spike that follows an announced
+  grad-norm spike is announced as its escalation (in that alert's thread);
 - an open incident that grew by more than GROWTH since the last announcement is announced again
   (updated), at most every `update_every` seconds;
 - its recovery is announced once (resolved), carrying a revised cause if the label changed;
@@ -32,11 +33,15 @@ class Decision:
     """The top cause announced before, when the new one differs."""
 
 
-def decide(sent: IncidentRow | None, inc: Incident, *, now: float, quiet: bool, update_every: float) -> Decision:
+def decide(
+    sent: IncidentRow | None, inc: Incident, *, now: float, quiet: bool, update_every: float, parent: IncidentRow | None = None,
+) -> Decision:
     """`sent`: the incident as last recorded (None: never seen); `quiet`: a new incident from
-    history, recorded without a word."""
+    history, recorded without a word; `parent`: the announced incident a new one escalates (the
+    grad-norm spike a loss spike followed): it is said as an escalation of that one."""
     if sent is None:
-        kinds = () if quiet else ("opened", "resolved") if inc.over else ("opened",)
+        first = "escalated" if parent is not None and not parent.quiet else "opened"
+        kinds = () if quiet else (first, "resolved") if inc.over else (first,)
         return Decision(kinds, None)
     row = replace(sent, incident=inc, status="resolved" if inc.over else "open")
     if sent.quiet:

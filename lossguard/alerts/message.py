@@ -33,6 +33,7 @@ CAUSE_TITLES = {
 }
 EVENT_TITLES = {
     "opened": "{sev}: {metric} spike",
+    "escalated": "{sev}: the loss followed the grad-norm spike",
     "updated": "{sev}: {metric} spike grew",
     "resolved": "Resolved: {metric} spike",
     "relabelled": "Cause revised: {metric} spike",

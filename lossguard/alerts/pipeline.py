@@ -161,6 +161,9 @@ class Dispatcher:
         for post in posts:
             if post.in_summary:
                 post = replace(post, thread=summary_thread)
+            elif post.notice.kind == "escalated" and post.thread is None and post.entries[0].incident_id is not None:
+                # The alert it escalates may have been posted a moment ago, in this very round.
+                post = replace(post, thread=self.state.thread(post.entries[0].incident_id))
             self._pace(sink, post.channel)
             delivery = sink.send(post)
             if not delivery.ok:
@@ -177,7 +180,7 @@ class Dispatcher:
                     self.state.set_thread(post.entries, thread)
                     self._recent[sink.name].note(post, thread, self.clock())
                 continue
-            self.state.mark_sent(post.entries, now=self.wall(), thread=thread if post.notice.kind == "opened" else None)
+            self.state.mark_sent(post.entries, now=self.wall(), thread=thread if post.notice.kind in ("opened", "escalated") else None)
             if post.notice.kind == "opened" and thread and not post.in_summary:
                 self._recent[sink.name].note(post, thread, self.clock())
             sent += len(post.entries)

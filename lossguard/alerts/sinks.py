@@ -113,6 +113,6 @@ class SlackSink:
             return delivery
         if post.thread is None and post.notice.kind == "opened" and delivery.ts:
             self._own.add(delivery.ts)
-        if post.notice.kind == "resolved" and ts in self._own:
-            self.client.update(text, ts=ts, channel=channel)  # the parent's header says it is over
+        if post.notice.kind in ("resolved", "escalated") and ts in self._own:
+            self.client.update(text, ts=ts, channel=channel)  # the parent's header says it is over, or grew
         return delivery
