@@ -63,6 +63,28 @@ FAIRSEQ_NO_UPDATES = """\
 | epoch 002:    500 / 1500 loss=8.1, ppl=274.4, lr=0.0005, gnorm=1.5
 """
 
+# fairseq 0.6 (fairseq/train.py: get_training_stats formats `clip` as a percentage, get_valid_stats
+# names its values `valid_loss`... itself; SimpleProgressBar.log/print in fairseq/progress_bar.py).
+FAIRSEQ_06 = """\
+| [en] dictionary: 40000 types
+| epoch 001:   1000 / 331737 loss=6.872, nll_loss=5.125, ppl=34.90, wps=21234, ups=1.2, wpb=16384, bsz=512, num_updates=1000, lr=0.0005, gnorm=2.751, clip=100%, oom=0, loss_scale=64.000, wall=813
+| epoch 001:   2000 / 331737 loss=6.101, nll_loss=4.525, ppl=23.02, wps=21301, ups=1.2, wpb=16384, bsz=512, num_updates=2000, lr=0.0005, gnorm=1.903, clip=62%, oom=0, loss_scale=64.000, wall=1626
+| epoch 001 | loss 6.870 | nll_loss 5.130 | ppl 34.90 | wps 21240 | ups 1.2 | wpb 16384 | bsz 512 | num_updates 2500 | lr 0.0005 | gnorm 2.751 | clip 100% | oom 0 | loss_scale 64.000 | wall 2040 | train_wall 1900
+| epoch 001 | valid on 'valid' subset | valid_loss 5.91 | valid_nll_loss 4.21 | valid_ppl 18.45 | num_updates 2500 | best 5.91
+"""
+
+# fairseq's JSON log (--log-format json through `logging`: JsonProgressBar.log/print in
+# fairseq/logging/progress_bar.py; print() prefixes every value with the tag, num_updates too).
+# The first validation ran before any update was logged and, as in versions that pass no
+# num_updates to validate(), names no update count.
+FAIRSEQ_JSON = """\
+2020-10-12 09:12:01 | INFO | valid | {"epoch": 1, "valid_loss": "9.71", "valid_nll_loss": "9.71", "valid_ppl": "837.84", "valid_wps": "51234.5", "valid_wpb": "3421.1", "valid_bsz": "120.4"}
+2020-10-12 09:13:01 | INFO | train_inner | {"epoch": 1, "update": 0.3, "loss": "8.5", "ppl": "362", "wps": "12345", "num_updates": "300", "lr": "0.0005", "gnorm": "1.05"}
+2020-10-12 09:13:31 | INFO | train_inner | {"epoch": 1, "update": 0.31, "loss": "8.4", "ppl": "337", "wps": "12340", "num_updates": "310", "lr": "0.0005", "gnorm": "1.01"}
+2020-10-12 09:14:01 | INFO | valid | {"epoch": 1, "valid_loss": "7.2", "valid_nll_loss": "7.2", "valid_ppl": "147.03", "valid_num_updates": "320", "valid_best_loss": "7.2"}
+2020-10-12 09:15:01 | INFO | valid | {"epoch": 1, "valid_loss": "7.1", "valid_nll_loss": "7.1", "valid_ppl": "137.03"}
+"""
+
 JSONL = """\
 {"step": 1, "loss": 3.5, "lr": 1e-4, "grad_norm": 2.0}
 {"step": 2, "loss": NaN, "lr": 1e-4, "grad_norm": Infinity}
@@ -138,6 +160,8 @@ ALL = {
     "fairseq": ("fairseq.log", FAIRSEQ),
     "fairseq_legacy": ("train.log", FAIRSEQ_LEGACY),
     "fairseq_no_updates": ("train.out", FAIRSEQ_NO_UPDATES),
+    "fairseq_06": ("train06.log", FAIRSEQ_06),
+    "fairseq_json": ("fairseq_json.log", FAIRSEQ_JSON),
     "kv_torchtitan": ("titan.log", TORCHTITAN),
     "kv_deepspeed": ("ds.log", DEEPSPEED),
     "composer": ("composer.log", COMPOSER),

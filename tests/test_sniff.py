@@ -49,6 +49,8 @@ SAMPLE_FORMATS = {
     "fairseq": "fairseq",
     "fairseq_legacy": "fairseq",
     "fairseq_no_updates": "fairseq",
+    "fairseq_06": "fairseq",
+    "fairseq_json": "jsonl",
     "kv_deepspeed": "kv_lines",
     "kv_llmc": "kv_lines",
     "kv_nanogpt": "kv_lines",

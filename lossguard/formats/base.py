@@ -72,7 +72,9 @@ class LineFormat:
                 rows = rows.filter(pl.col("step").is_not_null()).drop("line_no")
             if rows.height:
                 frames.append(rows)
-            cursor = block.cursor.advance(index=state.index, last_step=state.last_step, header=state.header)
+            # Where the block ends is the block's; what the parser carries on (its last step, its
+            # own state) is the parser's.
+            cursor = state.advance(offset=block.cursor.offset, line=block.cursor.line, skipping=block.cursor.skipping)
         # Relaxed: a block's tags may be Categorical (fast paths) or String (a parser's odd rows).
         rows = frames[0] if len(frames) == 1 else pl.concat(frames, how="vertical_relaxed", rechunk=False) if frames else table.empty_raw()
         if binary:

@@ -40,13 +40,38 @@ def parse_json(lines: pl.DataFrame, cursor: Cursor, raw: bytes | None = None) ->
     fast, rest = json_pairs(lines, raw=raw)
     if not fast.height:
         fast, rest = fast_pairs(lines, sep=",", cell_re=CELL, strip=" {}", raw=raw, one_pair_per_field=True)
-    return _rows(lines, _merge(fast, rest), cursor)
+    pairs = _merge(fast, rest)
+    return _rows(lines, pairs, cursor, unnumbered=_epoch_evals(pairs))
+
+
+EVAL_KEY = re.compile(r"(?i)^(?:valid|val|eval|test|dev)[_/]")
+
+
+def _epoch_evals(pairs: pl.DataFrame) -> pl.Series:
+    """Lines that are a validation's summary, as fairseq's JSON log prints one (`{"epoch": 1,
+    "valid_loss": "5.91", ...}`): an epoch and only eval values. Without an update count of its own
+    it belongs to the update before it, and before any it is at no step: numbering it would put it
+    at step 1, ahead of the training it followed. (Decided on the few distinct keys.)"""
+    keys = [k for k in pairs.get_column("key").unique().to_list() if k is not None]
+    if "epoch" not in keys:
+        return pl.Series("line_no", [], dtype=pl.Int64)
+    other = [k for k in keys if k != "epoch" and k.lower() not in STEP_KEYS and not EVAL_KEY.match(k)]
+    per_line = pairs.group_by("line_no").agg(
+        (pl.col("key") == "epoch").any().alias("epoch"),
+        pl.col("key").is_in(other).any().alias("other") if other else pl.lit(False).alias("other"),
+    )
+    return per_line.filter(pl.col("epoch") & ~pl.col("other")).get_column("line_no")
 
 
 STEP_ITEM = r"""(?i)["'](?:""" + "|".join(re.escape(k) for k in STEP_KEYS) + r""")["']\s*:"""
 
 
-def _rows(lines: pl.DataFrame, pairs: pl.DataFrame, cursor: Cursor) -> tuple[pl.DataFrame, Cursor]:
+def _rows(lines: pl.DataFrame, pairs: pl.DataFrame, cursor: Cursor, *, unnumbered: pl.Series | None = None) -> tuple[pl.DataFrame, Cursor]:
+    # fairseq's JSON log prefixes every value of a validation or epoch summary with its tag, the
+    # update count too (`valid_num_updates`): that is the line's step, not a metric.
+    counts = {k: "num_updates" for k in pairs.get_column("key").unique().to_list() if k is not None and k.lower().endswith("_num_updates")}
+    if counts:
+        pairs = pairs.with_columns(pl.col("key").cast(pl.String).replace(counts).cast(pl.Categorical))
     # A step key whose value is no number (`"step": true`, `"step": "abc"`) gives no pair: find those
     # lines among the ones with metrics but no step pair (a log that writes its steps has few).
     # (Keys compared on the few distinct names; the sets only built when some line lacks a step.)
@@ -59,7 +84,7 @@ def _rows(lines: pl.DataFrame, pairs: pl.DataFrame, cursor: Cursor) -> tuple[pl.
             stepless = stepless.filter(~stepless.is_in(keyed.implode()))
         candidates = lines.filter(pl.col("line_no").is_in(stepless.implode()))
         unreadable = candidates.filter(pl.col("text").str.contains(STEP_ITEM)).get_column("line_no")
-    rows, state = records_to_rows(pairs, cursor, step_keys=STEP_KEYS, drop_record_keys=SUMMARY_KEYS, unreadable_steps=unreadable)
+    rows, state = records_to_rows(pairs, cursor, step_keys=STEP_KEYS, drop_record_keys=SUMMARY_KEYS, unreadable_steps=unreadable, unnumbered=unnumbered)
     return table.conform_raw(rows), state
 
 
