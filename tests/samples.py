@@ -85,6 +85,23 @@ FAIRSEQ_JSON = """\
 2020-10-12 09:15:01 | INFO | valid | {"epoch": 1, "valid_loss": "7.1", "valid_nll_loss": "7.1", "valid_ppl": "137.03"}
 """
 
+# flashlight's ASR trainer (flashlight/app/asr/runtime/Logger.cpp getLogString: `key: value` items
+# joined by " | ", `epoch` "%8d", `nupdates` "%12d", `loss` "%10.5f"), printed through glog
+# (Train.cpp: LOG_MASTER(INFO) << logMsg) with its `I<mmdd> <time> <thread> <file>:<line>]` prefix.
+FLASHLIGHT = """\
+I0312 10:00:02.101234 31337 Train.cpp:412] Parsed flags: --arch=am_transformer_ctc.arch --lr=0.4 --batchsize=8
+I0312 10:11:12.345678 31337 Train.cpp:580] epoch:        1 | nupdates:         1000 | lr: 0.100000 | lrcriterion: 0.000000 | scale-factor: 32768.000000 | runtime: 00:10:23 | bch(ms): 623.31 | smp(ms): 1.02 | fwd(ms): 210.12 | crit-fwd(ms): 10.55 | bwd(ms): 380.11 | optim(ms): 20.02 | loss:   42.51234 | train-TER: 85.32 | train-WER: 98.12 | dev-clean-loss:   30.12345 | dev-clean-TER: 70.12 | dev-clean-WER: 90.12 | avg-isz: 1234 | avg-tsz: 045 | max-tsz: 123 | avr-batchsize: 8.00 | hrs:  123.45 | thrpt(sec/sec): 234.56 | timestamp: 2020-03-12 10:11:12
+I0312 10:21:12.345678 31337 Train.cpp:580] epoch:        1 | nupdates:         2000 | lr: 0.200000 | lrcriterion: 0.000000 | scale-factor: 16384.000000 | runtime: 00:20:23 | bch(ms): 621.10 | smp(ms): 1.01 | fwd(ms): 209.80 | crit-fwd(ms): 10.51 | bwd(ms): 379.95 | optim(ms): 20.01 | loss:        inf | train-TER: 84.90 | train-WER: 97.85 | dev-clean-loss:   29.80001 | dev-clean-TER: 69.50 | dev-clean-WER: 89.70 | avg-isz: 1230 | avg-tsz: 045 | max-tsz: 121 | avr-batchsize: 8.00 | hrs:  246.90 | thrpt(sec/sec): 235.01 | timestamp: 2020-03-12 10:21:12
+"""
+
+# wav2letter before `nupdates` (wav2letter src/runtime/Logger.cpp getStatus(verbose, " | "): `epoch`
+# "%8d" first, no finer count), as its per-epoch log file holds it: the epoch is all the step there is.
+WAV2LETTER_EPOCHS = """\
+epoch:        1 | lr: 0.100000 | lrcriterion: 0.000000 | runtime: 01:02:03 | bch(ms): 623.31 | smp(ms): 1.02 | fwd(ms): 210.12 | crit-fwd(ms): 10.55 | bwd(ms): 380.11 | optim(ms): 20.02 | loss:   42.51234 | train-TER: 85.32 | dev-clean-TER: 70.12 | dev-clean-loss:   30.12345 | avg-isz: 1234 | avg-tsz: 045 | max-tsz: 123 | hrs:  123.45 | thrpt(sec/sec): 234.56
+epoch:        2 | lr: 0.100000 | lrcriterion: 0.000000 | runtime: 02:04:05 | bch(ms): 622.01 | smp(ms): 1.01 | fwd(ms): 209.92 | crit-fwd(ms): 10.50 | bwd(ms): 380.02 | optim(ms): 20.00 | loss:   40.51234 | train-TER: 80.32 | dev-clean-TER: 60.12 | dev-clean-loss:   29.12345 | avg-isz: 1234 | avg-tsz: 045 | max-tsz: 123 | hrs:  246.90 | thrpt(sec/sec): 234.80
+epoch:        3 | lr: 0.050000 | lrcriterion: 0.000000 | runtime: 03:06:07 | bch(ms): 621.77 | smp(ms): 1.00 | fwd(ms): 209.85 | crit-fwd(ms): 10.49 | bwd(ms): 379.90 | optim(ms): 19.98 | loss:        inf | train-TER: 78.02 | dev-clean-TER: 58.40 | dev-clean-loss:   28.70011 | avg-isz: 1234 | avg-tsz: 045 | max-tsz: 123 | hrs:  370.35 | thrpt(sec/sec): 235.10
+"""
+
 JSONL = """\
 {"step": 1, "loss": 3.5, "lr": 1e-4, "grad_norm": 2.0}
 {"step": 2, "loss": NaN, "lr": 1e-4, "grad_norm": Infinity}
@@ -162,6 +179,7 @@ ALL = {
     "fairseq_no_updates": ("train.out", FAIRSEQ_NO_UPDATES),
     "fairseq_06": ("train06.log", FAIRSEQ_06),
     "fairseq_json": ("fairseq_json.log", FAIRSEQ_JSON),
+    "kv_flashlight": ("001_log", FLASHLIGHT),
     "kv_torchtitan": ("titan.log", TORCHTITAN),
     "kv_deepspeed": ("ds.log", DEEPSPEED),
     "composer": ("composer.log", COMPOSER),

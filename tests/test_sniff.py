@@ -52,6 +52,7 @@ SAMPLE_FORMATS = {
     "fairseq_06": "fairseq",
     "fairseq_json": "jsonl",
     "kv_deepspeed": "kv_lines",
+    "kv_flashlight": "kv_lines",
     "kv_llmc": "kv_lines",
     "kv_nanogpt": "kv_lines",
     "kv_torchtitan": "kv_lines",

@@ -7,7 +7,8 @@ import math
 import polars as pl
 import pytest
 
-from lossguard.reader import ReadOptions, read_paths
+from lossguard.cursor import Cursor
+from lossguard.reader import ReadOptions, read, read_paths
 
 from . import samples
 from .conftest import assert_one_error_line, run_lossguard
@@ -59,6 +60,57 @@ def test_thousands_separators_are_part_of_the_number(tmp_path):
     assert results[0].format == "kv_lines"
     assert points(frame, "tps") == [(1, 1234.0), (2, 12345678.0)]
     assert points(frame, "loss") == [(1, 12.2345), (2, 11.9876)] and points(frame, "grad_norm") == [(2, 4.5678)]
+
+
+def test_flashlight_pipe_separated_key_colon_value_lines_take_nupdates_as_the_step(tmp_path):
+    frame, results, problems = read_text(tmp_path, "001_log", samples.FLASHLIGHT)
+    assert results[0].format == "kv_lines" and problems == []
+    assert points(frame, "loss")[0] == (1000, 42.51234)
+    step, loss = points(frame, "loss")[1]
+    assert step == 2000 and math.isinf(loss)  # `loss:        inf`
+    assert points(frame, "lr") == [(1000, 0.1), (2000, 0.2)]
+    assert points(frame, "epoch") == [(1000, 1.0), (2000, 1.0)]  # a value here: nupdates is finer
+    # glog's prefix says who printed the line and where: not metrics. The flags line names no step.
+    tags = set(frame.get_column("tag").to_list())
+    assert not tags & {"I0312", "Train.cpp", "nupdates", "arch", "lr=0.4"}
+    assert points(frame, "dev-clean-loss") == [(1000, 30.12345), (2000, 29.80001)]
+
+
+def test_epoch_is_the_step_only_when_nothing_finer_exists_and_a_warning_says_so(tmp_path):
+    frame, results, problems = read_text(tmp_path, "001_log", samples.WAV2LETTER_EPOCHS)
+    assert results[0].format == "kv_lines"
+    assert [s for s, _ in points(frame, "loss")] == [1, 2, 3]
+    assert [p.message for p in problems] == ["no step finer than the epoch in this file: its epochs are the steps"]
+
+
+def test_epoch_steps_read_in_pieces_warn_once_and_match_one_read(tmp_path):
+    path = tmp_path / "001_log"
+    lines = samples.WAV2LETTER_EPOCHS.splitlines(keepends=True)
+    cursor, frames, said = Cursor(), [], []
+    for n in range(1, len(lines) + 1):
+        path.write_text("".join(lines[:n]))
+        res = read(path, cursor, run="r", fmt="kv_lines", final=False, options=ReadOptions())
+        frames.append(res.frame)
+        said += [p.message for p in res.problems]
+        cursor = res.cursor
+    whole = read(path, Cursor(), run="r", fmt="kv_lines", final=True, options=ReadOptions())
+    assert pl.concat(frames).equals(whole.frame)
+    assert said == [p.message for p in whole.problems] and len(said) == 1
+
+
+def test_once_a_finer_step_was_read_a_later_epoch_only_line_is_no_record(tmp_path):
+    # modded-nanogpt style step lines, then an end-of-epoch summary naming only the epoch: read in
+    # one go it has no step (the file has finer ones); read later alone, the cursor remembers that.
+    path = tmp_path / "train.log"
+    steps = "step:100/2000 train_loss:3.2100 train_time:12345ms\nstep:200/2000 train_loss:3.0100 train_time:24690ms\n"
+    summary = "epoch: 1 | val_loss: 3.3000\n"
+    path.write_text(steps)
+    first = read(path, Cursor(), run="r", fmt="kv_lines", final=False, options=ReadOptions())
+    path.write_text(steps + summary)
+    later = read(path, first.cursor, run="r", fmt="kv_lines", final=False, options=ReadOptions())
+    whole = read(path, Cursor(), run="r", fmt="kv_lines", final=True, options=ReadOptions())
+    assert later.frame.height == 0 and later.problems == ()
+    assert whole.frame.filter(pl.col("tag") == "val_loss").height == 0 and whole.problems == ()
 
 
 def test_deepspeed_console_lists_prefixes_and_overflow_lines(tmp_path):

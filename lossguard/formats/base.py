@@ -48,6 +48,7 @@ class LineFormat:
         problems: list[Problem] = []
         frames: list[pl.DataFrame] = []
         source = str(path)
+        start = cursor
         warned = False
         unplaced, first_unplaced = 0, None
         binary, first_binary = 0, None
@@ -77,6 +78,9 @@ class LineFormat:
             cursor = state.advance(offset=block.cursor.offset, line=block.cursor.line, skipping=block.cursor.skipping)
         # Relaxed: a block's tags may be Categorical (fast paths) or String (a parser's odd rows).
         rows = frames[0] if len(frames) == 1 else pl.concat(frames, how="vertical_relaxed", rechunk=False) if frames else table.empty_raw()
+        note = STEP_FALLBACKS.get(cursor.steps) if cursor.steps != start.steps else None
+        if note:
+            problems.append(Problem(source, note))
         if binary:
             # A crashed node's file system can leave a run of NULs where a write was lost; what
             # follows is still the log. Once a read, as for the lines below.
@@ -87,6 +91,13 @@ class LineFormat:
             more = f" (and {unplaced - 1:,} more line(s) like it)" if unplaced > 1 else ""
             problems.append(Problem(source, f"step is not a whole number from 0 to 2^63-1; this line's values are skipped{more}", line=first_unplaced))
         return Parsed(rows, cursor, tuple(problems))
+
+
+STEP_FALLBACKS = {
+    "epoch": "no step finer than the epoch in this file: its epochs are the steps",
+    "numbered": "no step in this file (no progress bar, no epoch with a known number of steps per epoch): its records are numbered 1, 2, 3... in file order",
+}
+"""What a read says, once a file, when a parser had to fall back (Cursor.steps) to a coarser step."""
 
 
 class Reader(Protocol):
