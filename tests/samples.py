@@ -3,12 +3,55 @@ need to cut, grow and damage files."""
 
 from __future__ import annotations
 
-HF_CONSOLE = """\
+def _bar(n: int, total: int = 300) -> str:
+    """One redraw of tqdm's default bar, as a non-terminal receives it (\\r, no newline)."""
+    pct = 100 * n // total
+    filled = "█" * (10 * n // total)
+    return f"\r{pct:3d}%|{filled:<10}| {n}/{total} [00:{n // 3:02d}<01:30,  3.20it/s]"
+
+
+# tqdm.write clears the bars (\r, spaces, \r), writes the line, then redraws them.
+_CLEAR = "\r" + " " * 50 + "\r"
+
+# HF Trainer run with `> train_stdout.txt 2>&1`: the banner (trainer.py's logger.info lines), then the
+# training bar and ProgressCallback's dicts written through it (transformers/trainer_callback.py:
+# `self.training_bar.write(str(logs))`), an evaluation with its own bar (prediction_bar, another
+# total, on the next line: tqdm's position 1) whose dict takes the step of the dict before it, and
+# the end-of-training summary. logging_steps=10, 300 steps.
+HF_CONSOLE = (
+    "***** Running training *****\n"
+    "  Num examples = 1,000\n"
+    "  Num Epochs = 3\n"
+    "  Instantaneous batch size per device = 10\n"
+    "  Total optimization steps = 300\n"
+    f"{_bar(0)}{_bar(7)}{_bar(10)}{_CLEAR}{{'loss': 2.3026, 'grad_norm': 1.25, 'learning_rate': 4.9e-05, 'epoch': 0.1}}\n"
+    f"{_bar(10)}{_bar(14)}{_bar(20)}{_CLEAR}{{'loss': 2.1, 'grad_norm': np.float64(1.5), 'learning_rate': 4.8e-05, 'epoch': 0.2}}\n"
+    f"{_bar(20)}\n"
+    f"{_bar(0, 13)}\x1b[A\n{_bar(9, 13)}\x1b[A\n{_bar(13, 13)}\x1b[A{_CLEAR}{{'eval_loss': 2.05, 'eval_runtime': 1.2, 'eval_samples_per_second': 80.0, 'epoch': 0.2}}\n"
+    f"{_bar(20)}{_bar(27)}{_bar(30)}{_CLEAR}{{'loss': nan, 'grad_norm': inf, 'learning_rate': 4.7e-05, 'epoch': 0.3}}\n"
+    f"{_bar(30)}{_bar(40)}{_CLEAR}{{'loss': 1.95, 'grad_norm': 0.9, 'learning_rate': 4.6e-05, 'epoch': 0.4}}\n"
+    f"{_bar(40)}{_bar(300)}{_CLEAR}{{'train_runtime': 100.1, 'train_samples_per_second': 29.9, 'train_steps_per_second': 3.0, 'train_loss': 2.0, 'epoch': 3.0}}\n"
+    f"{_bar(300)}\n"
+)
+
+# The same run with disable_tqdm=True: PrinterCallback prints the dicts (`print(logs)`), no bar; the
+# banner's `Num update steps per epoch` (newer trainer.py) gives the steps from the epoch.
+HF_CONSOLE_NO_BAR = """\
 ***** Running training *****
-  Num examples = 1000
-  0%|          | 0/300 [00:00<?, ?it/s]
+  Num examples = 1,000
+  Num Epochs = 3
+  Num update steps per epoch = 100
+  Total optimization steps = 300
+{'loss': 2.3026, 'grad_norm': 1.25, 'learning_rate': 4.9e-05, 'epoch': 0.1}
+{'loss': 2.1, 'grad_norm': 1.5, 'learning_rate': 4.8e-05, 'epoch': 0.2}
+{'eval_loss': 2.05, 'eval_runtime': 1.2, 'eval_samples_per_second': 80.0, 'epoch': 0.2}
+{'loss': 1.95, 'grad_norm': 0.9, 'learning_rate': 4.6e-05, 'epoch': 0.3}
+"""
+
+# Only the dicts (a notebook's output saved, a wrapper printing them): no bar, no banner.
+HF_CONSOLE_DICTS = """\
 {'loss': 2.3026, 'grad_norm': 1.25, 'learning_rate': 4.9e-05, 'epoch': 0.03}
- 10%|█         | 30/300 [00:10<01:30,  3.00it/s]\r{'loss': 2.1, 'grad_norm': np.float64(1.5), 'learning_rate': 4.8e-05, 'epoch': 0.07}
+{'loss': 2.1, 'grad_norm': np.float64(1.5), 'learning_rate': 4.8e-05, 'epoch': 0.07}
 {'eval_loss': 2.05, 'eval_runtime': 1.2, 'eval_samples_per_second': 80.0, 'epoch': 0.1}
 {'loss': nan, 'grad_norm': inf, 'learning_rate': 4.7e-05, 'epoch': 0.1}
 {'loss': 1.95, 'grad_norm': 0.9, 'learning_rate': 4.6e-05, 'epoch': 0.13}
@@ -172,6 +215,7 @@ max_duration: 200ba
 
 ALL = {
     "hf_console": ("train_stdout.txt", HF_CONSOLE),
+    "hf_console_no_bar": ("stdout.log", HF_CONSOLE_NO_BAR),
     "kv_nanogpt": ("nanogpt.log", NANOGPT),
     "kv_llmc": ("llmc.log", LLMC),
     "fairseq": ("fairseq.log", FAIRSEQ),

@@ -45,6 +45,7 @@ SAMPLE_FORMATS = {
     "composer": "composer",
     "csv": "csv",
     "hf_console": "hf_console",
+    "hf_console_no_bar": "hf_console",
     "jsonl": "jsonl",
     "fairseq": "fairseq",
     "fairseq_legacy": "fairseq",

@@ -1,6 +1,7 @@
-"""JSON lines and HF Trainer console output: one flat dict per line, JSON (`"k": v`) or Python
-repr (`'k': v`), often behind a timestamp or a tqdm bar. Values may be NaN/Infinity, quoted numbers
-("7.21" in fairseq's JSON log) or wrapped (`np.float64(1.5)`, `tensor(1.5)`)."""
+"""JSON lines and the dicts of HF Trainer console output (whose steps hf_console.py finds): one flat
+dict per line, JSON (`"k": v`) or Python repr (`'k': v`), often behind a timestamp or a tqdm bar.
+Values may be NaN/Infinity, quoted numbers ("7.21" in fairseq's JSON log) or wrapped
+(`np.float64(1.5)`, `tensor(1.5)`)."""
 
 from __future__ import annotations
 
@@ -32,8 +33,13 @@ CELL = PAIR.replace(r"""(?:,|\}|\))""", r"""(?:\}|\)|$)""")
 
 
 def parse(lines: pl.DataFrame, cursor: Cursor, raw: bytes | None = None) -> tuple[pl.DataFrame, Cursor]:
+    return rows_of(lines, python_pairs(lines, raw), cursor)
+
+
+def python_pairs(lines: pl.DataFrame, raw: bytes | None = None) -> pl.DataFrame:
+    """(line_no, key, value) of Python-repr dicts (`{'loss': 2.3, ...}`), in line order."""
     fast, rest = fast_pairs(lines, sep=",", cell_re=CELL, strip=" {}", raw=raw, one_pair_per_field=True)
-    return _rows(lines, _merge(fast, rest), cursor)
+    return _merge(fast, rest)
 
 
 def parse_json(lines: pl.DataFrame, cursor: Cursor, raw: bytes | None = None) -> tuple[pl.DataFrame, Cursor]:
@@ -41,7 +47,7 @@ def parse_json(lines: pl.DataFrame, cursor: Cursor, raw: bytes | None = None) ->
     if not fast.height:
         fast, rest = fast_pairs(lines, sep=",", cell_re=CELL, strip=" {}", raw=raw, one_pair_per_field=True)
     pairs = _merge(fast, rest)
-    return _rows(lines, pairs, cursor, unnumbered=_epoch_evals(pairs))
+    return rows_of(lines, pairs, cursor, unnumbered=_epoch_evals(pairs))
 
 
 EVAL_KEY = re.compile(r"(?i)^(?:valid|val|eval|test|dev)[_/]")
@@ -66,7 +72,12 @@ def _epoch_evals(pairs: pl.DataFrame) -> pl.Series:
 STEP_ITEM = r"""(?i)["'](?:""" + "|".join(re.escape(k) for k in STEP_KEYS) + r""")["']\s*:"""
 
 
-def _rows(lines: pl.DataFrame, pairs: pl.DataFrame, cursor: Cursor, *, unnumbered: pl.Series | None = None) -> tuple[pl.DataFrame, Cursor]:
+def rows_of(
+    lines: pl.DataFrame, pairs: pl.DataFrame, cursor: Cursor, *, unnumbered: pl.Series | None = None, line_steps: pl.DataFrame | None = None
+) -> tuple[pl.DataFrame, Cursor]:
+    """Dict pairs as raw rows (records_to_rows), with what dict lines share: `*_num_updates` is a
+    step, a step key holding no number leaves its line unplaced, the end-of-training summary is no
+    point of the curve."""
     # fairseq's JSON log prefixes every value of a validation or epoch summary with its tag, the
     # update count too (`valid_num_updates`): that is the line's step, not a metric.
     counts = {k: "num_updates" for k in pairs.get_column("key").unique().to_list() if k is not None and k.lower().endswith("_num_updates")}
@@ -84,7 +95,9 @@ def _rows(lines: pl.DataFrame, pairs: pl.DataFrame, cursor: Cursor, *, unnumbere
             stepless = stepless.filter(~stepless.is_in(keyed.implode()))
         candidates = lines.filter(pl.col("line_no").is_in(stepless.implode()))
         unreadable = candidates.filter(pl.col("text").str.contains(STEP_ITEM)).get_column("line_no")
-    rows, state = records_to_rows(pairs, cursor, step_keys=STEP_KEYS, drop_record_keys=SUMMARY_KEYS, unreadable_steps=unreadable, unnumbered=unnumbered)
+    rows, state = records_to_rows(
+        pairs, cursor, step_keys=STEP_KEYS, drop_record_keys=SUMMARY_KEYS, unreadable_steps=unreadable, unnumbered=unnumbered, line_steps=line_steps
+    )
     return table.conform_raw(rows), state
 
 
@@ -99,7 +112,6 @@ def _merge(fast: pl.DataFrame, rest: pl.DataFrame) -> pl.DataFrame:
 
 
 JSONL = LineFormat("jsonl", parse_json, prefilter=r"\{")
-HF_CONSOLE = LineFormat("hf_console", parse, prefilter=r"\{")
 
 METRIC_ITEM = re.compile(r"""["'](?:[^"'\n]*loss[^"'\n]*|learning_rate|lr|grad_norm)["']\s*:\s*[-+\d.'"nNiI]""")
 """A dict item naming a metric. A line holding one is a dict's, even without the brace that opens
@@ -112,10 +124,9 @@ def _json_line(line: str) -> bool:
     return bool(_JSON_OPEN.search(line) and METRIC_ITEM.search(line))
 
 
-def _python_line(line: str) -> bool:
+def python_line(line: str) -> bool:
     return bool(_PY_OPEN.search(line) and METRIC_ITEM.search(line))
 
 
 # A line with both openings is JSON's: JSONL comes first in formats.FORMATS.
 JSONL_FORMAT = Format(reader=JSONL, line=_json_line)
-HF_CONSOLE_FORMAT = Format(reader=HF_CONSOLE, line=_python_line)
