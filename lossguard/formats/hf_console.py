@@ -38,7 +38,6 @@ from .dictlines import EVAL_KEY, STEP_KEYS, SUMMARY_KEYS, python_line, python_pa
 
 BAR = r"\d+%\|[^|\r\n]*\|\s*(\d+)/(\d+)\s*\["
 """tqdm's default bar: `{percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} [{elapsed}<...`."""
-_BAR = re.compile(BAR)
 _NUMBER = r"\s*=\s*([\d,]+)"
 PER_EPOCH = re.compile(r"Num update steps per epoch" + _NUMBER)
 EPOCHS = re.compile(r"Num Epochs" + _NUMBER)
@@ -78,11 +77,15 @@ def _steps(lines: pl.DataFrame, pairs: pl.DataFrame, cursor: Cursor) -> tuple[pl
     check read as a loop than as a chain of window expressions."""
     text = pl.col("text")
     brace = text.str.find("{", literal=True)
+    # The bars before the dict count for it; any after it, for the next. The last redraw of a line
+    # is all that counts (one bar redraws on one line; another's, with tqdm's position, on its own).
+    head = pl.when(brace.is_not_null()).then(text.str.slice(0, brace)).otherwise(text)
+    tail = pl.when(brace.is_not_null()).then(text.str.slice(brace))
     marked = lines.select(
         "line_no",
-        # The bars before the dict count for it; any after it, for the next.
-        pl.when(brace.is_not_null()).then(text.str.slice(0, brace)).otherwise(text).alias("head"),
-        pl.when(brace.is_not_null()).then(text.str.slice(brace)).alias("tail"),
+        *_last_bar(head, "head"),
+        *_last_bar(tail, "tail"),
+        pl.when(text.str.contains("=", literal=True)).then(text).alias("banner"),
     ).join(_records(pairs), on="line_no", how="left", maintain_order="left")
     bar, bar_total, per_epoch, steps = cursor.bar, cursor.bar_total, cursor.per_epoch, cursor.steps
     last = cursor.last_step
@@ -90,13 +93,13 @@ def _steps(lines: pl.DataFrame, pairs: pl.DataFrame, cursor: Cursor) -> tuple[pl
     placed_lines: list[int] = []
     placed_steps: list[int] = []
     eval_lines: list[int] = []
-    for line_no, head, tail, train, is_eval, epoch in marked.iter_rows():
-        if "=" in head:
-            per_epoch, epochs = _banner(head, per_epoch, epochs)
-        for n, total in _bars(head):
-            bar_total = bar_total if bar_total is not None else total
-            if total == bar_total:
-                bar = n
+    for line_no, head_n, head_total, tail_n, tail_total, banner, train, is_eval, epoch in marked.iter_rows():
+        if banner is not None:
+            per_epoch, epochs = _banner(banner, per_epoch, epochs)
+        if head_total is not None:
+            bar_total = bar_total if bar_total is not None else head_total
+            if head_total == bar_total:
+                bar = head_n
         if train:
             step = None
             if bar is not None and bar >= 1 and (last is None or bar > last):
@@ -112,17 +115,22 @@ def _steps(lines: pl.DataFrame, pairs: pl.DataFrame, cursor: Cursor) -> tuple[pl
                 last = step
         elif is_eval:
             eval_lines.append(line_no)
-        for n, total in _bars(tail or ""):
-            bar_total = bar_total if bar_total is not None else total
-            if total == bar_total:
-                bar = n
+        if tail_total is not None:
+            bar_total = bar_total if bar_total is not None else tail_total
+            if tail_total == bar_total:
+                bar = tail_n
     line_steps = pl.DataFrame({"line_no": placed_lines, "step": placed_steps}, schema={"line_no": pl.Int64, "step": pl.Int64})
     state = cursor.advance(steps=steps, bar=bar, bar_total=bar_total, per_epoch=per_epoch)
     return line_steps, pl.Series("line_no", eval_lines, dtype=pl.Int64), state
 
 
-def _bars(text: str) -> list[tuple[int, int]]:
-    return [(int(n), int(total)) for n, total in _BAR.findall(text)] if "%|" in text else []
+def _last_bar(text: pl.Expr, name: str) -> tuple[pl.Expr, pl.Expr]:
+    """The count and total of the last bar drawn in `text`, or nulls."""
+    last = text.str.extract_all(BAR).list.last().str.extract_groups(BAR)
+    return (
+        last.struct.field("1").cast(pl.Int64).alias(f"{name}_n"),
+        last.struct.field("2").cast(pl.Int64).alias(f"{name}_total"),
+    )
 
 
 def _banner(text: str, per_epoch: float | None, epochs: int | None) -> tuple[float | None, int | None]:
