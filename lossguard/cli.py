@@ -83,6 +83,7 @@ def _add_scan(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--strict", action="store_true", help="exit 2 if any file could not be read")
     p.add_argument("--quiet", action="store_true", help="no progress bar, no warnings on stderr")
     p.add_argument("--config", type=Path, help="lossguard.toml with [aliases] and [[formats]]")
+    p.add_argument("--log-format", dest="log_format", metavar="NAME", help="read every file as this format instead of detecting it")
     p.add_argument("--compare-rules", nargs=2, type=Path, metavar=("A", "B"), help="backtest: what rules A and B flag differently, per run")
     p.add_argument("--slack-digest", action="store_true", help="also post a digest of the scan to Slack (when configured)")
     p.set_defaults(func=_cmd_scan)
@@ -118,7 +119,9 @@ def _cmd_scan(args: argparse.Namespace) -> int:
     from .rules import load_rules
     from .scan import scan
 
-    options = read_options(args.config)
+    options = read_options(args.config, fmt=args.log_format)
+    if args.log_format:
+        options.reader(args.log_format)  # an unknown name is a usage error before anything is read
     if not args.paths:
         from .settings import load_settings
 

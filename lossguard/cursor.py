@@ -25,6 +25,15 @@ class Cursor:
     """A CSV file's header line, which later chunks of the file do not repeat."""
     skipping: bool = False
     """Inside an over-long line that is being discarded up to its newline."""
+    steps: str | None = None
+    """Where a format that has several ways to find a step took this file's from, once it had to
+    choose (`epoch`, `numbered`...): a later block goes on the same way, and a fallback is said once."""
+    bar: int | None = None
+    """The count a training progress bar showed (`2564/4920`) since the last HF console dict, if any."""
+    bar_total: int | None = None
+    """The training progress bar's total (`4920`): bars of other totals are evaluation's."""
+    per_epoch: float | None = None
+    """Optimizer steps per epoch as the trainer's banner stated it, for HF console dicts."""
 
     def advance(self, **changes: object) -> Cursor:
         return replace(self, **changes)

@@ -3,12 +3,55 @@ need to cut, grow and damage files."""
 
 from __future__ import annotations
 
-HF_CONSOLE = """\
+def _bar(n: int, total: int = 300) -> str:
+    """One redraw of tqdm's default bar, as a non-terminal receives it (\\r, no newline)."""
+    pct = 100 * n // total
+    filled = "█" * (10 * n // total)
+    return f"\r{pct:3d}%|{filled:<10}| {n}/{total} [00:{n // 3:02d}<01:30,  3.20it/s]"
+
+
+# tqdm.write clears the bars (\r, spaces, \r), writes the line, then redraws them.
+_CLEAR = "\r" + " " * 50 + "\r"
+
+# HF Trainer run with `> train_stdout.txt 2>&1`: the banner (trainer.py's logger.info lines), then the
+# training bar and ProgressCallback's dicts written through it (transformers/trainer_callback.py:
+# `self.training_bar.write(str(logs))`), an evaluation with its own bar (prediction_bar, another
+# total, on the next line: tqdm's position 1) whose dict takes the step of the dict before it, and
+# the end-of-training summary. logging_steps=10, 300 steps.
+HF_CONSOLE = (
+    "***** Running training *****\n"
+    "  Num examples = 1,000\n"
+    "  Num Epochs = 3\n"
+    "  Instantaneous batch size per device = 10\n"
+    "  Total optimization steps = 300\n"
+    f"{_bar(0)}{_bar(7)}{_bar(10)}{_CLEAR}{{'loss': 2.3026, 'grad_norm': 1.25, 'learning_rate': 4.9e-05, 'epoch': 0.1}}\n"
+    f"{_bar(10)}{_bar(14)}{_bar(20)}{_CLEAR}{{'loss': 2.1, 'grad_norm': np.float64(1.5), 'learning_rate': 4.8e-05, 'epoch': 0.2}}\n"
+    f"{_bar(20)}\n"
+    f"{_bar(0, 13)}\x1b[A\n{_bar(9, 13)}\x1b[A\n{_bar(13, 13)}\x1b[A{_CLEAR}{{'eval_loss': 2.05, 'eval_runtime': 1.2, 'eval_samples_per_second': 80.0, 'epoch': 0.2}}\n"
+    f"{_bar(20)}{_bar(27)}{_bar(30)}{_CLEAR}{{'loss': nan, 'grad_norm': inf, 'learning_rate': 4.7e-05, 'epoch': 0.3}}\n"
+    f"{_bar(30)}{_bar(40)}{_CLEAR}{{'loss': 1.95, 'grad_norm': 0.9, 'learning_rate': 4.6e-05, 'epoch': 0.4}}\n"
+    f"{_bar(40)}{_bar(300)}{_CLEAR}{{'train_runtime': 100.1, 'train_samples_per_second': 29.9, 'train_steps_per_second': 3.0, 'train_loss': 2.0, 'epoch': 3.0}}\n"
+    f"{_bar(300)}\n"
+)
+
+# The same run with disable_tqdm=True: PrinterCallback prints the dicts (`print(logs)`), no bar; the
+# banner's `Num update steps per epoch` (newer trainer.py) gives the steps from the epoch.
+HF_CONSOLE_NO_BAR = """\
 ***** Running training *****
-  Num examples = 1000
-  0%|          | 0/300 [00:00<?, ?it/s]
+  Num examples = 1,000
+  Num Epochs = 3
+  Num update steps per epoch = 100
+  Total optimization steps = 300
+{'loss': 2.3026, 'grad_norm': 1.25, 'learning_rate': 4.9e-05, 'epoch': 0.1}
+{'loss': 2.1, 'grad_norm': 1.5, 'learning_rate': 4.8e-05, 'epoch': 0.2}
+{'eval_loss': 2.05, 'eval_runtime': 1.2, 'eval_samples_per_second': 80.0, 'epoch': 0.2}
+{'loss': 1.95, 'grad_norm': 0.9, 'learning_rate': 4.6e-05, 'epoch': 0.3}
+"""
+
+# Only the dicts (a notebook's output saved, a wrapper printing them): no bar, no banner.
+HF_CONSOLE_DICTS = """\
 {'loss': 2.3026, 'grad_norm': 1.25, 'learning_rate': 4.9e-05, 'epoch': 0.03}
- 10%|█         | 30/300 [00:10<01:30,  3.00it/s]\r{'loss': 2.1, 'grad_norm': np.float64(1.5), 'learning_rate': 4.8e-05, 'epoch': 0.07}
+{'loss': 2.1, 'grad_norm': np.float64(1.5), 'learning_rate': 4.8e-05, 'epoch': 0.07}
 {'eval_loss': 2.05, 'eval_runtime': 1.2, 'eval_samples_per_second': 80.0, 'epoch': 0.1}
 {'loss': nan, 'grad_norm': inf, 'learning_rate': 4.7e-05, 'epoch': 0.1}
 {'loss': 1.95, 'grad_norm': 0.9, 'learning_rate': 4.6e-05, 'epoch': 0.13}
@@ -61,6 +104,45 @@ FAIRSEQ_NO_UPDATES = """\
 | epoch 001 | loss 8.9 | ppl 477.7 | lr 0.0005 | gnorm 1.8
 | epoch 001 | valid on 'valid' subset | loss 8.4 | ppl 337.8
 | epoch 002:    500 / 1500 loss=8.1, ppl=274.4, lr=0.0005, gnorm=1.5
+"""
+
+# fairseq 0.6 (fairseq/train.py: get_training_stats formats `clip` as a percentage, get_valid_stats
+# names its values `valid_loss`... itself; SimpleProgressBar.log/print in fairseq/progress_bar.py).
+FAIRSEQ_06 = """\
+| [en] dictionary: 40000 types
+| epoch 001:   1000 / 331737 loss=6.872, nll_loss=5.125, ppl=34.90, wps=21234, ups=1.2, wpb=16384, bsz=512, num_updates=1000, lr=0.0005, gnorm=2.751, clip=100%, oom=0, loss_scale=64.000, wall=813
+| epoch 001:   2000 / 331737 loss=6.101, nll_loss=4.525, ppl=23.02, wps=21301, ups=1.2, wpb=16384, bsz=512, num_updates=2000, lr=0.0005, gnorm=1.903, clip=62%, oom=0, loss_scale=64.000, wall=1626
+| epoch 001 | loss 6.870 | nll_loss 5.130 | ppl 34.90 | wps 21240 | ups 1.2 | wpb 16384 | bsz 512 | num_updates 2500 | lr 0.0005 | gnorm 2.751 | clip 100% | oom 0 | loss_scale 64.000 | wall 2040 | train_wall 1900
+| epoch 001 | valid on 'valid' subset | valid_loss 5.91 | valid_nll_loss 4.21 | valid_ppl 18.45 | num_updates 2500 | best 5.91
+"""
+
+# fairseq's JSON log (--log-format json through `logging`: JsonProgressBar.log/print in
+# fairseq/logging/progress_bar.py; print() prefixes every value with the tag, num_updates too).
+# The first validation ran before any update was logged and, as in versions that pass no
+# num_updates to validate(), names no update count.
+FAIRSEQ_JSON = """\
+2020-10-12 09:12:01 | INFO | valid | {"epoch": 1, "valid_loss": "9.71", "valid_nll_loss": "9.71", "valid_ppl": "837.84", "valid_wps": "51234.5", "valid_wpb": "3421.1", "valid_bsz": "120.4"}
+2020-10-12 09:13:01 | INFO | train_inner | {"epoch": 1, "update": 0.3, "loss": "8.5", "ppl": "362", "wps": "12345", "num_updates": "300", "lr": "0.0005", "gnorm": "1.05"}
+2020-10-12 09:13:31 | INFO | train_inner | {"epoch": 1, "update": 0.31, "loss": "8.4", "ppl": "337", "wps": "12340", "num_updates": "310", "lr": "0.0005", "gnorm": "1.01"}
+2020-10-12 09:14:01 | INFO | valid | {"epoch": 1, "valid_loss": "7.2", "valid_nll_loss": "7.2", "valid_ppl": "147.03", "valid_num_updates": "320", "valid_best_loss": "7.2"}
+2020-10-12 09:15:01 | INFO | valid | {"epoch": 1, "valid_loss": "7.1", "valid_nll_loss": "7.1", "valid_ppl": "137.03"}
+"""
+
+# flashlight's ASR trainer (flashlight/app/asr/runtime/Logger.cpp getLogString: `key: value` items
+# joined by " | ", `epoch` "%8d", `nupdates` "%12d", `loss` "%10.5f"), printed through glog
+# (Train.cpp: LOG_MASTER(INFO) << logMsg) with its `I<mmdd> <time> <thread> <file>:<line>]` prefix.
+FLASHLIGHT = """\
+I0312 10:00:02.101234 31337 Train.cpp:412] Parsed flags: --arch=am_transformer_ctc.arch --lr=0.4 --batchsize=8
+I0312 10:11:12.345678 31337 Train.cpp:580] epoch:        1 | nupdates:         1000 | lr: 0.100000 | lrcriterion: 0.000000 | scale-factor: 32768.000000 | runtime: 00:10:23 | bch(ms): 623.31 | smp(ms): 1.02 | fwd(ms): 210.12 | crit-fwd(ms): 10.55 | bwd(ms): 380.11 | optim(ms): 20.02 | loss:   42.51234 | train-TER: 85.32 | train-WER: 98.12 | dev-clean-loss:   30.12345 | dev-clean-TER: 70.12 | dev-clean-WER: 90.12 | avg-isz: 1234 | avg-tsz: 045 | max-tsz: 123 | avr-batchsize: 8.00 | hrs:  123.45 | thrpt(sec/sec): 234.56 | timestamp: 2020-03-12 10:11:12
+I0312 10:21:12.345678 31337 Train.cpp:580] epoch:        1 | nupdates:         2000 | lr: 0.200000 | lrcriterion: 0.000000 | scale-factor: 16384.000000 | runtime: 00:20:23 | bch(ms): 621.10 | smp(ms): 1.01 | fwd(ms): 209.80 | crit-fwd(ms): 10.51 | bwd(ms): 379.95 | optim(ms): 20.01 | loss:        inf | train-TER: 84.90 | train-WER: 97.85 | dev-clean-loss:   29.80001 | dev-clean-TER: 69.50 | dev-clean-WER: 89.70 | avg-isz: 1230 | avg-tsz: 045 | max-tsz: 121 | avr-batchsize: 8.00 | hrs:  246.90 | thrpt(sec/sec): 235.01 | timestamp: 2020-03-12 10:21:12
+"""
+
+# wav2letter before `nupdates` (wav2letter src/runtime/Logger.cpp getStatus(verbose, " | "): `epoch`
+# "%8d" first, no finer count), as its per-epoch log file holds it: the epoch is all the step there is.
+WAV2LETTER_EPOCHS = """\
+epoch:        1 | lr: 0.100000 | lrcriterion: 0.000000 | runtime: 01:02:03 | bch(ms): 623.31 | smp(ms): 1.02 | fwd(ms): 210.12 | crit-fwd(ms): 10.55 | bwd(ms): 380.11 | optim(ms): 20.02 | loss:   42.51234 | train-TER: 85.32 | dev-clean-TER: 70.12 | dev-clean-loss:   30.12345 | avg-isz: 1234 | avg-tsz: 045 | max-tsz: 123 | hrs:  123.45 | thrpt(sec/sec): 234.56
+epoch:        2 | lr: 0.100000 | lrcriterion: 0.000000 | runtime: 02:04:05 | bch(ms): 622.01 | smp(ms): 1.01 | fwd(ms): 209.92 | crit-fwd(ms): 10.50 | bwd(ms): 380.02 | optim(ms): 20.00 | loss:   40.51234 | train-TER: 80.32 | dev-clean-TER: 60.12 | dev-clean-loss:   29.12345 | avg-isz: 1234 | avg-tsz: 045 | max-tsz: 123 | hrs:  246.90 | thrpt(sec/sec): 234.80
+epoch:        3 | lr: 0.050000 | lrcriterion: 0.000000 | runtime: 03:06:07 | bch(ms): 621.77 | smp(ms): 1.00 | fwd(ms): 209.85 | crit-fwd(ms): 10.49 | bwd(ms): 379.90 | optim(ms): 19.98 | loss:        inf | train-TER: 78.02 | dev-clean-TER: 58.40 | dev-clean-loss:   28.70011 | avg-isz: 1234 | avg-tsz: 045 | max-tsz: 123 | hrs:  370.35 | thrpt(sec/sec): 235.10
 """
 
 JSONL = """\
@@ -133,11 +215,15 @@ max_duration: 200ba
 
 ALL = {
     "hf_console": ("train_stdout.txt", HF_CONSOLE),
+    "hf_console_no_bar": ("stdout.log", HF_CONSOLE_NO_BAR),
     "kv_nanogpt": ("nanogpt.log", NANOGPT),
     "kv_llmc": ("llmc.log", LLMC),
     "fairseq": ("fairseq.log", FAIRSEQ),
     "fairseq_legacy": ("train.log", FAIRSEQ_LEGACY),
     "fairseq_no_updates": ("train.out", FAIRSEQ_NO_UPDATES),
+    "fairseq_06": ("train06.log", FAIRSEQ_06),
+    "fairseq_json": ("fairseq_json.log", FAIRSEQ_JSON),
+    "kv_flashlight": ("001_log", FLASHLIGHT),
     "kv_torchtitan": ("titan.log", TORCHTITAN),
     "kv_deepspeed": ("ds.log", DEEPSPEED),
     "composer": ("composer.log", COMPOSER),

@@ -89,6 +89,53 @@ def test_binary_garbage_with_a_log_name_gives_one_problem(tmp_path):
     assert len(problems) == 1 and "train.log" in str(problems[0])
 
 
+def _holed(text: str, hole_at: int) -> bytes:
+    """A log as a crashed node's file system leaves it: a lost write's bytes read back as NULs, and
+    the writer restarted after them (so the line after the hole is glued to it)."""
+    lines = text.encode().splitlines(keepends=True)
+    return b"".join(lines[:hole_at]) + b"\x00" * 6000 + b"".join(lines[hole_at:])
+
+
+def test_nul_bytes_in_the_head_of_a_log_skip_their_line_not_the_file(tmp_path):
+    # The first 8 KiB holds the hole: the file used to be unrecognised whole.
+    path = tmp_path / "train.log"
+    path.write_bytes(_holed(samples.FAIRSEQ_LEGACY, 6))
+    frame, results, problems = read_paths([path])
+    assert results[0].format == "fairseq"
+    # The hole swallowed the start of line 7 (a running average printed mid-validation); the rest is read.
+    assert [s for s, v in frame.filter(pl.col("metric") == "loss").select("step", "value").rows()] == [100, 200, 2000, 2100]
+    assert [(p.line, p.message) for p in problems] == [
+        (7, "NUL or other binary bytes in a text log; this line is skipped, the rest of the file is read")
+    ]
+
+
+@pytest.mark.parametrize("small_block", [True, False], ids=["lines cut in Python", "lines cut by polars"])
+def test_binary_lines_are_counted_in_one_warning_naming_the_first(tmp_path, monkeypatch, small_block):
+    if not small_block:
+        monkeypatch.setattr(base, "SMALL_BLOCK", 0)
+    lines = [f"step {i} | loss: {3 - i / 100:.2f} | lr 1e-4".encode() for i in range(1, 41)]
+    lines[9] = b"\x00\x00\x00\x00" + lines[9]
+    lines[19] = lines[19] + b"\x01\x7f\x02"
+    path = tmp_path / "train.log"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    frame, results, problems = read_paths([path])
+    assert results[0].format == "kv_lines"
+    steps = frame.filter(pl.col("metric") == "loss").get_column("step").to_list()
+    assert steps == [i for i in range(1, 41) if i not in (10, 20)]
+    assert [(p.line, p.message) for p in problems] == [
+        (10, "NUL or other binary bytes in a text log; this line is skipped (and 1 more line(s) like it), the rest of the file is read")
+    ]
+
+
+def test_a_binary_file_with_a_log_name_is_still_unrecognised(tmp_path):
+    # A checkpoint, an archive: lines of binary, not a log with a few damaged lines.
+    path = tmp_path / "train.log"
+    path.write_bytes(bytes(range(256)) * 40 + b"\nstep 1 | loss: 2.0\n")
+    _, results, problems = read_paths([path])
+    assert results[0].format is None
+    assert [p.message for p in problems] == ["no training metrics recognised in this file"]
+
+
 def test_non_utf8_bytes_are_reported_with_their_line_and_the_rest_is_read(tmp_path):
     path = tmp_path / "metrics.jsonl"
     path.write_bytes(b'{"step": 1, "loss": 2.0}\n{"step": 2, "loss": 1.9, "x": "\xff\xfe"}\n{"step": 3, "loss": 1.8}\n')

@@ -72,6 +72,18 @@ def test_read_with_an_explicit_format_and_a_bad_one(tmp_path, capsys):
     assert "unknown format 'nope'" in capsys.readouterr().err
 
 
+def test_scan_log_format_forces_the_format_as_read_does(tmp_path, capsys):
+    # A step and a metric no sniffer claims (no `loss` on the line): only a forced format reads it.
+    (tmp_path / "train.log").write_text("step 1 | ce: 3.0\nstep 2 | ce: 2.9\nstep 3 | ce: 2.8\n")
+    assert main(["scan", str(tmp_path), "--format", "json"]) == 2
+    assert "no training metrics recognised" in capsys.readouterr().err
+    assert main(["scan", str(tmp_path), "--format", "json", "--log-format", "kv_lines"]) == 0
+    (run,) = json.loads(capsys.readouterr().out)["runs"]
+    assert (run["format"], run["first_step"], run["last_step"]) == ("kv_lines", 1, 3)
+    assert main(["scan", str(tmp_path), "--log-format", "nope"]) == 2
+    assert "unknown format 'nope'" in capsys.readouterr().err
+
+
 def test_read_warns_about_unreadable_files_on_stderr_and_goes_on(tmp_path, capsys):
     (tmp_path / "good.jsonl").write_text('{"step": 1, "loss": 2.0}\n')
     (tmp_path / "bad.jsonl").write_bytes(b"\x00\x01\x02")

@@ -85,3 +85,47 @@ def test_a_half_written_fairseq_line_is_left_for_the_next_read(tmp_path):
     whole = read(path, Cursor(), run="r", fmt="fairseq", final=True, options=ReadOptions())
     assert pl.concat([first.frame, rest.frame]).equals(whole.frame)
     assert rest.frame.get_column("step").min() == 200
+
+
+def test_fairseq_06_validation_values_named_valid_loss_are_not_prefixed_twice(tmp_path):
+    test_subset = "| epoch 001 | valid on 'test' subset | valid_loss 6.02 | valid_nll_loss 4.33 | valid_ppl 20.11 | num_updates 2500\n"
+    frame, results, problems = read_text(tmp_path, "train.log", samples.FAIRSEQ_06 + test_subset)
+    assert results[0].format == "fairseq" and problems == []
+    assert points(frame, "loss") == [(1000, 6.872), (2000, 6.101), (2500, 6.87)]
+    assert points(frame, "clip") == [(1000, 100.0), (2000, 62.0), (2500, 100.0)]  # `clip=100%`
+    # fairseq 0.6 named them valid_loss whatever the subset: tagged by subset, as the JSON log does.
+    valid = frame.filter(pl.col("tag").str.contains("^(valid|test)_.*loss$"))
+    assert valid.select("tag", "value").rows() == [
+        ("valid_loss", 5.91), ("valid_nll_loss", 4.21), ("test_loss", 6.02), ("test_nll_loss", 4.33)
+    ]
+    assert points(frame, "eval_loss") == [(2500, 5.91)]
+
+
+def test_a_fairseq_json_valid_line_without_num_updates_is_not_step_1(tmp_path):
+    frame, results, problems = read_text(tmp_path, "train.log", samples.FAIRSEQ_JSON)
+    assert results[0].format == "jsonl" and problems == []
+    # The first validation names no update and none came before it: not read, rather than put at
+    # step 1 ahead of the training it followed. The last one takes the update before it.
+    assert points(frame, "eval_loss") == [(320, 7.2), (320, 7.1)]
+    assert 9.71 not in frame.get_column("value").to_list()
+    assert frame.get_column("step").min() == 300
+
+
+def test_fairseq_json_valid_num_updates_is_the_step_not_a_metric(tmp_path):
+    frame, _, _ = read_text(tmp_path, "train.log", samples.FAIRSEQ_JSON)
+    assert points(frame, "loss") == [(300, 8.5), (310, 8.4)]
+    assert "valid_num_updates" not in frame.get_column("tag").to_list()
+    assert frame.filter(pl.col("tag") == "valid_best_loss").select("step", "value").rows() == [(320, 7.2)]
+
+
+def test_a_fairseq_json_valid_line_read_alone_first_waits_for_no_step(tmp_path):
+    # The daemon's first pass may see nothing but the validation: it must not number it either.
+    path = tmp_path / "train.log"
+    lines = samples.FAIRSEQ_JSON.splitlines(keepends=True)
+    path.write_text(lines[0])
+    first = read(path, Cursor(), run="r", fmt="jsonl", final=False, options=ReadOptions())
+    assert first.frame.height == 0 and first.problems == () and first.cursor.offset == len(lines[0].encode())
+    path.write_text("".join(lines))
+    rest = read(path, first.cursor, run="r", fmt="jsonl", final=False, options=ReadOptions())
+    whole = read(path, Cursor(), run="r", fmt="jsonl", final=True, options=ReadOptions())
+    assert rest.frame.equals(whole.frame)

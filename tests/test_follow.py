@@ -189,3 +189,27 @@ def test_a_file_slow_to_read_does_not_hold_up_another_runs_alert(tmp_path):
     assert offset_of(state.files()[str(big)]).offset == big.stat().st_size  # all of it, in the end
     assert MIN_BLOCK <= follower.budget.block(str(big)) < follower.budget.limit  # in smaller blocks
     state.close()
+
+
+def _hf_dict(step: int, loss: float, total: int = 400) -> str:
+    """A training bar redrawn at `step` (tqdm's \r turned into a line break, as log collectors do),
+    then the dict HF's ProgressCallback writes (transformers/trainer_callback.py)."""
+    bar = f" {100 * step // total:3d}%|█         | {step}/{total} [00:10<01:30,  3.20it/s]\n"
+    return bar + str({"loss": loss, "grad_norm": 1.0, "learning_rate": 4.9e-05, "epoch": round(step / 100, 2)}) + "\n"
+
+
+def test_an_hf_console_dict_read_a_pass_after_its_bar_is_alerted_at_the_bars_step(tmp_path):
+    calm = "".join(_hf_dict(s, 2.0 + (s % 3) * 0.01) for s in range(10, 210, 10))
+    log = tmp_path / "runs" / "exp" / "train_stdout.txt"
+    log.parent.mkdir(parents=True)
+    log.write_text(calm)
+    state = State(tmp_path / "state")
+    follower = Follower([tmp_path / "runs"], rules=default_rules(), state=state, log=lambda _: None)
+    assert follower.run_pass(1.0).notices == []
+    bar, spike = _hf_dict(210, 9.0).splitlines(keepends=True)
+    for now, text in ((2.0, bar), (3.0, spike)):  # the daemon's passes see the bar, then the dict
+        with open(log, "a") as fh:
+            fh.write(text)
+        notices = follower.run_pass(now, {str(log)}).notices
+    assert [(n.kind, n.incident.step) for n in notices] == [("opened", 210)]
+    state.close()

@@ -7,8 +7,9 @@ import math
 import polars as pl
 import pytest
 
+from lossguard.cursor import Cursor
 from lossguard.engine import tags_used
-from lossguard.reader import ReadOptions, read_paths
+from lossguard.reader import ReadOptions, read, read_paths
 from lossguard.streams import stream
 
 from . import samples
@@ -26,17 +27,74 @@ def points(frame, metric):
     return frame.filter(pl.col("metric") == metric).select("step", "value").rows()
 
 
-def test_hf_console_dicts_are_numbered_and_the_summary_line_is_dropped(tmp_path):
+def test_hf_console_dicts_take_their_step_from_the_progress_bar_before_them(tmp_path):
     frame, results, problems = read_text(tmp_path, "train_stdout.txt", samples.HF_CONSOLE)
     assert results[0].format == "hf_console"
     assert problems == []
     loss = points(frame, "loss")
-    assert [s for s, _ in loss] == [1, 2, 4, 5]
+    assert [s for s, _ in loss] == [10, 20, 30, 40]
     assert math.isnan(loss[2][1])
-    assert points(frame, "eval_loss") == [(3, 2.05)]
-    assert points(frame, "grad_norm")[1] == (2, 1.5)  # np.float64(1.5)
-    assert points(frame, "grad_norm")[2] == (4, math.inf)
+    # The evaluation's own bar (13 batches) is not the training's: its dict is at the step before it.
+    assert points(frame, "eval_loss") == [(20, 2.05)]
+    assert points(frame, "grad_norm")[1] == (20, 1.5)  # np.float64(1.5)
+    assert points(frame, "grad_norm")[2] == (30, math.inf)
     assert "train_loss" not in frame.get_column("tag").to_list()
+
+
+def test_hf_console_without_a_bar_takes_epoch_times_the_banners_steps_per_epoch(tmp_path):
+    frame, results, problems = read_text(tmp_path, "stdout.log", samples.HF_CONSOLE_NO_BAR)
+    assert results[0].format == "hf_console" and problems == []
+    assert [s for s, _ in points(frame, "loss")] == [10, 20, 30]
+    assert points(frame, "eval_loss") == [(20, 2.05)]
+
+
+def test_hf_console_total_steps_over_epochs_is_the_steps_per_epoch_of_older_banners(tmp_path):
+    text = samples.HF_CONSOLE_NO_BAR.replace("  Num update steps per epoch = 100\n", "")
+    frame, _, problems = read_text(tmp_path, "stdout.log", text)
+    assert [s for s, _ in points(frame, "loss")] == [10, 20, 30] and problems == []
+
+
+def test_hf_console_dicts_are_numbered_only_as_a_last_resort_and_a_warning_says_so(tmp_path):
+    frame, results, problems = read_text(tmp_path, "train_stdout.txt", samples.HF_CONSOLE_DICTS)
+    assert results[0].format == "hf_console"
+    assert [s for s, _ in points(frame, "loss")] == [1, 2, 4, 5]
+    assert points(frame, "eval_loss") == [(3, 2.05)]
+    assert "train_loss" not in frame.get_column("tag").to_list()
+    assert [p.message for p in problems] == [
+        "no step in this file (no progress bar, no epoch with a known number of steps per epoch): its records are numbered 1, 2, 3... in file order"
+    ]
+
+
+def _read_line_by_line(path, text, fmt):
+    lines = text.splitlines(keepends=True)
+    cursor, frames, said = Cursor(), [], []
+    for n in range(1, len(lines) + 1):
+        path.write_text("".join(lines[:n]))
+        res = read(path, cursor, run="r", fmt=fmt, final=False, options=ReadOptions())
+        frames.append(res.frame)
+        said += [p.message for p in res.problems]
+        cursor = res.cursor
+    return pl.concat(frames), said
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # A log collector that turns tqdm's \r into line breaks: every bar is on a line before its dict.
+        pytest.param(samples.HF_CONSOLE.replace("\r", "\n"), id="bar on the lines before"),
+        pytest.param(samples.HF_CONSOLE, id="bar on the same line"),
+        pytest.param(samples.HF_CONSOLE_NO_BAR, id="banner's steps per epoch"),
+        pytest.param(samples.HF_CONSOLE_DICTS, id="numbered"),
+    ],
+)
+def test_hf_console_read_a_line_at_a_time_places_every_dict_as_one_read_does(tmp_path, text):
+    # The daemon reads what was appended since its last pass: the bar, its total and the banner's
+    # steps per epoch ride in the cursor, and the numbering warning is said once.
+    path = tmp_path / "train_stdout.txt"
+    grown, said = _read_line_by_line(path, text, "hf_console")
+    whole = read(path, Cursor(), run="r", fmt="hf_console", final=True, options=ReadOptions())
+    assert whole.frame.height and grown.equals(whole.frame)
+    assert said == [p.message for p in whole.problems]
 
 
 def test_nanogpt_iter_lines(tmp_path):
@@ -63,6 +121,50 @@ def test_thousands_separators_are_part_of_the_number(tmp_path):
     assert results[0].format == "kv_lines"
     assert points(frame, "tps") == [(1, 1234.0), (2, 12345678.0)]
     assert points(frame, "loss") == [(1, 12.2345), (2, 11.9876)] and points(frame, "grad_norm") == [(2, 4.5678)]
+
+
+def test_flashlight_pipe_separated_key_colon_value_lines_take_nupdates_as_the_step(tmp_path):
+    frame, results, problems = read_text(tmp_path, "001_log", samples.FLASHLIGHT)
+    assert results[0].format == "kv_lines" and problems == []
+    assert points(frame, "loss")[0] == (1000, 42.51234)
+    step, loss = points(frame, "loss")[1]
+    assert step == 2000 and math.isinf(loss)  # `loss:        inf`
+    assert points(frame, "lr") == [(1000, 0.1), (2000, 0.2)]
+    assert points(frame, "epoch") == [(1000, 1.0), (2000, 1.0)]  # a value here: nupdates is finer
+    # glog's prefix says who printed the line and where: not metrics. The flags line names no step.
+    tags = set(frame.get_column("tag").to_list())
+    assert not tags & {"I0312", "Train.cpp", "nupdates", "arch", "lr=0.4"}
+    assert points(frame, "dev-clean-loss") == [(1000, 30.12345), (2000, 29.80001)]
+
+
+def test_epoch_is_the_step_only_when_nothing_finer_exists_and_a_warning_says_so(tmp_path):
+    frame, results, problems = read_text(tmp_path, "001_log", samples.WAV2LETTER_EPOCHS)
+    assert results[0].format == "kv_lines"
+    assert [s for s, _ in points(frame, "loss")] == [1, 2, 3]
+    assert [p.message for p in problems] == ["no step finer than the epoch in this file: its epochs are the steps"]
+
+
+def test_epoch_steps_read_in_pieces_warn_once_and_match_one_read(tmp_path):
+    path = tmp_path / "001_log"
+    grown, said = _read_line_by_line(path, samples.WAV2LETTER_EPOCHS, "kv_lines")
+    whole = read(path, Cursor(), run="r", fmt="kv_lines", final=True, options=ReadOptions())
+    assert grown.equals(whole.frame)
+    assert said == [p.message for p in whole.problems] and len(said) == 1
+
+
+def test_once_a_finer_step_was_read_a_later_epoch_only_line_is_no_record(tmp_path):
+    # modded-nanogpt style step lines, then an end-of-epoch summary naming only the epoch: read in
+    # one go it has no step (the file has finer ones); read later alone, the cursor remembers that.
+    path = tmp_path / "train.log"
+    steps = "step:100/2000 train_loss:3.2100 train_time:12345ms\nstep:200/2000 train_loss:3.0100 train_time:24690ms\n"
+    summary = "epoch: 1 | val_loss: 3.3000\n"
+    path.write_text(steps)
+    first = read(path, Cursor(), run="r", fmt="kv_lines", final=False, options=ReadOptions())
+    path.write_text(steps + summary)
+    later = read(path, first.cursor, run="r", fmt="kv_lines", final=False, options=ReadOptions())
+    whole = read(path, Cursor(), run="r", fmt="kv_lines", final=True, options=ReadOptions())
+    assert later.frame.height == 0 and later.problems == ()
+    assert whole.frame.filter(pl.col("tag") == "val_loss").height == 0 and whole.problems == ()
 
 
 def test_deepspeed_console_lists_prefixes_and_overflow_lines(tmp_path):

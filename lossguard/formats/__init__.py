@@ -5,7 +5,7 @@ how its lines (or its head) are recognised. Adding a format is that module and i
 
 from __future__ import annotations
 
-from . import composer, csvlog, dictlines, fairseq, kvlines, megatron, tfevents, trainer_state
+from . import composer, csvlog, dictlines, fairseq, hf_console, kvlines, megatron, tfevents, trainer_state
 from .base import Format
 
 FORMATS: tuple[Format, ...] = (
@@ -15,7 +15,7 @@ FORMATS: tuple[Format, ...] = (
     composer.FORMAT,
     megatron.FORMAT,
     dictlines.JSONL_FORMAT,
-    dictlines.HF_CONSOLE_FORMAT,
+    hf_console.FORMAT,
     fairseq.FORMAT,
     kvlines.FORMAT,
 )

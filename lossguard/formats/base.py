@@ -48,14 +48,22 @@ class LineFormat:
         problems: list[Problem] = []
         frames: list[pl.DataFrame] = []
         source = str(path)
+        start = cursor
         warned = False
         unplaced, first_unplaced = 0, None
+        binary, first_binary = 0, None
         for block in iter_blocks(path, cursor, final=final, problems=problems, limit=limit):
             lines, problem = split_lines(block.data, block.first_line, source=source)
             if problem and not warned:
                 problems.append(problem)
                 warned = True
-            kept = lines.filter(pl.col("text").str.contains(self.prefilter)) if self.prefilter else lines
+            text = lines
+            bad = lines.get_column("text").str.contains(BINARY_LINE)
+            if bad.any():
+                binary += int(bad.sum())
+                first_binary = first_binary if first_binary is not None else int(lines.filter(bad).item(0, "line_no"))
+                text = lines.filter(~bad)
+            kept = text.filter(pl.col("text").str.contains(self.prefilter)) if self.prefilter else text
             raw = block.data if kept.height == lines.height and problem is None else None
             rows, state = self.parse(kept, cursor, raw)
             if "line_no" in rows.columns:
@@ -65,14 +73,31 @@ class LineFormat:
                 rows = rows.filter(pl.col("step").is_not_null()).drop("line_no")
             if rows.height:
                 frames.append(rows)
-            cursor = block.cursor.advance(index=state.index, last_step=state.last_step, header=state.header)
+            # Where the block ends is the block's; what the parser carries on (its last step, its
+            # own state) is the parser's.
+            cursor = state.advance(offset=block.cursor.offset, line=block.cursor.line, skipping=block.cursor.skipping)
         # Relaxed: a block's tags may be Categorical (fast paths) or String (a parser's odd rows).
         rows = frames[0] if len(frames) == 1 else pl.concat(frames, how="vertical_relaxed", rechunk=False) if frames else table.empty_raw()
+        note = STEP_FALLBACKS.get(cursor.steps) if cursor.steps != start.steps else None
+        if note:
+            problems.append(Problem(source, note))
+        if binary:
+            # A crashed node's file system can leave a run of NULs where a write was lost; what
+            # follows is still the log. Once a read, as for the lines below.
+            more = f" (and {binary - 1:,} more line(s) like it)" if binary > 1 else ""
+            problems.append(Problem(source, f"NUL or other binary bytes in a text log; this line is skipped{more}, the rest of the file is read", line=first_binary))
         if unplaced:
             # One summary per read, not a warning per line: a log can hold millions of them.
             more = f" (and {unplaced - 1:,} more line(s) like it)" if unplaced > 1 else ""
             problems.append(Problem(source, f"step is not a whole number from 0 to 2^63-1; this line's values are skipped{more}", line=first_unplaced))
         return Parsed(rows, cursor, tuple(problems))
+
+
+STEP_FALLBACKS = {
+    "epoch": "no step finer than the epoch in this file: its epochs are the steps",
+    "numbered": "no step in this file (no progress bar, no epoch with a known number of steps per epoch): its records are numbered 1, 2, 3... in file order",
+}
+"""What a read says, once a file, when a parser had to fall back (Cursor.steps) to a coarser step."""
 
 
 class Reader(Protocol):
@@ -116,6 +141,11 @@ class Format:
         return False
 
 
+BINARY_LINE = r"[\x00-\x07\x0e-\x1a\x1c-\x1e]"
+"""A line holding one of these is binary damage, not text: NUL and the C0 controls no text log
+writes (tab, newline, vertical tab, form feed, carriage return, backspace and ESC, which progress
+bars and colours use, are not among them; nor is the unit separator, which some writers use as a
+field separator). For polars' engine and Python's `re` alike."""
 SEPARATOR = b"\x1f"
 """What the CSV reader is told separates fields: a byte logs almost never hold (a block that does is
 cut in Python instead)."""

@@ -1,6 +1,7 @@
-"""JSON lines and HF Trainer console output: one flat dict per line, JSON (`"k": v`) or Python
-repr (`'k': v`), often behind a timestamp or a tqdm bar. Values may be NaN/Infinity, quoted numbers
-("7.21" in fairseq's JSON log) or wrapped (`np.float64(1.5)`, `tensor(1.5)`)."""
+"""JSON lines and the dicts of HF Trainer console output (whose steps hf_console.py finds): one flat
+dict per line, JSON (`"k": v`) or Python repr (`'k': v`), often behind a timestamp or a tqdm bar.
+Values may be NaN/Infinity, quoted numbers ("7.21" in fairseq's JSON log) or wrapped
+(`np.float64(1.5)`, `tensor(1.5)`)."""
 
 from __future__ import annotations
 
@@ -32,21 +33,56 @@ CELL = PAIR.replace(r"""(?:,|\}|\))""", r"""(?:\}|\)|$)""")
 
 
 def parse(lines: pl.DataFrame, cursor: Cursor, raw: bytes | None = None) -> tuple[pl.DataFrame, Cursor]:
+    return rows_of(lines, python_pairs(lines, raw), cursor)
+
+
+def python_pairs(lines: pl.DataFrame, raw: bytes | None = None) -> pl.DataFrame:
+    """(line_no, key, value) of Python-repr dicts (`{'loss': 2.3, ...}`), in line order."""
     fast, rest = fast_pairs(lines, sep=",", cell_re=CELL, strip=" {}", raw=raw, one_pair_per_field=True)
-    return _rows(lines, _merge(fast, rest), cursor)
+    return _merge(fast, rest)
 
 
 def parse_json(lines: pl.DataFrame, cursor: Cursor, raw: bytes | None = None) -> tuple[pl.DataFrame, Cursor]:
     fast, rest = json_pairs(lines, raw=raw)
     if not fast.height:
         fast, rest = fast_pairs(lines, sep=",", cell_re=CELL, strip=" {}", raw=raw, one_pair_per_field=True)
-    return _rows(lines, _merge(fast, rest), cursor)
+    pairs = _merge(fast, rest)
+    return rows_of(lines, pairs, cursor, unnumbered=_epoch_evals(pairs))
+
+
+EVAL_KEY = re.compile(r"(?i)^(?:valid|val|eval|test|dev)[_/]")
+
+
+def _epoch_evals(pairs: pl.DataFrame) -> pl.Series:
+    """Lines that are a validation's summary, as fairseq's JSON log prints one (`{"epoch": 1,
+    "valid_loss": "5.91", ...}`): an epoch and only eval values. Without an update count of its own
+    it belongs to the update before it, and before any it is at no step: numbering it would put it
+    at step 1, ahead of the training it followed. (Decided on the few distinct keys.)"""
+    keys = [k for k in pairs.get_column("key").unique().to_list() if k is not None]
+    if "epoch" not in keys:
+        return pl.Series("line_no", [], dtype=pl.Int64)
+    other = [k for k in keys if k != "epoch" and k.lower() not in STEP_KEYS and not EVAL_KEY.match(k)]
+    per_line = pairs.group_by("line_no").agg(
+        (pl.col("key") == "epoch").any().alias("epoch"),
+        pl.col("key").is_in(other).any().alias("other") if other else pl.lit(False).alias("other"),
+    )
+    return per_line.filter(pl.col("epoch") & ~pl.col("other")).get_column("line_no")
 
 
 STEP_ITEM = r"""(?i)["'](?:""" + "|".join(re.escape(k) for k in STEP_KEYS) + r""")["']\s*:"""
 
 
-def _rows(lines: pl.DataFrame, pairs: pl.DataFrame, cursor: Cursor) -> tuple[pl.DataFrame, Cursor]:
+def rows_of(
+    lines: pl.DataFrame, pairs: pl.DataFrame, cursor: Cursor, *, unnumbered: pl.Series | None = None, line_steps: pl.DataFrame | None = None
+) -> tuple[pl.DataFrame, Cursor]:
+    """Dict pairs as raw rows (records_to_rows), with what dict lines share: `*_num_updates` is a
+    step, a step key holding no number leaves its line unplaced, the end-of-training summary is no
+    point of the curve."""
+    # fairseq's JSON log prefixes every value of a validation or epoch summary with its tag, the
+    # update count too (`valid_num_updates`): that is the line's step, not a metric.
+    counts = {k: "num_updates" for k in pairs.get_column("key").unique().to_list() if k is not None and k.lower().endswith("_num_updates")}
+    if counts:
+        pairs = pairs.with_columns(pl.col("key").cast(pl.String).replace(counts).cast(pl.Categorical))
     # A step key whose value is no number (`"step": true`, `"step": "abc"`) gives no pair: find those
     # lines among the ones with metrics but no step pair (a log that writes its steps has few).
     # (Keys compared on the few distinct names; the sets only built when some line lacks a step.)
@@ -59,7 +95,9 @@ def _rows(lines: pl.DataFrame, pairs: pl.DataFrame, cursor: Cursor) -> tuple[pl.
             stepless = stepless.filter(~stepless.is_in(keyed.implode()))
         candidates = lines.filter(pl.col("line_no").is_in(stepless.implode()))
         unreadable = candidates.filter(pl.col("text").str.contains(STEP_ITEM)).get_column("line_no")
-    rows, state = records_to_rows(pairs, cursor, step_keys=STEP_KEYS, drop_record_keys=SUMMARY_KEYS, unreadable_steps=unreadable)
+    rows, state = records_to_rows(
+        pairs, cursor, step_keys=STEP_KEYS, drop_record_keys=SUMMARY_KEYS, unreadable_steps=unreadable, unnumbered=unnumbered, line_steps=line_steps
+    )
     return table.conform_raw(rows), state
 
 
@@ -74,7 +112,6 @@ def _merge(fast: pl.DataFrame, rest: pl.DataFrame) -> pl.DataFrame:
 
 
 JSONL = LineFormat("jsonl", parse_json, prefilter=r"\{")
-HF_CONSOLE = LineFormat("hf_console", parse, prefilter=r"\{")
 
 METRIC_ITEM = re.compile(r"""["'](?:[^"'\n]*loss[^"'\n]*|learning_rate|lr|grad_norm)["']\s*:\s*[-+\d.'"nNiI]""")
 """A dict item naming a metric. A line holding one is a dict's, even without the brace that opens
@@ -87,10 +124,9 @@ def _json_line(line: str) -> bool:
     return bool(_JSON_OPEN.search(line) and METRIC_ITEM.search(line))
 
 
-def _python_line(line: str) -> bool:
+def python_line(line: str) -> bool:
     return bool(_PY_OPEN.search(line) and METRIC_ITEM.search(line))
 
 
 # A line with both openings is JSON's: JSONL comes first in formats.FORMATS.
 JSONL_FORMAT = Format(reader=JSONL, line=_json_line)
-HF_CONSOLE_FORMAT = Format(reader=HF_CONSOLE, line=_python_line)

@@ -4,10 +4,12 @@
     | epoch 001:   1000 / 331737 loss=6.872, nll_loss=5.125, ppl=34.9, ..., num_updates=1000, lr=0.0005, gnorm=2.751, loss_scale=64.000
     | epoch 001 | loss 6.4 | nll_loss 5.1 | ppl 34.9 | num_updates 2100 | lr 0.0005 | gnorm 2.75 | ...
     | epoch 001 | valid on 'valid' subset | loss 5.9 | nll_loss 4.2 | ppl 18.4 | num_updates 2100 | best_loss 5.9
+    | epoch 001 | valid on 'valid' subset | valid_loss 5.91 | valid_nll_loss 4.21 | valid_ppl 18.45 | num_updates 3000 | best 5.91
 
 The first is a progress line, every `--log-interval` batches; the second the epoch's summary (its
 values are averages over the epoch); the third a validation summary. A validation value is tagged
-with its subset as fairseq's own JSON log tags it (`valid_loss`, `valid_nll_loss`), so the same run
+with its subset as fairseq's own JSON log tags it (`valid_loss`, `valid_nll_loss`; fairseq <= 0.6
+named them so itself, the last line above, and is not prefixed twice), so the same run
 read from either log gives the same curves, and `valid_loss` is the eval loss, never the train loss.
 Validation progress lines (some versions print them mid-validation) are running averages over part
 of the subset, which its summary line then gives whole: they are not read.
@@ -48,11 +50,12 @@ def parse(lines: pl.DataFrame, cursor: Cursor, raw: bytes | None = None) -> tupl
     # fairseq's lines, less the running averages printed mid-validation.
     head = head.filter(pl.col("tail").is_not_null() & ~(pl.col("subset").is_not_null() & pl.col("n").is_not_null()))
     pairs = pairs_frame(head.select("line_no", pl.col("tail").alias("text")), PAIR)
-    # A validation value carries its subset, as fairseq's JSON log writes it.
+    # A validation value carries its subset, as fairseq's JSON log writes it. fairseq <= 0.6 named
+    # them `valid_loss` itself whatever the subset: that prefix is replaced, not doubled.
     pairs = pairs.join(head.select("line_no", "subset"), on="line_no", how="left", maintain_order="left").select(
         "line_no",
         pl.when(pl.col("subset").is_not_null() & (pl.col("key") != STEP_KEY))
-        .then(pl.col("subset") + "_" + pl.col("key").cast(pl.String()))
+        .then(pl.col("subset") + "_" + pl.col("key").cast(pl.String()).str.strip_prefix("valid_"))
         .otherwise(pl.col("key").cast(pl.String()))
         .cast(pl.Categorical())
         .alias("key"),

@@ -59,6 +59,7 @@ def records_to_rows(
     drop_record_keys: Sequence[str] = (),
     require_step: bool = False,
     unreadable_steps: pl.Series | None = None,
+    unnumbered: pl.Series | None = None,
 ) -> tuple[pl.DataFrame, Cursor]:
     """Lay pairs out as raw rows (plus the `line_no` each came from), one record per line.
 
@@ -70,6 +71,9 @@ def records_to_rows(
     A record whose step key holds no usable step (usable_step; `unreadable_steps`: lines whose step
     key holds no number at all, `"step": true`) keeps its rows with a null step: taking the step
     before it would put its values at a step they do not belong to. The reader drops them and says so.
+
+    Records in `unnumbered` (line numbers) are never numbered: with no step of their own and none
+    before them, they are not read (fairseq's validation lines belong to the update they ran at).
     """
     # Keys compared on the few distinct names, not on every row (tens of millions in a big log).
     names = pairs.get_column("key").unique().to_list()
@@ -104,16 +108,21 @@ def records_to_rows(
     bad = pl.col("keyed").fill_null(False) & pl.col("step").is_null()
     if require_step:
         records = records.filter(pl.col("step").is_not_null() | bad)
+    numbered = pl.int_range(0, pl.len(), dtype=pl.Int64) + (cursor.index + 1)
+    if unnumbered is not None and unnumbered.len():
+        numbered = pl.when(pl.col("line_no").is_in(unnumbered.cast(pl.Int64).implode())).then(None).otherwise(numbered)
     records = records.with_columns(
         pl.when(bad).then(None).otherwise(
             pl.coalesce(
                 pl.col("step"),
                 pl.col("step").forward_fill(),
                 pl.lit(cursor.last_step, dtype=pl.Int64),
-                pl.int_range(0, pl.len(), dtype=pl.Int64) + (cursor.index + 1),
+                numbered,
             )
         ).alias("filled")
     )
+    if unnumbered is not None and unnumbered.len():
+        records = records.filter(pl.col("filled").is_not_null() | bad)
     # Joins keep the pairs' order (line, then position in the line) only when asked to.
     rows = metrics.join(records.select("line_no", pl.col("filled").alias("step")), on="line_no", how="inner", maintain_order="left").select(
         "step", pl.col("key").alias("tag"), "value", pl.lit(None, dtype=pl.Float64).alias("wall_time"), "line_no"

@@ -12,6 +12,7 @@ from fnmatch import fnmatch
 from pathlib import Path
 
 from . import FORMATS
+from .base import BINARY_LINE
 from .custom import LineFormatSpec
 
 HEAD = 256 << 10
@@ -31,24 +32,39 @@ def _read_head(path: Path, size: int) -> bytes:
         return fh.read(size)
 
 
+_BINARY = re.compile(BINARY_LINE)
+
+
+def _text_lines(data: bytes) -> tuple[list[str], int]:
+    """The lines of a file's head that are text, and how many lines (cut at newlines, as the readers
+    cut them) are binary (base.BINARY_LINE: NUL...). Text lines are then cut as sniffing always cut
+    them, at any line break (a tqdm bar's \r too)."""
+    cut = data.decode("utf-8", errors="replace").split("\n")
+    text = [line for line in cut if not _BINARY.search(line)]
+    return "\n".join(text).splitlines(), len(cut) - len(text)
+
+
 def by_content(path: Path, custom: Sequence[LineFormatSpec] = ()) -> str | None:
     data = _read_head(path, HEAD)
-    if b"\x00" in data[:8192]:
+    lines, binary = _text_lines(data)
+    # A binary file (a checkpoint, an archive) is mostly lines of binary; a log that a crash left
+    # a run of NULs in has a few such lines, and its text lines still say what it is (the reader
+    # skips the others with a warning).
+    if binary and binary >= sum(1 for line in lines if line):
         return None
     deep: Callable[[], bytes] = functools.cache(lambda: _read_head(path, DEEP))
     for fmt in FORMATS:
         if fmt.head is not None and fmt.head(path, deep):
             return fmt.name
-    found = _count(data.decode("utf-8", errors="replace"), custom)
+    found = _count(lines, custom)
     if found is None and len(data) == HEAD:
-        found = _count(deep().decode("utf-8", errors="replace"), custom)
+        found = _count(_text_lines(deep())[0], custom)
     return found
 
 
-def _count(text: str, custom: Sequence[LineFormatSpec]) -> str | None:
+def _count(lines: list[str], custom: Sequence[LineFormatSpec]) -> str | None:
     """The format claiming most lines: the user's own first (any line of theirs settles it), then
     the built-in ones, each line counting for the first format, in precedence, that claims it."""
-    lines = text.splitlines()
     for spec in custom:
         if spec.files is None:
             pattern = re.compile(spec.pattern)

@@ -1,0 +1,151 @@
+"""HF Trainer's console output: the dicts its ProgressCallback writes through tqdm
+(transformers/trainer_callback.py: `self.training_bar.write(str(logs))`), among the progress bar:
+
+      3%|▎         | 10/300 [00:03<01:30,  3.20it/s]\r{'loss': 2.3026, 'grad_norm': 1.25, 'learning_rate': 4.9e-05, 'epoch': 0.03}
+    {'eval_loss': 2.05, 'eval_runtime': 1.2, 'eval_samples_per_second': 80.0, 'eval_steps_per_second': 10.0, 'epoch': 0.1}
+    {'train_runtime': 100.1, 'train_samples_per_second': 29.9, 'train_steps_per_second': 3.0, 'train_loss': 2.0, 'epoch': 1.0}
+
+A dict names no step. A training dict's step is, in order:
+
+1. the count of the training progress bar written since the dict before it, on the dict's own line
+   (tqdm redraws with \r, so the bar and the dict share a line) or on the lines before it. The
+   training bar is the first bar of the file (the Trainer opens it before any evaluation bar);
+   bars of another total (evaluation, prediction) are not its. A count of 0, or one no higher
+   than the last step, is a bar not redrawn since (tqdm redraws at most every 0.1 s): not this
+   dict's step.
+2. else `epoch` x the steps per epoch, when the Trainer's banner said them (`Num update steps per
+   epoch = N`, or `Total optimization steps = T` over `Num Epochs = E` in the same read); the
+   console's epoch has 2 decimals, so this step is as close as that allows.
+3. else the step before it; and in a file with neither bar nor banner, the dicts are numbered
+   1, 2, 3... in file order, which a warning says (base.STEP_FALLBACKS).
+
+An evaluation dict (every value `eval_...`) belongs to the step the training was at: the step of
+the dict before it; before any, it is not read once steps come from the bar or the epoch (it would
+be numbered). The end-of-training summary is dropped. The bar, its total and the steps per epoch
+are kept in the cursor, so the daemon's reads, one block at a time, place each dict as one read
+of the whole file does.
+"""
+
+from __future__ import annotations
+
+import re
+
+import polars as pl
+
+from ..cursor import Cursor
+from .base import Format, LineFormat
+from .dictlines import EVAL_KEY, STEP_KEYS, SUMMARY_KEYS, python_line, python_pairs, rows_of
+
+BAR = r"\d+%\|[^|\r\n]*\|\s*(\d+)/(\d+)\s*\["
+"""tqdm's default bar: `{percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} [{elapsed}<...`."""
+_NUMBER = r"\s*=\s*([\d,]+)"
+PER_EPOCH = re.compile(r"Num update steps per epoch" + _NUMBER)
+EPOCHS = re.compile(r"Num Epochs" + _NUMBER)
+TOTAL = re.compile(r"Total optimization steps" + _NUMBER)
+PREFILTER = r"\{|\d/\d+\s*\[|Num update steps per epoch|Num Epochs|Total optimization steps"
+
+
+def parse(lines: pl.DataFrame, cursor: Cursor, raw: bytes | None = None) -> tuple[pl.DataFrame, Cursor]:
+    pairs = python_pairs(lines, raw)
+    line_steps, evals, state = _steps(lines, pairs, cursor)
+    # Once a bar or the epoch placed a dict, an evaluation with no step before it is at no step.
+    unnumbered = evals if line_steps.height or cursor.last_step is not None else None
+    rows, after = rows_of(lines, pairs, cursor, line_steps=line_steps, unnumbered=unnumbered)
+    return rows, after.advance(steps=state.steps, bar=state.bar, bar_total=state.bar_total, per_epoch=state.per_epoch)
+
+
+def _records(pairs: pl.DataFrame) -> pl.DataFrame:
+    """Per dict line: is it a training dict without a step of its own, an evaluation dict, its epoch.
+    (Keys classified once each: a handful of names over millions of pairs.)"""
+    names = [k for k in pairs.get_column("key").unique().to_list() if k is not None]
+    stepped = [k for k in names if k.lower() in STEP_KEYS]
+    summary = [k for k in names if k.lower() in SUMMARY_KEYS]
+    evals = [k for k in names if EVAL_KEY.match(k)]
+    train = [k for k in names if k != "epoch" and k not in stepped and k not in summary and k not in evals]
+    key = pl.col("key")
+    return pairs.group_by("line_no", maintain_order=True).agg(
+        (key.is_in(train).any() & ~key.is_in(stepped + summary).any()).alias("train"),
+        (key.is_in(evals).any() & ~key.is_in(train + stepped + summary).any()).alias("eval"),
+        pl.col("value").filter(key == "epoch").first().alias("epoch"),
+    )
+
+
+def _steps(lines: pl.DataFrame, pairs: pl.DataFrame, cursor: Cursor) -> tuple[pl.DataFrame, pl.Series, Cursor]:
+    """line_no -> step of the training dicts a bar or the epoch places, the evaluation dicts' lines,
+    and the cursor's HF fields after these lines. A plain loop over the lines that hold a bar, a
+    banner line or a dict: its state is a few numbers, and what it does per line is easier to
+    check read as a loop than as a chain of window expressions."""
+    text = pl.col("text")
+    brace = text.str.find("{", literal=True)
+    # The bars before the dict count for it; any after it, for the next. The last redraw of a line
+    # is all that counts (one bar redraws on one line; another's, with tqdm's position, on its own).
+    head = pl.when(brace.is_not_null()).then(text.str.slice(0, brace)).otherwise(text)
+    tail = pl.when(brace.is_not_null()).then(text.str.slice(brace))
+    marked = lines.select(
+        "line_no",
+        *_last_bar(head, "head"),
+        *_last_bar(tail, "tail"),
+        pl.when(text.str.contains("=", literal=True)).then(text).alias("banner"),
+    ).join(_records(pairs), on="line_no", how="left", maintain_order="left")
+    bar, bar_total, per_epoch, steps = cursor.bar, cursor.bar_total, cursor.per_epoch, cursor.steps
+    last = cursor.last_step
+    epochs: int | None = None
+    placed_lines: list[int] = []
+    placed_steps: list[int] = []
+    eval_lines: list[int] = []
+    for line_no, head_n, head_total, tail_n, tail_total, banner, train, is_eval, epoch in marked.iter_rows():
+        if banner is not None:
+            per_epoch, epochs = _banner(banner, per_epoch, epochs)
+        if head_total is not None:
+            bar_total = bar_total if bar_total is not None else head_total
+            if head_total == bar_total:
+                bar = head_n
+        if train:
+            step = None
+            if bar is not None and bar >= 1 and (last is None or bar > last):
+                step = bar
+            elif epoch is not None and per_epoch:
+                step = round(epoch * per_epoch)
+            elif last is None:
+                steps = "numbered"  # and stays so: the warning is said once, whatever follows
+            bar = None
+            if step is not None:
+                placed_lines.append(line_no)
+                placed_steps.append(step)
+                last = step
+        elif is_eval:
+            eval_lines.append(line_no)
+        if tail_total is not None:
+            bar_total = bar_total if bar_total is not None else tail_total
+            if tail_total == bar_total:
+                bar = tail_n
+    line_steps = pl.DataFrame({"line_no": placed_lines, "step": placed_steps}, schema={"line_no": pl.Int64, "step": pl.Int64})
+    state = cursor.advance(steps=steps, bar=bar, bar_total=bar_total, per_epoch=per_epoch)
+    return line_steps, pl.Series("line_no", eval_lines, dtype=pl.Int64), state
+
+
+def _last_bar(text: pl.Expr, name: str) -> tuple[pl.Expr, pl.Expr]:
+    """The count and total of the last bar drawn in `text`, or nulls."""
+    last = text.str.extract_all(BAR).list.last().str.extract_groups(BAR)
+    return (
+        last.struct.field("1").cast(pl.Int64).alias(f"{name}_n"),
+        last.struct.field("2").cast(pl.Int64).alias(f"{name}_total"),
+    )
+
+
+def _banner(text: str, per_epoch: float | None, epochs: int | None) -> tuple[float | None, int | None]:
+    if m := PER_EPOCH.search(text):
+        return float(_int(m[1])), epochs
+    if m := EPOCHS.search(text):
+        return per_epoch, _int(m[1])
+    if (m := TOTAL.search(text)) and epochs and per_epoch is None:
+        return _int(m[1]) / epochs, epochs
+    return per_epoch, epochs
+
+
+def _int(text: str) -> int:
+    return int(text.replace(",", ""))
+
+
+HF_CONSOLE = LineFormat("hf_console", parse, prefilter=PREFILTER)
+FORMAT = Format(reader=HF_CONSOLE, line=python_line)
