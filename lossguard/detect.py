@@ -43,6 +43,11 @@ def _judge(units: pl.DataFrame, rule: Rule, *, seen_before: int = 0) -> tuple[pl
     judgement = rule.judgement(pl.col("value"), per_unit)
     seen = per_unit(pl.int_range(1, pl.len() + 1)) + seen_before
     flag = judgement.condition.fill_null(False) & (seen >= rule.history)
+    if seen_before and rule.lookback:
+        # A window cut from a longer stream (the daemon's tail): a point whose lookback reaches past
+        # its start would be judged on fewer values than the whole stream gives it. Only the stream's
+        # true start may judge on a short history (min_history).
+        flag = flag & (seen - seen_before > rule.lookback)
     if not single or not units.get_column("judge").all():
         flag = flag & pl.col("judge")
     flagged = (
