@@ -61,6 +61,18 @@ def _judge(units: pl.DataFrame, rule: Rule, *, seen_before: int = 0) -> tuple[pl
     return flagged, judgement.onset
 
 
+def held_per_segment(points: pl.DataFrame, rule: Rule) -> dict[int, int]:
+    """Values the rule can judge the last point of each segment with: the segment's own (finite, for
+    a kind that skips NaN) and the history it continues from (at most its lookback), as _judge
+    counts them. A segment missing from the answer holds none."""
+    if rule.finite_only:
+        points = points.filter(pl.col("value").is_finite())
+    if not points.height:
+        return {}
+    units = segments_with_history(points, rule.lookback)
+    return dict(units.group_by("unit").len().iter_rows())
+
+
 def _recovery(signal: np.ndarray, start: int, stop: int, beyond: Callable[[np.ndarray], np.ndarray], need: int) -> int | None:
     """Index of the first of `need` consecutive points in [start, stop) that are not `beyond`."""
     run = 0

@@ -1,16 +1,20 @@
 """Short histories (issue 14, item 4): a rule whose min_history is below its window judges a short
-stream against the values there are, and the seed rule still needs its 10."""
+stream against the values there are, the seed rule still needs its 10, and a run or segment too
+short for every loss rule is said to be so in every report format instead of a silent "no spike"."""
 
 from __future__ import annotations
 
+import json
+import math
 from pathlib import Path
 
 import polars as pl
 import pytest
 
+from lossguard.cli import main
 from lossguard.detect import find_incidents
-from lossguard.engine import analyse_run
-from lossguard.rules import load_rules, rule_from
+from lossguard.engine import analyse_run, too_short
+from lossguard.rules import default_rules, load_rules, rule_from
 from lossguard.streams import collapse
 
 from .test_detect import DEFAULT_LOSS_RULE, seed_detect_loss_spike
@@ -70,6 +74,7 @@ def test_presets_with_a_short_min_history_flag_a_spike_after_four_points(preset,
     )
     analysis = analyse_run(frame, rules, run="r")
     assert [(i.rule, i.step) for i in analysis.incidents] == [(rule, 5)]
+    assert analysis.short == ()
 
 
 @pytest.mark.parametrize("n", [9, 10, 11])
@@ -79,6 +84,105 @@ def test_the_default_rule_still_needs_ten_values(n):
     assert found == ([n] if n >= 10 else [])
     assert bool(found) == seed_detect_loss_spike(values)
     assert DEFAULT_LOSS_RULE.history == 10 and DEFAULT_LOSS_RULE.least == 9
+
+
+# --- "too short to judge" ---------------------------------------------------------------------
+
+
+def shorts(values, rules, steps=None):
+    return [(s.segment, s.first_step, s.last_step, s.points, s.held, s.needed, s.message) for s in too_short(stream_of(values, steps), rules, run="r")]
+
+
+def test_a_run_shorter_than_every_loss_rule_says_so():
+    assert shorts([1.0] * 7, default_rules().rules) == [(0, 1, 7, 7, 7, 10, "too short to judge spikes: 7 loss points, rules need 10")]
+
+
+def test_a_run_as_long_as_the_rule_needs_is_not_too_short():
+    assert shorts([1.0] * 10, default_rules().rules) == []
+
+
+def test_nan_does_not_count_toward_a_window_rule_history():
+    assert shorts([1.0] * 9 + [math.nan] * 3, default_rules().rules)[0][-1] == "too short to judge spikes: 9 finite loss points of 12, rules need 10"
+
+
+def test_the_warning_is_honest_when_one_loss_rule_can_judge_the_run():
+    # A threshold needs no history: the run is judged, so it is not "too short" (the NaN rule, which
+    # judges any point, is not a spike rule and never makes a run judged on its own).
+    cap = rule_from({"name": "cap", "metric": "loss", "kind": "threshold", "above": 10.0})
+    assert shorts([1.0] * 7, (*default_rules().rules, cap)) == []
+    only_nan = tuple(r for r in default_rules().rules if r.kind == "nonfinite")
+    assert shorts([1.0] * 7, only_nan) == []
+    eval_only = rule_from({"name": "e", "metric": "eval_loss", "kind": "ratio"})
+    assert shorts([1.0] * 7, (eval_only,)) == []
+
+
+def test_the_closest_rule_is_the_one_quoted():
+    rules = load_rules([Path("olmo-core")]).rules + (rule_from({"name": "r", "metric": "loss", "kind": "ratio", "window": 20}),)
+    assert shorts([1.0] * 7, rules)[0][-1] == "too short to judge spikes: 7 loss points, rules need 21"
+
+
+def test_a_segment_resumed_before_any_history_is_too_short_on_its_own():
+    steps = list(range(1, 21)) + [1, 2, 3, 4]
+    assert shorts([1.0] * 24, default_rules().rules, steps) == [
+        (1, 1, 4, 4, 4, 10, "segment resumed at step 1: too short to judge spikes: 4 loss points, rules need 10")
+    ]
+
+
+def test_a_resumed_segment_judged_with_the_history_it_continues_from_is_not_too_short():
+    steps = list(range(1, 21)) + [15, 16, 17]
+    assert shorts([1.0] * 23, default_rules().rules, steps) == []
+
+
+def test_a_short_first_timeline_before_a_resume_is_named_by_its_steps():
+    steps = [1, 2, 3, 4, 5, 3, 4, 5, 6]
+    assert [s[-1] for s in shorts([1.0] * 9, default_rules().rules, steps)] == [
+        "steps 1-5, before a resume: too short to judge spikes: 5 loss points, rules need 10",
+        "segment resumed at step 3: too short to judge spikes: 6 loss points (with the history it resumes from), rules need 10",
+    ]
+
+
+@pytest.fixture
+def runs(tmp_path):
+    for name, n in (("short", 7), ("long", 30)):
+        (tmp_path / name).mkdir()
+        lines = (json.dumps({"step": i, "loss": 2.0 + 0.01 * i}) for i in range(1, n + 1))
+        (tmp_path / name / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    return tmp_path
+
+
+MESSAGE = "too short to judge spikes: 7 loss points, rules need 10"
+
+
+def test_json_report_lists_a_too_short_run_under_its_warnings(runs, capsys):
+    assert main(["scan", str(runs), "--format", "json", "--quiet"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    by_run = {r["run"]: r for r in doc["runs"]}
+    assert by_run["long"]["warnings"] == []
+    (warning,) = by_run["short"]["warnings"]
+    assert warning == {
+        "kind": "too_short", "source": str(runs / "short" / "metrics.jsonl"), "line": None, "offset": None, "message": MESSAGE,
+        "metric": "loss", "segment": 0, "first_step": 1, "last_step": 7, "points": 7, "held": 7, "needed": 10,
+    }
+    assert doc["summary"]["warnings"] == 1 and doc["warnings"] == []
+
+
+@pytest.mark.parametrize(
+    "fmt,row,warning",
+    [
+        pytest.param("table", "too short to judge", f"  short: {MESSAGE}", id="table"),
+        pytest.param("markdown", "| short | jsonl | 7 | 7 | 0 | - | too short to judge |", f"- `short: {MESSAGE}`", id="markdown"),
+        pytest.param("html", '<td class="n">0</td><td class="n">-</td><td>too short to judge</td>', f"<li><code>short: {MESSAGE}</code></li>", id="html"),
+    ],
+)
+def test_every_report_for_people_says_which_run_was_too_short(runs, capsys, fmt, row, warning):
+    assert main(["scan", str(runs), "--format", fmt, "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert row in out and warning in out
+    assert out.count("too short to judge spikes") == 1  # the long run is judged: nothing said of it
+
+
+def test_a_too_short_run_is_no_read_problem_for_strict(runs):
+    assert main(["scan", str(runs), "--strict", "--quiet"]) == 0
 
 
 def test_the_daemon_judges_a_cut_tail_on_full_windows_only():
