@@ -143,7 +143,8 @@ def _incidents(part: pl.DataFrame, flagged: pl.DataFrame, onset: int, rule: Rule
         if f < covered_until:
             out[-1] = _extend(out[-1], f, steps, values)
             continue
-        first = max(0, f - onset)
+        # An incident never begins inside the one before it, whatever its onset reaches back to.
+        first = max(0, f - onset, covered_until)
         limit = limits[f]
         end = _recovery(signal, f + 1, n, partial(rule.beyond, limit=limit), rule.recovery)
         span_end = end if end is not None else n

@@ -243,7 +243,12 @@ class EwmRule(Rule):
 
 @_KIND
 class ThresholdRule(Rule):
-    """value above `above` (or below `below`) for `patience` consecutive points."""
+    """value above `above` (or below `below`) for `patience` consecutive points.
+
+    A NaN is outside either bound: a loss that turns NaN is not under any cap, and is not back
+    within it either. Both the judgement and the recovery say so (polars orders NaN above every
+    number, numpy compares it false with everything: left to them, a NaN opened an incident at
+    each point and closed it at the next, and the incidents overlapped)."""
 
     kind: str = "threshold"
     above: float | None = field(default=None, metadata=spec(float, optional=True))
@@ -264,11 +269,12 @@ class ThresholdRule(Rule):
 
     def judgement(self, v: pl.Expr, per_unit: PerUnit) -> Judgement:
         bound = self.above if self.above is not None else self.below
-        raw = (v > self.above) if self.above is not None else (v < self.below)
+        raw = v.is_nan() | ((v > self.above) if self.above is not None else (v < self.below))
         return _held(raw, self.patience, pl.lit(bound, dtype=pl.Float64), per_unit)
 
     def beyond(self, signal: np.ndarray, limit: float | None) -> np.ndarray:
-        return signal < self.below if self.below is not None else signal > limit
+        with np.errstate(invalid="ignore"):
+            return np.isnan(signal) | (signal < self.below if self.below is not None else signal > limit)
 
 
 @_KIND
