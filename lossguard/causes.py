@@ -346,6 +346,8 @@ def _bad_batch(
         calm = _missing(inc, ctx, "grad_norm") or "too few grad norm values before the spike to rule out an explosion"
     else:
         confidence, calm = 0.7, f"grad_norm only {gn_ratio:.1f}x its median"
+    # Without an LR there is no LR event to see, which is not the same as none.
+    lr_note = "no LR event" if _missing(inc, ctx, "lr") is None else "no learning rate logged to rule out an LR event"
     notes = []
     if len([i for i in ctx.incidents if i.metric == inc.metric and i.kind != "nonfinite"]) >= 3:
         confidence -= 0.2
@@ -356,7 +358,7 @@ def _bad_batch(
     return Cause(
         "bad_batch",
         max(0.1, confidence),
-        "; ".join([f"isolated spike at step {inc.step}, {recovered}", calm, "no LR event", *notes]),
+        "; ".join([f"isolated spike at step {inc.step}, {recovered}", calm, lr_note, *notes]),
         f"Inspect the batch(es) of step {inc.step} (data order is deterministic) and skip them on resume; gradient clipping limits the damage.",
     )
 

@@ -49,6 +49,8 @@ def test_without_grad_norm_or_lr_the_label_says_what_was_missing():
     assert "no grad norm in this log: log it to tell a gradient explosion from a bad batch" in unknown.evidence
     assert "no learning rate in this log: log it to tell an LR too high" in unknown.evidence
     assert causes[0].cause in ("unknown", "bad_batch")
+    bad_batch = next(c for c in causes if c.cause == "bad_batch")
+    assert "no learning rate logged to rule out an LR event" in bad_batch.evidence and "no LR event" not in bad_batch.evidence
     assert "Log grad_norm and lr" in unknown.suggestion
 
 
