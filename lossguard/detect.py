@@ -65,6 +65,12 @@ def held_per_segment(points: pl.DataFrame, rule: Rule) -> dict[int, int]:
     """Values the rule can judge the last point of each segment with: the segment's own (finite, for
     a kind that skips NaN) and the history it continues from (at most its lookback), as _judge
     counts them. A segment missing from the answer holds none."""
+    segment = points.get_column("segment")
+    if points.height and single_valued(segment):
+        # A run that never rewound (nearly all): a count, not a group-by over millions of points.
+        values = points.get_column("value").to_numpy()
+        n = int(np.isfinite(values).sum()) if rule.finite_only else values.size
+        return {int(segment[0]): n} if n else {}
     if rule.finite_only:
         points = points.filter(pl.col("value").is_finite())
     if not points.height:
