@@ -12,9 +12,13 @@ they can be judged (README, "Why lossguard says what it says"):
 - lr_too_high: the LR is at (>= 90% of) the highest value its schedule reached, warmup ended shortly
   before (within about one warmup length), or the LR was still rising smoothly.
 - bad_batch: one or two flagged points that recover at once, with a calm grad norm and no LR event.
-- model_architecture: spikes that keep coming back (3 or more on the run), a grad-norm baseline that
-  keeps climbing, or a NaN that never goes away.
-- unknown: the context needed is missing; says which metric would have settled it.
+- model_architecture: spikes that keep coming back (3 or more on the run) with a grad-norm baseline
+  that keeps climbing, or that each take a while to recover (this one included); or a NaN that
+  stays for many points. Recurring blips that recover at once on a flat grad norm are not it: a
+  detector tuned tight flags dozens on a healthy run, and a NaN in a log's last point says nothing
+  about whether it would have stayed.
+- unknown: no cause stands out; when the context that would tell causes apart was not logged, says
+  which metric and what it would have told.
 
 Confidences are independent plausibilities in [0, 1], not probabilities that sum to one.
 """
@@ -101,6 +105,30 @@ def _fmt(x: float) -> str:
     if abs(x) >= 1e4 or abs(x) < 1e-2:
         return f"{x:.1e}"
     return f"{x:.3g}"
+
+
+SLOW_POINTS = 3
+"""A spike still above its threshold more than this many points after it began recovered slowly
+(recovering "at once", as a bad batch does, is within it)."""
+STAYING_POINTS = 10
+"""Non-finite points up to the end of the log that make a NaN one that stays: fewer is what a job
+killed at its first NaN, or a few overflow steps just before the log ends, look like."""
+MISSING = {
+    "grad_norm": ("grad norm", "to tell a gradient explosion from a bad batch"),
+    "lr": ("learning rate", "to tell an LR too high or an LR-schedule jump from the other causes"),
+}
+"""What each context metric tells apart, for the label that has to do without it."""
+
+
+def _missing(inc: Incident, ctx: RunContext, metric: str) -> str | None:
+    """What the log lacks of a context metric for this spike, and why it matters; None: logged."""
+    series: Series | None = getattr(ctx, metric)
+    name, why = MISSING[metric]
+    if series is None or not np.isfinite(series.values).any():
+        return f"no {name} in this log: log it {why}"
+    if not np.isfinite(series.before(max(inc.peak_step, inc.step) + 1, 1 << 62)).any():
+        return f"no {name} logged before step {inc.step}: log it from the start {why}"
+    return None
 
 
 def _steps_phrase(n: float) -> str:
@@ -283,25 +311,51 @@ def _lr_events(inc: Incident, ctx: RunContext, interval: float) -> tuple[Cause |
     return high, schedule
 
 
-def _recurrence(inc: Incident, ctx: RunContext) -> Cause | None:
+def _climbing_grad_norm(ctx: RunContext) -> tuple[float, float] | None:
+    """The grad-norm baseline early and late in the run when it at least doubled, else None."""
+    gn = ctx.grad_norm
+    if gn is None:
+        return None
+    values = gn.values[np.isfinite(gn.values)]
+    if values.size < 40:
+        return None
+    # Skip the first tenth (warmup's large norms), compare the next quarter with the last.
+    tenth, quarter = values.size // 10, values.size // 4
+    early, late = float(np.median(values[tenth : tenth + quarter])), float(np.median(values[-quarter:]))
+    return (early, late) if early > 0 and late / early >= 2 else None
+
+
+def _slow(inc: Incident, ctx: RunContext, interval: float) -> bool:
+    """Took more than SLOW_POINTS points to recover, or is still open that long before the log ends."""
+    end = inc.end_step
+    if end is None:
+        series = getattr(ctx, inc.metric, None) if inc.metric in ("loss", "lr", "grad_norm", "loss_scale") else None
+        series = series if series is not None else ctx.loss
+        end = int(series.steps[-1]) if series is not None and series.steps.size else inc.step
+    return end - inc.step > SLOW_POINTS * interval
+
+
+def _recurrence(inc: Incident, ctx: RunContext, interval: float) -> Cause | None:
     same = [i for i in ctx.incidents if i.metric == inc.metric and i.kind != "nonfinite"]
     notes: list[str] = []
     confidence = 0.0
-    if len(same) >= 3:
-        confidence = min(0.7, 0.45 + 0.1 * (len(same) - 3))
-        notes.append(f"{len(same)} {inc.metric} spikes on this run (steps {', '.join(str(i.step) for i in same[:6])}{'...' if len(same) > 6 else ''})")
-        gn = ctx.grad_norm
-        if gn is not None and gn.steps.size >= 40:
-            values = gn.values[np.isfinite(gn.values)]
-            # Skip the first tenth (warmup's large norms), compare the next quarter with the last.
-            tenth, quarter = values.size // 10, values.size // 4
-            early, late = float(np.median(values[tenth : tenth + quarter])), float(np.median(values[-quarter:]))
-            if early > 0 and late / early >= 2:
+    if len(same) >= 3 and inc.kind != "nonfinite":
+        # Recurrence alone is what a tight detector finds on any noisy run: it points at the model
+        # only with a grad norm drifting up under it, or with spikes the model is slow to get over.
+        climbing = _climbing_grad_norm(ctx)
+        slow = [i for i in same if _slow(i, ctx, interval)]
+        slow_ones = len(slow) >= 3 and _slow(inc, ctx, interval)
+        if climbing is not None or slow_ones:
+            confidence = min(0.7, 0.45 + 0.1 * ((len(same) if climbing is not None else len(slow)) - 3))
+            notes.append(f"{len(same)} {inc.metric} spikes on this run (steps {', '.join(str(i.step) for i in same[:6])}{'...' if len(same) > 6 else ''})")
+            if slow_ones:
+                notes.append(f"{len(slow)} of them took more than {SLOW_POINTS} points to recover")
+            if climbing is not None:
                 confidence = min(0.9, confidence + 0.2)
-                notes.append(f"grad_norm baseline climbing ({_fmt(early)} -> {_fmt(late)} median)")
-    if inc.kind == "nonfinite" and not inc.over:
+                notes.append(f"grad_norm baseline climbing ({_fmt(climbing[0])} -> {_fmt(climbing[1])} median)")
+    if inc.kind == "nonfinite" and not inc.over and inc.points >= STAYING_POINTS:
         confidence = max(confidence, 0.7)
-        notes.append(f"{inc.metric} stays non-finite from step {inc.step} to the end of the log")
+        notes.append(f"{inc.metric} stays non-finite for {inc.points} points, from step {inc.step} to the end of the log")
     if not notes:
         return None
     return Cause(
@@ -327,9 +381,12 @@ def _bad_batch(
         return None
     recovered = f"back under the threshold {int((inc.end_step - inc.step) / interval) or 1} point(s) later"
     if gn_ratio is None:
-        confidence, calm = 0.45, "no grad_norm logged to rule out an explosion"
+        confidence = 0.45
+        calm = _missing(inc, ctx, "grad_norm") or "too few grad norm values before the spike to rule out an explosion"
     else:
         confidence, calm = 0.7, f"grad_norm only {gn_ratio:.1f}x its median"
+    # Without an LR there is no LR event to see, which is not the same as none.
+    lr_note = "no LR event" if _missing(inc, ctx, "lr") is None else "no learning rate logged to rule out an LR event"
     notes = []
     if len([i for i in ctx.incidents if i.metric == inc.metric and i.kind != "nonfinite"]) >= 3:
         confidence -= 0.2
@@ -340,7 +397,7 @@ def _bad_batch(
     return Cause(
         "bad_batch",
         max(0.1, confidence),
-        "; ".join([f"isolated spike at step {inc.step}, {recovered}", calm, "no LR event", *notes]),
+        "; ".join([f"isolated spike at step {inc.step}, {recovered}", calm, lr_note, *notes]),
         f"Inspect the batch(es) of step {inc.step} (data order is deterministic) and skip them on resume; gradient clipping limits the damage.",
     )
 
@@ -353,17 +410,17 @@ def label(inc: Incident, ctx: RunContext) -> tuple[Cause, ...]:
     grad, gn_ratio = _gradient(inc, ctx, near_lo)
     numerical = _numerical(inc, ctx, inc.step - 10 * interval, hi)
     high, schedule = _lr_events(inc, ctx, interval)
-    recurrence = _recurrence(inc, ctx)
+    recurrence = _recurrence(inc, ctx, interval)
     batch = _bad_batch(inc, ctx, interval, gn_ratio, schedule is not None and schedule.confidence >= 0.5, numerical)
     causes = [c for c in (grad, numerical, high, schedule, recurrence, batch) if c is not None]
-    missing = [name for name, s in (("grad_norm", ctx.grad_norm), ("lr", ctx.lr)) if s is None]
+    missing = {name: why for name in MISSING if (why := _missing(inc, ctx, name)) is not None}
     top = max((c.confidence for c in causes), default=0.0)
     if missing and top < 0.6:
         causes.append(
             Cause(
                 "unknown",
                 0.5 if top < 0.4 else 0.3,
-                f"no {' or '.join(missing)} logged: {'an explosion cannot be told from a bad batch' if 'grad_norm' in missing else 'an LR cause cannot be checked'}",
+                "; ".join(missing.values()),
                 f"Log {' and '.join(missing)} (HF Trainer logs both; Lightning: LearningRateMonitor and a grad-norm callback) so the next spike can be diagnosed.",
             )
         )

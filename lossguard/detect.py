@@ -43,6 +43,11 @@ def _judge(units: pl.DataFrame, rule: Rule, *, seen_before: int = 0) -> tuple[pl
     judgement = rule.judgement(pl.col("value"), per_unit)
     seen = per_unit(pl.int_range(1, pl.len() + 1)) + seen_before
     flag = judgement.condition.fill_null(False) & (seen >= rule.history)
+    if seen_before and rule.lookback:
+        # A window cut from a longer stream (the daemon's tail): a point whose lookback reaches past
+        # its start would be judged on fewer values than the whole stream gives it. Only the stream's
+        # true start may judge on a short history (min_history).
+        flag = flag & (seen - seen_before > rule.lookback)
     if not single or not units.get_column("judge").all():
         flag = flag & pl.col("judge")
     flagged = (
@@ -54,6 +59,24 @@ def _judge(units: pl.DataFrame, rule: Rule, *, seen_before: int = 0) -> tuple[pl
         .collect()
     )
     return flagged, judgement.onset
+
+
+def held_per_segment(points: pl.DataFrame, rule: Rule) -> dict[int, int]:
+    """Values the rule can judge the last point of each segment with: the segment's own (finite, for
+    a kind that skips NaN) and the history it continues from (at most its lookback), as _judge
+    counts them. A segment missing from the answer holds none."""
+    segment = points.get_column("segment")
+    if points.height and single_valued(segment):
+        # A run that never rewound (nearly all): a count, not a group-by over millions of points.
+        values = points.get_column("value").to_numpy()
+        n = int(np.isfinite(values).sum()) if rule.finite_only else values.size
+        return {int(segment[0]): n} if n else {}
+    if rule.finite_only:
+        points = points.filter(pl.col("value").is_finite())
+    if not points.height:
+        return {}
+    units = segments_with_history(points, rule.lookback)
+    return dict(units.group_by("unit").len().iter_rows())
 
 
 def _recovery(signal: np.ndarray, start: int, stop: int, beyond: Callable[[np.ndarray], np.ndarray], need: int) -> int | None:
@@ -137,7 +160,8 @@ def _incidents(part: pl.DataFrame, flagged: pl.DataFrame, onset: int, rule: Rule
         if f < covered_until:
             out[-1] = _extend(out[-1], f, steps, values)
             continue
-        first = max(0, f - onset)
+        # An incident never begins inside the one before it, whatever its onset reaches back to.
+        first = max(0, f - onset, covered_until)
         limit = limits[f]
         end = _recovery(signal, f + 1, n, partial(rule.beyond, limit=limit), rule.recovery)
         span_end = end if end is not None else n

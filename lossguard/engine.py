@@ -10,8 +10,8 @@ from dataclasses import dataclass, field, replace
 import polars as pl
 
 from .causes import RunContext, Series, label_all
-from .detect import find_incidents
-from .model import Incident
+from .detect import find_incidents, held_per_segment
+from .model import Incident, ShortHistory
 from .rules import Rule, RuleSet
 from .streams import as_context, by_metric, preferred
 
@@ -143,6 +143,8 @@ class RunAnalysis:
     first_step: int | None
     last_step: int | None
     incidents: tuple[Incident, ...]
+    short: tuple[ShortHistory, ...] = ()
+    """Segments too short for every loss spike rule: judged by none of them."""
 
 
 def tags_used(run_frame: pl.DataFrame) -> dict[str, str]:
@@ -155,6 +157,30 @@ def tags_used(run_frame: pl.DataFrame) -> dict[str, str]:
     for metric, tag, n in counts.iter_rows():
         tags.setdefault(metric, []).append((tag, n))
     return {m: preferred(m, tags[m]) for m in JUDGED if m in tags}
+
+
+def too_short(points: pl.DataFrame, rules: Sequence[Rule], *, run: str, metric: str = "loss") -> tuple[ShortHistory, ...]:
+    """The segments of a stream (step, value, segment) that every spike rule on it needs more values
+    for than they hold. Rules that only catch NaN/Inf judge any point and are left out; with no spike
+    rule on the metric, nothing is too short for it."""
+    spike_rules = [r for r in rules if r.metric == metric and not r.nonfinite_only]
+    if not spike_rules or not points.height:
+        return ()
+    held = [(r, held_per_segment(points, r)) for r in spike_rules]
+    spans = points.group_by("segment", maintain_order=True).agg(
+        pl.col("step").first().alias("first"), pl.col("step").last().alias("last"), pl.len().alias("n")
+    )
+    whole = spans.height == 1
+    out = []
+    for segment, first, last, n in spans.iter_rows():
+        have = [(r.history - got.get(segment, 0), got.get(segment, 0), r.history) for r, got in held]
+        if all(short > 0 for short, _, _ in have):
+            _, closest, needed = min(have)
+            out.append(ShortHistory(
+                run=run, metric=metric, segment=segment, resumed=segment > 0, whole_run=whole,
+                first_step=first, last_step=last, points=n, held=closest, needed=needed,
+            ))
+    return tuple(out)
 
 
 def analyse_run(run_frame: pl.DataFrame, rules: RuleSet, *, run: str) -> RunAnalysis:
@@ -173,5 +199,6 @@ def analyse_streams(run_frame: pl.DataFrame, rules: RuleSet, *, run: str) -> tup
         first_step=None if not steps.len() else int(steps.min()),
         last_step=None if not steps.len() else int(steps.max()),
         incidents=incidents,
+        short=too_short(streams["loss"], rules.for_run(run), run=run),
     )
     return analysis, streams

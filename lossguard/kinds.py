@@ -112,9 +112,16 @@ class Rule:
 
     @property
     def history(self) -> int:
-        return self.min_history if self.min_history is not None else self.default_history()
+        """Values the stream must hold (the judged one included) before the rule may fire: min_history,
+        or the kind's default, but never fewer than its judgement needs to say anything."""
+        wanted = self.min_history if self.min_history is not None else self.default_history()
+        return max(wanted, self.fewest())
 
     def default_history(self) -> int:
+        return 1
+
+    def fewest(self) -> int:
+        """The fewest values (the judged one included) with which the kind's judgement can hold."""
         return 1
 
     @property
@@ -147,13 +154,29 @@ class Rule:
 
 class _AgainstTheWindowBefore(Rule):
     """A kind that compares each value with the `window` finite values before it (each declares its
-    own `window`, with its own default and bounds): the first point it can judge is the one after a
-    full window, and nothing older than the window matters."""
+    own `window`, with its own default and bounds); nothing older than the window matters.
+
+    By default the first point it judges is the one after a full window. A `min_history` below
+    that lets it judge earlier, against the values there are: a point with fewer than `window`
+    values before it is compared with all of them (the `least` at which a statistic is taken).
+    Only at the start of a stream: detect judges a point of a window cut from a longer stream (the
+    daemon's tail) only once its whole window is inside (`lookback`), so both commands agree."""
 
     finite_only = True
+    smallest_sample: ClassVar[int] = 1
+    """Values before the judged one its statistic needs at the very least."""
 
     def default_history(self) -> int:
         return self.window + 1
+
+    def fewest(self) -> int:
+        return self.smallest_sample + 1
+
+    @property
+    def least(self) -> int:
+        """Values before a point its statistic is taken from at the least: the full window, or as
+        few as min_history allows."""
+        return min(self.window, self.history - 1)
 
     @property
     def lookback(self) -> int:
@@ -171,7 +194,7 @@ class RatioRule(_AgainstTheWindowBefore):
 
     def judgement(self, v: pl.Expr, per_unit: PerUnit) -> Judgement:
         window = {"mean": v.rolling_mean, "median": v.rolling_median, "max": v.rolling_max}[self.baseline]
-        baseline = per_unit(window(self.window, min_samples=self.window).shift(1))
+        baseline = per_unit(window(self.window, min_samples=self.least).shift(1))
         return _over(v, baseline, baseline * self.factor)
 
 
@@ -183,9 +206,11 @@ class ZScoreRule(_AgainstTheWindowBefore):
     k: float = field(default=6.0, metadata=spec(float, gt=0))
     window: int = field(default=128, metadata=spec(int, ge=2, le=MAX_POINTS))
 
+    smallest_sample = 2  # a standard deviation of one value is no spread at all
+
     def judgement(self, v: pl.Expr, per_unit: PerUnit) -> Judgement:
-        baseline = per_unit(v.rolling_mean(self.window, min_samples=self.window).shift(1))
-        spread = per_unit(v.rolling_std(self.window, min_samples=self.window).shift(1))
+        baseline = per_unit(v.rolling_mean(self.window, min_samples=self.least).shift(1))
+        spread = per_unit(v.rolling_std(self.window, min_samples=self.least).shift(1))
         return _over(v, baseline, baseline + self.k * spread)
 
 
@@ -202,6 +227,9 @@ class EwmRule(Rule):
     def default_history(self) -> int:
         return max(2, round(2 / self.alpha))
 
+    def fewest(self) -> int:
+        return 2
+
     @property
     def lookback(self) -> int:
         # Weights below 1e-4 of the newest are negligible: that many points pin the mean.
@@ -215,7 +243,12 @@ class EwmRule(Rule):
 
 @_KIND
 class ThresholdRule(Rule):
-    """value above `above` (or below `below`) for `patience` consecutive points."""
+    """value above `above` (or below `below`) for `patience` consecutive points.
+
+    A NaN is outside either bound: a loss that turns NaN is not under any cap, and is not back
+    within it either. Both the judgement and the recovery say so (polars orders NaN above every
+    number, numpy compares it false with everything: left to them, a NaN opened an incident at
+    each point and closed it at the next, and the incidents overlapped)."""
 
     kind: str = "threshold"
     above: float | None = field(default=None, metadata=spec(float, optional=True))
@@ -227,17 +260,21 @@ class ThresholdRule(Rule):
             return "set exactly one of `above` or `below`"
         return super()._check()
 
+    def fewest(self) -> int:
+        return self.patience
+
     @property
     def lookback(self) -> int:
         return self.patience - 1
 
     def judgement(self, v: pl.Expr, per_unit: PerUnit) -> Judgement:
         bound = self.above if self.above is not None else self.below
-        raw = (v > self.above) if self.above is not None else (v < self.below)
+        raw = v.is_nan() | ((v > self.above) if self.above is not None else (v < self.below))
         return _held(raw, self.patience, pl.lit(bound, dtype=pl.Float64), per_unit)
 
     def beyond(self, signal: np.ndarray, limit: float | None) -> np.ndarray:
-        return signal < self.below if self.below is not None else signal > limit
+        with np.errstate(invalid="ignore"):
+            return np.isnan(signal) | (signal < self.below if self.below is not None else signal > limit)
 
 
 @_KIND
@@ -248,6 +285,9 @@ class NonFiniteRule(Rule):
     patience: int = field(default=1, metadata=spec(int, ge=1, le=MAX_POINTS))
 
     nonfinite_only = True
+
+    def fewest(self) -> int:
+        return self.patience
 
     def judgement(self, v: pl.Expr, per_unit: PerUnit) -> Judgement:
         return _held(~v.is_finite(), self.patience, pl.lit(None, dtype=pl.Float64), per_unit)
@@ -280,6 +320,9 @@ class SustainedRule(Rule):
     finite_only = True
 
     def default_history(self) -> int:
+        return self.window + self.patience
+
+    def fewest(self) -> int:
         return self.window + self.patience
 
     @property
@@ -324,6 +367,9 @@ class SlopeRule(Rule):
     finite_only = True
 
     def default_history(self) -> int:
+        return self.window
+
+    def fewest(self) -> int:
         return self.window
 
     @property

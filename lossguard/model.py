@@ -162,6 +162,50 @@ class Incident:
             report["follows"] = {"rule": self.follows[0], "step": self.follows[1]}
         return report
 
+@dataclass(frozen=True)
+class ShortHistory:
+    """A run (or one of its segments) holding fewer loss values than every spike rule needs before it
+    may fire: nothing in it was judged, and the report says so rather than a silent "no spike"."""
+
+    run: str
+    metric: str
+    segment: int
+    resumed: bool
+    """The segment began at a resume (rather than being the run's first timeline)."""
+    whole_run: bool
+    """The run is this one segment."""
+    first_step: int
+    last_step: int
+    points: int
+    """The segment's own points."""
+    held: int
+    """Values the closest rule could judge with: the segment's finite ones (for the rules that skip
+    NaN) and the history a resumed segment continues from."""
+    needed: int
+    """What the closest rule needs (its history)."""
+
+    @property
+    def message(self) -> str:
+        where = "" if self.whole_run else (
+            f"segment resumed at step {self.first_step}: " if self.resumed else f"steps {self.first_step}-{self.last_step}, before a resume: "
+        )
+        count = f"{self.held} {self.metric} point{'s' if self.held != 1 else ''}"
+        if self.resumed and self.held != self.points:
+            count += " (with the history it resumes from)"
+        elif self.held != self.points:
+            count = f"{self.held} finite {self.metric} point{'s' if self.held != 1 else ''} of {self.points}"
+        return f"{where}too short to judge spikes: {count}, rules need {self.needed}"
+
+    def to_report(self, source: str) -> dict[str, object]:
+        """A run's entry under `warnings` in `scan --format json` (README): the keys every warning
+        has, then the numbers behind the message."""
+        return {
+            "kind": "too_short", "source": source, "line": None, "offset": None, "message": self.message,
+            "metric": self.metric, "segment": self.segment, "first_step": self.first_step, "last_step": self.last_step,
+            "points": self.points, "held": self.held, "needed": self.needed,
+        }
+
+
 NOTICE_KINDS = ("opened", "escalated", "updated", "resolved", "relabelled", "stalled", "resumed")
 
 

@@ -24,7 +24,15 @@ def _worst(rep: RunReport) -> float | None:
 
 def _top_cause(rep: RunReport) -> str:
     counts = Counter(i.causes[0].cause for i in rep.incidents if i.causes)
-    return counts.most_common(1)[0][0] if counts else "-"
+    if counts:
+        return counts.most_common(1)[0][0]
+    # No spike because nothing could be judged is not "no spike": the warnings say how short.
+    return "too short to judge" if rep.analysis.short else "-"
+
+
+def _notes(result: ScanResult) -> list[str]:
+    """The runs (or segments) too short for every loss rule, one line each, run first."""
+    return [f"{rep.run}: {short.message}" for rep in result.runs for short in rep.analysis.short]
 
 
 def summary(result: ScanResult) -> dict[str, object]:
@@ -38,7 +46,7 @@ def summary(result: ScanResult) -> dict[str, object]:
         "by_cause": dict(Counter(i.causes[0].cause for i in incidents if i.causes)),
         "files": result.files,
         "bytes": result.bytes,
-        "warnings": len(problems),
+        "warnings": len(problems) + sum(len(r.analysis.short) for r in result.runs),
     }
 
 
@@ -56,11 +64,14 @@ def to_json(result: ScanResult) -> str:
                 "first_step": rep.analysis.first_step,
                 "last_step": rep.analysis.last_step,
                 "spikes": [i.to_report() for i in rep.incidents],
-                "warnings": [p.to_json() for p in rep.problems],
+                "warnings": [
+                    *({"kind": "read", **p.to_json()} for p in rep.problems),
+                    *(short.to_report(rep.source) for short in rep.analysis.short),
+                ],
             }
             for rep in result.runs
         ],
-        "warnings": [p.to_json() for p in result.problems],
+        "warnings": [{"kind": "read", **p.to_json()} for p in result.problems],
         "summary": summary(result),
     }
     return json.dumps(doc, indent=2, default=json_number) + "\n"
@@ -119,10 +130,10 @@ def to_text(result: ScanResult, *, colour: bool = False) -> str:
             for cause in inc.causes:
                 out.append(f"  {st(f'{cause.confidence:4.0%}', '1')} {p(cause.cause)}: {p(cause.evidence)}")
                 out.append(f"       → {p(cause.suggestion)}")
-    problems = result.all_problems
+    problems = [str(problem) for problem in result.all_problems] + _notes(result)
     if problems:
         out += ["", st(f"{len(problems)} warning(s):", "33")]
-        out += [f"  {p(str(problem))}" for problem in problems]
+        out += [f"  {p(problem)}" for problem in problems]
     s = summary(result)
     out += ["", f"{s['spikes']} spike(s) in {s['runs_with_spikes']} of {s['runs']} run(s)."]
     return "\n".join(out) + "\n"
@@ -152,9 +163,9 @@ def to_markdown(result: ScanResult) -> str:
                 f"{f'{inc.ratio:.1f}x' if inc.ratio else '-'} | {inc.end_step if inc.end_step is not None else f'resumed from {inc.resumed_from}' if inc.resumed_from is not None else 'open'} | "
                 f"{md(top.cause) + f' ({top.confidence:.0%})' if top else '-'} | {md(top.evidence) if top else ''} |"
             )
-    problems = result.all_problems
+    problems = [str(problem) for problem in result.all_problems] + _notes(result)
     if problems:
-        out += ["", "### Warnings", ""] + [f"- {markdown_code(str(p))}" for p in problems]
+        out += ["", "### Warnings", ""] + [f"- {markdown_code(p)}" for p in problems]
     return "\n".join(out) + "\n"
 
 
@@ -262,7 +273,7 @@ def to_html(result: ScanResult) -> str:
         for rep in result.runs
     )
     runs = "".join(_run_html(rep) for rep in result.runs if rep.incidents)
-    problems = "".join(f"<li><code>{html_text(str(p))}</code></li>" for p in result.all_problems)
+    problems = "".join(f"<li><code>{html_text(p)}</code></li>" for p in [*map(str, result.all_problems), *_notes(result)])
     return (
         "<!doctype html><html lang=en><head><meta charset=utf-8><title>lossguard scan</title>"
         f"<style>{_CSS}</style></head><body>"

@@ -4,6 +4,7 @@ is missing."""
 from __future__ import annotations
 
 
+import numpy as np
 import polars as pl
 import pytest
 
@@ -45,8 +46,11 @@ def test_without_grad_norm_or_lr_the_label_says_what_was_missing():
     frame = synth.long_frame("bad_batch").filter(pl.col("metric") == "loss")
     causes = analyse_run(frame, default_rules(), run="b").incidents[0].causes
     unknown = next(c for c in causes if c.cause == "unknown")
-    assert "no grad_norm or lr logged" in unknown.evidence
+    assert "no grad norm in this log: log it to tell a gradient explosion from a bad batch" in unknown.evidence
+    assert "no learning rate in this log: log it to tell an LR too high" in unknown.evidence
     assert causes[0].cause in ("unknown", "bad_batch")
+    bad_batch = next(c for c in causes if c.cause == "bad_batch")
+    assert "no learning rate logged to rule out an LR event" in bad_batch.evidence and "no LR event" not in bad_batch.evidence
     assert "Log grad_norm and lr" in unknown.suggestion
 
 
@@ -83,3 +87,114 @@ def test_corpus_runs_raise_no_loss_spike_and_a_grad_norm_warning_only_at_the_rea
         assert [i for i in incidents if i.metric != "grad_norm"] == [], run
         grad += [(run, i.step, round(i.value, 2)) for i in incidents]
     assert sorted(grad) == [("hf_trainer/t5_summarization_trainer_state", 190000, 35.59), ("tfevents/t5_summarization_hf_trainer", 190000, 35.59)]
+
+
+# --- Causes that match what people concluded (issue 14, item 6) ------------------------------------
+
+
+def frame_of(**streams):
+    """A run's long table from named streams of equal length (steps 1..n); a stream left out is not
+    logged at all."""
+    parts = []
+    for metric, values in streams.items():
+        values = np.asarray(values, dtype=float)
+        parts.append(
+            pl.DataFrame(
+                {"run": "r", "source": "r.jsonl", "step": np.arange(1, values.size + 1), "metric": metric, "tag": metric, "value": values, "wall_time": None},
+                schema={"run": pl.String, "source": pl.String, "step": pl.Int64, "metric": pl.String, "tag": pl.String, "value": pl.Float64, "wall_time": pl.Float64},
+            )
+        )
+    return pl.concat(parts)
+
+
+def healthy(n, *, seed=0):
+    """A settled run: flat noisy loss, flat grad norm, a constant LR after a short warmup."""
+    rng = np.random.default_rng(seed)
+    loss = 2.0 + rng.normal(0, 0.02, n)
+    grad_norm = 1.0 + np.abs(rng.normal(0, 0.05, n))
+    lr = np.minimum(np.arange(1, n + 1) / 100, 1.0) * 3e-4
+    return loss, grad_norm, lr
+
+
+def test_fifty_blips_that_recover_at_once_on_a_flat_grad_norm_are_not_the_model_architecture():
+    loss, grad_norm, lr = healthy(20_000)
+    blips = np.linspace(500, 19_500, 50).astype(int)
+    loss[blips] *= 3.0
+    incidents = analyse_run(frame_of(loss=loss, grad_norm=grad_norm, lr=lr), default_rules(), run="r").incidents
+    assert len(incidents) == 50 and all(i.points == 1 and i.end_step == i.step + 1 for i in incidents)
+    assert not [i.step for i in incidents if any(c.cause == "model_architecture" for c in i.causes)]
+    assert {i.causes[0].cause for i in incidents} == {"bad_batch"}
+
+
+def test_recurring_spikes_that_are_slow_to_recover_point_at_the_model():
+    loss, grad_norm, lr = healthy(3000)
+    for at in (800, 1400, 2000, 2600):
+        loss[at : at + 8] *= 3.0  # eight points up each time, on a grad norm that stays flat
+    incidents = analyse_run(frame_of(loss=loss, grad_norm=grad_norm, lr=lr), default_rules(), run="r").incidents
+    assert len(incidents) == 4
+    for inc in incidents:
+        arch = next(c for c in inc.causes if c.cause == "model_architecture")
+        assert "4 of them took more than 3 points to recover" in arch.evidence
+
+
+def test_recurring_blips_on_a_climbing_grad_norm_still_point_at_the_model():
+    # The synthetic model_architecture run: 2-point spikes that recover at once, while the grad norm's
+    # baseline climbs sixfold over the run.
+    (first, *_) = analyse_run(synth.long_frame("model_architecture"), default_rules(), run="m").incidents
+    assert first.causes[0].cause == "model_architecture"
+    assert "grad_norm baseline climbing" in first.causes[0].evidence
+
+
+def test_a_nan_in_the_last_point_of_a_log_is_not_evidence_of_the_model_architecture():
+    loss, grad_norm, lr = healthy(1000)
+    loss[-1] = np.nan
+    (inc,) = analyse_run(frame_of(loss=loss, grad_norm=grad_norm, lr=lr), default_rules(), run="r").incidents
+    assert inc.kind == "nonfinite" and inc.end_step is None
+    assert inc.causes[0].cause == "numerical_instability"
+    assert "model_architecture" not in [c.cause for c in inc.causes]
+
+
+def test_a_nan_that_stays_while_the_run_keeps_logging_points_at_the_model():
+    loss, grad_norm, lr = healthy(1000)
+    loss[-40:] = np.nan
+    (inc,) = analyse_run(frame_of(loss=loss, grad_norm=grad_norm, lr=lr), default_rules(), run="r").incidents
+    arch = next(c for c in inc.causes if c.cause == "model_architecture")
+    assert arch.evidence == "loss stays non-finite for 40 points, from step 961 to the end of the log"
+
+
+NO_GRAD_NORM = "no grad norm in this log: log it to tell a gradient explosion from a bad batch"
+
+
+def test_a_run_logging_no_grad_norm_says_which_metric_is_missing_and_why_it_matters():
+    loss, _, lr = healthy(1000)
+    loss[700] *= 3.0
+    (inc,) = analyse_run(frame_of(loss=loss, lr=lr), default_rules(), run="r").incidents
+    by_cause = {c.cause: c for c in inc.causes}
+    assert NO_GRAD_NORM in by_cause["bad_batch"].evidence
+    assert by_cause["unknown"].evidence == NO_GRAD_NORM
+    assert by_cause["unknown"].suggestion.startswith("Log grad_norm (")
+
+
+def test_a_run_logging_no_lr_says_what_the_lr_would_have_told():
+    loss, grad_norm, _ = healthy(1000)
+    loss[700:703] *= 3.0
+    (inc,) = analyse_run(frame_of(loss=loss, grad_norm=grad_norm), default_rules(), run="r").incidents
+    unknown = next(c for c in inc.causes if c.cause == "unknown")
+    assert unknown.evidence == "no learning rate in this log: log it to tell an LR too high or an LR-schedule jump from the other causes"
+
+
+def test_a_grad_norm_logged_only_after_the_spike_is_named_as_missing_before_it():
+    loss, grad_norm, lr = healthy(1000)
+    loss[700] *= 3.0
+    frame = frame_of(loss=loss, grad_norm=grad_norm, lr=lr).filter((pl.col("metric") != "grad_norm") | (pl.col("step") > 800))
+    (inc,) = analyse_run(frame, default_rules(), run="r").incidents
+    bad_batch = next(c for c in inc.causes if c.cause == "bad_batch")
+    assert "no grad norm logged before step 701: log it from the start to tell a gradient explosion from a bad batch" in bad_batch.evidence
+
+
+def test_when_the_grad_norm_is_logged_nothing_says_it_is_missing():
+    loss, grad_norm, lr = healthy(1000)
+    loss[700] *= 3.0
+    (inc,) = analyse_run(frame_of(loss=loss, grad_norm=grad_norm, lr=lr), default_rules(), run="r").incidents
+    assert inc.causes[0].cause == "bad_batch" and "grad_norm only" in inc.causes[0].evidence
+    assert not any("in this log" in c.evidence for c in inc.causes)

@@ -327,3 +327,58 @@ def test_slope_is_exact_however_large_the_step_numbers():
     expected = np.asarray(steps)[29:][relative_slopes(loss, 30) > 0.01].tolist()
     assert len(expected) > 5000
     assert flagged_steps(list(loss), rule(kind="slope", window=30), steps) == expected
+
+
+# --- NaN under rules that compare (issue 14, item 6) ------------------------------------------------
+
+TURNS_NAN = [3.0 - 0.001 * k for k in range(300)] + [12.0, 12.0] + [math.nan] * 20
+ALL_NAN_AFTER = [3.0 - 0.001 * k for k in range(300)] + [math.nan] * 20
+
+
+@pytest.mark.parametrize("values", [TURNS_NAN, ALL_NAN_AFTER], ids=["above the cap, then NaN", "NaN at once"])
+def test_a_loss_that_turns_nan_and_stays_nan_is_one_incident_under_the_llm_foundry_preset(values):
+    from pathlib import Path
+
+    from lossguard.rules import load_rules
+
+    found = [i for r in load_rules([Path("llm-foundry")]).rules for i in find_incidents(stream_of(values), r, run="r")]
+    (inc,) = found
+    assert (inc.rule, inc.step, inc.end_step) == ("llm-foundry-high-loss", 301, None)
+    assert inc.points == len(values) - 300 - 3  # every point from the 4th beyond the cap on
+
+
+@pytest.mark.parametrize("preset", ["default", "llm-foundry", "lightning", "megatron", "metaseq", "olmo-core"])
+@pytest.mark.parametrize("values", [TURNS_NAN, ALL_NAN_AFTER, TURNS_NAN[:-19] + [2.7] * 10 + [math.nan] * 5], ids=["turns NaN", "NaN at once", "NaN, back, NaN"])
+def test_no_rule_opens_incidents_that_overlap(preset, values):
+    from pathlib import Path
+
+    from lossguard.rules import load_rules
+
+    rules = default_rules() if preset == "default" else load_rules([Path(preset)])
+    for r in rules.rules:
+        found = find_incidents(stream_of(values), r, run="r")
+        for before, after in zip(found, found[1:]):
+            assert before.end_step is not None and before.end_step <= after.step, (r.name, before, after)
+
+
+@pytest.mark.parametrize(
+    "params,values,expected",
+    [
+        pytest.param({"above": 10.0}, [5.0, 5.0, math.nan, math.nan, 5.0, 5.0, 5.0], [(3, 5)], id="above: NaN is over the cap until it clears"),
+        pytest.param({"below": 1.0}, [5.0, 5.0, math.nan, math.nan, 5.0, 5.0, 5.0], [(3, 5)], id="below: NaN is under the floor too"),
+        pytest.param({"above": 10.0, "patience": 3}, [5.0, 12.0, math.nan, 12.0, 5.0, 5.0, 5.0], [(2, 5)], id="patience counts NaN as beyond"),
+        pytest.param({"above": 10.0}, [5.0, math.inf, 5.0, 5.0, 5.0], [(2, 3)], id="Inf is above"),
+    ],
+)
+def test_a_threshold_takes_nan_as_outside_its_bound_to_flag_and_to_recover(params, values, expected):
+    r = rule(kind="threshold", recovery=1, **params)
+    assert [(i.step, i.end_step) for i in find_incidents(stream_of(values), r, run="r")] == expected
+
+
+def test_an_incident_never_begins_inside_the_one_before_it():
+    # A sustained rule's onset reaches `patience` points back, and its recovery compares with the
+    # limit from before the incident: with the baseline moved since, the next onset reached back
+    # into the points that closed the last one (found by a search: (4, 8) then (7, open)).
+    r = rule(kind="sustained", factor=1.5, window=1, patience=2, recovery=3)
+    values = [5.0, 20.0, 5.0, 10.0, 20.0, 1.0, 40.0, 5.0, 5.0, 1.0, 2.0]
+    assert [(i.step, i.end_step) for i in find_incidents(stream_of(values), r, run="r")] == [(4, 8), (8, None)]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import random
 import shutil
+from pathlib import Path
 
 import polars as pl
 import pytest
@@ -17,7 +18,7 @@ from lossguard.engine import JUDGED, Seen, analyse_run, context_of, judge
 from lossguard.follow import Follower
 from lossguard.model import Cause, Incident, Notice
 from lossguard.reader import ReadOptions, read_paths
-from lossguard.rules import default_rules
+from lossguard.rules import default_rules, load_rules
 from lossguard.state import State
 from lossguard.streams import by_metric
 
@@ -90,15 +91,28 @@ def test_a_window_judged_again_raises_only_incidents_that_are_new_or_known():
     assert judge(streams, lambda: pytest.fail("no context needed"), rules, run=".", seen=Seen(new_from={})) == ()
 
 
-@pytest.mark.parametrize("name", ["megatron-grad-explosion", "jsonl-lr-restart", "lightning-bad-batch", "megatron-fp16-overflow"])
-def test_the_daemon_fed_a_log_in_random_pieces_raises_what_the_audit_finds(tmp_path, name):
+@pytest.mark.parametrize(
+    "name,preset",
+    [
+        ("megatron-grad-explosion", None),
+        ("jsonl-lr-restart", None),
+        ("lightning-bad-batch", None),
+        ("megatron-fp16-overflow", None),
+        # Presets: min_history below the window (short windows at a stream's start only), sustained + threshold.
+        ("lightning-bad-batch", "lightning"),
+        ("megatron-fp16-overflow", "megatron"),
+        ("megatron-grad-explosion", "llm-foundry"),
+    ],
+)
+def test_the_daemon_fed_a_log_in_random_pieces_raises_what_the_audit_finds(tmp_path, name, preset):
+    rules = default_rules() if preset is None else load_rules([Path(preset)])
     src = next(p for p in (FIXTURES / "runs" / name).rglob("*") if p.is_file())
     data = src.read_bytes()
     target = tmp_path / "runs" / name / src.name
     target.parent.mkdir(parents=True)
     target.write_bytes(b"")
     state = State(tmp_path / "state")
-    follower = Follower([tmp_path / "runs"], rules=default_rules(), state=state, log=lambda _: None)
+    follower = Follower([tmp_path / "runs"], rules=rules, state=state, log=lambda _: None)
     follower.run_pass(0.0)
     rng, pos, now = random.Random(name), 0, 1.0
     while pos < len(data):
@@ -109,7 +123,7 @@ def test_the_daemon_fed_a_log_in_random_pieces_raises_what_the_audit_finds(tmp_p
         follower.run_pass(now, {str(target)})
     shutil.copy(target, tmp_path / src.name)
     frame, _, _ = read_paths([tmp_path / src.name], ReadOptions())
-    audit = analyse_run(frame.with_columns(pl.lit(name).alias("run")), default_rules(), run=name).incidents
+    audit = analyse_run(frame.with_columns(pl.lit(name).alias("run")), rules, run=name).incidents
     raised = sorted((r.incident for r in _all_incidents(state, name)), key=lambda i: (i.step, i.rule))
     facts = lambda i: (i.rule, i.step, i.peak_step, i.end_step, i.points, i.segment)  # noqa: E731
     assert audit and [facts(i) for i in raised] == [facts(i) for i in audit]

@@ -202,6 +202,9 @@ KINDS_JUDGED_IN_PASSES = [
     {"kind": "slope", "window": 30, "rate": 0.005},
     {"kind": "slope", "window": 5, "rate": 0.02, "min_history": 12, "recovery": 2},
     {"kind": "ratio", "factor": 1.1, "window": 5},
+    # min_history below the window: short windows at the stream's start, full ones from a cut tail.
+    {"kind": "ratio", "factor": 1.1, "window": 12, "min_history": 2},
+    {"kind": "zscore", "k": 1.5, "window": 12, "min_history": 3},
     {"kind": "sustained", "factor": 1.05, "window": 8, "patience": 3},
 ]
 
