@@ -351,3 +351,11 @@ def test_a_hundred_thousand_bad_steps_are_one_problem_with_the_count(tmp_path):
     frame, _, problems = read_paths([path])
     assert frame.get_column("step").to_list() == [1]
     assert [str(p) for p in problems] == [f"{path}:2: step is not a whole number from 0 to 2^63-1; this line's values are skipped (and 99,999 more line(s) like it)"]
+
+
+@pytest.mark.parametrize("start", [b"x^", b"x\x01", b"x\x9c", b"x\xda", b"\x1f\x8b", b"\x28\xb5\x2f\xfd"])
+def test_a_big_block_that_starts_like_compressed_data_is_still_read_as_lines(start):
+    # polars' CSV reader takes these starts for zlib/gzip/zstd and decompresses the block to nothing.
+    data = start + b" first\n" + b"iter 1 loss 2.0\n" * (base.SMALL_BLOCK // 16 + 10)
+    lines, _ = base.split_lines(data, 1, source="f")
+    assert lines.height == data.count(b"\n") and lines.get_column("text")[1] == "iter 1 loss 2.0"

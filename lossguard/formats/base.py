@@ -154,15 +154,20 @@ SMALL_BLOCK = 256 << 10
 (most of a daemon pass's read of a few hundred new lines); above it the reader is 5x faster."""
 
 
+COMPRESSED = (b"\x78\x01", b"\x78\x5e", b"\x78\x9c", b"\x78\xda", b"\x1f\x8b", b"\x28\xb5\x2f\xfd")
+"""Block starts that polars' CSV reader takes for zlib, gzip or zstd data and decompresses (to
+nothing): `x^` is zlib's header. Such a block, and one holding a NUL, is cut in Python."""
+
+
 def split_lines(data: bytes, first_line: int, *, source: str) -> tuple[pl.DataFrame, Problem | None]:
     """A block of complete lines as a frame (line_no, text). Big blocks are cut by polars' native
     CSV reader (a separator that never occurs, no quoting), far faster than splitting in Python;
-    small ones, and any holding that separator byte after all, in Python, to the same result: a
+    small ones, and any holding that separator byte or a NUL after all, in Python, to the same result: a
     trailing \r dropped, a byte-order mark at the start dropped, bad UTF-8 replaced (U+FFFD)."""
     if not data:
         return pl.DataFrame(schema={"line_no": pl.Int64(), "text": pl.String()}), None
     problem = None
-    if len(data) < SMALL_BLOCK or SEPARATOR in data:
+    if len(data) < SMALL_BLOCK or SEPARATOR in data or b"\x00" in data or data.startswith(COMPRESSED):
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError:
