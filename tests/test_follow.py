@@ -213,3 +213,20 @@ def test_an_hf_console_dict_read_a_pass_after_its_bar_is_alerted_at_the_bars_ste
         notices = follower.run_pass(now, {str(log)}).notices
     assert [(n.kind, n.incident.step) for n in notices] == [("opened", 210)]
     state.close()
+
+
+def test_a_pass_holding_only_an_epoch_mean_does_not_splice_it_into_the_per_step_loss(tmp_path):
+    """`scan` reads the loss from the run's best tag (train_loss_step outranks train_loss_epoch);
+    the daemon must not judge an epoch mean that arrived alone in a pass as a per-step loss."""
+    steps = "".join(json.dumps({"step": s, "train_loss_step": 2.0 + (s % 3) * 0.01}) + "\n" for s in range(1, 31))
+    log, state, follower = one_run(tmp_path, "")
+    follower.run_pass(1.0)
+    log.write_text(steps)
+    assert follower.run_pass(2.0).notices == []
+    with open(log, "a") as fh:  # the first epoch's mean, high from the warmup
+        fh.write(json.dumps({"step": 30, "train_loss_epoch": 9.0}) + "\n")
+    assert follower.run_pass(3.0).notices == []
+    with open(log, "a") as fh:  # a real spike is still found
+        fh.write(json.dumps({"step": 31, "train_loss_step": 9.5}) + "\n")
+    assert [(n.kind, n.incident.step) for n in follower.run_pass(4.0).notices] == [("opened", 31)]
+    state.close()
