@@ -117,7 +117,7 @@ def _cmd_scan(args: argparse.Namespace) -> int:
     from .config import read_options
     from .progress import Progress
     from .rules import load_rules
-    from .scan import scan
+    from .audit import scan
 
     options = read_options(args.config, fmt=args.log_format)
     if args.log_format:

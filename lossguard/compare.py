@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from .escaping import printable
 from .model import Incident
-from .scan import ScanResult
+from .audit import ScanResult
 
 
 def _span(inc: Incident) -> tuple[int, int]:

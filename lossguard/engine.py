@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, replace
 import polars as pl
 
 from .causes import RunContext, Series, label_all
-from .detect import find_incidents, held_per_segment
+from .spikes import find_incidents, held_per_segment
 from .model import Incident, ShortHistory
 from .rules import Rule, RuleSet
 from .streams import as_context, by_metric, preferred

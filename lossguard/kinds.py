@@ -1,5 +1,5 @@
 """Rule kinds. Each kind is one class: its parameters (checked field by field on load, see
-lossguard.validate) and its judgement (polars expressions that lossguard.detect evaluates over a
+lossguard.validate) and its judgement (polars expressions that lossguard.spikes evaluates over a
 whole stream at once). Defining a subclass of Rule with its own `kind` registers it: rules files
 can name it and detect judges it, with nothing to add anywhere else.
 

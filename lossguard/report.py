@@ -14,7 +14,7 @@ from . import __version__
 from .display import fmt, sparkline
 from .escaping import html_text, markdown, markdown_code, printable
 from .model import Incident, json_number
-from .scan import Curve, RunReport, ScanResult
+from .audit import Curve, RunReport, ScanResult
 
 
 def _worst(rep: RunReport) -> float | None:
@@ -51,7 +51,12 @@ def summary(result: ScanResult) -> dict[str, object]:
 
 
 def to_json(result: ScanResult) -> str:
-    doc = {
+    return json.dumps(document(result), indent=2, default=json_number) + "\n"
+
+
+def document(result: ScanResult) -> dict[str, object]:
+    """The JSON report as a dict (the notebook API's Report holds these fields)."""
+    return {
         "lossguard_version": __version__,
         "rules": [asdict(r) for r in result.rules.rules],
         "runs": [
@@ -74,7 +79,6 @@ def to_json(result: ScanResult) -> str:
         "warnings": [{"kind": "read", **p.to_json()} for p in result.problems],
         "summary": summary(result),
     }
-    return json.dumps(doc, indent=2, default=json_number) + "\n"
 
 
 class _Style:

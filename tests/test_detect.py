@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from numpy.lib.stride_tricks import sliding_window_view
 
 from lossguard import kinds
-from lossguard.detect import find_incidents
+from lossguard.spikes import find_incidents
 from lossguard.engine import analyse_run
 from lossguard.kinds import Judgement, Rule
 from lossguard.reader import ReadOptions, read_paths
@@ -49,7 +49,7 @@ def stream_of(values, steps=None):
 
 def flagged_steps(values, r, steps=None):
     """Steps the rule flags, point by point (an incident's flagged points, not only its first)."""
-    from lossguard.detect import _judge
+    from lossguard.spikes import _judge
     from lossguard.streams import segments_with_history
 
     pts = stream_of(values, steps)

@@ -59,7 +59,7 @@ def test_rotated_segments_join_their_live_log_oldest_first(tmp_path):
 
 def test_a_spike_in_a_rotated_segment_is_found_at_its_step(tmp_path):
     from lossguard.rules import default_rules
-    from lossguard.scan import scan
+    from lossguard.audit import scan
 
     (tmp_path / "exp").mkdir()
     step = 1

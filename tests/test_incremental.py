@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lossguard.cursor import Cursor
-from lossguard.detect import find_incidents
+from lossguard.spikes import find_incidents
 from lossguard.formats.sniff import format_of
 from lossguard.kinds import Rule
 from lossguard.model import Incident

@@ -261,12 +261,12 @@ def test_an_output_file_that_cannot_be_written_is_a_usage_error(tmp_path):
 
 
 def test_an_unexpected_exception_exits_3_with_one_line_and_a_hint(tmp_path, monkeypatch, capsys):
-    from lossguard import cli, scan
+    from lossguard import audit, cli
 
     def broken(*a, **k):
         raise RuntimeError("the bug")
 
-    monkeypatch.setattr(scan, "scan", broken)
+    monkeypatch.setattr(audit, "scan", broken)
     (tmp_path / "exp").mkdir()
     assert cli.main(["scan", str(tmp_path)]) == 3
     err = capsys.readouterr().err.strip().splitlines()

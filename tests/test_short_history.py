@@ -12,7 +12,7 @@ import polars as pl
 import pytest
 
 from lossguard.cli import main
-from lossguard.detect import find_incidents
+from lossguard.spikes import find_incidents
 from lossguard.engine import analyse_run, too_short
 from lossguard.rules import default_rules, load_rules, rule_from
 from lossguard.streams import collapse

@@ -38,7 +38,7 @@ def main() -> None:
     ap.add_argument("--points", type=int, default=10_000_000)
     ap.add_argument("--seed-points", type=int, default=200_000)
     args = ap.parse_args()
-    from lossguard.detect import find_incidents
+    from lossguard.spikes import find_incidents
     from lossguard.causes import RunContext
     from lossguard.engine import Seen, judge
     from lossguard.rules import default_rules
