@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
@@ -129,7 +131,7 @@ def scan_run(run: str, paths: Sequence[str], rules: RuleSet, options: ReadOption
     contexts.update({m: context(frame, m) for m in extra})
     del frame  # from here on only the streams are needed: let the table go
     curves = {}
-    for metric in ("loss", "lr", "grad_norm", "eval_loss"):
+    for metric in ("loss", "lr", "grad_norm", "loss_scale", "eval_loss"):
         c = contexts[metric]
         if c.height:
             curves[metric] = _decimate(c.get_column("step").to_numpy(), c.get_column("value").to_numpy())
@@ -143,6 +145,21 @@ def _leave_sigint() -> None:
     """In a worker: Ctrl-C is the parent's to handle. A terminal sends SIGINT to the whole process
     group, and each worker would print its own traceback and finish its run before exiting."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@contextmanager
+def _sigint_ignored() -> Iterator[None]:
+    """SIGINT ignored while the pool starts its workers: an ignored signal stays ignored across
+    spawn's exec, and Python then never turns it into KeyboardInterrupt, even while a worker is
+    still importing (where _leave_sigint has not run yet, and a loaded machine makes that long)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _stop(pool: ProcessPoolExecutor) -> None:
@@ -191,7 +208,8 @@ def scan(
         # "spawn": forking a process that already runs polars' thread pool can deadlock.
         pool = ProcessPoolExecutor(max_workers=min(jobs, len(runs)), mp_context=multiprocessing.get_context("spawn"), initializer=_leave_sigint)
         try:
-            futures = {pool.submit(scan_run, run, by_run[run], rules, options, explicit): run for run in runs}
+            with _sigint_ignored():  # the workers start with it ignored (inherited), before any import
+                futures = {pool.submit(scan_run, run, by_run[run], rules, options, explicit): run for run in runs}
             for fut in as_completed(futures):
                 reports.append(fut.result())
                 done_bytes += sizes.get(futures[fut], 0)

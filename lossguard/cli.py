@@ -47,6 +47,10 @@ def _cmd_read(args: argparse.Namespace) -> int:
     if args.log_format:
         options.reader(args.log_format)
     frame, _, problems = read_paths(args.paths, options)
+    if not frame.height and problems:
+        for problem in problems:
+            print(f"warning: {printable(str(problem))}", file=sys.stderr)
+        raise UsageError(f"nothing readable under {', '.join(printable(str(p)) for p in args.paths)}")
     if args.format == "table" and frame.height:
         write_mapping(frame, sys.stdout)
     if args.metric:
@@ -57,6 +61,15 @@ def _cmd_read(args: argparse.Namespace) -> int:
     for problem in problems:
         print(f"warning: {printable(str(problem))}", file=sys.stderr)
     return EXIT_OK
+
+
+def _presets() -> str:
+    """The rule sets `--rules` takes by name (read from the package's data: the rules module would
+    bring polars into every command's start-up)."""
+    from importlib import resources
+
+    folder = resources.files("lossguard").joinpath("data/presets")
+    return ", ".join(["default", *sorted(p.name.removesuffix(".toml") for p in folder.iterdir() if p.name.endswith(".toml"))])
 
 
 def _add_scan(sub: argparse._SubParsersAction) -> None:
@@ -73,9 +86,9 @@ def _add_scan(sub: argparse._SubParsersAction) -> None:
         "  lossguard scan runs/ --rules olmo-core\n  lossguard scan runs/ --compare-rules rules/default.toml llm-foundry",
     )
     p.add_argument("paths", nargs="*", type=Path, metavar="PATH", help="folder of runs, run folder or log file (default: `paths` in --config)")
-    p.add_argument("--rules", action="append", type=Path, metavar="FILE_OR_DIR", help="rules file, folder of them, or a preset name (repeatable; default: the packaged default rules)")
+    p.add_argument("--rules", action="append", type=Path, metavar="FILE_OR_DIR", help=f"rules file, folder of them, or a preset: {_presets()} (repeatable; default: default)")
     p.add_argument("--format", choices=["table", "json", "markdown", "html"], default="table", help="report format (default: table)")
-    p.add_argument("--output", type=Path, metavar="FILE", help="write the report to FILE instead of stdout")
+    p.add_argument("-o", "--output", type=Path, metavar="FILE", help="write the report to FILE instead of stdout")
     p.add_argument("--run", metavar="GLOB", help="only runs whose name matches GLOB")
     p.add_argument("--metric", metavar="NAME", help="only spikes of this metric (loss, eval_loss, grad_norm...)")
     p.add_argument("--since", type=int, metavar="STEP", help="only spikes that start at or after STEP")
@@ -149,8 +162,18 @@ def _cmd_scan(args: argparse.Namespace) -> int:
             result = replace(result, runs=runs)
         results.append(result)
     result = results[0]
+    if args.run and not result.runs:
+        from .sources.discover import collect
+
+        names = sorted({f.run for f in collect(args.paths, globs=options.globs)[0]})
+        shown = ", ".join(printable(n) for n in names[:10]) + (f", ... ({len(names)} in all)" if len(names) > 10 else "")
+        raise UsageError(f"no run matches {printable(args.run)!r} (runs found: {shown or 'none'})")
     if not result.runs and not result.all_problems:
         raise UsageError(f"no training logs found under {', '.join(map(str, args.paths))}")
+    if args.metric:
+        known = {m for r in results for rep in r.runs for m in rep.analysis.metrics} | {rule.metric for r in results for rule in r.rules.rules}
+        if args.metric not in known:
+            raise UsageError(f"no run logs a metric {printable(args.metric)!r} and no rule judges one (metrics found: {', '.join(sorted(known))})")
     if args.compare_rules:
         rows = cmp.compare(results[0], results[1])
         names = [results[0].rules.origin, results[1].rules.origin]

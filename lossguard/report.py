@@ -6,15 +6,14 @@ JSON keeps them exact (its own escaping covers control characters)."""
 from __future__ import annotations
 
 import json
-import math
 from collections import Counter
 from dataclasses import asdict
 
-from . import __version__
+from . import __version__, svg
 from .display import fmt, sparkline
 from .escaping import html_text, markdown, markdown_code, printable
 from .model import Incident, json_number
-from .audit import Curve, RunReport, ScanResult
+from .audit import RunReport, ScanResult
 
 
 def _worst(rep: RunReport) -> float | None:
@@ -184,99 +183,114 @@ td.n{text-align:right;font-variant-numeric:tabular-nums} .muted{color:#6b7383}
 .evidence{flex:1 1 360px;max-width:640px} .inc{border-left:4px solid #d9534f;padding:4px 12px;margin:0 0 12px;background:#fcf6f5}
 .inc.warning{border-color:#e6a23c;background:#fdf9f2} .inc.info{border-color:#409eff;background:#f3f8fe}
 .cause{margin:4px 0} .conf{font-weight:600;display:inline-block;min-width:3em} .sugg{color:#3b4a63;margin-left:3em}
-svg text{font:11px system-ui,sans-serif;fill:#4a5263} .log{display:none} body.logscale .log{display:block} body.logscale .lin{display:none}
+svg text{font:11px system-ui,sans-serif;fill:#4a5263} svg text.axis{fill:#6b7383} .log{display:none} body.logscale .log{display:block} body.logscale .lin{display:none}
 label{user-select:none;cursor:pointer}
 """
 
-_W, _H, _PAD_L, _PAD_R, _PAD_T, _PAD_B = 660, 150, 64, 16, 14, 22
+COLOURS = {"loss": "#2f6fdf", "eval_loss": "#7a4fd6", "lr": "#1f9d55", "grad_norm": "#d97706", "loss_scale": "#6b7280"}
+ZOOM = 40
+"""Logged intervals shown either side of an incident in its card's zoomed plot."""
 
 
-def _ticks(lo: float, hi: float, n: int = 4) -> list[float]:
-    if hi <= lo:
-        return [lo]
-    return [lo + (hi - lo) * k / n for k in range(n + 1)]
+def _marks(incidents: list[Incident]) -> list[svg.Mark]:
+    return [svg.Mark(i.step, i.end_step if i.end_step is not None else max(i.peak_step, i.step)) for i in incidents]
 
 
-def _panel(curve: Curve, name: str, x0: float, x1: float, incidents: list[Incident], *, log: bool, colour: str) -> str:
-    pts = [(s, v) for s, v in zip(curve.steps, curve.values) if math.isfinite(v) and (v > 0 or not log)]
-    bad = [s for s, v in zip(curve.steps, curve.values) if not math.isfinite(v)]
-    if not pts:
+def _cards(incidents: list[Incident]) -> list[list[Incident]]:
+    """Incidents that overlap (one starts before the other has recovered) with the same top cause
+    are one card: an fp16 overflow trips loss-nonfinite, grad-norm-nonfinite and the loss-spike rule
+    at once, and a grad-norm spike the loss follows is one trouble growing. One story, one card."""
+    groups: list[list[Incident]] = []
+    ends: list[int] = []
+    for inc in sorted(incidents, key=lambda i: (i.step, i.rule)):
+        cause = inc.causes[0].cause if inc.causes else None
+        end = inc.end_step if inc.end_step is not None else max(inc.peak_step, inc.step)
+        last = groups[-1][0] if groups else None
+        if last is not None and inc.step <= ends[-1] and cause == (last.causes[0].cause if last.causes else None):
+            groups[-1].append(inc)
+            ends[-1] = max(ends[-1], end)
+        else:
+            groups.append([inc])
+            ends.append(end)
+    return groups
+
+
+def _zoom(rep: RunReport, group: list[Incident]) -> str:
+    """The incident's metric around it, on its own y-range: a 1.1x spike late in a run is visible."""
+    lead = next((i for i in group if i.metric == "loss"), group[0])  # the loss, when it is in the story
+    curve = rep.curves.get(lead.metric) or rep.curves.get("loss")
+    if curve is None or len(curve.steps) < 2:
         return ""
-    ys = [math.log10(v) if log else v for _, v in pts]
-    lo, hi = min(ys), max(ys)
-    if hi == lo:
-        lo, hi = lo - 1, hi + 1
-    span_x = (x1 - x0) or 1.0
-
-    def X(s: float) -> float:
-        return _PAD_L + (s - x0) / span_x * (_W - _PAD_L - _PAD_R)
-
-    def Y(y: float) -> float:
-        return _PAD_T + (hi - y) / (hi - lo) * (_H - _PAD_T - _PAD_B)
-
-    parts = [f'<svg width="{_W}" height="{_H}" viewBox="0 0 {_W} {_H}" role="img" aria-label="{html_text(name)}">']
-    parts.append(f'<rect x="{_PAD_L}" y="{_PAD_T}" width="{_W - _PAD_L - _PAD_R}" height="{_H - _PAD_T - _PAD_B}" fill="#fafbfc" stroke="#e1e5ec"/>')
-    for inc in incidents:
-        a = X(inc.step)
-        b = X(inc.end_step if inc.end_step is not None else max(inc.peak_step, inc.step))
-        parts.append(f'<rect class="mark" x="{a - 1:.1f}" y="{_PAD_T}" width="{max(2.0, b - a + 2):.1f}" height="{_H - _PAD_T - _PAD_B}" fill="#d9534f" opacity="0.22"/>')
-    for s in bad:
-        parts.append(f'<line x1="{X(s):.1f}" x2="{X(s):.1f}" y1="{_PAD_T}" y2="{_H - _PAD_B}" stroke="#8b0000" stroke-dasharray="2,2"/>')
-    path = " ".join(f"{'M' if k == 0 else 'L'}{X(s):.1f},{Y(y):.1f}" for k, ((s, _), y) in enumerate(zip(pts, ys)))
-    parts.append(f'<path d="{path}" fill="none" stroke="{colour}" stroke-width="1.3"/>')
-    for t in _ticks(lo, hi):
-        label = f"{10**t if log else t:.3g}"
-        parts.append(f'<text x="{_PAD_L - 4}" y="{Y(t) + 4:.1f}" text-anchor="end">{label}</text>')
-    for t in _ticks(x0, x1):
-        parts.append(f'<text x="{X(t):.1f}" y="{_H - 6}" text-anchor="middle">{int(t)}</text>')
-    parts.append(f'<text x="{_PAD_L + 6}" y="{_PAD_T + 12}" font-weight="600">{html_text(name)}{" (log)" if log else ""}</text>')
-    parts.append("</svg>")
-    return "".join(parts)
+    steps = curve.steps
+    gaps = sorted(b - a for a, b in zip(steps, steps[1:]) if b > a)
+    interval = gaps[len(gaps) // 2] if gaps else 1
+    end = max(i.end_step if i.end_step is not None else max(i.peak_step, i.step) for i in group)
+    x0, x1 = lead.step - ZOOM * interval, end + ZOOM * interval
+    near = [(s, v) for s, v in zip(curve.steps, curve.values) if x0 <= s <= x1]
+    if len(near) < 2:
+        return ""
+    peaks = [i.value for i in group if i.metric == lead.metric]
+    return svg.panel([s for s, _ in near], [v for _, v in near], title=lead.metric, x_range=(near[0][0], near[-1][0]),
+                     marks=_marks(group), colour=COLOURS.get(lead.metric, "#2f6fdf"), keep=peaks, width=430, height=140)
 
 
-def _run_html(rep: RunReport) -> str:
+def _card(rep: RunReport, group: list[Incident]) -> str:
+    inc = group[0]
+    rules = ", ".join(html_text(i.rule) for i in group)
+    severity = max(group, key=lambda i: {"critical": 2, "warning": 1}.get(i.severity, 0)).severity
+    causes = "".join(
+        f'<div class="cause"><span class="conf">{c.confidence:.0%}</span> <b>{html_text(c.cause)}</b>: {html_text(c.evidence)}'
+        f'<div class="sugg">→ {html_text(c.suggestion)}</div></div>'
+        for c in inc.causes
+    )
+    heads = "".join(f"<div>{html_text(_incident_head(i))}</div>" for i in group)
+    return f'<div class="inc {html_text(severity)}"><b>step {inc.step}</b> · {rules} ({html_text(severity)}){heads}{_zoom(rep, group)}{causes}</div>'
+
+
+def _run_html(rep: RunReport, anchor: str) -> str:
     steps = [s for c in rep.curves.values() for s in c.steps]
-    x0, x1 = (min(steps), max(steps)) if steps else (0, 1)
+    x_range = (min(steps), max(steps)) if steps else (0, 1)
     incs = list(rep.incidents)
     plots = []
-    colours = {"loss": "#2f6fdf", "eval_loss": "#7a4fd6", "lr": "#1f9d55", "grad_norm": "#d97706"}
-    for metric in ("loss", "lr", "grad_norm"):
+    for metric in ("loss", "lr", "grad_norm", "loss_scale"):
         curve = rep.curves.get(metric)
         if curve is None:
             continue
-        marks = incs if metric == "loss" else [i for i in incs if i.metric == metric] or incs
+        mine = [i for i in incs if i.metric == metric]
+        marks = _marks(mine or incs)
+        keep = [i.value for i in mine]
+        draw = dict(title=metric, x_range=x_range, marks=marks, colour=COLOURS[metric], keep=keep)
         if metric == "loss":
-            plots.append(f'<div class="lin">{_panel(curve, metric, x0, x1, marks, log=False, colour=colours[metric])}</div>')
-            plots.append(f'<div class="log">{_panel(curve, metric, x0, x1, marks, log=True, colour=colours[metric])}</div>')
+            plots.append(f'<div class="lin">{svg.panel(curve.steps, curve.values, **draw)}</div>')
+            plots.append(f'<div class="log">{svg.panel(curve.steps, curve.values, log=True, **draw)}</div>')
         else:
-            plots.append(f"<div>{_panel(curve, metric, x0, x1, marks, log=False, colour=colours[metric])}</div>")
-    ev = []
-    for inc in incs:
-        causes = "".join(
-            f'<div class="cause"><span class="conf">{c.confidence:.0%}</span> <b>{html_text(c.cause)}</b>: {html_text(c.evidence)}'
-            f'<div class="sugg">→ {html_text(c.suggestion)}</div></div>'
-            for c in inc.causes
-        )
-        ev.append(
-            f'<div class="inc {html_text(inc.severity)}"><b>step {inc.step}</b> · {html_text(inc.rule)} ({html_text(inc.severity)})<br>'
-            f"{html_text(_incident_head(inc))}{causes}</div>"
-        )
+            plots.append(f"<div>{svg.panel(curve.steps, curve.values, log=metric == 'loss_scale', **draw)}</div>")
+    cards = "".join(_card(rep, group) for group in _cards(incs))
     return (
-        f'<h2 id="{html_text(rep.run)}">{html_text(rep.run)} <span class="muted">({html_text(",".join(rep.formats))}, '
+        f'<h2 id="{anchor}">{html_text(rep.run)} <span class="muted">({html_text(",".join(rep.formats))}, '
         f"{rep.analysis.steps} steps, {html_text(rep.source)})</span></h2>"
-        f'<div class="run"><div class="plots">{"".join(plots)}</div><div class="evidence">{"".join(ev)}</div></div>'
+        f'<div class="run"><div class="plots">{"".join(plots)}</div><div class="evidence">{cards}</div></div>'
     )
 
 
 def to_html(result: ScanResult) -> str:
     s = summary(result)
+    # Only runs with spikes get a section: only they are linked (ids from their place, not their
+    # names, which may hold anything).
+    anchors = {rep.run: f"run-{k}" for k, rep in enumerate(r for r in result.runs if r.incidents)}
+
+    def name_cell(rep: RunReport) -> str:
+        if rep.run in anchors:
+            return f'<a href="#{anchors[rep.run]}">{html_text(rep.run)}</a>'
+        return html_text(rep.run)
+
     rows = "".join(
-        f'<tr><td><a href="#{html_text(rep.run)}">{html_text(rep.run)}</a></td><td>{html_text(",".join(rep.formats))}</td>'
+        f'<tr><td>{name_cell(rep)}</td><td>{html_text(",".join(rep.formats))}</td>'
         f'<td class="n">{rep.analysis.steps}</td><td class="n">{len(rep.incidents)}</td><td class="n">{f"{_worst(rep):.1f}x" if _worst(rep) else "-"}</td>'
         f"<td>{html_text(_top_cause(rep))}</td></tr>"
         for rep in result.runs
     )
-    runs = "".join(_run_html(rep) for rep in result.runs if rep.incidents)
+    runs = "".join(_run_html(rep, anchors[rep.run]) for rep in result.runs if rep.incidents)
     problems = "".join(f"<li><code>{html_text(p)}</code></li>" for p in [*map(str, result.all_problems), *_notes(result)])
     return (
         "<!doctype html><html lang=en><head><meta charset=utf-8><title>lossguard scan</title>"

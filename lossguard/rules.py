@@ -93,6 +93,10 @@ def load_rules(paths: Sequence[Path] | None) -> RuleSet:
     rules: list[Rule] = []
     origins = []
     for path in paths:
+        if not path.exists() and str(path) == "default":  # what the report's header calls them
+            rules.extend(default_rules().rules)
+            origins.append("default")
+            continue
         if not path.exists() and str(path) in preset_names():
             text = resources.files("lossguard").joinpath(f"data/presets/{path}.toml").read_text("utf-8")
             rules.extend(parse_rules(load_toml_text(text, origin=f"preset {path}"), origin=f"preset {path}"))

@@ -96,3 +96,44 @@ def test_read_warns_about_unreadable_files_on_stderr_and_goes_on(tmp_path, capsy
 def test_debug_shows_the_traceback(tmp_path):
     with pytest.raises(Exception):
         main(["--debug", "scan", str(tmp_path / "missing")])
+
+
+# --- the edges a new user hits first (issue 16) ----------------------------------------------------
+def _sample_runs() -> str:
+    from .conftest import FIXTURES
+
+    return str(FIXTURES / "runs")
+
+
+def test_a_run_glob_matching_nothing_says_so_and_names_the_runs_found():
+    from .conftest import assert_one_error_line, run_lossguard
+
+    line = assert_one_error_line(run_lossguard("scan", _sample_runs(), "--run", "x*"), "no run matches 'x*'")
+    assert "runs found: hf-lr-too-high, jsonl-lr-restart" in line
+
+
+def test_a_metric_no_run_logs_is_a_usage_error_naming_the_metrics_found():
+    from .conftest import assert_one_error_line, run_lossguard
+
+    line = assert_one_error_line(run_lossguard("scan", _sample_runs(), "--metric", "gradnorm"), "'gradnorm'")
+    assert "metrics found: eval_loss, grad_norm, loss" in line
+    assert run_lossguard("scan", _sample_runs(), "--metric", "grad_norm", "--quiet").returncode == 1
+
+
+def test_rules_default_by_name_the_presets_in_help_and_o_for_output(tmp_path):
+    from .conftest import run_lossguard
+
+    out = tmp_path / "r.txt"
+    done = run_lossguard("scan", _sample_runs(), "--rules", "default", "-o", str(out), "--quiet")
+    assert done.returncode == 1 and out.read_text().startswith("lossguard") and "rules: default (" in out.read_text()
+    helped = run_lossguard("scan", "--help").stdout
+    for preset in ("default", "lightning", "llm-foundry", "megatron", "metaseq", "olmo-core"):
+        assert preset in helped
+
+
+def test_read_of_a_folder_with_nothing_readable_exits_2(tmp_path):
+    from .conftest import run_lossguard
+
+    (tmp_path / "train.log").write_text("no metrics here\n")
+    done = run_lossguard("read", str(tmp_path))
+    assert done.returncode == 2 and "nothing readable under" in done.stderr.splitlines()[-1] and "Traceback" not in done.stderr
