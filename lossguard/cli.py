@@ -365,13 +365,13 @@ def _cmd_status(args: argparse.Namespace) -> int:
         print(json.dumps(summary, indent=2))
         return EXIT_OK
     p = printable
-    print(f"following {len(summary['files'])} file(s):")
+    print(f"following {len(summary['files'])} file(s){':' if summary['files'] else ''}")
     for f in summary["files"]:
         print(f"  {p(f['run'])}  {p(f['path'])}  {p(f['format'] or '?')}  byte {f['offset']}{'  (unreadable)' if f['dead'] else ''}")
-    print(f"{len(summary['open_incidents'])} open incident(s):")
+    print(f"{len(summary['open_incidents'])} open incident(s){':' if summary['open_incidents'] else ''}")
     for inc in summary["open_incidents"]:
         print(f"  {p(inc['run'])}  step {inc['step']}  {p(inc['rule'])}")
-    print(f"{len(summary['undelivered'])} undelivered notification(s):")
+    print(f"{len(summary['undelivered'])} undelivered notification(s){':' if summary['undelivered'] else ''}")
     for n in summary["undelivered"]:
         print(f"  #{n['id']} {n['kind']}  attempts {n['attempts']}{'  PERMANENT' if n['permanent'] else ''}  {p(n['error'] or '')}")
     return EXIT_OK

@@ -265,8 +265,11 @@ class SafeFormatter(logging.Formatter):
 
 
 def setup_logging(level: str) -> None:
+    """Log lines on stderr, with a timestamp unless journald takes them (it stamps each line itself:
+    systemd sets JOURNAL_STREAM for a service whose stderr goes to the journal)."""
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(SafeFormatter("%(levelname)s %(message)s"))
+    stamp = "" if os.environ.get("JOURNAL_STREAM") else "%(asctime)s "
+    handler.setFormatter(SafeFormatter(f"{stamp}%(levelname)s %(message)s", datefmt="%Y-%m-%dT%H:%M:%S%z"))
     root = logging.getLogger("lossguard")
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

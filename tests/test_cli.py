@@ -137,3 +137,13 @@ def test_read_of_a_folder_with_nothing_readable_exits_2(tmp_path):
     (tmp_path / "train.log").write_text("no metrics here\n")
     done = run_lossguard("read", str(tmp_path))
     assert done.returncode == 2 and "nothing readable under" in done.stderr.splitlines()[-1] and "Traceback" not in done.stderr
+
+
+def test_status_of_an_empty_state_prints_no_dangling_colons(tmp_path):
+    from lossguard.state import State
+
+    from .conftest import run_lossguard
+
+    State(tmp_path / "state").close()
+    out = run_lossguard("status", "--state-dir", str(tmp_path / "state")).stdout.splitlines()
+    assert out == ["following 0 file(s)", "0 open incident(s)", "0 undelivered notification(s)"]

@@ -69,3 +69,17 @@ def test_markdown_code_span_cannot_be_ended_by_the_text(text, shown):
 
 def test_html_text_escapes_quotes_for_attributes_and_shows_control_characters():
     assert html_text('a"b\'<c>&\x1b') == "a&quot;b&#x27;&lt;c&gt;&amp;\\x1b"
+
+
+def test_daemon_log_lines_carry_a_timestamp_unless_journald_stamps_them(monkeypatch, capsys):
+    import re
+
+    from lossguard.daemon import setup_logging
+
+    for journal, stamped in (("", True), ("8:12345", False)):
+        monkeypatch.setenv("JOURNAL_STREAM", journal) if journal else monkeypatch.delenv("JOURNAL_STREAM", raising=False)
+        setup_logging("info")
+        logging.getLogger("lossguard").info("following %s", "runs/")
+        line = capsys.readouterr().err.strip()
+        assert bool(re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d{4} INFO following runs/$", line)) == stamped, line
+        assert line.endswith("INFO following runs/")

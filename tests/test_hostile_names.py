@@ -98,8 +98,8 @@ def test_daemon_log_and_status_keep_a_hostile_run_on_one_escaped_line(tmp_path):
     finally:
         log = w.stop_and_read()
     _assert_safe(log)
-    assert re.search(r"(?m)^WARNING OPENED .*run ev\\x1b\[2J.*\\nINFO forged line\\u202eeno: loss spike at step 20", log), log
-    assert re.search(r"(?m)^INFO warning: .*/ev\\x1b\[2J.*\\u202eeno/events.out.tfevents.1.gpu-3 @ byte 0: corrupt", log), log
+    assert re.search(r"(?m)^(\S+ )?WARNING OPENED .*run ev\\x1b\[2J.*\\nINFO forged line\\u202eeno: loss spike at step 20", log), log
+    assert re.search(r"(?m)^(\S+ )?INFO warning: .*/ev\\x1b\[2J.*\\u202eeno/events.out.tfevents.1.gpu-3 @ byte 0: corrupt", log), log
     assert status.returncode == 0, status.stderr
     _assert_safe(status.stdout)
     assert "\\x1b]52" in status.stdout

@@ -154,7 +154,7 @@ def describe(notice: Notice) -> str:
     cause = inc.causes[0].cause if inc.causes else "unknown"
     return (
         f"{kind} [{inc.severity}] run {inc.run}: {inc.metric} spike at step {inc.step} "
-        f"(peak {inc.value} at {inc.peak_step}, baseline {inc.baseline}, rule {inc.rule}); likely {cause}"
+        f"(peak {fmt(inc.value)} at {inc.peak_step}, baseline {fmt(inc.baseline)}, rule {inc.rule}); likely {cause}"
     )
 
 
