@@ -24,6 +24,9 @@ def _overlaps(a: Incident, others: list[Incident]) -> bool:
 class RunComparison:
     run: str
     steps: int
+    """The span of steps the run covers (alerts per 10k steps are per 10k of these)."""
+    points: int
+    """Loss values logged in it."""
     a: tuple[Incident, ...]
     b: tuple[Incident, ...]
     only_a: tuple[Incident, ...]
@@ -43,7 +46,8 @@ def compare(a: ScanResult, b: ScanResult) -> list[RunComparison]:
         out.append(
             RunComparison(
                 run=ra.run,
-                steps=ra.analysis.steps,
+                steps=0 if ra.analysis.first_step is None else ra.analysis.last_step - ra.analysis.first_step + 1,
+                points=ra.analysis.steps,
                 a=tuple(ia),
                 b=tuple(ib),
                 only_a=tuple(i for i in ia if not _overlaps(i, ib)),
@@ -55,9 +59,9 @@ def compare(a: ScanResult, b: ScanResult) -> list[RunComparison]:
 
 def to_text(rows: list[RunComparison], name_a: str, name_b: str) -> str:
     lines = [f"A = {printable(name_a)}", f"B = {printable(name_b)}", ""]
-    header = ["RUN", "STEPS", "A", "B", "A/10k", "B/10k", "ONLY A (steps)", "ONLY B (steps)"]
+    header = ["RUN", "STEPS", "POINTS", "A", "B", "A/10k", "B/10k", "ONLY A (steps)", "ONLY B (steps)"]
     table = [
-        [printable(r.run), str(r.steps), str(len(r.a)), str(len(r.b)), f"{r.rate(r.a):.2f}", f"{r.rate(r.b):.2f}",
+        [printable(r.run), str(r.steps), str(r.points), str(len(r.a)), str(len(r.b)), f"{r.rate(r.a):.2f}", f"{r.rate(r.b):.2f}",
          ",".join(str(i.step) for i in r.only_a) or "-", ",".join(str(i.step) for i in r.only_b) or "-"]
         for r in rows
     ]
@@ -79,6 +83,7 @@ def to_json(rows: list[RunComparison], name_a: str, name_b: str) -> dict[str, ob
             {
                 "run": r.run,
                 "steps": r.steps,
+                "points": r.points,
                 "a": len(r.a),
                 "b": len(r.b),
                 "a_per_10k_steps": round(r.rate(r.a), 4),

@@ -107,6 +107,11 @@ def _incident_head(inc: Incident) -> str:
     return f"{inc.metric} {fmt(inc.value)} vs baseline {fmt(inc.baseline)}{ratio}, peak at step {inc.peak_step}, {end}{follows}"
 
 
+def _span(rep: RunReport) -> str:
+    a = rep.analysis
+    return "-" if a.first_step is None else f"{a.first_step}..{a.last_step}"
+
+
 def to_text(result: ScanResult, *, colour: bool = False) -> str:
     st = _Style(colour)
     p = printable
@@ -116,11 +121,12 @@ def to_text(result: ScanResult, *, colour: bool = False) -> str:
         "",
     ]
     rows = [
-        [p(rep.run), p(",".join(rep.formats)), str(rep.analysis.steps), str(rep.analysis.last_step if rep.analysis.last_step is not None else "-"),
+        [p(rep.run), p(",".join(rep.formats)), _span(rep), str(rep.analysis.steps),
          str(len(rep.incidents)), f"{_worst(rep):.1f}x" if _worst(rep) else "-", p(_top_cause(rep))]
         for rep in result.runs
     ]
-    out += _table(rows, ["RUN", "FORMAT", "STEPS", "LAST STEP", "SPIKES", "WORST", "TOP CAUSE"], {2, 3, 4, 5})
+    # STEPS is the span the run covers; POINTS the loss values logged in it (one every 500 steps...).
+    out += _table(rows, ["RUN", "FORMAT", "STEPS", "POINTS", "SPIKES", "WORST", "TOP CAUSE"], {2, 3, 4, 5})
     for rep in result.runs:
         for inc in rep.incidents:
             out.append("")

@@ -209,3 +209,17 @@ def test_progress_line_counts_runs_and_bytes_and_ends_with_a_newline():
     fast(4, 4, 1)
     fast.close()
     assert quiet.getvalue() == ""  # a scan that finished in a moment shows no bar
+
+
+def test_steps_is_the_span_a_run_covers_and_points_what_it_logged(capsys):
+    """A run logging every 500 steps: 430 points over 500..215000 steps. Alerts per 10k steps in a
+    backtest are per 10k of the span, not of the points."""
+    from .conftest import CORPUS
+
+    t5 = CORPUS / "hf_trainer" / "t5_summarization_trainer_state.json"
+    main(["scan", str(t5), "--quiet"])
+    header, _, row = capsys.readouterr().out.splitlines()[2:5]
+    assert header.split()[2:4] == ["STEPS", "POINTS"] and row.split()[2:4] == ["500..215000", "430"]
+    main(["scan", str(t5), "--compare-rules", "rules/default.toml", "olmo-core", "--format", "json", "--quiet"])
+    (run,) = json.loads(capsys.readouterr().out)["runs"]
+    assert (run["steps"], run["points"], run["a"]) == (214501, 430, 1) and run["a_per_10k_steps"] == round(1 / 214501 * 1e4, 4)
