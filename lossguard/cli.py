@@ -243,6 +243,29 @@ def _cmd_alert(args: argparse.Namespace) -> int:
     return EXIT_FOUND
 
 
+def config_places() -> list[Path]:
+    """Where a lossguard.toml is looked for when --config is not given, first found wins: the
+    current folder, the user's config folder, then the system's (the service's)."""
+    import os
+
+    xdg = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return [Path("lossguard.toml"), Path(xdg) / "lossguard" / "lossguard.toml", Path("/etc/lossguard/lossguard.toml")]
+
+
+def _discover_config(given: Path | None) -> tuple[Path | None, str]:
+    """The config file a command uses, and how it was chosen (what `config check` says)."""
+    if given is not None:
+        return given, "given with --config"
+    for place in config_places():
+        try:
+            found = place.is_file()
+        except OSError:  # a folder this user may not enter (a service user's HOME): not there for it
+            found = False
+        if found:
+            return place, "found (./lossguard.toml, then $XDG_CONFIG_HOME/lossguard/, then /etc/lossguard/)"
+    return None, "none found in ./lossguard.toml, $XDG_CONFIG_HOME/lossguard/lossguard.toml, /etc/lossguard/lossguard.toml"
+
+
 def _state_dir(given: Path | None) -> Path:
     import os
 
@@ -432,12 +455,14 @@ def _add_config(sub: argparse._SubParsersAction) -> None:
         help="check a configuration and show the effective settings",
         formatter_class=_Formatter,
         description="`config check` validates the configuration file, the environment (LOSSGUARD_*), the\n"
-        "credential files and the rules, then prints the effective settings with secrets masked.\n"
-        "Exit 0 when valid, 2 with a clear message when not.",
+        "credential files and the rules, then prints the effective settings with secrets masked and\n"
+        "the state directory resolved. Exit 0 when valid, 2 with a clear message when not.\n"
+        "Without --config, every command uses the first of ./lossguard.toml,\n"
+        "$XDG_CONFIG_HOME/lossguard/lossguard.toml (~/.config/...) and /etc/lossguard/lossguard.toml.",
         epilog="Example:\n  lossguard config check --config /etc/lossguard/lossguard.toml",
     )
-    p.add_argument("action", choices=["check", "show"])
-    p.add_argument("--config", type=Path, help="lossguard.toml")
+    p.add_argument("action", choices=["check"], help="check: validate and print the effective settings")
+    p.add_argument("--config", type=Path, help="lossguard.toml (default: the first found, see above)")
     p.set_defaults(func=_cmd_config)
 
 
@@ -449,8 +474,10 @@ def _cmd_config(args: argparse.Namespace) -> int:
     settings = load_settings(args.config)
     read_options(args.config)
     rules = load_rules(list(settings.rules) or None)
-    width = max(len(k) for k in settings.masked())
-    for key, value in settings.masked().items():
+    shown = {"config file": f"{args.config or '-'} ({args.config_how})", **settings.masked()}
+    shown["state_dir"] = f"{_state_dir(settings.state_dir)}" + ("" if settings.state_dir else " (default: $STATE_DIRECTORY, else the XDG state dir)")
+    width = max(len(k) for k in shown)
+    for key, value in shown.items():
         print(f"{key:<{width}}  {printable(str(value))}")
     print(f"{'rules (loaded)':<{width}}  {len(rules.rules)} from {printable(rules.origin)}")
     missing = [str(p) for p in settings.paths if not p.exists()]
@@ -485,6 +512,8 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return EXIT_USAGE
+    if hasattr(args, "config"):
+        args.config, args.config_how = _discover_config(args.config)
     try:
         return args.func(args)
     except LossguardError as exc:

@@ -147,3 +147,32 @@ def test_status_of_an_empty_state_prints_no_dangling_colons(tmp_path):
     State(tmp_path / "state").close()
     out = run_lossguard("status", "--state-dir", str(tmp_path / "state")).stdout.splitlines()
     assert out == ["following 0 file(s)", "0 open incident(s)", "0 undelivered notification(s)"]
+
+
+def test_without_config_the_first_lossguard_toml_found_is_used_and_config_check_says_which(tmp_path):
+    from .conftest import run_lossguard
+
+    home = tmp_path / "xdg"
+    (home / "lossguard").mkdir(parents=True)
+    (home / "lossguard" / "lossguard.toml").write_text("poll_interval = 7.0\n")
+    env = {"XDG_CONFIG_HOME": str(home), "HOME": str(tmp_path)}
+    import subprocess
+    import sys
+
+    def check(cwd):
+        return subprocess.run([sys.executable, "-m", "lossguard", "config", "check"], capture_output=True, text=True, cwd=cwd,
+                              env={**__import__("os").environ, **env}, timeout=60)
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+
+    def setting(out: str, key: str) -> str:
+        return next(line.split(None if key != "config file" else "  ", 1)[1].strip() for line in out.splitlines() if line.startswith(key + " "))
+
+    out = check(elsewhere).stdout
+    assert setting(out, "config file").startswith(f"{home / 'lossguard' / 'lossguard.toml'} (found") and setting(out, "poll_interval") == "7.0"
+    (elsewhere / "lossguard.toml").write_text("poll_interval = 3.0\n")  # the current folder's comes first
+    out = check(elsewhere).stdout
+    assert setting(out, "config file").startswith("lossguard.toml (found") and setting(out, "poll_interval") == "3.0"
+    assert setting(out, "state_dir").startswith(f"{tmp_path / '.local' / 'state' / 'lossguard'} (default")  # resolved, not None
+    assert run_lossguard("config", "show").returncode == 2  # (one way to do it)
