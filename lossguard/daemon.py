@@ -176,6 +176,11 @@ class Daemon:
         # Its own connection and no shared lock: a slow Slack never holds up reading the logs.
         try:
             self.dispatcher.round()
+            # After the round, on this thread: a resolution delivered just now is not followed by
+            # a firing post read before it was committed (AlertmanagerSink.resend).
+            for sink in self.dispatcher.sinks.values():
+                if hasattr(sink, "resend"):
+                    sink.resend(self.dispatcher.state)
         except Exception:  # noqa: BLE001
             log.exception("delivery round failed; will try again")
 
