@@ -95,7 +95,7 @@ class AlertmanagerClient:
                 failures.append(failure)
                 if url not in self._down and len(self.urls) > 1:
                     self._down.add(url)
-                    log.warning("alertmanager %s: %s; sending to the others (re-sends catch it up when it is back)", shown(url), failure.describe())
+                    log.warning("an alertmanager replica failed, %s; sending to the others (re-sends catch it up when it is back)", failure.describe())
         if len(failures) < len(self.urls):
             return Delivery(ok=True)
         if len(failures) == 1:
