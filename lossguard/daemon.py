@@ -227,7 +227,9 @@ class Daemon:
         self.every = self.poll_interval if self.polling or remote else max(self.poll_interval, self.rescan_interval)
         self._retry_failed("start")
         self.scheduler.add_job(self._pass, "interval", seconds=self.poll_interval, id="follow", next_run_time=datetime.now())
-        self.scheduler.add_job(self._send, "interval", seconds=max(1.0, min(self.poll_interval, 10.0)), id="send")
+        # The first round at once: what waits in the outbox, and (Alertmanager) what still fires,
+        # goes out as the daemon starts, not an interval later.
+        self.scheduler.add_job(self._send, "interval", seconds=max(1.0, min(self.poll_interval, 10.0)), id="send", next_run_time=datetime.now())
         observer = None if self.polling else watch(self.roots, self.note)
         self.scheduler.start()
         mode = "polling" if self.polling else "inotify + polling" if remote else "inotify"
