@@ -60,6 +60,8 @@ def test_a_spike_fires_one_alert_that_survives_kill_9_and_an_alertmanager_restar
         assert notes["step"] == "20" and notes["value"] == "9" and "step 20" in notes["summary"]
         assert notes["cause"] and notes["source"] == str(log)
         fingerprint, started = alert["fingerprint"], alert["startsAt"]
+        # Notified (after group_wait): Alertmanager tells a resolution only to whom it told the firing.
+        wait(lambda: [n for n in webhook.received if n["status"] == "firing" and n["groupLabels"] == {"run": "exp"}], what="the firing notification")
 
         w.kill9()
         w.start()
