@@ -5,6 +5,7 @@ the shipped alertmanager.yml checked by amtool."""
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import time
 from dataclasses import replace
@@ -124,6 +125,30 @@ def test_a_post_reaches_every_replica_and_one_down_does_not_hold_it_back(tmp_pat
     finally:
         for am in ams:
             am.stop()
+        hook.close()
+
+
+@needs_alertmanager
+def test_a_replica_that_swallows_packets_rests_while_another_works(tmp_path):
+    hook = Webhook()
+    am = Alertmanager(tmp_path / "am", hook.url).start()
+    silent = socket.socket()  # accepts connections (the kernel's backlog) and never answers
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(16)
+    try:
+        client = AlertmanagerClient([f"http://127.0.0.1:{silent.getsockname()[1]}", am.url], timeout=0.5)
+        sink = AlertmanagerSink(client, host="box")
+        now = time.time()
+        started = time.monotonic()
+        assert sink.send(Post((replace(_entry("opened"), created=now, opened_at=now),))).ok
+        assert time.monotonic() - started >= 0.5  # the first post waited for the timeout
+        started = time.monotonic()
+        assert sink.send(Post((replace(_entry("relabelled", RELABELLED), created=now, opened_at=now),))).ok
+        assert time.monotonic() - started < 0.4  # the next one did not
+        assert am.alerts(run="exp")[0]["annotations"]["cause"] == "gradient_explosion"
+    finally:
+        silent.close()
+        am.stop()
         hook.close()
 
 

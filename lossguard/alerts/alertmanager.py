@@ -13,6 +13,9 @@ a temporary failure). A replica that missed a post gets the firing alerts at the
 that missed a resolution resolves the alert by itself at its resolve_timeout. When none accepted,
 the failure is permanent only if every replica refused for good (a 4xx other than 429: a bad
 password, a URL that is no Alertmanager); an unreachable one or a 5xx is worth another try.
+A replica that failed for a moment is left out of the posts for REST seconds while another one
+works: a host that is down and drops packets costs the whole timeout per post, which would make a
+backlog crawl for the living replicas.
 
 Neither the password nor the bearer token appears in a message: every error text is scrubbed, and
 a replica is named by its URL without user info.
@@ -24,9 +27,10 @@ import base64
 import json
 import logging
 import ssl
+import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -41,6 +45,7 @@ FIXES = {
     404: "no Alertmanager API at this URL: give the Alertmanager's address (with its --web.route-prefix, if any)",
     400: "Alertmanager refused the alerts as malformed",
 }
+REST = 30.0
 
 
 def shown(url: str) -> str:
@@ -57,6 +62,7 @@ class AlertmanagerClient:
     def __init__(
         self, urls: Sequence[str], *, username: str | None = None, password: str | None = None,
         bearer_token: str | None = None, ca_file: Path | None = None, timeout: float = 10.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.urls = [u.rstrip("/") for u in urls]
         self.timeout = timeout
@@ -77,6 +83,8 @@ class AlertmanagerClient:
             handlers.append(urllib.request.HTTPSHandler(context=self._context))
         self._opener = urllib.request.build_opener(*handlers)
         self._down: set[str] = set()
+        self._rest_until: dict[str, float] = {}
+        self.clock = clock
 
     def __repr__(self) -> str:
         return f"AlertmanagerClient(urls={[shown(u) for u in self.urls]!r})"
@@ -85,14 +93,22 @@ class AlertmanagerClient:
         """Every replica gets `alerts`; accepted when one of them took it (see the module's doc)."""
         body = json.dumps(alerts).encode()
         failures = []
+        now = self.clock()
+        awake = [u for u in self.urls if self._rest_until.get(u, -1e18) <= now] or self.urls
         for url in self.urls:
+            if url not in awake:
+                failures.append(Delivery(ok=False, error=f"{shown(url)}: resting after a failure", permanent=False))
+                continue
             failure = self._post_one(url, body)
             if failure is None:
+                self._rest_until.pop(url, None)
                 if url in self._down:
                     self._down.discard(url)
                     log.info("alertmanager %s accepts alerts again", shown(url))
             else:
                 failures.append(failure)
+                if not failure.permanent:
+                    self._rest_until[url] = now + REST
                 if url not in self._down and len(self.urls) > 1:
                     self._down.add(url)
                     log.warning("an alertmanager replica failed, %s; sending to the others (re-sends catch it up when it is back)", failure.describe())
