@@ -321,7 +321,7 @@ def _cmd_watch(args: argparse.Namespace) -> int:
     from .config import read_options
     from .daemon import Daemon, setup_logging
     from .rules import load_rules
-    from .alerts.sinks import ConsoleSink, JsonlSink, SlackSink
+    from .alerts.sinks import ConsoleSink, JsonlSink, SlackSink, alertmanager_sink
     if not settings.paths:
         raise UsageError("nothing to watch: give PATH arguments or `paths` in the config")
     for path in settings.paths:
@@ -342,6 +342,8 @@ def _cmd_watch(args: argparse.Namespace) -> int:
     client = client_from(settings)
     if client is not None:
         sinks["slack"] = SlackSink(client, **manners)
+    if settings.alertmanager_urls:
+        sinks["alertmanager"] = alertmanager_sink(settings)
     if not sinks:
         sinks["console"] = ConsoleSink(logger.warning)
     if settings.jsonl:

@@ -176,6 +176,11 @@ class Daemon:
         # Its own connection and no shared lock: a slow Slack never holds up reading the logs.
         try:
             self.dispatcher.round()
+            # After the round, on this thread: a resolution delivered just now is not followed by
+            # a firing post read before it was committed (AlertmanagerSink.resend).
+            for sink in self.dispatcher.sinks.values():
+                if hasattr(sink, "resend"):
+                    sink.resend(self.dispatcher.state)
         except Exception:  # noqa: BLE001
             log.exception("delivery round failed; will try again")
 
@@ -222,7 +227,9 @@ class Daemon:
         self.every = self.poll_interval if self.polling or remote else max(self.poll_interval, self.rescan_interval)
         self._retry_failed("start")
         self.scheduler.add_job(self._pass, "interval", seconds=self.poll_interval, id="follow", next_run_time=datetime.now())
-        self.scheduler.add_job(self._send, "interval", seconds=max(1.0, min(self.poll_interval, 10.0)), id="send")
+        # The first round at once: what waits in the outbox, and (Alertmanager) what still fires,
+        # goes out as the daemon starts, not an interval later.
+        self.scheduler.add_job(self._send, "interval", seconds=max(1.0, min(self.poll_interval, 10.0)), id="send", next_run_time=datetime.now())
         observer = None if self.polling else watch(self.roots, self.note)
         self.scheduler.start()
         mode = "polling" if self.polling else "inotify + polling" if remote else "inotify"

@@ -15,14 +15,16 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict, SettingsError
 
 from .errors import ConfigError
 from .redact import mask_url, remember
 from .tomlio import key_line, load_toml
 
-SECRET_FILES = ("slack_token", "slack_webhook_url")
+SECRET_FILES = ("slack_token", "slack_webhook_url", "alertmanager_password", "alertmanager_bearer_token")
+TABLES = ("slack", "alertmanager")
+"""lossguard.toml's tables of settings: `[slack] token` is the setting slack_token."""
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
 """The only hosts a webhook may be reached at over plain http (a local relay, the tests' server)."""
 
@@ -73,8 +75,8 @@ class _FileSecrets(PydanticBaseSettingsSource):
 
 
 class _TomlFile(PydanticBaseSettingsSource):
-    """lossguard.toml: the daemon's settings at the top level, Slack's in [slack]. ([aliases] and
-    [[formats]] belong to the readers: config.read_options.)"""
+    """lossguard.toml: the daemon's settings at the top level, Slack's in [slack], Alertmanager's in
+    [alertmanager]. ([aliases] and [[formats]] belong to the readers: config.read_options.)"""
 
     def __init__(self, settings_cls: type[BaseSettings], path: Path | None) -> None:
         super().__init__(settings_cls)
@@ -87,15 +89,18 @@ class _TomlFile(PydanticBaseSettingsSource):
         if self.path is None:
             return {}
         data = load_toml(self.path)
-        slack = data.get("slack", {})
-        if not isinstance(slack, dict):
-            raise ConfigError(f"{self.path}: [slack] must be a table")
         known = set(Settings.model_fields)
-        top = {k: v for k, v in data.items() if k not in ("slack", "aliases", "formats")}
-        unknown = sorted(set(top) - known) + sorted(f"slack.{k}" for k in slack if f"slack_{k}" not in known)
+        top = {k: v for k, v in data.items() if k not in (*TABLES, "aliases", "formats")}
+        unknown = sorted(set(top) - known)
+        values = dict(top)
+        for table in TABLES:
+            section = data.get(table, {})
+            if not isinstance(section, dict):
+                raise ConfigError(f"{self.path}: [{table}] must be a table")
+            unknown += sorted(f"{table}.{k}" for k in section if f"{table}_{k}" not in known)
+            values.update({f"{table}_{k}": v for k, v in section.items()})
         if unknown:
             raise ConfigError(f"{self.path}: unknown setting(s): {', '.join(unknown)}")
-        values = {**top, **{f"slack_{k}": v for k, v in slack.items()}}
         for name, value in values.items():
             if reason := _not_toml_typed(name, value):
                 raise ConfigError(f"{where_in_file(self.path, name)}: {reason} (got {value!r})")
@@ -117,13 +122,44 @@ def _not_toml_typed(name: str, value: object) -> str | None:
 
 def where_in_file(path: Path, name: str) -> str:
     """`file:line: key` for a setting of lossguard.toml (the [slack] ones as slack.key)."""
-    table, key = ("slack", name.removeprefix("slack_")) if name.startswith("slack_") else (None, name)
+    table = next((t for t in TABLES if name.startswith(f"{t}_")), None)
+    key = name.removeprefix(f"{table}_") if table else name
     line = key_line(path, key, table=table)
     return f"{path}{f':{line}' if line else ''}: {f'{table}.' if table else ''}{key}"
 
 
 PathList = Annotated[list[Path], NoDecode]
 """A list of paths that the environment may give as one path, as PATH does (a:b), or as JSON."""
+UrlList = Annotated[list[str], NoDecode]
+"""A list of URLs that the environment may give as one URL, several separated by commas, or as JSON."""
+LABEL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _without_userinfo(url: str) -> str:
+    """A URL as an error may show it: what comes before an @ in its authority is a secret."""
+    head, sep, rest = url.partition("://")
+    authority, slash, path = rest.partition("/")
+    return f"{head}{sep}{authority.rpartition('@')[2]}{slash}{path}" if sep else url.rpartition("@")[2]
+
+
+def alertmanager_url_problem(url: str) -> str | None:
+    """Why `url` cannot be an Alertmanager's address, or None: http(s), a host, no user info (the
+    credentials have settings of their own, kept secret), no query."""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname
+        parts.port  # noqa: B018 - raises for a port that is no number
+    except ValueError:
+        return "is not a URL"
+    if parts.scheme not in ("https", "http"):
+        return "must start with http:// or https://"
+    if not host:
+        return "has no host"
+    if parts.username is not None or parts.password is not None:
+        return "must not hold credentials: set [alertmanager] username and password (or bearer_token) instead"
+    if parts.query or parts.fragment:
+        return "must not have a query or fragment (give the Alertmanager's address, e.g. http://am1:9093)"
+    return None
 
 DAY = 86400.0
 
@@ -162,6 +198,14 @@ class Settings(BaseSettings):
     slack_group_threshold: int = Field(default=3, ge=2, description="this many new incidents waiting at once go out as one message, details in its thread")
     slack_run_cooldown: float = Field(default=600.0, allow_inf_nan=False, ge=0, le=DAY, description="seconds after a run's alert during which its new incidents go into that alert's thread")
     slack_min_interval: float = Field(default=1.0, allow_inf_nan=False, ge=0, le=3600, description="seconds between two messages to one channel (Slack allows about one a second)")
+    alertmanager_urls: UrlList = Field(default_factory=list, description="every Alertmanager replica (each gets every alert, as its HA docs require); empty: no Alertmanager")
+    alertmanager_resend_interval: float = Field(default=60.0, allow_inf_nan=False, ge=1, le=3600, description="seconds between re-sends of the firing alerts (keep it well under Alertmanager's resolve_timeout, 5 min by default)")
+    alertmanager_extra_labels: dict[str, str] = Field(default_factory=dict, description="labels added to every alert (e.g. cluster, team)")
+    alertmanager_host: str | None = Field(default=None, description="the host label; default this machine's hostname")
+    alertmanager_username: str | None = Field(default=None, description="basic auth user (a proxy in front of Alertmanager)")
+    alertmanager_password: SecretStr | None = Field(default=None, description="basic auth password; better from a credential file")
+    alertmanager_bearer_token: SecretStr | None = Field(default=None, description="bearer token, instead of basic auth; better from a credential file")
+    alertmanager_ca_file: Path | None = Field(default=None, description="CA certificate(s) to trust for https Alertmanager URLs")
 
     @field_validator("paths", "rules", mode="before")
     @classmethod
@@ -196,6 +240,72 @@ class Settings(BaseSettings):
         if problem:
             raise ValueError(f"{mask_url(url)} {problem}")
         return SecretStr(url)
+
+    @field_validator("alertmanager_urls", mode="before")
+    @classmethod
+    def _url_list(cls, value: object) -> object:
+        """One URL, several separated by commas (LOSSGUARD_ALERTMANAGER_URLS=http://a:9093,http://b:9093),
+        or a JSON list."""
+        if not isinstance(value, str):
+            return value
+        text = value.strip()
+        if text.startswith("["):
+            try:
+                return json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"not a JSON list of URLs: {exc.msg} at character {exc.pos}") from None
+        return [part.strip() for part in text.split(",") if part.strip()]
+
+    @field_validator("alertmanager_urls")
+    @classmethod
+    def _am_urls(cls, value: list[str]) -> list[str]:
+        urls = [u.strip().rstrip("/") for u in value]
+        for url in urls:
+            if problem := alertmanager_url_problem(url):
+                raise ValueError(f"{_without_userinfo(url)} {problem}")
+        if len(set(urls)) != len(urls):
+            raise ValueError("lists the same URL twice")
+        return urls
+
+    @field_validator("alertmanager_extra_labels")
+    @classmethod
+    def _extra_labels(cls, value: dict[str, str]) -> dict[str, str]:
+        from .alerts.labels import RESERVED
+
+        for name in value:
+            if not LABEL_NAME.match(name) or name.startswith("__"):
+                raise ValueError(f"{name!r} is not a label name (letters, digits and _, not starting with a digit or __)")
+            if name in RESERVED:
+                raise ValueError(f"{name!r} is set by lossguard itself ({', '.join(RESERVED)}); for the host label use [alertmanager] host")
+        return value
+
+    @field_validator("alertmanager_password", "alertmanager_bearer_token")
+    @classmethod
+    def _am_secret(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None:
+            remember(value.get_secret_value())
+        return value
+
+    @field_validator("alertmanager_ca_file")
+    @classmethod
+    def _ca_file(cls, value: Path | None) -> Path | None:
+        if value is not None and not value.is_file():
+            raise ValueError(f"{value}: no such file")
+        return value
+
+    @model_validator(mode="after")
+    def _am_auth(self) -> Settings:
+        basic = self.alertmanager_username is not None or self.alertmanager_password is not None
+        if basic and self.alertmanager_bearer_token is not None:
+            raise ValueError("alertmanager: give basic auth (username, password) or a bearer_token, not both")
+        if self.alertmanager_password is not None and self.alertmanager_username is None:
+            raise ValueError("alertmanager: a password without a username")
+        if basic or self.alertmanager_bearer_token is not None:
+            for url in self.alertmanager_urls:
+                parts = urlsplit(url)
+                if parts.scheme == "http" and parts.hostname not in LOCAL_HOSTS:
+                    raise ValueError(f"alertmanager: {url} must use https:// (plain http would send the credentials in clear)")
+        return self
 
     @field_validator("slack_channel")
     @classmethod
@@ -253,10 +363,12 @@ def _env_name(field: str) -> str:
 def _reason(error: Any, *, given: dict[str, object], config: Path | None) -> str:
     """One pydantic error as `where: field: why`, where is the source that gave the value, in the
     order they take precedence: the command line, the environment, a credential file, the config."""
+    if not error["loc"]:  # a check across settings: its message names them
+        return error["msg"].removeprefix("Value error, ")
     field, rest = str(error["loc"][0]), error["loc"][1:]
     detail = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in rest)
     why = error["msg"].removeprefix("Value error, ")
-    if "input" in error and not isinstance(error["input"], (dict, list)) and field not in SECRET_FILES:
+    if "input" in error and not isinstance(error["input"], (dict, list)) and field not in (*SECRET_FILES, "alertmanager_urls"):
         shown = repr(error["input"])
         why += f" (got {shown if len(shown) <= 40 else shown[:37] + '...'})"
     if field in given:

@@ -43,6 +43,7 @@ CREATE TABLE IF NOT EXISTS incidents (
     id INTEGER PRIMARY KEY, run TEXT NOT NULL, rule TEXT NOT NULL, step INTEGER NOT NULL,
     status TEXT NOT NULL, body TEXT NOT NULL, quiet INTEGER NOT NULL DEFAULT 0,
     notified_value REAL, notified_at REAL, top_cause TEXT, thread TEXT, source TEXT NOT NULL DEFAULT '', parent INTEGER,
+    opened_at REAL,
     UNIQUE (run, rule, step)
 );
 CREATE TABLE IF NOT EXISTS outbox (
@@ -53,7 +54,7 @@ CREATE TABLE IF NOT EXISTS outbox (
 """
 
 
-VERSION = 4
+VERSION = 5
 """The layout of state.db, kept in SQLite's user_version. A later layout adds a step to MIGRATIONS
 (the statements that take version N - 1 to N), run in one transaction when an older file is opened.
 Version 0 is a file from before versions were kept: its layout is version 1's. Version 2 writes
@@ -61,8 +62,9 @@ stream tails as packed numbers (TAIL_FORMAT) instead of JSON; version 1's JSON t
 Version 3 gives an outbox entry its sink and an incident its source as columns (they were keys in
 the JSON), and stores incidents and notices losslessly (model.Incident.to_json); the older JSON is
 still read. Version 4 links an incident to the one it escalates (`parent`: a loss spike following a
-grad-norm spike), whose alert thread it shares. An older lossguard refuses a newer file rather than
-misread it."""
+grad-norm spike), whose alert thread it shares. Version 5 keeps when an incident was raised
+(`opened_at`: Alertmanager's startsAt, which every re-send must repeat); older incidents take the
+time of their first outbox entry. An older lossguard refuses a newer file rather than misread it."""
 MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: (),
     2: (),
@@ -73,6 +75,10 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "UPDATE incidents SET source = coalesce(json_extract(body, '$.source'), '')",
     ),
     4: ("ALTER TABLE incidents ADD COLUMN parent INTEGER",),
+    5: (
+        "ALTER TABLE incidents ADD COLUMN opened_at REAL",
+        "UPDATE incidents SET opened_at = coalesce((SELECT min(created) FROM outbox WHERE incident_id = incidents.id), notified_at) WHERE opened_at IS NULL",
+    ),
 }
 """(An ADD COLUMN whose column exists is skipped: the step may meet a file that already has it.)"""
 TAIL_FORMAT = ("<i8", "<f8")
@@ -190,6 +196,8 @@ class IncidentRow:
     top_cause: str | None
     thread: str | None
     """`channel|ts` of the Slack message the incident's follow-ups reply to."""
+    opened_at: float | None = None
+    """When the daemon raised it (wall clock): Alertmanager's startsAt."""
 
 
 @dataclass(frozen=True)
@@ -202,18 +210,25 @@ class OutboxEntry:
     key: str = ""
     """`<state id>-<id>`: unique across state files (a state moved aside and started over counts
     its ids from 1 again), so a sink that deduplicates by it is never fooled."""
+    created: float = 0.0
+    """When the notice was raised (wall clock): a resolution's endsAt."""
+    opened_at: float | None = None
+    """When its incident was raised (None: a run's notice): an alert's startsAt."""
 
 
-_INCIDENT = "SELECT id, status, body, source, quiet, notified_value, notified_at, top_cause, thread FROM incidents"
-_OUTBOX = "SELECT id, incident_id, sink, kind, payload, attempts FROM outbox WHERE sent_at IS NULL AND permanent=0"
+_INCIDENT = "SELECT id, status, body, source, quiet, notified_value, notified_at, top_cause, thread, opened_at FROM incidents"
+_OUTBOX = (
+    "SELECT o.id, o.incident_id, o.sink, o.kind, o.payload, o.attempts, o.created, i.opened_at "
+    "FROM outbox o LEFT JOIN incidents i ON i.id = o.incident_id WHERE o.sent_at IS NULL AND o.permanent=0"
+)
 
 
 def _incident_row(r: tuple) -> IncidentRow:
-    return IncidentRow(r[0], r[1], Incident.from_json(json.loads(r[2])), r[3], bool(r[4]), r[5], r[6], r[7], r[8])
+    return IncidentRow(r[0], r[1], Incident.from_json(json.loads(r[2])), r[3], bool(r[4]), r[5], r[6], r[7], r[8], r[9])
 
 
 def _outbox_entry(r: tuple, state_id: str) -> OutboxEntry:
-    return OutboxEntry(r[0], r[1], r[2], Notice.from_json(r[3], json.loads(r[4])), r[5], f"{state_id}-{r[0]}")
+    return OutboxEntry(r[0], r[1], r[2], Notice.from_json(r[3], json.loads(r[4])), r[5], f"{state_id}-{r[0]}", r[6], r[7])
 
 
 def _file_row(r: tuple) -> FileRow:
@@ -419,6 +434,14 @@ class State:
     def open_incidents(self, run: str) -> list[IncidentRow]:
         return [_incident_row(r) for r in self.db.execute(f"{_INCIDENT} WHERE run=? AND status='open'", (run,))]
 
+    def firing(self) -> tuple[list[IncidentRow], list[RunRow]]:
+        """What is wrong right now and was said (not history found at the first start): the open
+        incidents and the stalled runs, which a sink whose receiver forgets (Alertmanager) is told
+        again and again."""
+        incidents = [_incident_row(r) for r in self.db.execute(f"{_INCIDENT} WHERE status='open' AND quiet=0 ORDER BY id")]
+        runs = [RunRow(r[0], r[1], r[2], True) for r in self.db.execute("SELECT run, last_step, advanced_at FROM runs WHERE stalled=1 ORDER BY run")]
+        return incidents, runs
+
     def run(self, run: str) -> RunRow | None:
         row = self.db.execute("SELECT run, last_step, advanced_at, stalled FROM runs WHERE run=?", (run,)).fetchone()
         return None if row is None else RunRow(row[0], row[1], row[2], bool(row[3]))
@@ -430,10 +453,10 @@ class State:
         """Undelivered entries, oldest first (permanently failed ones wait for the operator)."""
         query, args = _OUTBOX, []
         if sink is not None:
-            query, args = query + " AND sink=?", [sink]
+            query, args = query + " AND o.sink=?", [sink]
         if kind is not None:
-            query, args = query + " AND kind=?", [*args, kind]
-        return [_outbox_entry(r, self.id) for r in self.db.execute(f"{query} ORDER BY id LIMIT ?", (*args, limit))]
+            query, args = query + " AND o.kind=?", [*args, kind]
+        return [_outbox_entry(r, self.id) for r in self.db.execute(f"{query} ORDER BY o.id LIMIT ?", (*args, limit))]
 
     def pending_sinks(self) -> list[str]:
         return [r[0] for r in self.db.execute("SELECT DISTINCT sink FROM outbox WHERE sent_at IS NULL AND permanent=0 ORDER BY sink")]
@@ -536,8 +559,9 @@ class Transaction:
         status = "resolved" if incident.over else "open"
         top = incident.causes[0].cause if incident.causes else None
         cur = self.db.execute(
-            "INSERT INTO incidents (run, rule, step, status, body, source, quiet, notified_value, notified_at, top_cause, parent) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-            (incident.run, incident.rule, incident.step, status, json.dumps(incident.to_json()), source, int(quiet), incident.value, now, top, parent),
+            "INSERT INTO incidents (run, rule, step, status, body, source, quiet, notified_value, notified_at, top_cause, parent, opened_at) "
+            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+            (incident.run, incident.rule, incident.step, status, json.dumps(incident.to_json()), source, int(quiet), incident.value, now, top, parent, now),
         )
         return int(cur.lastrowid)
 

@@ -73,10 +73,11 @@ def test_example_config_documents_every_setting_with_its_default():
     text = (REPO / "deploy/lossguard.toml").read_text()
     data = tomllib.loads(text)
     for name, field in Settings.model_fields.items():
-        key = name.removeprefix("slack_")
+        table = next((t for t in ("slack", "alertmanager") if name.startswith(f"{t}_")), None)
+        key = name.removeprefix(f"{table}_") if table else name
         documented = re.search(rf"^#? ?{re.escape(key)} =", text, re.M)
         assert documented, f"deploy/lossguard.toml does not mention {name}"
-        value = data.get("slack", {}).get(key) if name.startswith("slack_") else data.get(name)
+        value = data.get(table, {}).get(key) if table else data.get(name)
         if value is not None and not field.is_required() and not callable(field.default_factory):
             assert value == field.default, name
 

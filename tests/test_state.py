@@ -108,5 +108,7 @@ def test_a_layout_2_file_is_migrated_with_its_undelivered_notifications(tmp_path
     assert opened.notice.incident.causes[0].confidence == 0.951  # (rounded, as the report form was)
     assert state.pending(sink="slack")[0].notice == Notice("stalled", "r", step=9, minutes=30.0)
     assert state.incident(INC.run, INC.rule, INC.step).source == "runs/exp/train.log"
+    # Layout 5: an incident's opening time (Alertmanager's startsAt) is its first notification's.
+    assert state.incident(INC.run, INC.rule, INC.step).opened_at == 1.0 and opened.opened_at == 1.0 and opened.created == 1.0
     assert state.db.execute("PRAGMA user_version").fetchone()[0] == VERSION
     state.close()

@@ -1,19 +1,26 @@
 """Where notifications go. The console sink is the default, so the daemon is useful out of the box;
 the JSON-lines sink is for other tools (and for tests that count deliveries); Slack is what people
-read. Each turns a Post into its own wire form; what to post, where and when is the pipeline's."""
+read; Alertmanager routes, groups and silences for many machines. Each turns a Post into its own wire form; what to post, where and when is the pipeline's."""
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from .. import __version__
-from . import message
+from ..model import Notice
+from ..state import OutboxEntry, State
+from . import labels, message
+from .alertmanager import AlertmanagerClient
 from .delivery import Delivery, Manners, Post
 from .slack import SlackBot, SlackWebhook
+
+_log = logging.getLogger("lossguard")
 
 
 class ConsoleSink:
@@ -116,3 +123,81 @@ class SlackSink:
         if post.notice.kind in ("resolved", "escalated") and ts in self._own:
             self.client.update(text, ts=ts, channel=channel)  # the parent's header says it is over, or grew
         return delivery
+
+
+class AlertmanagerSink:
+    """Alertmanager: every notice becomes the alert of its incident (or stalled run), posted to every
+    replica; a resolution or a resume resolves it. Alertmanager forgets an alert not posted again
+    within its resolve_timeout (and all of them when it restarts: it keeps no alerts on disk), so
+    `resend` posts whatever is still firing every `resend_interval`, and at once after a start.
+
+    The re-send reads the open incidents and stalled runs from the state rather than re-queueing
+    them in the outbox: what fires is already there, committed with the pass that found it, so a
+    kill -9 loses nothing and the outbox stays a log of changes (at least once each), not a
+    heartbeat that grows every minute. It runs after the delivery round on the same thread, so a
+    resolution committed since is never overtaken by a stale firing post."""
+
+    name = "alertmanager"
+    manners = Manners()
+
+    def __init__(self, client: AlertmanagerClient, *, host: str | None = None, extra_labels: Mapping[str, str] = {},  # noqa: B006
+                 resend_interval: float = 60.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.client = client
+        self.host = host or socket.gethostname()
+        self.extra = dict(extra_labels)
+        self.resend_interval = resend_interval
+        self.clock = clock
+        self._due = -1e18
+        self._failing = False
+
+    def alert_of(self, entry: OutboxEntry) -> dict[str, object]:
+        notice = entry.notice
+        created = entry.created
+        if notice.incident is None:  # a run: it stopped `minutes` before the notice
+            starts = created - (notice.minutes or 0) * 60
+        else:
+            starts = entry.opened_at if entry.opened_at is not None else created
+        ends = created if notice.kind in labels.RESOLVING else None
+        return labels.alert(notice, starts=starts, ends=ends, host=self.host, extra=self.extra)
+
+    def send(self, post: Post) -> Delivery:
+        return self.client.post([self.alert_of(e) for e in post.entries])
+
+    def resend(self, state: State) -> Delivery | None:
+        """Post what still fires, if `resend_interval` passed since the last time (None: not due,
+        or nothing fires). A failure is tried again within 10 s, said once until it works."""
+        now = self.clock()
+        if now < self._due:
+            return None
+        incidents, runs = state.firing()
+        alerts = [
+            labels.alert(Notice("opened", row.incident.run, row.incident, source=row.source), starts=row.opened_at or row.notified_at or time.time(),
+                         ends=None, host=self.host, extra=self.extra)
+            for row in incidents
+        ] + [
+            labels.alert(Notice("stalled", run.run, step=run.last_step), starts=run.advanced_at or time.time(), ends=None, host=self.host, extra=self.extra)
+            for run in runs
+        ]
+        self._due = now + self.resend_interval
+        if not alerts:
+            return None
+        delivery = self.client.post(alerts)
+        if not delivery.ok:
+            self._due = now + min(self.resend_interval, 10.0)
+            if not self._failing:
+                _log.warning("re-sending %d firing alert(s) to alertmanager failed, will retry: %s", len(alerts), delivery.describe())
+        elif self._failing:
+            _log.info("re-sending firing alerts to alertmanager works again")
+        self._failing = not delivery.ok
+        return delivery
+
+
+def alertmanager_sink(settings) -> AlertmanagerSink:  # noqa: ANN001
+    """The Alertmanager sink the settings describe (settings.alertmanager_urls is not empty)."""
+    secret = lambda value: None if value is None else value.get_secret_value()  # noqa: E731
+    client = AlertmanagerClient(
+        settings.alertmanager_urls, username=settings.alertmanager_username, password=secret(settings.alertmanager_password),
+        bearer_token=secret(settings.alertmanager_bearer_token), ca_file=settings.alertmanager_ca_file,
+    )
+    return AlertmanagerSink(client, host=settings.alertmanager_host, extra_labels=settings.alertmanager_extra_labels,
+                            resend_interval=settings.alertmanager_resend_interval)

@@ -1,0 +1,136 @@
+"""The real Alertmanager (Debian's prometheus-alertmanager) on 127.0.0.1 with a free port, temp
+storage and no clustering, as Alertmanager's own tests start it; and a webhook receiver on
+localhost that records what Alertmanager notifies. Tests skip (saying why) only where the binary
+is absent."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import threading
+import time
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+BINARY = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
+AMTOOL = shutil.which("amtool")
+needs_alertmanager = pytest.mark.skipif(BINARY is None, reason="the alertmanager binary is not installed (apt install prometheus-alertmanager)")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Webhook:
+    """Records each notification Alertmanager posts (its JSON body)."""
+
+    def __init__(self) -> None:
+        self.received: list[dict] = []
+        hook = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def do_POST(self) -> None:  # noqa: N802
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                hook.received.append(json.loads(body))
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}/hook"
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def config(webhook_url: str, *, group_wait: str = "2s") -> str:
+    return f"""
+route:
+  receiver: hook
+  group_by: [run]
+  group_wait: {group_wait}
+  group_interval: 1s
+  repeat_interval: 1h
+receivers:
+  - name: hook
+    webhook_configs:
+      - url: {webhook_url}
+        send_resolved: true
+inhibit_rules:
+  - source_matchers: [alertname="LossNonFinite"]
+    target_matchers: [alertname="LossSpike"]
+    equal: [run]
+"""
+
+
+class Alertmanager:
+    def __init__(self, tmp: Path, webhook_url: str, *, port: int | None = None) -> None:
+        self.tmp = tmp
+        tmp.mkdir(parents=True, exist_ok=True)
+        self.config = tmp / "alertmanager.yml"
+        self.config.write_text(config(webhook_url))
+        self.port = port or free_port()
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> Alertmanager:
+        self.proc = subprocess.Popen(
+            [BINARY, f"--config.file={self.config}", f"--storage.path={self.tmp / 'data'}", f"--web.listen-address=127.0.0.1:{self.port}",
+             "--cluster.listen-address=", "--log.level=warn"],
+            stdout=subprocess.DEVNULL, stderr=open(self.tmp / "alertmanager.log", "ab"),
+        )
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, (self.tmp / "alertmanager.log").read_text()
+            try:
+                with urllib.request.urlopen(f"{self.url}/-/ready", timeout=1) as r:
+                    if r.status == 200:
+                        return self
+            except OSError:
+                time.sleep(0.05)
+        raise AssertionError("alertmanager never became ready")
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def alerts(self, **filters: str) -> list[dict]:
+        """GET /api/v2/alerts (active, silenced and inhibited; resolved ones are not listed)."""
+        with urllib.request.urlopen(f"{self.url}/api/v2/alerts", timeout=5) as r:
+            return [a for a in json.loads(r.read()) if all(a["labels"].get(k) == v for k, v in filters.items())]
+
+
+def wait(predicate, timeout: float = 20, what: str = "condition"):  # noqa: ANN001, ANN201
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            got = predicate()
+        except OSError:
+            got = None
+        if got:
+            return got
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
