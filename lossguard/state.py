@@ -598,6 +598,10 @@ class StateReader:
             except sqlite3.DatabaseError as exc:
                 raise StateError(f"{self.path}: cannot read the state file ({exc})") from None
 
+    def data_version(self) -> int:
+        """Changes whenever another connection (a pass, the sender) commits: what to render anew."""
+        return self._all("PRAGMA data_version")[0][0]
+
     def live_runs(self, *, since: float) -> list[RunRow]:
         """Runs that logged a new step at or after `since` (older ones are left out: bounded)."""
         rows = self._all("SELECT run, last_step, advanced_at, stalled FROM runs WHERE advanced_at >= ? ORDER BY run", (since,))

@@ -10,12 +10,11 @@ import time
 
 import numpy as np
 import pytest
-from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from lossguard.errors import ConfigError
 from lossguard.follow import Follower
-from lossguard.metrics import Health, LossguardCollector, Metrics, MetricsError
+from lossguard.metrics import Exposition, Health, Metrics, MetricsError
 from lossguard.rules import default_rules
 from lossguard.settings import Endpoint, load_settings, parse_listen
 from lossguard.state import State, StateReader, Tail
@@ -25,9 +24,9 @@ from .test_watch import _calm, _line
 DAY = 86400.0
 
 
-def samples(registry_or_text) -> dict[tuple[str, tuple], float]:  # noqa: ANN001
+def samples(registry_or_text: str) -> dict[tuple[str, tuple], float]:
     """Every sample of a scrape as {(name, sorted labels): value}, read by prometheus-client's parser."""
-    text = registry_or_text if isinstance(registry_or_text, str) else generate_latest(registry_or_text).decode()
+    text = registry_or_text
     return {
         (s.name, tuple(sorted(s.labels.items()))): s.value
         for family in text_string_to_metric_families(text) for s in family.samples
@@ -35,13 +34,9 @@ def samples(registry_or_text) -> dict[tuple[str, tuple], float]:  # noqa: ANN001
 
 
 def scrape(state: State, *, now: float, ttl: float = DAY, health: Health | None = None) -> dict:
-    from prometheus_client import CollectorRegistry
-
     reader = StateReader(state.path)
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(LossguardCollector(reader, health or Health(["jsonl"]), run_ttl=ttl, host="box1", clock=lambda: now))
     try:
-        return samples(registry)
+        return samples(Exposition(reader, health or Health(["jsonl"]), run_ttl=ttl, host="box1", clock=lambda: now).render().decode())
     finally:
         reader.close()
 
@@ -120,6 +115,29 @@ def test_runs_silent_for_the_ttl_are_dropped_so_1000_runs_stay_at_7_series_each(
     assert runs == {f"run-{i:04d}" for i in range(1000)}
     assert per_run == 1000 * 7  # last step, last update, stalled, loss, lr, grad norm, loss scale
     assert took < 1.0, f"a scrape of 1,000 runs took {took:.2f} s"
+    state.close()
+
+
+def test_the_runs_text_is_rendered_again_only_after_a_commit_or_when_a_run_leaves_the_ttl(tmp_path):
+    state = State(tmp_path / "state")
+    with state.transaction() as tx:
+        tx.advance_run("a", 1, now=1000.0)
+        tx.advance_run("b", 1, now=1500.0)
+    reader = StateReader(state.path)
+    clock = [1600.0]
+    exposition = Exposition(reader, Health([]), run_ttl=1000.0, host="box1", clock=lambda: clock[0])
+    exposition.render()
+    kept = exposition._cached[1]
+    exposition.render()
+    assert exposition._cached[1] is kept  # nothing committed: not rendered again
+    with state.transaction() as tx:
+        tx.advance_run("a", 2, now=1700.0)
+    assert samples(exposition.render().decode())[("lossguard_run_last_step", run_labels("a"))] == 2
+    assert exposition._cached[1] is not kept
+    clock[0] = 2600.0  # b's last step is 1,100 s old now: b leaves though nothing was committed
+    got = samples(exposition.render().decode())
+    assert ("lossguard_run_last_step", run_labels("b")) not in got and ("lossguard_run_last_step", run_labels("a")) in got
+    reader.close()
     state.close()
 
 
