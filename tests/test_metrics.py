@@ -176,7 +176,7 @@ def test_the_textfile_is_replaced_whole_and_holds_no_process_metrics(tmp_path):
     metrics.write_textfile()
     metrics.write_textfile()
     text = (tmp_path / "lossguard.prom").read_text()
-    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("lossguard.prom")] == ["lossguard.prom"]  # no temp file left
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["lossguard.prom", "state"]  # no temp file left
     got = samples(text)
     assert any(name == "lossguard_run_last_step" for name, _ in got)
     assert not any(name.startswith("process_") for name, _ in got)  # node_exporter has its own
@@ -196,7 +196,7 @@ def test_a_textfile_folder_that_does_not_exist_stops_the_start_and_a_failing_wri
         metrics.write_textfile()
     said = [r for r in caplog.records if "cannot write" in r.getMessage()]
     assert len(said) == 1
-    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("lossguard.prom")] == ["lossguard.prom"]  # its temp file removed
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["lossguard.prom", "state"]  # its temp file removed
     metrics.stop()
     state.close()
 
