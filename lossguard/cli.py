@@ -358,8 +358,20 @@ def _cmd_watch(args: argparse.Namespace) -> int:
         polling=settings.polling,
         rescan_interval=settings.rescan_interval,
         stall_after=settings.stall_after * 60,
+        metrics=_metrics(settings),
     )
     return daemon.run()
+
+
+def _metrics(settings):  # noqa: ANN001, ANN202
+    """How the daemon builds its metrics once its state is open, or None when neither is asked for."""
+    if not (settings.metrics_listen or settings.metrics_textfile):
+        return None
+    from .metrics import Metrics
+    from .settings import parse_listen
+
+    listen = parse_listen(settings.metrics_listen) if settings.metrics_listen else None
+    return lambda path, sinks: Metrics(path, sinks=sinks, listen=listen, textfile=settings.metrics_textfile, run_ttl=settings.metrics_run_ttl)
 
 
 def _add_status(sub: argparse._SubParsersAction) -> None:

@@ -14,6 +14,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from .errors import LossguardError
 from .escaping import printable, printable_lines
 from .follow import Follower
 from .inotify import watch
+from .metrics import TEXTFILE_EVERY, Metrics
 from .mounts import remote_roots
 from .reader import ReadOptions
 from .redact import scrub
@@ -64,6 +66,7 @@ class Daemon:
         polling: bool = False,
         rescan_interval: float = 300.0,
         stall_after: float = 1800.0,
+        metrics: Callable[[Path, list[str]], Metrics] | None = None,
     ) -> None:
         self.roots = roots
         self.rules_loader = rules_loader
@@ -74,7 +77,9 @@ class Daemon:
         self.stop = threading.Event()
         self.reload = threading.Event()
         self.state = State(state_dir, log=log.warning)
-        self.dispatcher = Dispatcher(self.state.secondary(), sinks)
+        # (Built once the state exists: the metrics read it on a read-only connection of their own.)
+        self.metrics = metrics(self.state.path, list(sinks)) if metrics else None
+        self.dispatcher = Dispatcher(self.state.secondary(), sinks, **({"on_delivery": self.metrics.health.delivery} if self.metrics else {}))
         rules: RuleSet = rules_loader()
         self.follower = Follower(roots, rules=rules, state=self.state, options=options, sinks=list(sinks), stall_after=stall_after, log=log.info)
         self.follower.budget.wake = self.note  # a slow read, left running by a pass, is done
@@ -147,6 +152,8 @@ class Daemon:
             events, "walked" if report.walked else f"{len(changed)} named", report.files, report.rows, len(report.notices),
             (time.monotonic() - started) * 1e3, (time.thread_time() - cpu) * 1e3,
         )
+        if self.metrics is not None:
+            self.metrics.health.passed(time.monotonic() - started, problems=report.problems)
         self._busy = report.rows >= BUSY_ROWS
         if not report.walked:  # (a walk is rare, and the first one reads whatever history there is)
             self._last_took = time.monotonic() - started
@@ -230,6 +237,10 @@ class Daemon:
         # The first round at once: what waits in the outbox, and (Alertmanager) what still fires,
         # goes out as the daemon starts, not an interval later.
         self.scheduler.add_job(self._send, "interval", seconds=max(1.0, min(self.poll_interval, 10.0)), id="send", next_run_time=datetime.now())
+        if self.metrics is not None:
+            self.metrics.start()  # (a port already taken stops the start here, exit 2)
+            if self.metrics.textfile is not None:
+                self.scheduler.add_job(self.metrics.write_textfile, "interval", seconds=TEXTFILE_EVERY, id="textfile", next_run_time=datetime.now())
         observer = None if self.polling else watch(self.roots, self.note)
         self.scheduler.start()
         mode = "polling" if self.polling else "inotify + polling" if remote else "inotify"
@@ -249,6 +260,9 @@ class Daemon:
         with self.lock:
             self.state.close()
         self.dispatcher.state.close()
+        if self.metrics is not None:
+            self.metrics.write_textfile()  # the last counts, as the daemon stops
+            self.metrics.stop()
         if observer is not None:
             observer.join(timeout=5)
         return 0

@@ -49,6 +49,8 @@ class PassReport:
     spent its budget): the next pass should come at once. (A file whose read outlasted the budget is
     not among them: its read asks for the pass itself when it is done.)"""
     notices: list[Notice] = field(default_factory=list)
+    problems: int = 0
+    """Problems the readers met (each logged): the metrics count them."""
 
 
 def _holding_finite(values: np.ndarray, n: int) -> int:
@@ -178,6 +180,7 @@ class Follower:
             return False
         for p in res.problems:
             self.log(f"warning: {p}")
+        report.problems += len(res.problems)
         report.files += 1
         if res.cursor.offset - cursor.offset >= block:
             report.unfinished.append(path)

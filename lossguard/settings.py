@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -128,6 +129,35 @@ def where_in_file(path: Path, name: str) -> str:
     return f"{path}{f':{line}' if line else ''}: {f'{table}.' if table else ''}{key}"
 
 
+@dataclass(frozen=True)
+class Endpoint:
+    """Where `/metrics` is served."""
+
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+
+def parse_listen(text: str) -> Endpoint:
+    """`host:port`, `[v6]:port`, or a port alone, which listens on 127.0.0.1 only: metrics name the
+    runs, so they are offered to the network only when an address (0.0.0.0:9464) says so."""
+    text = text.strip()
+    host, sep, port = text.rpartition(":")
+    if not sep:
+        host, port = "127.0.0.1", text
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    elif ":" in host:
+        raise ValueError("an IPv6 address goes in brackets ([::1]:9464)")
+    if not host:
+        raise ValueError("no host before the port (127.0.0.1:9464; 0.0.0.0:9464 to listen on every address)")
+    if not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise ValueError("must be host:port with a port from 1 to 65535 (e.g. 127.0.0.1:9464)")
+    return Endpoint(host, int(port))
+
+
 PathList = Annotated[list[Path], NoDecode]
 """A list of paths that the environment may give as one path, as PATH does (a:b), or as JSON."""
 UrlList = Annotated[list[str], NoDecode]
@@ -190,6 +220,9 @@ class Settings(BaseSettings):
     stall_after: float = Field(default=30.0, allow_inf_nan=False, ge=0, le=DAY / 60 * 7, description="minutes without a new step before a run is reported stalled (0: never)")
     jsonl: Path | None = Field(default=None, description="also append every notification to this JSON-lines file")
     log_level: str = Field(default="info", pattern="^(debug|info|warning|error)$", description="daemon log level")
+    metrics_listen: str | None = Field(default=None, description="serve Prometheus metrics on http://HOST:PORT/metrics (a port alone: 127.0.0.1)")
+    metrics_textfile: Path | None = Field(default=None, description="write the metrics to this .prom file for node_exporter's textfile collector")
+    metrics_run_ttl: float = Field(default=DAY, allow_inf_nan=False, gt=0, le=DAY * 30, description="seconds after its last new step that a run's series are dropped from the metrics")
     slack_token: SecretStr | None = Field(default=None, description="Slack bot token (xoxb-...); better from a credential file")
     slack_channel: str | None = Field(default=None, description="channel for the bot token's messages")
     slack_webhook_url: SecretStr | None = Field(default=None, description="Slack incoming webhook URL, instead of a bot token")
@@ -221,6 +254,18 @@ class Settings(BaseSettings):
             except json.JSONDecodeError as exc:
                 raise ValueError(f"not a JSON list of paths: {exc.msg} at character {exc.pos}") from None
         return [part for part in text.split(os.pathsep) if part]
+
+    @field_validator("metrics_listen")
+    @classmethod
+    def _listen(cls, value: str | None) -> str | None:
+        return None if value is None or not value.strip() else str(parse_listen(value))
+
+    @field_validator("metrics_textfile")
+    @classmethod
+    def _textfile(cls, value: Path | None) -> Path | None:
+        if value is not None and value.suffix != ".prom":
+            raise ValueError("must end in .prom (node_exporter's textfile collector reads only those)")
+        return value
 
     @field_validator("slack_token")
     @classmethod

@@ -11,6 +11,7 @@ import fcntl
 import json
 import os
 import sqlite3
+import threading
 import time
 import uuid
 from collections import OrderedDict
@@ -590,6 +591,81 @@ class Transaction:
     def settle(self) -> None:
         """The first pass commits: from now on what the logs hold beyond their offsets is news."""
         self.db.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('settled', ?)", (repr(time.time()),))
+
+
+@dataclass(frozen=True)
+class Backlog:
+    """Undelivered outbox entries (permanent failures too: they wait for the operator)."""
+
+    pending: int
+    oldest_created: float | None
+
+
+class StateReader:
+    """The state read-only on a connection of its own, for what the metrics show at scrape time: in
+    WAL mode a reader never waits for a pass's writes nor holds them up, so a scrape cannot delay an
+    alert. Queries are serialised here (several scrapes may come at once)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        try:
+            self.db = sqlite3.connect(f"file:{quote(str(path))}?mode=ro", uri=True, check_same_thread=False, timeout=5)
+            self.db.execute("PRAGMA busy_timeout=5000")
+        except sqlite3.DatabaseError as exc:
+            raise StateError(f"{path}: cannot open the state file to read ({exc})") from None
+
+    def _all(self, query: str, args: Sequence[object] = ()) -> list[tuple]:
+        with self._lock:
+            try:
+                return self.db.execute(query, args).fetchall()
+            except sqlite3.DatabaseError as exc:
+                raise StateError(f"{self.path}: cannot read the state file ({exc})") from None
+
+    def data_version(self) -> int:
+        """Changes whenever another connection (a pass, the sender) commits: what to render anew."""
+        return self._all("PRAGMA data_version")[0][0]
+
+    def live_runs(self, *, since: float) -> list[RunRow]:
+        """Runs that logged a new step at or after `since` (older ones are left out: bounded)."""
+        rows = self._all("SELECT run, last_step, advanced_at, stalled FROM runs WHERE advanced_at >= ? ORDER BY run", (since,))
+        return [RunRow(r[0], r[1], r[2], bool(r[3])) for r in rows]
+
+    def latest_values(self, metrics: Sequence[str]) -> dict[tuple[str, str], float]:
+        """(run, metric) -> the last value its stream's tail holds: a packed tail ends with its last
+        value as 8 bytes (TAIL_FORMAT), so nothing is decoded but that. (A layout-1 JSON tail,
+        rewritten at the run's next pass, is skipped.)"""
+        marks = ",".join("?" * len(metrics))
+        rows = self._all(f"SELECT run, metric, substr(tail, -8) FROM streams WHERE metric IN ({marks}) AND typeof(tail)='blob' AND length(tail) >= 16", metrics)
+        return {(run, metric): float(np.frombuffer(last, TAIL_FORMAT[1])[0]) for run, metric, last in rows}
+
+    def open_incidents_by_severity(self) -> dict[tuple[str, str], int]:
+        rows = self._all("SELECT run, coalesce(json_extract(body, '$.severity'), ''), count(*) FROM incidents WHERE status='open' GROUP BY 1, 2")
+        return {(run, severity): n for run, severity, n in rows}
+
+    def incidents_by_rule(self) -> dict[tuple[str, str], int]:
+        """Incidents ever raised per run and rule (history found at the first start included)."""
+        return {(run, rule): n for run, rule, n in self._all("SELECT run, rule, count(*) FROM incidents GROUP BY run, rule")}
+
+    def backlog(self) -> Backlog:
+        n, oldest = self._all("SELECT count(*), min(created) FROM outbox WHERE sent_at IS NULL")[0]
+        return Backlog(n, oldest)
+
+    def files_followed(self) -> int:
+        return self._all("SELECT count(*) FROM files WHERE dead=0")[0][0]
+
+    def size_bytes(self) -> int:
+        """state.db and its write-ahead log: together, what the state takes on disk."""
+        total = 0
+        for name in (self.path.name, self.path.name + "-wal"):
+            try:
+                total += (self.path.parent / name).stat().st_size
+            except OSError:
+                pass
+        return total
+
+    def close(self) -> None:
+        self.db.close()
 
 
 def read_summary(path: Path) -> dict[str, list[dict[str, object]]]:

@@ -138,3 +138,14 @@ def test_a_sink_that_is_not_configured_any_more_fails_its_entries_permanently(st
     assert state.pending() == []
     error = state.db.execute("SELECT last_error, permanent FROM outbox").fetchone()
     assert error == ("sink 'slack' is not configured", 1)
+
+
+def test_every_post_is_told_to_the_metrics_with_its_sink_and_whether_it_was_accepted(slack, state):
+    clock = Clock()
+    told: list[tuple[str, bool]] = []
+    dispatcher = Dispatcher(state, {"slack": bot_sink(slack, min_interval=0)}, clock=clock, sleep=clock.sleep, wall=clock,
+                            on_delivery=lambda sink, ok: told.append((sink, ok)))
+    slack.queue = [Answer(), Answer(body={"ok": False, "error": "internal_error"})]
+    raise_(state, BASE, replace(BASE, step=900))
+    dispatcher.round()
+    assert told == [("slack", True), ("slack", False)]

@@ -127,10 +127,13 @@ class Dispatcher:
     def __init__(
         self, state: State, sinks: Mapping[str, Sink], *, clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep, wall: Callable[[], float] = time.time,
+        on_delivery: Callable[[str, bool], None] = lambda sink, ok: None,
     ) -> None:
         self.state = state
         self.sinks = dict(sinks)
         self.clock, self.sleep, self.wall = clock, sleep, wall
+        self.on_delivery = on_delivery
+        """Told of every post: its sink and whether it was accepted (the daemon's metrics count them)."""
         self._recent = {name: RecentRuns() for name in self.sinks}
         self._last_post: dict[tuple[str, str | None], float] = {}
 
@@ -166,6 +169,7 @@ class Dispatcher:
                 post = replace(post, thread=self.state.thread(post.entries[0].incident_id))
             self._pace(sink, post.channel)
             delivery = sink.send(post)
+            self.on_delivery(sink.name, delivery.ok)
             if not delivery.ok:
                 self._failed(sink, post.entries, delivery)
                 if not delivery.permanent:

@@ -1,0 +1,262 @@
+"""Prometheus metrics for `lossguard watch`: served on `/metrics` (`metrics_listen`) or written in
+node_exporter's textfile format (`metrics_textfile`). This module owns prometheus-client.
+
+What a run looks like (last step, last update, latest values, open incidents, spikes, stalled) is
+read from the state at scrape time, on a read-only connection of its own (`state.StateReader`): a
+scrape never takes the pass lock, and in WAL mode a reader neither waits for a pass's commit nor
+delays it, so scraping cannot make an alert late. The daemon's own health (passes, read problems,
+deliveries) is counted in memory as it happens. Runs that logged nothing for `run_ttl` seconds are
+left out, so the series stay bounded however many runs a box has seen. The runs' text is rendered
+again only when a pass has committed since (`Exposition`): prometheus-client formats ~7,000 samples
+for 1,000 runs in ~40 ms, too much to pay at every scrape of an idle box."""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import os
+import socket
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from wsgiref.simple_server import WSGIRequestHandler, make_server
+
+from prometheus_client import CONTENT_TYPE_PLAIN_0_0_4, CollectorRegistry, ProcessCollector, generate_latest
+from prometheus_client.exposition import ThreadingWSGIServer
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, InfoMetricFamily
+from prometheus_client.registry import Collector
+
+from . import __version__
+from .errors import LossguardError
+from .settings import Endpoint
+from .state import StateReader
+
+log = logging.getLogger("lossguard")
+
+VALUES = {"loss": "loss", "lr": "learning_rate", "grad_norm": "grad_norm", "loss_scale": "loss_scale"}
+"""The canonical metrics shown per run, and the name each has in Prometheus."""
+PASS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+"""A quiet pass takes a few ms, a busy one ~20 ms, 100 busy runs ~1 s, a long history tens of s."""
+DAY = 86400.0
+TEXTFILE_EVERY = 15.0
+"""Seconds between two writes of the textfile: node_exporter's usual scrape interval."""
+
+
+class MetricsError(LossguardError):
+    """The metrics cannot be served or written where the settings say (port taken, no such folder)."""
+
+
+class Health:
+    """The daemon's own counts, updated by the pass and delivery threads as things happen."""
+
+    def __init__(self, sinks: Sequence[str]) -> None:
+        self._lock = threading.Lock()
+        self.passes = 0
+        self.pass_seconds = 0.0
+        self.buckets = [0] * (len(PASS_BUCKETS) + 1)
+        self.problems = 0
+        self.delivered: Counter[str] = Counter({s: 0 for s in sinks})
+        self.failed: Counter[str] = Counter({s: 0 for s in sinks})
+
+    def passed(self, seconds: float, *, problems: int = 0) -> None:
+        with self._lock:
+            self.passes += 1
+            self.pass_seconds += seconds
+            self.buckets[bisect.bisect_left(PASS_BUCKETS, seconds)] += 1
+            self.problems += problems
+
+    def delivery(self, sink: str, ok: bool) -> None:
+        """One post to `sink`: accepted, or failed (retried later or waiting for the operator)."""
+        with self._lock:
+            (self.delivered if ok else self.failed)[sink] += 1
+
+    def copy(self) -> tuple[int, float, list[int], int, dict[str, int], dict[str, int]]:
+        with self._lock:
+            return self.passes, self.pass_seconds, list(self.buckets), self.problems, dict(self.delivered), dict(self.failed)
+
+
+class DaemonCollector(Collector):
+    """The daemon's health: counted in memory, plus a few cheap reads (files, outbox, size)."""
+
+    def __init__(self, reader: StateReader, health: Health, *, clock: Callable[[], float] = time.time) -> None:
+        self.reader, self.health, self.clock = reader, health, clock
+
+    def collect(self) -> Iterator:
+        passes, seconds, buckets, problems, delivered, failed = self.health.copy()
+        info = InfoMetricFamily("lossguard_build", "lossguard's version.", labels=["version"])
+        info.add_metric([__version__], {})
+        yield info
+        yield CounterMetricFamily("lossguard_passes", "Passes over the followed files.", value=passes)
+        cumulative, running = [], 0
+        for bound, n in zip([*map(str, PASS_BUCKETS), "+Inf"], buckets):
+            running += n
+            cumulative.append((bound, running))
+        yield HistogramMetricFamily("lossguard_pass_duration_seconds", "Wall time of a pass.", buckets=cumulative, sum_value=seconds)
+        yield CounterMetricFamily("lossguard_read_problems", "Problems met reading logs (unreadable bytes, a file gone mid-read...).", value=problems)
+        ok = CounterMetricFamily("lossguard_deliveries", "Posts a sink accepted.", labels=["sink"])
+        bad = CounterMetricFamily("lossguard_delivery_failures", "Posts a sink refused or could not be reached for.", labels=["sink"])
+        for sink in sorted(delivered):
+            ok.add_metric([sink], delivered[sink])
+        for sink in sorted(failed):
+            bad.add_metric([sink], failed[sink])
+        yield ok
+        yield bad
+        try:
+            r = self.reader
+            yield GaugeMetricFamily("lossguard_files_followed", "Log files followed (a file its reader gave up on is not).", value=r.files_followed())
+            backlog = r.backlog()
+            yield GaugeMetricFamily("lossguard_outbox_pending", "Notifications not delivered yet (failed permanently included).", value=backlog.pending)
+            age = 0.0 if backlog.oldest_created is None else max(0.0, self.clock() - backlog.oldest_created)
+            yield GaugeMetricFamily("lossguard_outbox_oldest_pending_age_seconds", "Age of the oldest undelivered notification (0: none).", value=age)
+            yield GaugeMetricFamily("lossguard_state_size_bytes", "state.db and its write-ahead log on disk.", value=r.size_bytes())
+        except LossguardError as exc:  # a state briefly unreadable costs these series, not the scrape
+            log.warning("metrics: %s", exc)
+
+
+class RunCollector(Collector):
+    """Each run's series, labelled run and host. Only runs with a new step within `run_ttl` are
+    shown; `expires` says when the oldest of them leaves (the exposition is cached until then, or
+    until a pass commits)."""
+
+    def __init__(self, reader: StateReader, *, run_ttl: float = DAY, host: str | None = None, clock: Callable[[], float] = time.time) -> None:
+        self.reader = reader
+        self.run_ttl = run_ttl
+        self.host = host or socket.gethostname()
+        self.clock = clock
+        self.expires = float("inf")
+
+    def collect(self) -> Iterator:
+        try:
+            families = self._families()
+        except LossguardError as exc:
+            log.warning("metrics: %s", exc)
+            self.expires = 0.0
+            return
+        yield from families
+
+    def _families(self) -> list:
+        r = self.reader
+        runs = r.live_runs(since=self.clock() - self.run_ttl)
+        self.expires = min((row.advanced_at for row in runs), default=float("inf")) + self.run_ttl
+        live = {row.run for row in runs}
+        labels = ["run", "host"]
+        step = GaugeMetricFamily("lossguard_run_last_step", "The last step the run logged.", labels=labels)
+        update = GaugeMetricFamily("lossguard_run_last_update_timestamp_seconds", "When the run last logged a new step (unix time).", labels=labels)
+        stalled = GaugeMetricFamily("lossguard_run_stalled", "1 when the run was reported stalled (no new step for stall_after).", labels=labels)
+        for row in runs:
+            key = [row.run, self.host]
+            if row.last_step is not None:
+                step.add_metric(key, row.last_step)
+            update.add_metric(key, row.advanced_at)
+            stalled.add_metric(key, float(row.stalled))
+        values = {m: GaugeMetricFamily(f"lossguard_run_{name}", f"The run's latest {name.replace('_', ' ')}.", labels=labels) for m, name in VALUES.items()}
+        for (run, metric), value in sorted(r.latest_values(list(VALUES)).items()):
+            if run in live:
+                values[metric].add_metric([run, self.host], value)
+        open_ = GaugeMetricFamily("lossguard_run_open_incidents", "Incidents still open, by severity.", labels=[*labels, "severity"])
+        for (run, severity), n in sorted(r.open_incidents_by_severity().items()):
+            if run in live:
+                open_.add_metric([run, self.host, severity], n)
+        spikes = CounterMetricFamily("lossguard_run_spikes", "Incidents (spikes) raised, by rule.", labels=[*labels, "rule"])
+        for (run, rule), n in sorted(r.incidents_by_rule().items()):
+            if run in live:
+                spikes.add_metric([run, self.host, rule], n)
+        return [step, update, stalled, *values.values(), open_, spikes]
+
+
+class Exposition:
+    """The text a scrape gets. The runs' part is most of it (7 series a run) and changes only when
+    a pass commits: it is rendered again only then (SQLite's data_version says so) or when a run's
+    ttl runs out, so an idle box with 1,000 runs pays for rendering once, not at every scrape. The
+    daemon's part is small and rendered every time."""
+
+    def __init__(self, reader: StateReader, health: Health, *, run_ttl: float = DAY, host: str | None = None, clock: Callable[[], float] = time.time) -> None:
+        self.reader, self.clock = reader, clock
+        self.runs = RunCollector(reader, run_ttl=run_ttl, host=host, clock=clock)
+        self._runs = CollectorRegistry(auto_describe=False)
+        self._runs.register(self.runs)
+        self._daemon = CollectorRegistry(auto_describe=False)
+        self._daemon.register(DaemonCollector(reader, health, clock=clock))
+        self._process = CollectorRegistry(auto_describe=False)
+        ProcessCollector(registry=self._process)
+        self._lock = threading.Lock()
+        self._cached: tuple[int, bytes] | None = None
+
+    def render(self, *, process: bool = True) -> bytes:
+        """`process`: with the process_* series (not in node_exporter's textfile: it has its own)."""
+        with self._lock:
+            try:
+                version = self.reader.data_version()
+            except LossguardError:
+                version = -1
+            if self._cached is None or self._cached[0] != version or version < 0 or self.clock() >= self.runs.expires:
+                self._cached = (version, generate_latest(self._runs))
+            runs = self._cached[1]
+        return runs + generate_latest(self._daemon) + (generate_latest(self._process) if process else b"")
+
+
+class Metrics:
+    """The daemon's metrics: count with `health`, then `start` serving and/or writing them."""
+
+    def __init__(self, state_path: Path, *, sinks: Sequence[str], listen: Endpoint | None = None, textfile: Path | None = None, run_ttl: float = DAY) -> None:
+        self.listen, self.textfile = listen, textfile
+        self.health = Health(sinks)
+        self.reader = StateReader(state_path)
+        self.exposition = Exposition(self.reader, self.health, run_ttl=run_ttl)
+        self._server = None
+        self._textfile_failed = False
+
+    def start(self) -> None:
+        """Listen now, so a port already taken stops the daemon at start with one line."""
+        if self.textfile is not None and not self.textfile.parent.is_dir():
+            raise MetricsError(f"metrics_textfile: {self.textfile.parent}: no such folder")
+        if self.listen is None:
+            return
+        family = socket.AF_INET6 if ":" in self.listen.host else socket.AF_INET
+        server_class = type("Server", (ThreadingWSGIServer,), {"address_family": family})
+        try:
+            self._server = make_server(self.listen.host, self.listen.port, self._app, server_class, handler_class=_Quiet)
+        except OSError as exc:
+            raise MetricsError(f"metrics_listen: {self.listen}: cannot listen: {exc.strerror or exc}") from None
+        threading.Thread(target=self._server.serve_forever, name="metrics", daemon=True).start()
+        log.info("serving metrics on http://%s/metrics", self.listen)
+
+    def _app(self, environ: dict, start_response: Callable) -> list[bytes]:
+        if environ.get("PATH_INFO", "/") not in ("/", "/metrics"):
+            start_response("404 Not Found", [("Content-Type", "text/plain")])
+            return [b"not found: try /metrics\n"]
+        body = self.exposition.render()
+        start_response("200 OK", [("Content-Type", CONTENT_TYPE_PLAIN_0_0_4), ("Content-Length", str(len(body)))])
+        return [] if environ.get("REQUEST_METHOD") == "HEAD" else [body]
+
+    def write_textfile(self) -> None:
+        """Written whole to a temporary file beside it, then renamed over the old one: node_exporter
+        never reads half a file. A failure is logged once until a write succeeds again."""
+        if self.textfile is None:
+            return
+        tmp = self.textfile.with_name(f".{self.textfile.name}.{os.getpid()}.tmp")  # (not *.prom: never read by node_exporter)
+        try:
+            tmp.write_bytes(self.exposition.render(process=False))
+            os.replace(tmp, self.textfile)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            if not self._textfile_failed:
+                log.warning("metrics: cannot write %s: %s", self.textfile, exc.strerror or exc)
+            self._textfile_failed = True
+        else:
+            self._textfile_failed = False
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+        self.reader.close()
+
+
+class _Quiet(WSGIRequestHandler):
+    """No line on stderr per scrape."""
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the base class's name
+        pass

@@ -1,0 +1,248 @@
+"""The daemon's Prometheus metrics in-process: what a scrape shows for real runs followed by a real
+Follower over a real SQLite state, parsed back with prometheus-client's own parser; the settings
+that turn them on; the textfile for node_exporter. The real daemon scraped by the real Prometheus is
+tests/test_prometheus.py."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from lossguard.errors import ConfigError
+from lossguard.follow import Follower
+from lossguard.metrics import Exposition, Health, Metrics, MetricsError
+from lossguard.rules import default_rules
+from lossguard.settings import Endpoint, load_settings, parse_listen
+from lossguard.state import State, StateReader, Tail
+
+from .test_watch import _calm, _line
+
+DAY = 86400.0
+
+
+def samples(registry_or_text: str) -> dict[tuple[str, tuple], float]:
+    """Every sample of a scrape as {(name, sorted labels): value}, read by prometheus-client's parser."""
+    text = registry_or_text
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text) for s in family.samples
+    }
+
+
+def scrape(state: State, *, now: float, ttl: float = DAY, health: Health | None = None) -> dict:
+    reader = StateReader(state.path)
+    try:
+        return samples(Exposition(reader, health or Health(["jsonl"]), run_ttl=ttl, host="box1", clock=lambda: now).render().decode())
+    finally:
+        reader.close()
+
+
+def run_labels(run: str, **more: str) -> tuple:
+    return tuple(sorted({"run": run, "host": "box1", **more}.items()))
+
+
+def test_a_scrape_shows_each_runs_step_update_latest_values_open_incidents_and_spikes(tmp_path):
+    root = tmp_path / "runs"
+    for run in ("a", "b"):
+        (root / run).mkdir(parents=True)
+        (root / run / "metrics.jsonl").write_text(_calm(range(1, 30)))
+    state = State(tmp_path / "state")
+    follower = Follower([root], rules=default_rules(), state=state, log=lambda _: None)
+    follower.run_pass(1000.0)  # history
+    with open(root / "a" / "metrics.jsonl", "a") as fh:
+        fh.write(_line(30, 9.0, gn=2.5))  # a spike, still open
+    follower.run_pass(1010.0)
+    got = scrape(state, now=1020.0)
+    assert got[("lossguard_run_last_step", run_labels("a"))] == 30
+    assert got[("lossguard_run_last_step", run_labels("b"))] == 29
+    assert got[("lossguard_run_last_update_timestamp_seconds", run_labels("a"))] == 1010.0
+    assert got[("lossguard_run_last_update_timestamp_seconds", run_labels("b"))] == 1000.0
+    assert got[("lossguard_run_loss", run_labels("a"))] == 9.0
+    assert got[("lossguard_run_grad_norm", run_labels("a"))] == 2.5
+    assert got[("lossguard_run_learning_rate", run_labels("b"))] == 1e-4
+    assert got[("lossguard_run_open_incidents", run_labels("a", severity="warning"))] == 1
+    assert got[("lossguard_run_spikes_total", run_labels("a", rule="loss-spike"))] == 1
+    assert got[("lossguard_run_stalled", run_labels("a"))] == 0
+    assert not any(name == "lossguard_run_spikes_total" and dict(labels)["run"] == "b" for name, labels in got)
+    assert got[("lossguard_files_followed", ())] == 2
+    assert got[("lossguard_outbox_pending", ())] == 1  # the spike's notification, not delivered here
+    assert got[("lossguard_outbox_oldest_pending_age_seconds", ())] == 10.0
+    assert got[("lossguard_state_size_bytes", ())] > 0
+    assert got[("lossguard_build_info", (("version", "0.1.0"),))] == 1
+    state.close()
+
+
+def test_the_daemon_health_counts_passes_in_buckets_read_problems_and_deliveries_per_sink(tmp_path):
+    state = State(tmp_path / "state")
+    health = Health(["slack", "jsonl"])
+    for seconds in (0.002, 0.02, 3.0):
+        health.passed(seconds, problems=1)
+    health.delivery("slack", False)
+    health.delivery("slack", False)
+    health.delivery("jsonl", True)
+    got = scrape(state, now=0.0, health=health)
+    assert got[("lossguard_passes_total", ())] == 3
+    assert got[("lossguard_pass_duration_seconds_bucket", (("le", "0.005"),))] == 1
+    assert got[("lossguard_pass_duration_seconds_bucket", (("le", "0.025"),))] == 2
+    assert got[("lossguard_pass_duration_seconds_bucket", (("le", "+Inf"),))] == 3
+    assert got[("lossguard_pass_duration_seconds_sum", ())] == pytest.approx(3.022)
+    assert got[("lossguard_read_problems_total", ())] == 3
+    assert got[("lossguard_delivery_failures_total", (("sink", "slack"),))] == 2
+    assert got[("lossguard_deliveries_total", (("sink", "slack"),))] == 0  # present from the start: rules compare both
+    assert got[("lossguard_deliveries_total", (("sink", "jsonl"),))] == 1
+    state.close()
+
+
+def test_runs_silent_for_the_ttl_are_dropped_so_1000_runs_stay_at_7_series_each(tmp_path):
+    state = State(tmp_path / "state")
+    now = 10 * DAY
+    steps = np.arange(1, 51, dtype=np.int64)
+    with state.transaction() as tx:
+        for i in range(1500):
+            run = f"run-{i:04d}"
+            tx.advance_run(run, 50, now=now - 60 if i < 1000 else now - 2 * DAY)  # the last 500: silent two days
+            for metric in ("loss", "lr", "grad_norm", "loss_scale"):
+                tx.put_tail(run, metric, Tail(steps, np.full(50, 2.0), 50))
+    started = time.perf_counter()
+    got = scrape(state, now=now)
+    took = time.perf_counter() - started
+    runs = {dict(labels)["run"] for name, labels in got if dict(labels).get("run")}
+    per_run = sum(1 for name, labels in got if dict(labels).get("run"))
+    assert runs == {f"run-{i:04d}" for i in range(1000)}
+    assert per_run == 1000 * 7  # last step, last update, stalled, loss, lr, grad norm, loss scale
+    assert took < 1.0, f"a scrape of 1,000 runs took {took:.2f} s"
+    state.close()
+
+
+def test_the_runs_text_is_rendered_again_only_after_a_commit_or_when_a_run_leaves_the_ttl(tmp_path):
+    state = State(tmp_path / "state")
+    with state.transaction() as tx:
+        tx.advance_run("a", 1, now=1000.0)
+        tx.advance_run("b", 1, now=1500.0)
+    reader = StateReader(state.path)
+    clock = [1600.0]
+    exposition = Exposition(reader, Health([]), run_ttl=1000.0, host="box1", clock=lambda: clock[0])
+    exposition.render()
+    kept = exposition._cached[1]
+    exposition.render()
+    assert exposition._cached[1] is kept  # nothing committed: not rendered again
+    with state.transaction() as tx:
+        tx.advance_run("a", 2, now=1700.0)
+    assert samples(exposition.render().decode())[("lossguard_run_last_step", run_labels("a"))] == 2
+    assert exposition._cached[1] is not kept
+    clock[0] = 2600.0  # b's last step is 1,100 s old now: b leaves though nothing was committed
+    got = samples(exposition.render().decode())
+    assert ("lossguard_run_last_step", run_labels("b")) not in got and ("lossguard_run_last_step", run_labels("a")) in got
+    reader.close()
+    state.close()
+
+
+def test_a_scrape_reading_the_state_never_holds_up_a_pass(tmp_path):
+    """WAL: a scrape in the middle of its reads (its snapshot open) while a pass commits."""
+    root = tmp_path / "runs"
+    (root / "exp").mkdir(parents=True)
+    log = root / "exp" / "metrics.jsonl"
+    log.write_text(_calm(range(1, 30)))
+    state = State(tmp_path / "state")
+    follower = Follower([root], rules=default_rules(), state=state, log=lambda _: None)
+    follower.run_pass(1.0)
+    reader = StateReader(state.path)
+    with reader._lock:  # a scrape mid-way: its read transaction holds a snapshot
+        reader.db.execute("BEGIN")
+        reader.db.execute("SELECT count(*) FROM runs").fetchone()
+        with open(log, "a") as fh:
+            fh.write(_line(30, 9.0))
+        done = threading.Event()
+        worker = threading.Thread(target=lambda: (follower.run_pass(2.0), done.set()))
+        worker.start()
+        assert done.wait(5.0), "the pass waited for the scrape"
+        reader.db.execute("COMMIT")
+    worker.join()
+    assert state.run("exp").last_step == 30
+    reader.close()
+    state.close()
+
+
+def test_the_textfile_is_replaced_whole_and_holds_no_process_metrics(tmp_path):
+    state = State(tmp_path / "state")
+    with state.transaction() as tx:
+        tx.advance_run("exp", 7, now=time.time())
+    metrics = Metrics(state.path, sinks=["jsonl"], textfile=tmp_path / "lossguard.prom")
+    metrics.start()
+    metrics.write_textfile()
+    metrics.write_textfile()
+    text = (tmp_path / "lossguard.prom").read_text()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["lossguard.prom", "state"]  # no temp file left
+    got = samples(text)
+    assert any(name == "lossguard_run_last_step" for name, _ in got)
+    assert not any(name.startswith("process_") for name, _ in got)  # node_exporter has its own
+    metrics.stop()
+    state.close()
+
+
+def test_a_textfile_folder_that_does_not_exist_stops_the_start_and_a_failing_write_is_said_once(tmp_path, caplog):
+    state = State(tmp_path / "state")
+    with pytest.raises(MetricsError, match=r"^metrics_textfile: .*/nowhere: no such folder$"):
+        Metrics(state.path, sinks=[], textfile=tmp_path / "nowhere" / "lossguard.prom").start()
+    blocked = tmp_path / "lossguard.prom"
+    blocked.mkdir()  # (a folder in its place: the rename fails, even for root)
+    metrics = Metrics(state.path, sinks=[], textfile=blocked)
+    metrics.start()
+    for _ in range(3):
+        metrics.write_textfile()
+    said = [r for r in caplog.records if "cannot write" in r.getMessage()]
+    assert len(said) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["lossguard.prom", "state"]  # its temp file removed
+    metrics.stop()
+    state.close()
+
+
+@pytest.mark.parametrize(
+    ("text", "endpoint"),
+    [
+        pytest.param("9464", Endpoint("127.0.0.1", 9464), id="a port alone: localhost only"),
+        pytest.param("0.0.0.0:9464", Endpoint("0.0.0.0", 9464), id="every address, when written"),
+        pytest.param("[::1]:9464", Endpoint("::1", 9464), id="IPv6 in brackets"),
+        pytest.param("box1.lan:80", Endpoint("box1.lan", 80), id="a host name"),
+    ],
+)
+def test_metrics_listen_takes_host_port_and_a_bare_port_means_localhost(text, endpoint):
+    assert parse_listen(text) == endpoint
+
+
+def test_metrics_are_off_unless_asked_for(monkeypatch):
+    for name in ("LOSSGUARD_METRICS_LISTEN", "LOSSGUARD_METRICS_TEXTFILE", "LOSSGUARD_METRICS_RUN_TTL"):
+        monkeypatch.delenv(name, raising=False)
+    settings = load_settings()
+    assert (settings.metrics_listen, settings.metrics_textfile, settings.metrics_run_ttl) == (None, None, DAY)
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "says"),
+    [
+        pytest.param("LOSSGUARD_METRICS_LISTEN", "127.0.0.1:99999", "port from 1 to 65535", id="port out of range"),
+        pytest.param("LOSSGUARD_METRICS_LISTEN", "127.0.0.1:", "port from 1 to 65535", id="no port"),
+        pytest.param("LOSSGUARD_METRICS_LISTEN", ":9464", "no host before the port", id="no host"),
+        pytest.param("LOSSGUARD_METRICS_LISTEN", "::1:9464", "IPv6 address goes in brackets", id="IPv6 without brackets"),
+        pytest.param("LOSSGUARD_METRICS_TEXTFILE", "/var/lib/node/lossguard.txt", "must end in .prom", id="not .prom"),
+        pytest.param("LOSSGUARD_METRICS_RUN_TTL", "0", "greater than 0", id="ttl zero"),
+        pytest.param("LOSSGUARD_METRICS_RUN_TTL", "inf", "finite number", id="ttl infinite"),
+    ],
+)
+def test_a_bad_metrics_setting_is_one_line_naming_it(monkeypatch, variable, value, says):
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(ConfigError) as err:
+        load_settings()
+    message = str(err.value)
+    assert "\n" not in message and f"{variable}: " in message and says in message, message
+
+
+def test_a_bad_metrics_setting_in_the_config_file_names_its_line(tmp_path):
+    config = tmp_path / "lossguard.toml"
+    config.write_text('log_level = "info"\nmetrics_listen = "localhost:http"\n')
+    with pytest.raises(ConfigError, match=r"lossguard.toml:2: metrics_listen: must be host:port"):
+        load_settings(config)
