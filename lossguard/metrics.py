@@ -19,7 +19,8 @@ import socket
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
@@ -27,6 +28,7 @@ from prometheus_client import CONTENT_TYPE_PLAIN_0_0_4, CollectorRegistry, Proce
 from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, InfoMetricFamily
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 from . import __version__
 from .errors import LossguardError
@@ -128,42 +130,89 @@ class RunCollector(Collector):
         self.expires = float("inf")
 
     def collect(self) -> Iterator:
+        """As prometheus-client's families (for a registry); `rows` is what a scrape renders."""
+        for fam in self.rows():
+            cls = CounterMetricFamily if fam.type == "counter" else GaugeMetricFamily
+            out = cls(fam.name, fam.doc, labels=list(fam.labels))
+            for values, value in fam.samples:
+                out.add_metric(list(values), value)
+            yield out
+
+    def rows(self) -> list[Family]:
         try:
-            families = self._families()
+            return self._families()
         except LossguardError as exc:
             log.warning("metrics: %s", exc)
             self.expires = 0.0
-            return
-        yield from families
+            return []
 
-    def _families(self) -> list:
+    def _families(self) -> list[Family]:
         r = self.reader
         runs = r.live_runs(since=self.clock() - self.run_ttl)
         self.expires = min((row.advanced_at for row in runs), default=float("inf")) + self.run_ttl
         live = {row.run for row in runs}
-        labels = ["run", "host"]
-        step = GaugeMetricFamily("lossguard_run_last_step", "The last step the run logged.", labels=labels)
-        update = GaugeMetricFamily("lossguard_run_last_update_timestamp_seconds", "When the run last logged a new step (unix time).", labels=labels)
-        stalled = GaugeMetricFamily("lossguard_run_stalled", "1 when the run was reported stalled (no new step for stall_after).", labels=labels)
+        host = self.host
+        labels = ("run", "host")
+        step = Family("lossguard_run_last_step", "The last step the run logged.", "gauge", labels)
+        update = Family("lossguard_run_last_update_timestamp_seconds", "When the run last logged a new step (unix time).", "gauge", labels)
+        stalled = Family("lossguard_run_stalled", "1 when the run was reported stalled (no new step for stall_after).", "gauge", labels)
         for row in runs:
-            key = [row.run, self.host]
+            key = (row.run, host)
             if row.last_step is not None:
-                step.add_metric(key, row.last_step)
-            update.add_metric(key, row.advanced_at)
-            stalled.add_metric(key, float(row.stalled))
-        values = {m: GaugeMetricFamily(f"lossguard_run_{name}", f"The run's latest {name.replace('_', ' ')}.", labels=labels) for m, name in VALUES.items()}
+                step.samples.append((key, row.last_step))
+            update.samples.append((key, row.advanced_at))
+            stalled.samples.append((key, float(row.stalled)))
+        values = {m: Family(f"lossguard_run_{name}", f"The run's latest {name.replace('_', ' ')}.", "gauge", labels) for m, name in VALUES.items()}
         for (run, metric), value in sorted(r.latest_values(list(VALUES)).items()):
             if run in live:
-                values[metric].add_metric([run, self.host], value)
-        open_ = GaugeMetricFamily("lossguard_run_open_incidents", "Incidents still open, by severity.", labels=[*labels, "severity"])
+                values[metric].samples.append(((run, host), value))
+        open_ = Family("lossguard_run_open_incidents", "Incidents still open, by severity.", "gauge", (*labels, "severity"))
         for (run, severity), n in sorted(r.open_incidents_by_severity().items()):
             if run in live:
-                open_.add_metric([run, self.host, severity], n)
-        spikes = CounterMetricFamily("lossguard_run_spikes", "Incidents (spikes) raised, by rule.", labels=[*labels, "rule"])
+                open_.samples.append(((run, host, severity), n))
+        spikes = Family("lossguard_run_spikes", "Incidents (spikes) raised, by rule.", "counter", (*labels, "rule"))
         for (run, rule), n in sorted(r.incidents_by_rule().items()):
             if run in live:
-                spikes.add_metric([run, self.host, rule], n)
+                spikes.samples.append(((run, host, rule), n))
         return [step, update, stalled, *values.values(), open_, spikes]
+
+
+@dataclass
+class Family:
+    """A metric family as plain data: what the runs' part of a scrape is rendered from directly
+    (prometheus-client's families cost more to build than the text does to write)."""
+
+    name: str
+    doc: str
+    type: str
+    labels: tuple[str, ...]
+    samples: list[tuple[tuple[str, ...], float]] = field(default_factory=list)
+
+
+def _label_value(v: str) -> str:
+    if "\\" not in v and "\n" not in v and '"' not in v:
+        return v
+    return v.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def text_format(families: Iterable[Family]) -> bytes:
+    """The Prometheus text format of gauge and counter families, as prometheus-client's
+    generate_latest writes it (a test holds them byte-identical), at a fraction of its cost: 7,000
+    run samples took it 50 ms, on every scrape after a pass committed on a busy box."""
+    out: list[str] = []
+    memo: dict[tuple, str] = {}  # a run's label set repeats in each of its families: escaped once
+    for family in families:
+        name = family.name + ("_total" if family.type == "counter" else "")
+        doc = family.doc.replace("\\", "\\\\").replace("\n", "\\n")
+        out.append(f"# HELP {name} {doc}\n# TYPE {name} {family.type}\n")
+        order = sorted(range(len(family.labels)), key=lambda k: family.labels[k])  # names sorted, as generate_latest does
+        for values, value in family.samples:
+            key = (family.labels, values)
+            inner = memo.get(key)
+            if inner is None:
+                inner = memo[key] = "{" + ",".join(f'{family.labels[k]}="{_label_value(values[k])}"' for k in order) + "}" if order else ""
+            out.append(f"{name}{inner} {floatToGoString(value)}\n")
+    return "".join(out).encode()
 
 
 class Exposition:
@@ -192,7 +241,7 @@ class Exposition:
             except LossguardError:
                 version = -1
             if self._cached is None or self._cached[0] != version or version < 0 or self.clock() >= self.runs.expires:
-                self._cached = (version, generate_latest(self._runs))
+                self._cached = (version, text_format(self.runs.rows()))
             runs = self._cached[1]
         return runs + generate_latest(self._daemon) + (generate_latest(self._process) if process else b"")
 

@@ -246,3 +246,37 @@ def test_a_bad_metrics_setting_in_the_config_file_names_its_line(tmp_path):
     config.write_text('log_level = "info"\nmetrics_listen = "localhost:http"\n')
     with pytest.raises(ConfigError, match=r"lossguard.toml:2: metrics_listen: must be host:port"):
         load_settings(config)
+
+
+def test_the_runs_text_is_what_prometheus_clients_generate_latest_writes(tmp_path):
+    """The runs' part of a scrape is written directly (at a fraction of generate_latest's cost):
+    byte for byte what prometheus-client would write, names needing escapes included."""
+    import time as _time
+
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from lossguard.follow import Follower
+    from lossguard.metrics import Exposition, Health, text_format
+    from lossguard.rules import default_rules
+    from lossguard.state import State, StateReader
+
+    from .test_watch import _calm, _line
+
+    for name in ("plain", 'we"ird\\name\nx', "spiky"):
+        log = tmp_path / "runs" / name / "metrics.jsonl"
+        log.parent.mkdir(parents=True)
+        log.write_text(_calm(range(1, 30)))
+    state = State(tmp_path / "state")
+    follower = Follower([tmp_path / "runs"], rules=default_rules(), state=state, log=lambda _: None)
+    now = _time.time()
+    follower.run_pass(now)
+    with open(tmp_path / "runs" / "spiky" / "metrics.jsonl", "a") as fh:
+        fh.write(_line(30, 9.0))
+    follower.run_pass(now + 1)
+    state.close()
+    exposition = Exposition(StateReader(tmp_path / "state" / "state.db"), Health(["console"]))
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(exposition.runs)
+    expected = generate_latest(registry)
+    assert b'run="we\\"ird\\\\name\\nx"' in expected and b"lossguard_run_spikes_total" in expected
+    assert text_format(exposition.runs.rows()) == expected

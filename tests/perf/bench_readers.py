@@ -92,8 +92,8 @@ def text_file(kind: str, megabytes: int) -> Path:
                         f" grad norm: {gn:.3f} | num zeros: 0.0 | number of skipped iterations:   0 | number of nan iterations:   0 |\n"
                     )
                 elif kind == "hf_console":
-                    if step % 10 == 0:
-                        lines.append(f" {step // 10}%|███     | {step}/5000000 [00:10<01:30,  3.00it/s]\r")
+                    # tqdm redraws the bar as each step ends: the dict logged at a step follows it.
+                    lines.append(f" {step // 50000}%|███     | {step + 1}/5000000 [00:10<01:30,  3.00it/s]\r")
                     lines.append(f"{{'loss': {loss:.4f}, 'grad_norm': {gn:.4f}, 'learning_rate': {lr:.6e}, 'epoch': {step / 1e5:.2f}}}\n")
                 else:
                     lines.append(f"step {step:6d} | loss: {loss:.6f} | lr {lr:.4e} | norm: {gn:.4f} | dt: 351.23ms | tok/sec: 1493812.55\n")
