@@ -38,6 +38,10 @@ CREATE TABLE IF NOT EXISTS streams (
     run TEXT NOT NULL, metric TEXT NOT NULL, tail BLOB NOT NULL, seen INTEGER NOT NULL,
     PRIMARY KEY (run, metric)
 );
+CREATE TABLE IF NOT EXISTS latest (
+    run TEXT NOT NULL, metric TEXT NOT NULL, value BLOB NOT NULL,
+    PRIMARY KEY (run, metric)
+);
 CREATE TABLE IF NOT EXISTS runs (
     run TEXT PRIMARY KEY, last_step INTEGER, advanced_at REAL, stalled INTEGER NOT NULL DEFAULT 0
 );
@@ -56,7 +60,7 @@ CREATE TABLE IF NOT EXISTS outbox (
 """
 
 
-VERSION = 5
+VERSION = 6
 """The layout of state.db, kept in SQLite's user_version. A later layout adds a step to MIGRATIONS
 (the statements that take version N - 1 to N), run in one transaction when an older file is opened.
 Version 0 is a file from before versions were kept: its layout is version 1's. Version 2 writes
@@ -66,7 +70,9 @@ the JSON), and stores incidents and notices losslessly (model.Incident.to_json);
 still read. Version 4 links an incident to the one it escalates (`parent`: a loss spike following a
 grad-norm spike), whose alert thread it shares. Version 5 keeps when an incident was raised
 (`opened_at`: Alertmanager's startsAt, which every re-send must repeat); older incidents take the
-time of their first outbox entry. An older lossguard refuses a newer file rather than misread it."""
+time of their first outbox entry. Version 6 keeps each stream's latest value in a small table of
+its own (`latest`), so a metrics scrape does not read every tail. An older lossguard refuses a
+newer file rather than misread it."""
 MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: (),
     2: (),
@@ -81,6 +87,7 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "ALTER TABLE incidents ADD COLUMN opened_at REAL",
         "UPDATE incidents SET opened_at = coalesce((SELECT min(created) FROM outbox WHERE incident_id = incidents.id), notified_at) WHERE opened_at IS NULL",
     ),
+    6: (),  # the `latest` table (SCHEMA creates it); filled as passes write tails
 }
 """(An ADD COLUMN whose column exists is skipped: the step may meet a file that already has it.)"""
 TAIL_FORMAT = ("<i8", "<f8")
@@ -554,6 +561,8 @@ class Transaction:
         # Packed, not JSON: the daemon writes every busy stream's tail (up to 400 points) each pass.
         packed = np.ascontiguousarray(tail.steps, TAIL_FORMAT[0]).tobytes() + np.ascontiguousarray(tail.values, TAIL_FORMAT[1]).tobytes()
         self.db.execute("INSERT OR REPLACE INTO streams (run, metric, tail, seen) VALUES (?,?,?,?)", (run, key, packed, tail.seen))
+        if tail.values.size:  # the latest value on its own: a scrape reads it without the tail
+            self.db.execute("INSERT OR REPLACE INTO latest (run, metric, value) VALUES (?,?,?)", (run, key, packed[-8:]))
         self.tails[(run, key)] = tail
 
     def add_incident(self, incident: Incident, *, source: str, quiet: bool, now: float, parent: int | None = None) -> int:
@@ -633,13 +642,18 @@ class StateReader:
         return [RunRow(r[0], r[1], r[2], bool(r[3])) for r in rows]
 
     def latest_values(self, metrics: Sequence[str]) -> dict[tuple[str, str], float]:
-        """(run, metric) -> the last value its stream's tail holds: a packed tail ends with its last
-        value as 8 bytes (TAIL_FORMAT), so nothing is decoded but that. (A layout-1 JSON tail,
-        rewritten at the run's next pass, is skipped.)"""
+        """(run, metric) -> the last value of its stream, from the small `latest` table (a busy box
+        scraped every 15 s: reading 4,000 tails of up to 400 points cost 14 ms a scrape). Streams
+        not written since layout 6 fall back to the tail's last 8 bytes (a packed tail ends with its
+        last value; a layout-1 JSON tail, rewritten at the run's next pass, is skipped)."""
         marks = ",".join("?" * len(metrics))
-        rows = self._all(f"SELECT run, metric, substr(tail, -8) FROM streams WHERE metric IN ({marks}) AND typeof(tail)='blob' AND length(tail) >= 16", metrics)
         unpack = struct.Struct(TAIL_FORMAT[1].replace("<f8", "<d")).unpack  # (a scrape reads thousands)
-        return {(run, metric): unpack(last)[0] for run, metric, last in rows}
+        out = {(run, metric): unpack(last)[0] for run, metric, last in self._all(f"SELECT run, metric, value FROM latest WHERE metric IN ({marks})", metrics)}
+        streams = self._all(f"SELECT count(*) FROM streams WHERE metric IN ({marks})", metrics)[0][0]
+        if streams > len(out):
+            rows = self._all(f"SELECT run, metric, substr(tail, -8) FROM streams WHERE metric IN ({marks}) AND typeof(tail)='blob' AND length(tail) >= 16", metrics)
+            out = {(run, metric): unpack(last)[0] for run, metric, last in rows} | out
+        return out
 
     def open_incidents_by_severity(self) -> dict[tuple[str, str], int]:
         rows = self._all("SELECT run, coalesce(json_extract(body, '$.severity'), ''), count(*) FROM incidents WHERE status='open' GROUP BY 1, 2")

@@ -112,3 +112,25 @@ def test_a_layout_2_file_is_migrated_with_its_undelivered_notifications(tmp_path
     assert state.incident(INC.run, INC.rule, INC.step).opened_at == 1.0 and opened.opened_at == 1.0 and opened.created == 1.0
     assert state.db.execute("PRAGMA user_version").fetchone()[0] == VERSION
     state.close()
+
+
+def test_a_stream_s_latest_value_is_kept_apart_and_an_older_state_falls_back_to_its_tail(tmp_path):
+    import sqlite3
+
+    import numpy as np
+
+    from lossguard.state import State, StateReader, Tail
+
+    state = State(tmp_path / "state")
+    with state.transaction() as tx:
+        tx.put_tail("r", "loss", Tail(np.array([1, 2], np.int64), np.array([2.0, float("nan")]), 2))
+        tx.put_tail("r", "lr", Tail(np.array([1, 2], np.int64), np.array([1e-4, 2e-4]), 2))
+    state.close()
+    reader = StateReader(tmp_path / "state" / "state.db")
+    got = reader.latest_values(["loss", "lr"])
+    assert np.isnan(got[("r", "loss")]) and got[("r", "lr")] == 2e-4  # NaN kept (a REAL column would not)
+    db = sqlite3.connect(tmp_path / "state" / "state.db")
+    db.execute("DELETE FROM latest WHERE metric='lr'")  # as a layout-5 file's streams are
+    db.commit()
+    db.close()
+    assert StateReader(tmp_path / "state" / "state.db").latest_values(["loss", "lr"])[("r", "lr")] == 2e-4
