@@ -211,7 +211,8 @@ def _add_alert(sub: argparse._SubParsersAction) -> None:
         formatter_class=_Formatter,
         description="Alert sinks. `alert test` posts a test message with the configured Slack bot token\n"
         "(LOSSGUARD_SLACK_TOKEN + LOSSGUARD_SLACK_CHANNEL) or webhook (LOSSGUARD_SLACK_WEBHOOK_URL) and says\n"
-        "exactly what went wrong if it fails. Exit 0 when delivered, 1 when Slack refused, 2 when unconfigured.",
+        "exactly what went wrong if it fails. Exit 0 when delivered; 2 when Slack refused it or nothing is\n"
+        "configured (exit 1 means \"spikes found\" everywhere in lossguard).",
         epilog="Example:\n  LOSSGUARD_SLACK_TOKEN=xoxb-... lossguard alert test --channel '#training'",
     )
     p.add_argument("action", choices=["test"], help="what to do")
@@ -240,7 +241,7 @@ def _cmd_alert(args: argparse.Namespace) -> int:
         print(f"test message delivered to {target}")
         return EXIT_OK
     print(f"lossguard: test message to {target} failed: {scrub(printable(delivery.describe()))}", file=sys.stderr)
-    return EXIT_FOUND
+    return EXIT_USAGE
 
 
 def config_places() -> list[Path]:

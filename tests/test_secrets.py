@@ -60,14 +60,14 @@ def test_alert_test_scrubs_a_token_the_server_echoes_in_its_error(tmp_path, slac
     env = {"LOSSGUARD_SLACK_TOKEN": TOKEN, "LOSSGUARD_SLACK_BASE_URL": slack.base_url}
     done = _lossguard("alert", "test", "--channel", "#oncall", env=env, cwd=tmp_path)
     assert slack.requests[0].headers["authorization"] == f"Bearer {TOKEN}"  # the server did get it
-    assert done.returncode == 1 and "Authorization: Bearer ***" in done.stderr
+    assert done.returncode == 2 and "Authorization: Bearer ***" in done.stderr
     assert "ECHOEDSECRET" not in done.stdout + done.stderr
 
 
 def test_alert_test_scrubs_a_webhook_path_the_server_echoes_in_its_error(tmp_path, slack):
     slack.queue.append(Answer(status=400, body=lambda req: f"invalid_payload for POST {req.path}"))
     done = _lossguard("alert", "test", env={"LOSSGUARD_SLACK_WEBHOOK_URL": slack.webhook_url}, cwd=tmp_path)
-    assert done.returncode == 1 and "invalid_payload for POST ***" in done.stderr
+    assert done.returncode == 2 and "invalid_payload for POST ***" in done.stderr
     assert "XXXXSECRETXXXX" not in done.stdout + done.stderr
 
 

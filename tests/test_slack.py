@@ -117,7 +117,7 @@ def test_alert_test_command_reports_success_and_failure(slack, monkeypatch, caps
     assert "delivered to channel #oncall" in capsys.readouterr().out
     assert slack.requests[-1].body["channel"] == "#oncall"
     slack.queue.append(Answer(body={"ok": False, "error": "not_in_channel"}))
-    assert main(["alert", "test", "--channel", "#oncall"]) == 1
+    assert main(["alert", "test", "--channel", "#oncall"]) == 2  # refused: a config error, never "spikes found"
     err = capsys.readouterr().err
     assert "not_in_channel" in err and "/invite" in err and TOKEN not in err
 
