@@ -176,3 +176,27 @@ def test_without_config_the_first_lossguard_toml_found_is_used_and_config_check_
     assert setting(out, "config file").startswith("lossguard.toml (found") and setting(out, "poll_interval") == "3.0"
     assert setting(out, "state_dir").startswith(f"{tmp_path / '.local' / 'state' / 'lossguard'} (default")  # resolved, not None
     assert run_lossguard("config", "show").returncode == 2  # (one way to do it)
+
+
+def test_shell_completion_completes_commands_and_each_commands_options_in_a_real_bash(tmp_path):
+    import shutil
+    import subprocess
+
+    from .conftest import run_lossguard
+
+    script = tmp_path / "lossguard.bash"
+    script.write_text(run_lossguard("completion", "bash").stdout)
+    if shutil.which("bash") is None:
+        pytest.skip("no bash here")
+
+    def complete(*words: str) -> list[str]:
+        line = " ".join(f"'{w}'" for w in words)
+        probe = f'source {script}; COMP_WORDS=({line}); COMP_CWORD={len(words) - 1}; _lossguard; printf "%s\\n" "${{COMPREPLY[@]}}"'
+        return subprocess.run(["bash", "-c", probe], capture_output=True, text=True, timeout=30).stdout.split()
+
+    assert complete("lossguard", "sc") == ["scan"]
+    assert complete("lossguard", "o") == ["outbox"]
+    assert complete("lossguard", "scan", "--fo") == ["--format"]
+    assert complete("lossguard", "watch", "--st") == ["--stall-after", "--state-dir"]
+    zsh = run_lossguard("completion", "zsh").stdout
+    assert zsh.startswith("#compdef lossguard") and "bashcompinit" in zsh and "_lossguard()" in zsh
