@@ -29,7 +29,6 @@ from .sources.discover import segment_order
 from .sources.followed import Sighting, Tracker, offset_of
 from .state import FileRow, State, Tail, Transaction
 from .streams import by_metric, collapse
-from .vocabulary import RANK_AGGREGATE, rank_of
 
 TAIL_CAP = 20_000
 CONTEXT_TAIL = 400
@@ -97,8 +96,8 @@ class Follower:
         self.first_pass = True
         self.budget = Budget(limit=read_limit, budget=pass_budget)
         self._best: dict[str, dict[str, int]] = {}
-        """Per run, the best rank of a tag seen carrying each metric (kept in memory: after a restart
-        the first pass's tags set it again)."""
+        """Per run, the best rank of a tag seen carrying each metric (`streams.by_metric`; kept in
+        memory: after a restart the first pass's tags set it again)."""
         """Which runs a pass reads first and how long it waits for one file (set its `wake`)."""
         self.before_commit: Callable[[], None] = lambda: None
         """Called as a pass is about to commit (the daemon's crash hook for tests)."""
@@ -193,20 +192,9 @@ class Follower:
             tx.put_file(updated)
         return True
 
-    def _outranked(self, run: str, frame: pl.DataFrame) -> pl.DataFrame:
-        """The rows of tags a better one of the run outranks (`streams.preferred`), left out: `scan`
-        reads each stream from the run's best tag, and a pass holding only, say, an epoch mean
-        (`train_loss_epoch`) must not splice it into the per-step loss the run logs elsewhere."""
-        pairs = frame.filter(pl.col("metric").is_in(JUDGED)).select("metric", "tag").unique().rows()
-        best = self._best.setdefault(run, {})
-        for metric, tag in pairs:
-            best[metric] = min(best.get(metric, RANK_AGGREGATE + 1), rank_of(tag, metric))
-        worse = [tag for metric, tag in pairs if rank_of(tag, metric) > best[metric]]
-        return frame.filter(~pl.col("tag").is_in(worse)) if worse else frame
-
     def _judge_run(self, tx: Transaction, run: str, frame: pl.DataFrame, *, now: float, quiet: bool, report: PassReport) -> None:
         tails = {m: self.state.tail(run, m) for m in JUDGED}
-        new = by_metric(self._outranked(run, frame), JUDGED)
+        new = by_metric(frame, JUDGED, best=self._best.setdefault(run, {}))
         windows = {}
         for m, tail in tails.items():
             if not tail.steps.size:

@@ -46,10 +46,13 @@ def collapse(points: pl.DataFrame) -> pl.DataFrame:
     return points.unique(subset=["segment", "step"], keep="last", maintain_order=True)
 
 
-def by_metric(run_frame: pl.DataFrame, metrics: tuple[str, ...]) -> dict[str, pl.DataFrame]:
+def by_metric(run_frame: pl.DataFrame, metrics: tuple[str, ...], *, best: dict[str, int] | None = None) -> dict[str, pl.DataFrame]:
     """Each metric's stream, from one pass over the run's table (the daemon calls this for every
     batch of new lines, so it costs a few polars calls, not a few per metric). Where several tags
-    carry a metric (`loss` and `train/loss_epoch`), one does (`preferred`)."""
+    carry a metric (`loss` and `train/loss_epoch`), one does (`preferred`). `best`: the best rank a
+    tag of this run has shown for each metric (the daemon's memory across passes, updated here): a
+    batch whose only tag for a metric is outranked by it (an epoch mean arriving alone) gives that
+    metric no points, as `scan`, which sees the whole run, reads the stream from the best tag."""
     # Only the columns a stream needs: the run's full table can be gigabytes.
     wanted = run_frame[["metric", "tag", "step", "value"]].filter(pl.col("metric").is_in(list(metrics)))
     parts = wanted.partition_by("metric", as_dict=True, maintain_order=True)
@@ -57,12 +60,25 @@ def by_metric(run_frame: pl.DataFrame, metrics: tuple[str, ...]) -> dict[str, pl
     for m in metrics:
         part = parts.get((m,))
         if part is None:
-            out[m] = pl.DataFrame(schema={"step": pl.Int64(), "value": pl.Float64(), "segment": pl.Int64()})
+            out[m] = _no_points()
             continue
-        if not single_valued(part.get_column("tag")):
-            part = part.filter(pl.col("tag") == preferred(m, part.group_by("tag", maintain_order=True).len().rows()))
+        tags = part.get_column("tag")
+        one = single_valued(tags)
+        chosen = tags[0] if one else preferred(m, part.group_by("tag", maintain_order=True).len().rows())
+        if best is not None:
+            rank = rank_of(chosen, m)
+            if rank > best.get(m, rank):
+                out[m] = _no_points()
+                continue
+            best[m] = rank
+        if not one:
+            part = part.filter(pl.col("tag") == chosen)
         out[m] = collapse(part[["step", "value"]])
     return out
+
+
+def _no_points() -> pl.DataFrame:
+    return pl.DataFrame(schema={"step": pl.Int64(), "value": pl.Float64(), "segment": pl.Int64()})
 
 
 def preferred(metric: str, tags: Sequence[tuple[str, int]]) -> str:
