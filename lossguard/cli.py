@@ -64,12 +64,11 @@ def _cmd_read(args: argparse.Namespace) -> int:
 
 
 def _presets() -> str:
-    """The rule sets `--rules` takes by name (read from the package's data: the rules module would
-    bring polars into every command's start-up)."""
-    from importlib import resources
+    """The rule sets `--rules` takes by name (from `presets`: the rules module would bring polars
+    into every command's start-up)."""
+    from .presets import preset_names
 
-    folder = resources.files("lossguard").joinpath("data/presets")
-    return ", ".join(["default", *sorted(p.name.removesuffix(".toml") for p in folder.iterdir() if p.name.endswith(".toml"))])
+    return ", ".join(["default", *preset_names()])
 
 
 def _add_scan(sub: argparse._SubParsersAction) -> None:

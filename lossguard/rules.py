@@ -23,6 +23,7 @@ from pathlib import Path
 
 from .errors import ConfigError
 from .kinds import RULE_KINDS, Rule
+from .presets import preset_names, preset_text
 from .tomlio import load_toml, load_toml_text
 from .validate import build
 
@@ -80,11 +81,6 @@ def default_rules() -> RuleSet:
     return RuleSet(parse_rules(load_toml_text(text, origin=origin), origin=origin), origin)
 
 
-def preset_names() -> list[str]:
-    folder = resources.files("lossguard").joinpath("data/presets")
-    return sorted(p.name.removesuffix(".toml") for p in folder.iterdir() if p.name.endswith(".toml"))
-
-
 def load_rules(paths: Sequence[Path] | None) -> RuleSet:
     """Rules from files or folders of *.toml (a preset name such as `olmo-core` also works); the
     packaged defaults when none are given."""
@@ -98,7 +94,7 @@ def load_rules(paths: Sequence[Path] | None) -> RuleSet:
             origins.append("default")
             continue
         if not path.exists() and str(path) in preset_names():
-            text = resources.files("lossguard").joinpath(f"data/presets/{path}.toml").read_text("utf-8")
+            text = preset_text(str(path))
             rules.extend(parse_rules(load_toml_text(text, origin=f"preset {path}"), origin=f"preset {path}"))
             origins.append(f"preset {path}")
             continue
