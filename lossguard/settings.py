@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Annotated, Any, Literal
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict, SettingsError
@@ -30,20 +30,27 @@ LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
 """The only hosts a webhook may be reached at over plain http (a local relay, the tests' server)."""
 
 
+def _http_url(url: str, *, scheme_hint: str) -> tuple[SplitResult | None, str | None]:
+    """`url` split, or why it is no http(s) URL with a host (what every URL setting needs first)."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises for a port that is no number
+    except ValueError:
+        return None, "is not a URL"
+    if parts.scheme not in ("https", "http"):
+        return None, f"must start with {scheme_hint}"
+    if not parts.hostname:
+        return None, "has no host"
+    return parts, None
+
+
 def webhook_problem(url: str) -> str | None:
     """Why `url` cannot be an incoming webhook, or None: it must be https (http only to this
     machine), with a host and a path."""
-    try:
-        parts = urlsplit(url)
-        host = parts.hostname
-        parts.port  # noqa: B018 - raises for a port that is no number
-    except ValueError:
-        return "is not a URL"
-    if parts.scheme not in ("https", "http"):
-        return "must start with https://"
-    if not host:
-        return "has no host"
-    if parts.scheme == "http" and host not in LOCAL_HOSTS:
+    parts, problem = _http_url(url, scheme_hint="https://")
+    if parts is None:
+        return problem
+    if parts.scheme == "http" and parts.hostname not in LOCAL_HOSTS:
         return "must use https:// (plain http would send the secret in clear)"
     if not parts.path.strip("/"):
         return "has no path (a webhook URL looks like https://hooks.slack.com/services/T.../B.../...)"
@@ -175,16 +182,9 @@ def _without_userinfo(url: str) -> str:
 def alertmanager_url_problem(url: str) -> str | None:
     """Why `url` cannot be an Alertmanager's address, or None: http(s), a host, no user info (the
     credentials have settings of their own, kept secret), no query."""
-    try:
-        parts = urlsplit(url)
-        host = parts.hostname
-        parts.port  # noqa: B018 - raises for a port that is no number
-    except ValueError:
-        return "is not a URL"
-    if parts.scheme not in ("https", "http"):
-        return "must start with http:// or https://"
-    if not host:
-        return "has no host"
+    parts, problem = _http_url(url, scheme_hint="http:// or https://")
+    if parts is None:
+        return problem
     if parts.username is not None or parts.password is not None:
         return "must not hold credentials: set [alertmanager] username and password (or bearer_token) instead"
     if parts.query or parts.fragment:
