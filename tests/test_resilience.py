@@ -20,7 +20,7 @@ import pytest
 from .conftest import assert_one_error_line
 from .slack_server import Answer
 from .test_watch import Watch, _calm, _line, opened
-from .test_watch_slack import _daemon, _posts, _wait
+from .test_watch_slack import _calm_run, _daemon, _posts, _wait
 
 LOSSGUARD = [sys.executable, "-m", "lossguard.cli"]
 
@@ -129,9 +129,7 @@ def test_jsonl_idempotency_is_by_a_key_that_a_new_state_cannot_reuse(tmp_path):
 
 # --- 6. permanent failures are retried once the operator has fixed the cause ---------------------
 def test_a_permanent_failure_is_sent_after_the_token_is_fixed_and_the_daemon_restarted(tmp_path, slack):
-    (tmp_path / "runs" / "exp").mkdir(parents=True)
-    log = tmp_path / "runs" / "exp" / "metrics.jsonl"
-    log.write_text(_calm(range(1, 20)))
+    log = _calm_run(tmp_path, 20)
     slack.queue.append(Answer(body={"ok": False, "error": "invalid_auth"}))
     w = _daemon(tmp_path, slack).start()
     try:

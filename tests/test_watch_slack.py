@@ -19,6 +19,14 @@ def _daemon(tmp, slack, extra_toml: str = "") -> Watch:
     return Watch(tmp, "--config", str(config), env={"LOSSGUARD_SLACK_TOKEN": TOKEN})
 
 
+def _calm_run(tmp, steps: int):
+    """runs/exp/metrics.jsonl with `steps - 1` calm steps: history for the daemon's first pass."""
+    log = tmp / "runs" / "exp" / "metrics.jsonl"
+    log.parent.mkdir(parents=True)
+    log.write_text(_calm(range(1, steps)))
+    return log
+
+
 def _posts(slack, path="/api/chat.postMessage"):
     return [r for r in slack.requests if r.path == path]
 
@@ -33,9 +41,7 @@ def _wait(predicate, timeout=30):
 
 
 def test_spike_is_routed_then_resolved_in_its_thread_with_the_parent_updated(tmp_path, slack):
-    (tmp_path / "runs" / "exp").mkdir(parents=True)
-    log = tmp_path / "runs" / "exp" / "metrics.jsonl"
-    log.write_text(_calm(range(1, 20)))
+    log = _calm_run(tmp_path, 20)
     w = _daemon(tmp_path, slack, '[[slack.routes]]\nchannel = "#oncall"\nseverity = ["critical"]\n').start()
     try:
         w.wait_ready()
@@ -85,9 +91,7 @@ def test_a_burst_of_spikes_is_one_message_with_details_in_its_thread_paced(tmp_p
 def test_a_permanent_error_is_logged_once_loudly_and_kept_in_the_outbox(tmp_path, slack):
     from lossguard.state import read_summary
 
-    (tmp_path / "runs" / "exp").mkdir(parents=True)
-    log = tmp_path / "runs" / "exp" / "metrics.jsonl"
-    log.write_text(_calm(range(1, 20)))
+    log = _calm_run(tmp_path, 20)
     slack.queue.extend([Answer(body={"ok": False, "error": "not_in_channel"})] * 5)
     w = _daemon(tmp_path, slack).start()
     try:
@@ -108,9 +112,7 @@ def test_a_permanent_error_is_logged_once_loudly_and_kept_in_the_outbox(tmp_path
 
 
 def test_a_loss_spike_after_a_grad_norm_spike_escalates_that_alert_in_its_thread(tmp_path, slack):
-    (tmp_path / "runs" / "exp").mkdir(parents=True)
-    log = tmp_path / "runs" / "exp" / "metrics.jsonl"
-    log.write_text(_calm(range(1, 61)))
+    log = _calm_run(tmp_path, 61)
     w = _daemon(tmp_path, slack).start()
     try:
         w.wait_ready()
@@ -134,9 +136,7 @@ def test_a_loss_spike_after_a_grad_norm_spike_escalates_that_alert_in_its_thread
 
 
 def test_a_grad_norm_and_loss_spike_on_one_line_are_one_thread(tmp_path, slack):
-    (tmp_path / "runs" / "exp").mkdir(parents=True)
-    log = tmp_path / "runs" / "exp" / "metrics.jsonl"
-    log.write_text(_calm(range(1, 61)))
+    log = _calm_run(tmp_path, 61)
     w = _daemon(tmp_path, slack).start()
     try:
         w.wait_ready()
