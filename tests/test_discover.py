@@ -102,3 +102,49 @@ def test_symlink_loops_are_said_once_each_and_the_runs_beside_them_are_read(tmp_
     assert [f.path.name for f in found] == ["metrics.jsonl"]
     said = sorted((os.path.relpath(p.source, tmp_path), "loop" in p.message) for p in problems)
     assert said == [("a", True), ("b", True), ("exp/self", True), ("exp/up", True)]
+
+
+def _runs(root):
+    return sorted((f.run, f.path.name) for f in discover(root, problems=[]))
+
+
+def test_a_lone_free_named_log_and_two_of_them_name_runs_the_same_way(tmp_path):
+    (tmp_path / "csv").mkdir()
+    (tmp_path / "csv" / "slm_v0.csv").write_text("step,loss\n1,2.0\n")
+    assert _runs(tmp_path) == [("csv/slm_v0", "slm_v0.csv")]
+    (tmp_path / "csv" / "slm_v1.csv").write_text("step,loss\n1,2.0\n")
+    assert _runs(tmp_path) == [("csv/slm_v0", "slm_v0.csv"), ("csv/slm_v1", "slm_v1.csv")]  # the first run kept its name
+
+
+def test_a_log_named_as_its_folders_one_log_makes_the_folder_the_run(tmp_path):
+    for folder, name in [("a", "train.log"), ("b", "stdout.txt"), ("c", "nohup.out"), ("d", "d.log"), ("e", "Training.LOG"), ("f", "log.txt")]:
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / name).write_text("step 1 | loss: 2.0\n")
+    (tmp_path / "a" / "eval.log").write_text("step 1 | loss: 2.0\n")  # a free name beside it is a run of its own
+    (tmp_path / "a" / "slurm-4242.out").write_text("step 1 | loss: 2.0\n")
+    assert _runs(tmp_path) == [
+        ("a", "train.log"), ("a/eval", "eval.log"), ("a/slurm-4242", "slurm-4242.out"), ("b", "stdout.txt"), ("c", "nohup.out"),
+        ("d", "d.log"), ("e", "Training.LOG"), ("f", "log.txt"),
+    ]
+
+
+def test_the_daemon_keeps_the_run_name_a_file_was_first_followed_under(tmp_path):
+    """The upgrade path for names an older lossguard gave by looking at sibling files (a lone
+    `csv/x.csv` was run `csv`): a file already followed keeps its run, so its incidents, silences
+    and alert threads stay where they are; only files met for the first time take the new name."""
+    from lossguard.sources.followed import Tracker
+    from lossguard.state import State
+
+    (tmp_path / "runs" / "csv").mkdir(parents=True)
+    (tmp_path / "runs" / "csv" / "x.csv").write_text("step,loss\n1,2.0\n")
+    state = State(tmp_path / "state")
+    tracker = Tracker([tmp_path / "runs"])
+    seen, _ = tracker.walk({}, quiet=True)
+    (path, sighting), = seen.items()
+    assert sighting.row.run == "csv/x"
+    with state.transaction() as tx:
+        tx.put_file(sighting.row.__class__(**{**sighting.row.__dict__, "run": "csv"}))  # as the older lossguard named it
+    (tmp_path / "runs" / "csv" / "y.csv").write_text("step,loss\n1,2.0\n")
+    again, _ = Tracker([tmp_path / "runs"]).walk(state.files(), quiet=False)
+    assert sorted((s.row.run, os.path.basename(p)) for p, s in again.items()) == [("csv", "x.csv"), ("csv/y", "y.csv")]
+    state.close()

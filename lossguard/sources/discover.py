@@ -17,7 +17,6 @@ import os
 import re
 import stat
 import time
-from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatch
@@ -29,6 +28,14 @@ from ..errors import UsageError
 from ..problems import Problem
 
 RUN_IS_FOLDER = {"trainer_state.json", "metrics.csv", "trainer_log.jsonl", "log_history.jsonl"}
+RUN_LOG_STEMS = {
+    "train", "training", "train_log", "training_log", "log", "logs", "stdout", "stderr", "output", "out", "console",
+    "nohup", "metrics", "progress", "history", "log_history", "trainer_log",
+}
+"""Stems (any log suffix, any case) of the names trainers and launchers give the one log of a run
+folder: `train.log` (nanoGPT, Megatron launch scripts), `log.txt`, `stdout.log`, `nohup.out`,
+`metrics.jsonl`. Such a file's run is its folder; a free name (`slurm-4242.out`, `eval.log`) is a
+run of its own, `folder/stem`."""
 LOG_SUFFIXES = {".log", ".txt", ".out", ".err", ".jsonl", ".ndjson", ".json", ".csv", ".stdout", ".stderr"}
 SKIP_DIRS = {".git", "__pycache__", ".hg", ".svn", "wandb", ".ipynb_checkpoints", "node_modules"}
 NOT_LOGS = {"config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json",
@@ -71,16 +78,31 @@ def is_candidate(name: str, extra_globs: Sequence[str] = ()) -> bool:
     return os.path.splitext(name)[1].lower() in LOG_SUFFIXES
 
 
-def _names_its_run(name: str) -> bool:
+def _says_nothing(name: str) -> bool:
+    """A name every run's file of its kind has (an event file, `trainer_state.json`): only its
+    folder can name the run, even for a file named on the command line."""
     return name.startswith("events.out.tfevents") or name in RUN_IS_FOLDER
 
 
+def _names_its_run(name: str, folder: str) -> bool:
+    """A file named as the log of the run in its folder (an event file, `trainer_state.json`,
+    `train.log`, `stdout.txt`, `exp1/exp1.log`): the folder is the run. Any other name is a run of
+    its own. The name alone decides, never what else the folder holds: a second log appearing
+    beside the first must not rename the first's run (the daemon's incidents, silences and alert
+    threads are keyed by it)."""
+    if _says_nothing(name):
+        return True
+    stem, suffix = os.path.splitext(name)
+    return suffix.lower() in LOG_SUFFIXES and (stem.lower() in RUN_LOG_STEMS or (stem == folder and stem != ""))
+
+
 @lru_cache(maxsize=65536)
-def run_name(path: Path, root: Path, *, alone: bool = False) -> str:
-    """The run a file belongs to, relative to the root it was found under. `alone`: the file is the
-    only free-named log in its folder."""
+def run_name(path: Path, root: Path) -> str:
+    """The run a file belongs to, relative to the root it was found under."""
     folder = path.parent
-    if _names_its_run(path.name) or (alone and root != path):
+    if root == path and not _says_nothing(path.name):
+        return path.stem  # a file named on the command line (`train.log` -> train)
+    if _names_its_run(path.name, folder.name):
         if folder.name and _CHECKPOINT.match(folder.name):
             folder = folder.parent
         if root == path:
@@ -219,9 +241,8 @@ def discover(root: Path, *, extra_globs: Sequence[str] = (), problems: list[Prob
     files = _newest_trainer_states([Path(p) for p in paths if is_candidate(os.path.basename(p), extra_globs)])
     # Rotated segments (train.log.1) belong to their live log's run and are read before it.
     live = {p: p.with_name(live_name(p.name)[0]) for p in files}
-    free = Counter(lp.parent for lp in {live[p] for p in files if not _names_its_run(live[p].name)})
     found = sorted(
-        (Found(run_name(live[p], root, alone=free[live[p].parent] == 1), p) for p in files),
+        (Found(run_name(live[p], root), p) for p in files),
         key=lambda f: (f.run, segment_order(str(f.path))),
     )
     if listings is not None:
