@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from fnmatch import fnmatchcase
 from pathlib import Path
 
 from . import __version__
@@ -102,7 +103,8 @@ def _add_scan(sub: argparse._SubParsersAction) -> None:
 
 
 def _post_digest(result, config: Path | None) -> None:  # noqa: ANN001
-    """The nightly report's summary in Slack: one message, the runs with spikes and their top cause."""
+    """The nightly report's summary in Slack: one message, the runs with spikes and their top cause,
+    leaving out what the daemon's silences cover (its state_dir, from the same config)."""
     import socket
 
     from .alerts.message import digest
@@ -110,14 +112,34 @@ def _post_digest(result, config: Path | None) -> None:  # noqa: ANN001
     from .report import summary
     from .settings import load_settings
 
-    sink = client_from(load_settings(config))
+    settings = load_settings(config)
+    sink = client_from(settings)
     if sink is None:
         print("lossguard: warning: --slack-digest, but Slack is not configured; no digest posted", file=sys.stderr)
         return
-    message = digest(host=socket.gethostname(), totals=summary(result), runs=[(rep.run, rep.incidents) for rep in result.runs])
+    runs, silenced = _unsilenced(result, _state_dir(settings.state_dir) / "state.db")
+    message = digest(host=socket.gethostname(), totals=summary(result), runs=runs, silenced=silenced)
     delivery = sink.post(message)
     if not delivery.ok:
         print(f"lossguard: warning: Slack digest not delivered: {scrub(printable(delivery.describe()))}", file=sys.stderr)
+
+
+def _unsilenced(result, state_db: Path):  # noqa: ANN001, ANN202
+    """Each run's incidents that no silence in force covers (the daemon's, from its state), and how
+    many were left out: the digest honours `lossguard silence` as the daemon does."""
+    import time
+
+    from .model import Notice
+    from .silences import covering
+    from .state import read_silences
+
+    silences = read_silences(state_db, now=time.time()) if state_db.is_file() else []
+    now, runs, silenced = time.time(), [], 0
+    for rep in result.runs:
+        kept = tuple(i for i in rep.incidents if covering(silences, Notice("opened", rep.run, i), now) is None)
+        silenced += len(rep.incidents) - len(kept)
+        runs.append((rep.run, kept))
+    return runs, silenced
 
 
 def _cmd_scan(args: argparse.Namespace) -> int:
@@ -341,7 +363,7 @@ def _cmd_watch(args: argparse.Namespace) -> int:
     )
     client = client_from(settings)
     if client is not None:
-        sinks["slack"] = SlackSink(client, **manners)
+        sinks["slack"] = SlackSink(client, **manners, state_dir=_state_dir(settings.state_dir).resolve())
     if settings.alertmanager_urls:
         sinks["alertmanager"] = alertmanager_sink(settings)
     if not sinks:
@@ -382,9 +404,23 @@ def _add_status(sub: argparse._SubParsersAction) -> None:
         description="Read the daemon's state (safe while it runs).",
         epilog="Example:\n  lossguard status --state-dir /var/lib/lossguard",
     )
-    p.add_argument("--state-dir", type=Path)
-    p.add_argument("--format", choices=["table", "json"], default="table")
+    _add_state_options(p)
+    p.add_argument("--format", choices=["table", "json"], default="table", help="output format (default: table)")
     p.set_defaults(func=_cmd_status)
+
+
+def _add_state_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--state-dir", type=Path, metavar="DIR", help="the daemon's state directory (default: state_dir in --config, else $STATE_DIRECTORY, else the XDG state dir)")
+    p.add_argument("--config", type=Path, help="lossguard.toml naming the state_dir (default: the first found, as `config check` says)")
+
+
+def _state_dir_of(args: argparse.Namespace) -> Path:
+    """--state-dir, else the config's state_dir, else the default the daemon uses."""
+    if args.state_dir is not None or args.config is None:
+        return _state_dir(args.state_dir)
+    from .settings import load_settings
+
+    return _state_dir(load_settings(args.config).state_dir)
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
@@ -392,7 +428,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
     from .state import read_summary
 
-    path = _state_dir(args.state_dir) / "state.db"
+    path = _state_dir_of(args) / "state.db"
     if not path.exists():
         raise UsageError(f"{path}: no state yet (has `lossguard watch` run with this state dir?)")
     summary = read_summary(path)
@@ -411,6 +447,9 @@ def _cmd_status(args: argparse.Namespace) -> int:
     print(f"{len(summary['undelivered'])} undelivered notification(s){':' if summary['undelivered'] else ''}")
     for n in summary["undelivered"]:
         print(f"  #{n['id']} {n['kind']}  attempts {n['attempts']}{'  PERMANENT' if n['permanent'] else ''}  {p(n['error'] or '')}")
+    print(f"{len(summary['silences'])} silence(s) in force{':' if summary['silences'] else ''}")
+    for s in summary["silences"]:
+        print(f"  {_silence_line(s)}")
     return EXIT_OK
 
 
@@ -428,8 +467,8 @@ def _add_outbox(sub: argparse._SubParsersAction) -> None:
     p.add_argument("action", choices=["list", "retry", "drop"])
     p.add_argument("ids", nargs="*", type=int, metavar="ID", help="outbox entries (as `list` shows them)")
     p.add_argument("--all", action="store_true", help="with drop: every undelivered entry (drop needs IDs or --all)")
-    p.add_argument("--state-dir", type=Path)
-    p.add_argument("--format", choices=["table", "json"], default="table")
+    _add_state_options(p)
+    p.add_argument("--format", choices=["table", "json"], default="table", help="output format of list (default: table)")
     p.set_defaults(func=_cmd_outbox)
 
 
@@ -441,7 +480,7 @@ def _cmd_outbox(args: argparse.Namespace) -> int:
 
     if args.action == "drop" and not args.ids and not args.all:
         raise UsageError("outbox drop needs the IDs to drop, or --all")
-    state = State.attach(_state_dir(args.state_dir))
+    state = State.attach(_state_dir_of(args))
     try:
         ids = args.ids or None
         if args.action == "list":
@@ -458,6 +497,120 @@ def _cmd_outbox(args: argparse.Namespace) -> int:
         done = state.retry(ids) if args.action == "retry" else state.drop(ids)
         verb = "back in line" if args.action == "retry" else "dropped"
         print(f"{done} notification(s) {verb}" + ("" if args.action == "drop" else " (the daemon sends them at its next round)"))
+        return EXIT_OK
+    finally:
+        state.close()
+
+
+def _add_silence(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "silence",
+        help="hold alerts back for a while: add, list or expire silences",
+        formatter_class=_Formatter,
+        description="A silence holds back the daemon's notifications (Slack, console, JSON lines) for the runs,\n"
+        "rules, metrics or likely causes it names (shell globs), from now until --for or --until. The\n"
+        "daemon still records every incident; one still open when the silence ends is reported then,\n"
+        "once. Safe while the daemon runs: it honours a new silence at its next delivery. Alertmanager\n"
+        "has silences of its own (amtool silence add); lossguard's do not hide alerts from it.",
+        epilog="Example:\n  lossguard silence add --run 'gpt-7b-*' --for 2h --comment 'restarting from 41k'\n"
+        "  lossguard silence add --run exp1 --rule loss-spike --until 2026-12-02T09:00 --comment 'known bad shard'\n"
+        "  lossguard silence list\n  lossguard silence expire 3",
+    )
+    actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    add = actions.add_parser("add", help="silence matching alerts from now on", formatter_class=_Formatter,
+                             epilog="Example:\n  lossguard silence add --run 'gpt-7b-*' --for 2h --comment 'restarting from 41k'")
+    add.add_argument("--run", required=True, metavar="GLOB", help="runs whose name matches GLOB ('*': every run)")
+    add.add_argument("--rule", metavar="GLOB", help="only incidents of rules matching GLOB")
+    add.add_argument("--metric", metavar="GLOB", help="only incidents of metrics matching GLOB (loss, grad_norm...)")
+    add.add_argument("--cause", metavar="GLOB", help="only incidents whose likely cause matches GLOB (" + ", ".join(_cause_names()) + ")")
+    until = add.add_mutually_exclusive_group(required=True)
+    until.add_argument("--for", dest="duration", metavar="DURATION", help="how long: 90s, 30m, 2h, 1h30m, 1d")
+    until.add_argument("--until", metavar="TIME", help="until when: ISO 8601, local time unless a zone is given (2026-12-02T09:00)")
+    add.add_argument("--comment", required=True, help="why (shown in `silence list`, `status` and the report when it ends)")
+    listing = actions.add_parser("list", help="the silences in force (with --all: ended ones too)", formatter_class=_Formatter,
+                                 epilog="Example:\n  lossguard silence list --format json")
+    listing.add_argument("--all", action="store_true", help="also the silences that have ended")
+    listing.add_argument("--format", choices=["table", "json"], default="table", help="output format (default: table)")
+    expire = actions.add_parser("expire", help="end silences now", formatter_class=_Formatter, epilog="Example:\n  lossguard silence expire 3 4")
+    expire.add_argument("ids", nargs="+", type=int, metavar="ID", help="silences (as `silence list` shows them)")
+    for q in (add, listing, expire):
+        _add_state_options(q)
+    p.set_defaults(func=_cmd_silence)
+
+
+def _check_rule_matchers(args: argparse.Namespace) -> None:
+    """A silence whose --rule or --metric matches nothing in the rules in force would never hold
+    anything back: a typo, said now rather than found out at the next page."""
+    from .rules import load_rules
+    from .settings import load_settings
+
+    rules = load_rules(list(load_settings(args.config).rules) or None).rules
+    for flag, given, known in (("--rule", args.rule, [r.name for r in rules]), ("--metric", args.metric, sorted({r.metric for r in rules}))):
+        if given is not None and not any(fnmatchcase(k, given) for k in known):
+            raise UsageError(f"{flag} {given!r} matches none of the rules in force ({', '.join(known)})")
+
+
+def _cause_names() -> list[str]:
+    from .alerts.message import CAUSE_TITLES
+
+    return list(CAUSE_TITLES)
+
+
+def _silence_line(s: dict) -> str:
+    import datetime as dt
+
+    until = dt.datetime.fromtimestamp(s["ends"]).astimezone().isoformat(timespec="minutes")
+    matchers = " ".join(f"{k}={printable(str(s[k]))}" for k in ("run", "rule", "metric", "cause") if s[k] is not None)
+    by = f"by {printable(s['author'])}: " if s["author"] else ""
+    return f"#{s['id']}  {matchers}  until {until}  ({by}{printable(s['comment'])})"
+
+
+def _cmd_silence(args: argparse.Namespace) -> int:
+    import json
+    import time
+
+    from .silences import parse_duration, parse_until
+    from .state import State
+
+    now = time.time()
+    if args.action == "add":
+        ends = now + parse_duration(args.duration) if args.duration else parse_until(args.until, now)
+        cause = args.cause
+        if cause is not None and not any(fnmatchcase(c, cause) for c in _cause_names()):
+            raise UsageError(f"--cause {cause!r} matches no cause lossguard names (causes: {', '.join(_cause_names())})")
+        if not args.comment.strip():
+            raise UsageError("--comment is empty: say why, for whoever is on call next")
+        if args.rule is not None or args.metric is not None:
+            _check_rule_matchers(args)
+    state = State.attach(_state_dir_of(args), create=args.action == "add")
+    try:
+        if args.action == "add":
+            import getpass
+            import os
+
+            author = os.environ.get("SUDO_USER") or getpass.getuser()
+            s = state.add_silence(run=args.run, rule=args.rule, metric=args.metric, cause=args.cause, starts=now, ends=ends,
+                                  comment=args.comment.strip(), author=author)
+            print(f"silence {_silence_line(s.to_json())} added; expire it early with `lossguard silence expire {s.id}`")
+            return EXIT_OK
+        if args.action == "list":
+            shown = [s.to_json() for s in state.silences(now=None if args.all else now)]
+            if args.format == "json":
+                print(json.dumps(shown, indent=2))
+                return EXIT_OK
+            print(f"{len(shown)} silence(s){' (ended ones too)' if args.all else ' in force'}{':' if shown else ''}")
+            for s in shown:
+                print(f"  {_silence_line(s)}{'  (ended)' if s['ends'] <= now else ''}")
+            return EXIT_OK
+        missing = []
+        for ident in args.ids:
+            s = state.expire_silence(ident, now=now)
+            if s is None:
+                missing.append(ident)
+            else:
+                print(f"silence #{s.id} ended (the daemon reports what it held back and is still open at its next delivery)")
+        if missing:
+            raise UsageError(f"no silence {', '.join(f'#{i}' for i in missing)} (see `lossguard silence list --all`)")
         return EXIT_OK
     finally:
         state.close()
@@ -567,6 +720,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_watch(sub)
     _add_status(sub)
     _add_outbox(sub)
+    _add_silence(sub)
     _add_config(sub)
     _add_completion(sub)
     return parser

@@ -227,6 +227,9 @@ class Notice:
     """stalled, resumed: the run's last step."""
     minutes: float | None = None
     """stalled: minutes without a new step."""
+    silenced_by: str | None = None
+    """unsilenced (an incident still open, or a run still stalled, as the silence that held its
+    notices back ends): that silence, in words."""
 
     @property
     def severity(self) -> str | None:
@@ -240,6 +243,7 @@ class Notice:
             "previous_cause": self.previous_cause,
             "step": self.step,
             "minutes": self.minutes,
+            **({"silenced_by": self.silenced_by} if self.silenced_by is not None else {}),
         }
 
     @classmethod
@@ -255,4 +259,5 @@ class Notice:
             kind=kind, run=str(data["run"]), incident=incident, source=str(data.get("source") or ""),
             previous_cause=data.get("previous_cause"), step=None if step is None else int(step),
             minutes=None if data.get("minutes") is None else float(data["minutes"]),
+            silenced_by=None if data.get("silenced_by") is None else str(data["silenced_by"]),
         )

@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import json
+import math
 import os
 import sqlite3
 import struct
@@ -18,7 +19,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from urllib.parse import quote
 
@@ -26,6 +27,7 @@ import numpy as np
 
 from .errors import LossguardError
 from .model import Incident, Notice
+from .silences import Silence, covering
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
@@ -55,12 +57,16 @@ CREATE TABLE IF NOT EXISTS incidents (
 CREATE TABLE IF NOT EXISTS outbox (
     id INTEGER PRIMARY KEY, incident_id INTEGER, sink TEXT NOT NULL DEFAULT '', kind TEXT NOT NULL, payload TEXT NOT NULL,
     created REAL NOT NULL, attempts INTEGER NOT NULL DEFAULT 0, last_error TEXT, permanent INTEGER NOT NULL DEFAULT 0,
-    sent_at REAL
+    sent_at REAL, silenced INTEGER
+);
+CREATE TABLE IF NOT EXISTS silences (
+    id INTEGER PRIMARY KEY, run TEXT NOT NULL, rule TEXT, metric TEXT, cause TEXT, starts REAL NOT NULL, ends REAL NOT NULL,
+    comment TEXT NOT NULL DEFAULT '', author TEXT NOT NULL DEFAULT '', created REAL NOT NULL, expired REAL, reported REAL
 );
 """
 
 
-VERSION = 6
+VERSION = 7
 """The layout of state.db, kept in SQLite's user_version. A later layout adds a step to MIGRATIONS
 (the statements that take version N - 1 to N), run in one transaction when an older file is opened.
 Version 0 is a file from before versions were kept: its layout is version 1's. Version 2 writes
@@ -71,8 +77,10 @@ still read. Version 4 links an incident to the one it escalates (`parent`: a los
 grad-norm spike), whose alert thread it shares. Version 5 keeps when an incident was raised
 (`opened_at`: Alertmanager's startsAt, which every re-send must repeat); older incidents take the
 time of their first outbox entry. Version 6 keeps each stream's latest value in a small table of
-its own (`latest`), so a metrics scrape does not read every tail. An older lossguard refuses a
-newer file rather than misread it."""
+its own (`latest`), so a metrics scrape does not read every tail. Version 7 keeps the operator's
+silences (`silences`) and marks the outbox entries a silence held back (`outbox.silenced`: its id),
+which are reported when the silence ends if their incident is still open. An older lossguard
+refuses a newer file rather than misread it."""
 MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: (),
     2: (),
@@ -88,6 +96,7 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "UPDATE incidents SET opened_at = coalesce((SELECT min(created) FROM outbox WHERE incident_id = incidents.id), notified_at) WHERE opened_at IS NULL",
     ),
     6: (),  # the `latest` table (SCHEMA creates it); filled as passes write tails
+    7: ("ALTER TABLE outbox ADD COLUMN silenced INTEGER",),  # (and the `silences` table, which SCHEMA creates)
 }
 """(An ADD COLUMN whose column exists is skipped: the step may meet a file that already has it.)"""
 TAIL_FORMAT = ("<i8", "<f8")
@@ -225,6 +234,7 @@ class OutboxEntry:
     """When its incident was raised (None: a run's notice): an alert's startsAt."""
 
 
+_SILENCE = "SELECT id, run, rule, metric, cause, starts, ends, comment, author, created, expired FROM silences"
 _INCIDENT = "SELECT id, status, body, source, quiet, notified_value, notified_at, top_cause, thread, opened_at FROM incidents"
 _OUTBOX = (
     "SELECT o.id, o.incident_id, o.sink, o.kind, o.payload, o.attempts, o.created, i.opened_at "
@@ -238,6 +248,10 @@ def _incident_row(r: tuple) -> IncidentRow:
 
 def _outbox_entry(r: tuple, state_id: str) -> OutboxEntry:
     return OutboxEntry(r[0], r[1], r[2], Notice.from_json(r[3], json.loads(r[4])), r[5], f"{state_id}-{r[0]}", r[6], r[7])
+
+
+def _silence(r: tuple) -> Silence:
+    return Silence(*r)
 
 
 def _file_row(r: tuple) -> FileRow:
@@ -322,16 +336,30 @@ class State:
         return State._attached(self.directory, self.path, self.id, self.fresh)
 
     @classmethod
-    def attach(cls, directory: Path) -> State:
-        """The state of a daemon that may be running, for the operator's commands (`outbox`): no
-        lock, nothing created; a missing or foreign file is a StateError."""
+    def attach(cls, directory: Path, *, create: bool = False) -> State:
+        """The state of a daemon that may be running, for the operator's commands (`outbox`,
+        `silence`): no lock held. A missing file is a StateError, or (`create`: a silence set before
+        the daemon's first start) a new state. A file of an older layout is brought up to date
+        when no daemon holds it (an older daemon that does must be restarted first)."""
         path = directory / "state.db"
+        if create and not path.exists():
+            cls(directory).close()
         if not path.is_file():
             raise StateError(f"{path}: no state yet (has `lossguard watch` run with this state dir?)")
         try:
             other = cls._attached(directory, path, "", False)
+            other.db.execute("SELECT count(*) FROM outbox").fetchone()  # (not ours: refused before anything writes)
+            layout = other.db.execute("PRAGMA user_version").fetchone()[0]
+            if layout < VERSION:
+                other.close()
+                try:
+                    cls(directory).close()
+                except StateLocked:
+                    raise StateError(
+                        f"{path}: the daemon using it is an older lossguard (state layout {layout}, this one {VERSION}); restart it with this version first"
+                    ) from None
+                other = cls._attached(directory, path, "", False)
             other.id = dict(other.db.execute("SELECT key, value FROM meta").fetchall()).get("id", "")
-            other.db.execute("SELECT count(*) FROM outbox").fetchone()
         except sqlite3.DatabaseError as exc:
             raise StateError(f"{path}: not a lossguard state file ({exc})") from None
         return other
@@ -526,6 +554,78 @@ class State:
                 return self.db.execute("DELETE FROM outbox WHERE sent_at IS NULL").rowcount
             return sum(self.db.execute("DELETE FROM outbox WHERE id=? AND sent_at IS NULL", (i,)).rowcount for i in ids)
 
+    # --- silences (`lossguard silence`; the sender honours them at every round) -----------------
+    def silences(self, *, now: float | None = None) -> list[Silence]:
+        """Every silence, oldest first; with `now`, only those not ended by then."""
+        return _silences(self.db, now=-math.inf if now is None else now)
+
+    def add_silence(self, *, run: str, rule: str | None, metric: str | None, cause: str | None, starts: float, ends: float,
+                    comment: str, author: str) -> Silence:
+        with self.transaction():
+            cur = self.db.execute(
+                "INSERT INTO silences (run, rule, metric, cause, starts, ends, comment, author, created) VALUES (?,?,?,?,?,?,?,?,?)",
+                (run, rule, metric, cause, starts, ends, comment, author, starts),
+            )
+        return _silence(self.db.execute(f"{_SILENCE} WHERE id=?", (cur.lastrowid,)).fetchone())
+
+    def expire_silence(self, ident: int, *, now: float) -> Silence | None:
+        """Ends a silence now (None: no such silence). One already over stays as it was."""
+        with self.transaction():
+            self.db.execute("UPDATE silences SET expired=? WHERE id=? AND expired IS NULL AND ends > ?", (now, ident, now))
+        row = self.db.execute(f"{_SILENCE} WHERE id=?", (ident,)).fetchone()
+        return None if row is None else _silence(row)
+
+    def hold(self, entries: Sequence[OutboxEntry], silence: Silence, *, now: float) -> None:
+        """Entries a silence covers: settled without being sent, and remembered as held by it."""
+        with self.transaction():
+            for e in entries:
+                self.db.execute("UPDATE outbox SET sent_at=?, silenced=? WHERE id=? AND sent_at IS NULL", (now, silence.id, e.id))
+
+    def end_silences(self, now: float) -> int:
+        """Silences that ended since the last look: what they held back and is still wrong (an
+        incident still open, a run still stalled) is reported once, to each sink it was held from,
+        unless another silence still covers it (then that one holds it). One transaction: a
+        crash reports it exactly once, at the next start. Returns the notices queued."""
+        queued = 0
+        if not self.db.execute("SELECT EXISTS (SELECT 1 FROM silences WHERE reported IS NULL AND min(ends, coalesce(expired, ends)) <= ?)", (now,)).fetchone()[0]:
+            return 0  # (the common case, every round: no write lock taken)
+        with self.transaction() as tx:
+            silences = [_silence(r) for r in self.db.execute(f"{_SILENCE} WHERE reported IS NULL").fetchall()]
+            ended = [s for s in silences if s.end <= now]
+            others = [s for s in silences if s.active(now)]
+            for s in ended:
+                for notice, incident_id, sink in self._held_still_wrong(s):
+                    other = covering(others, notice, now)
+                    if other is not None:
+                        self.db.execute(
+                            "UPDATE outbox SET silenced=? WHERE silenced=? AND sink=? AND incident_id IS ? AND json_extract(payload, '$.run')=?",
+                            (other.id, s.id, sink, incident_id, notice.run),
+                        )
+                        continue
+                    tx.enqueue(replace(notice, silenced_by=s.describe()), incident_id=incident_id, sinks=[sink], now=now)
+                    queued += 1
+                self.db.execute("UPDATE silences SET reported=? WHERE id=?", (now, s.id))
+        return queued
+
+    def _held_still_wrong(self, silence: Silence) -> list[tuple[Notice, int | None, str]]:
+        """(the notice to report, its incident, the sink) for what `silence` held back and is still
+        wrong: each open incident once per sink (as it stands now), each still-stalled run once."""
+        out: list[tuple[Notice, int | None, str]] = []
+        rows = self.db.execute(
+            "SELECT DISTINCT o.incident_id, o.sink FROM outbox o JOIN incidents i ON i.id = o.incident_id "
+            "WHERE o.silenced=? AND i.status='open' ORDER BY o.incident_id, o.sink", (silence.id,)
+        ).fetchall()
+        for incident_id, sink in rows:
+            row = _incident_row(self.db.execute(f"{_INCIDENT} WHERE id=?", (incident_id,)).fetchone())
+            out.append((Notice("unsilenced", row.incident.run, row.incident, source=row.source), incident_id, sink))
+        stalled = self.db.execute(
+            "SELECT DISTINCT o.sink, r.run, r.last_step FROM outbox o JOIN runs r ON r.run = json_extract(o.payload, '$.run') "
+            "WHERE o.silenced=? AND o.incident_id IS NULL AND o.kind='stalled' AND r.stalled=1 ORDER BY r.run, o.sink", (silence.id,)
+        ).fetchall()
+        for sink, run, step in stalled:
+            out.append((Notice("unsilenced", run, step=step), None, sink))
+        return out
+
 
 @dataclass(frozen=True)
 class Undelivered:
@@ -714,4 +814,26 @@ def _summary(db: sqlite3.Connection) -> dict[str, list[dict[str, object]]]:
             {"id": i, "kind": k, "attempts": a, "error": e, "permanent": bool(p)}
             for i, k, a, e, p in q("SELECT id, kind, attempts, last_error, permanent FROM outbox WHERE sent_at IS NULL ORDER BY id")
         ],
+        "silences": [s.to_json() for s in _silences(db, now=time.time())],
     }
+
+
+def _silences(db: sqlite3.Connection, *, now: float) -> list[Silence]:
+    """Silences not ended by `now` (none in a state from before layout 7, which had none)."""
+    if not db.execute("SELECT count(*) FROM sqlite_master WHERE type='table' AND name='silences'").fetchone()[0]:
+        return []
+    return [s for s in map(_silence, db.execute(f"{_SILENCE} ORDER BY id")) if s.end > now]
+
+
+def read_silences(path: Path, *, now: float) -> list[Silence]:
+    """The silences in force, read-only (`scan --slack-digest` leaves out what they cover)."""
+    try:
+        db = sqlite3.connect(f"file:{quote(str(path))}?mode=ro", uri=True, timeout=10)
+    except sqlite3.DatabaseError as exc:
+        raise StateError(f"{path}: cannot open the state file ({exc})") from None
+    try:
+        return _silences(db, now=now)
+    except sqlite3.DatabaseError as exc:
+        raise StateError(f"{path}: not a lossguard state file ({exc})") from None
+    finally:
+        db.close()

@@ -146,7 +146,7 @@ def test_status_of_an_empty_state_prints_no_dangling_colons(tmp_path):
 
     State(tmp_path / "state").close()
     out = run_lossguard("status", "--state-dir", str(tmp_path / "state")).stdout.splitlines()
-    assert out == ["following 0 file(s)", "0 open incident(s)", "0 undelivered notification(s)"]
+    assert out == ["following 0 file(s)", "0 open incident(s)", "0 undelivered notification(s)", "0 silence(s) in force"]
 
 
 def test_without_config_the_first_lossguard_toml_found_is_used_and_config_check_says_which(tmp_path):

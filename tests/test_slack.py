@@ -152,3 +152,23 @@ def test_scan_posts_a_digest_to_slack(slack, monkeypatch, capsys):
     assert req.body["channel"] == "#nightly"
     assert "spike(s) in 6 of 8 run(s)" in req.body["text"] and "megatron-grad-explosion" in req.body["text"]
     assert TOKEN not in capsys.readouterr().err
+
+
+def test_the_scan_digest_leaves_out_what_the_daemons_silences_cover(slack, monkeypatch, tmp_path):
+    from lossguard.state import State
+
+    from .conftest import FIXTURES
+
+    monkeypatch.setenv("LOSSGUARD_SLACK_TOKEN", TOKEN)
+    monkeypatch.setenv("LOSSGUARD_SLACK_CHANNEL", "#nightly")
+    monkeypatch.setenv("LOSSGUARD_SLACK_BASE_URL", slack.base_url)
+    monkeypatch.setenv("LOSSGUARD_STATE_DIR", str(tmp_path / "state"))
+    state = State(tmp_path / "state")
+    now = __import__("time").time()
+    state.add_silence(run="megatron-*", rule=None, metric=None, cause=None, starts=now, ends=now + 60, comment="known", author="ana")
+    state.add_silence(run="*", rule=None, metric=None, cause=None, starts=now - 60, ends=now - 1, comment="over", author="ana")
+    state.close()
+    assert main(["scan", str(FIXTURES / "runs"), "--quiet", "--format", "json", "--slack-digest"]) == 1
+    (req,) = slack.requests
+    assert "megatron-grad-explosion" not in req.body["text"] and "spike(s) in 6 of 8 run(s)" in req.body["text"]
+    assert "spike(s) silenced, not listed" in req.body["text"]

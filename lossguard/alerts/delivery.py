@@ -71,3 +71,6 @@ class Manners:
     group_threshold: int | None = None
     run_cooldown: float = 0.0
     min_interval: float = 0.0
+    silences: bool = True
+    """`lossguard silence` holds its posts back. Not Alertmanager's: it has silences of its own, and
+    an alert hidden from it would resolve there and fire anew (a second page) when ours ended."""

@@ -37,6 +37,7 @@ EVENT_TITLES = {
     "updated": "{sev}: {metric} spike grew",
     "resolved": "Resolved: {metric} spike",
     "relabelled": "Cause revised: {metric} spike",
+    "unsilenced": "{sev}: {metric} spike still open as its silence ends",
 }
 SEVERITY_EMOJI = {"critical": ":rotating_light:", "warning": ":warning:", "info": ":information_source:"}
 
@@ -95,7 +96,11 @@ def build(
     source: str,
     spark: tuple[float, ...] = (),
     version: str = "",
+    silence: str | None = None,
+    silenced_by: str | None = None,
 ) -> Message:
+    """`silence`: the command that silences alerts like this one (shown with a new alert);
+    `silenced_by`: the silence that held this incident's notices back and just ended."""
     sev = inc.severity.upper()
     metric = inc.metric.replace("_", " ")
     title = EVENT_TITLES.get(event, "{sev}: {metric} spike").format(sev=sev, metric=metric)
@@ -115,7 +120,11 @@ def build(
         blocks.append(_section("\n".join(_cause_lines(c, i + 1) for i, c in enumerate(inc.causes))))
     if spark:
         blocks.append(_section(f"{escape(inc.metric)} around the spike: {code(sparkline(spark))}"))
+    if silenced_by:
+        blocks.append(_section(f"Silence {escape(silenced_by)} has ended; this incident is still open."))
     context = f"source {code(source)}  ·  host {code(host)}" + (f"  ·  lossguard {escape(version)}" if version else "")
+    if silence:
+        context += f"\nTo silence: {code(silence)}"
     blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": cut_lines(context, MAX_SECTION)}]})
     blocks = blocks[:MAX_BLOCKS]
 
@@ -131,7 +140,11 @@ def build(
         lines.append(f"try: {escape(top.suggestion)}")
         for other in inc.causes[1:]:
             lines.append(f"also possible: {CAUSE_TITLES.get(other.cause, other.cause).lower()} ({other.confidence:.0%}): {escape(other.evidence)}")
+    if silenced_by:
+        lines.append(f"silence {escape(silenced_by)} has ended; still open")
     lines.append(f"source {escape(source)} on {escape(host)}")
+    if silence:
+        lines.append(f"to silence: {escape(silence)}")
     return Message(cut_lines("\n".join(lines), MAX_TEXT), tuple(blocks))
 
 
@@ -147,21 +160,29 @@ def _section_message(text: str) -> Message:
 def describe(notice: Notice) -> str:
     """One plain line (the console sink; the stall and resume notices' text)."""
     kind = notice.kind.upper()
+    ended = f"; silence {notice.silenced_by} has ended" if notice.silenced_by else ""
     if notice.incident is None:
         extra = f" after {notice.minutes} min without a new step" if notice.kind == "stalled" else ""
-        return f"{kind} run {notice.run} at step {notice.step}{extra}"
+        extra += " still stalled" if notice.kind == "unsilenced" else ""
+        return f"{kind} run {notice.run} at step {notice.step}{extra}{ended}"
     inc = notice.incident
     cause = inc.causes[0].cause if inc.causes else "unknown"
+    still = " still open" if notice.kind == "unsilenced" else ""
     return (
-        f"{kind} [{inc.severity}] run {inc.run}: {inc.metric} spike at step {inc.step} "
-        f"(peak {fmt(inc.value)} at {inc.peak_step}, baseline {fmt(inc.baseline)}, rule {inc.rule}); likely {cause}"
+        f"{kind} [{inc.severity}] run {inc.run}: {inc.metric} spike at step {inc.step}{still} "
+        f"(peak {fmt(inc.value)} at {inc.peak_step}, baseline {fmt(inc.baseline)}, rule {inc.rule}); likely {cause}{ended}"
     )
 
 
-def for_notice(notice: Notice, *, host: str, version: str = "") -> Message:
+def for_notice(notice: Notice, *, host: str, version: str = "", silence: str | None = None) -> Message:
+    """`silence`: the command that silences it, shown with what is news (a new alert, a stall)."""
     if notice.incident is None:
-        return _section_message(escape(describe(notice)))
-    return build(notice.incident, event=notice.kind, host=host, source=notice.source, version=version)
+        text = escape(describe(notice))
+        if silence and notice.kind in ("stalled",):
+            text += f"\nTo silence: {code(silence)}"
+        return _section_message(text)
+    shown = silence if notice.kind in ("opened", "escalated", "unsilenced") else None
+    return build(notice.incident, event=notice.kind, host=host, source=notice.source, version=version, silence=shown, silenced_by=notice.silenced_by)
 
 
 def summary(notices: tuple[Notice, ...]) -> Message:
@@ -175,13 +196,16 @@ def summary(notices: tuple[Notice, ...]) -> Message:
     return Message(text, (_section(text),))
 
 
-def digest(*, host: str, totals: dict, runs: list[tuple[str, tuple[Incident, ...]]]) -> Message:
-    """The nightly scan in one message: the runs with spikes and their top cause."""
+def digest(*, host: str, totals: dict, runs: list[tuple[str, tuple[Incident, ...]]], silenced: int = 0) -> Message:
+    """The nightly scan in one message: the runs with spikes and their top cause (`runs`: the
+    incidents no silence covers; `silenced`: how many were left out)."""
     lines = [f"lossguard scan on {escape(host)}: {totals['spikes']} spike(s) in {totals['runs_with_spikes']} of {totals['runs']} run(s)"]
     for run, incidents in runs:
         if incidents:
             top = incidents[0].causes[0].cause.replace("_", " ") if incidents[0].causes else "unknown"
             lines.append(f"• {escape(run)}: {len(incidents)} spike(s), first at step {incidents[0].step}, likely {escape(top)}")
+    if silenced:
+        lines.append(f"{silenced} spike(s) silenced, not listed (`lossguard silence list`)")
     if totals["warnings"]:
         lines.append(f"{totals['warnings']} file(s) could not be read completely (see the report)")
     return _section_message(cut_lines("\n".join(lines), MAX_SECTION))

@@ -14,12 +14,16 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 
+from ..silences import Silence, covering
 from ..state import OutboxEntry, State
 from .delivery import Delivery, Manners, Post, Sink
 
 log = logging.getLogger("lossguard")
 Stage = Callable[[Iterable[Post]], Iterator[Post]]
 SEVERITY_RANK = {"info": 0, "warning": 1, "critical": 2}
+STARTS_THREAD = ("opened", "escalated", "unsilenced")
+"""Kinds whose post is the message an incident's follow-ups reply to (an incident whose alert a
+silence held back is first posted when the silence ends)."""
 BATCH = 100
 """Outbox entries taken at a time; a round goes on while entries are waiting."""
 
@@ -136,8 +140,14 @@ class Dispatcher:
         """Told of every post: its sink and whether it was accepted (the daemon's metrics count them)."""
         self._recent = {name: RecentRuns() for name in self.sinks}
         self._last_post: dict[tuple[str, str | None], float] = {}
+        self._silences: list[Silence] = []
 
     def round(self) -> int:
+        """Deliver what waits, after reporting what the silences that just ended held back."""
+        now = self.wall()
+        if self.state.end_silences(now):
+            log.info("silences ended; what they held back and is still wrong is reported now")
+        self._silences = self.state.silences(now=now)
         sent = 0
         for name in self.state.pending_sinks():
             sink = self.sinks.get(name)
@@ -150,6 +160,9 @@ class Dispatcher:
     def _drain(self, sink: Sink) -> int:
         sent = 0
         while entries := self.state.pending(limit=BATCH, sink=sink.name):
+            entries = self._hold(sink, entries)
+            if not entries:
+                continue  # (all held: the next batch)
             done, ok = self._deliver(sink, entries)
             sent += done
             if not ok or len(entries) < BATCH:
@@ -184,11 +197,30 @@ class Dispatcher:
                     self.state.set_thread(post.entries, thread)
                     self._recent[sink.name].note(post, thread, self.clock())
                 continue
-            self.state.mark_sent(post.entries, now=self.wall(), thread=thread if post.notice.kind in ("opened", "escalated") else None)
+            self.state.mark_sent(post.entries, now=self.wall(), thread=thread if post.notice.kind in STARTS_THREAD else None)
             if post.notice.kind == "opened" and thread and not post.in_summary:
                 self._recent[sink.name].note(post, thread, self.clock())
             sent += len(post.entries)
         return sent, True
+
+    def _hold(self, sink: Sink, entries: list[OutboxEntry]) -> list[OutboxEntry]:
+        """The entries no silence covers; those one does are settled as held by it (read at every
+        round, so a silence added while the daemon runs holds the very next post)."""
+        if not sink.manners.silences or not self._silences:
+            return entries
+        now = self.wall()
+        held: dict[int, tuple[Silence, list[OutboxEntry]]] = {}
+        free = []
+        for e in entries:
+            silence = covering(self._silences, e.notice, now)
+            if silence is None:
+                free.append(e)
+            else:
+                held.setdefault(silence.id, (silence, []))[1].append(e)
+        for silence, some in held.values():
+            self.state.hold(some, silence, now=now)
+            log.info("%d notification(s) to %s held back by silence %s", len(some), sink.name, silence.describe())
+        return free
 
     def _pace(self, sink: Sink, channel: str | None) -> None:
         key = (sink.name, channel)

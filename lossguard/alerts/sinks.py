@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from .. import __version__
+from .. import __version__, silences
 from ..model import Notice
 from ..state import OutboxEntry, State
 from . import labels, message
@@ -75,6 +75,8 @@ class JsonlSink:
             body["step"] = notice.step
             if notice.minutes is not None:
                 body["minutes"] = notice.minutes
+        if notice.silenced_by is not None:
+            body["silenced_by"] = notice.silenced_by
         return {"event": notice.kind, "id": key, **body}
 
     def send(self, post: Post) -> Delivery:
@@ -99,8 +101,10 @@ class SlackSink:
     name = "slack"
 
     def __init__(self, client: SlackBot | SlackWebhook, *, routes: tuple = (), min_interval: float = 1.0,
-                 run_cooldown: float = 600.0, group_threshold: int = 3) -> None:
+                 run_cooldown: float = 600.0, group_threshold: int = 3, state_dir: Path | None = None) -> None:
         self.client = client
+        self.state_dir = state_dir
+        """Where the daemon keeps its state: the silence command an alert shows names it."""
         bot = isinstance(client, SlackBot)
         self.manners = Manners(
             channels=bot, routes=tuple(routes), channel=client.channel if bot else None,
@@ -111,7 +115,11 @@ class SlackSink:
         """ts of the alerts this process opened at the top of a channel (their headers it may rewrite)."""
 
     def send(self, post: Post) -> Delivery:
-        text = message.summary(post.notices) if post.summary else message.for_notice(post.notice, host=self.host, version=__version__)
+        if post.summary:
+            text = message.summary(post.notices)
+        else:
+            hint = silences.command_for(post.notice, state_dir=None if self.state_dir is None else str(self.state_dir))
+            text = message.for_notice(post.notice, host=self.host, version=__version__, silence=hint)
         if not self.manners.channels:
             return self.client.post(text)
         channel, _, ts = (post.thread or "").partition("|")
@@ -138,7 +146,7 @@ class AlertmanagerSink:
     resolution committed since is never overtaken by a stale firing post."""
 
     name = "alertmanager"
-    manners = Manners()
+    manners = Manners(silences=False)
 
     def __init__(self, client: AlertmanagerClient, *, host: str | None = None, extra_labels: Mapping[str, str] = {},  # noqa: B006
                  resend_interval: float = 60.0, clock: Callable[[], float] = time.monotonic) -> None:

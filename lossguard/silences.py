@@ -1,0 +1,139 @@
+"""Silences, as Alertmanager's users know them: "not now, I know" for the runs, rules, metrics or
+causes an operator names, until a time. Pure: matching, durations and the command an alert shows
+to silence it; the state store keeps them (state.py), the delivery pipeline honours them.
+
+A silence hides notifications, never incidents: the daemon still records what it finds, and an
+incident still open when its silence ends is reported then, once (not re-alerted as new).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import shlex
+from dataclasses import dataclass
+from datetime import datetime
+from fnmatch import fnmatchcase
+
+from .errors import UsageError
+from .model import Notice
+
+UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
+LONGEST = 366 * 86400
+"""A silence longer than a year is a typo (`--for 2000h`), or a rule that should be changed instead."""
+
+
+@dataclass(frozen=True)
+class Silence:
+    id: int
+    run: str
+    """A shell glob over run names (`*` silences every run)."""
+    rule: str | None
+    metric: str | None
+    cause: str | None
+    starts: float
+    ends: float
+    comment: str
+    author: str = ""
+    created: float = 0.0
+    expired: float | None = None
+    """When an operator ended it early (`silence expire`)."""
+
+    @property
+    def end(self) -> float:
+        return self.ends if self.expired is None else min(self.ends, self.expired)
+
+    def active(self, now: float) -> bool:
+        return self.starts <= now < self.end
+
+    def matches(self, notice: Notice) -> bool:
+        """Every matcher given must match. A run's own notices (stalled, resumed) have no rule,
+        metric or cause: only a silence of the whole run (no other matcher) covers them."""
+        if not fnmatchcase(notice.run, self.run):
+            return False
+        inc = notice.incident
+        if inc is None:
+            return self.rule is None and self.metric is None and self.cause is None
+        cause = inc.causes[0].cause if inc.causes else "unknown"
+        return all(
+            pattern is None or fnmatchcase(value, pattern)
+            for pattern, value in ((self.rule, inc.rule), (self.metric, inc.metric), (self.cause, cause))
+        )
+
+    def matchers(self) -> str:
+        """The matchers in words, for `silence list`, `status` and the report when it ends."""
+        parts = [f"run={self.run}"] + [f"{k}={v}" for k, v in (("rule", self.rule), ("metric", self.metric), ("cause", self.cause)) if v is not None]
+        return " ".join(parts)
+
+    def describe(self) -> str:
+        """`#3 (run=exp-* rule=loss-spike, by alice: restarting from 41k)`: the silence in one line."""
+        who = f"by {self.author}: " if self.author else ""
+        return f"#{self.id} ({self.matchers()}, {who}{self.comment})"
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "id": self.id, "run": self.run, "rule": self.rule, "metric": self.metric, "cause": self.cause,
+            "starts": self.starts, "ends": self.end, "comment": self.comment, "author": self.author,
+            "created": self.created, "expired": self.expired,
+        }
+
+
+def covering(silences: list[Silence], notice: Notice, now: float) -> Silence | None:
+    """The active silence that covers `notice` (the one lasting longest, if several do)."""
+    hits = [s for s in silences if s.active(now) and s.matches(notice)]
+    return max(hits, key=lambda s: (s.end, s.id)) if hits else None
+
+
+def parse_duration(text: str) -> float:
+    """`90s`, `30m`, `2h`, `1h30m`, `1d`, `1w`: seconds."""
+    compact = text.strip().lower().replace(" ", "")
+    parts = _DURATION.findall(compact)
+    if not compact or "".join(n + u for n, u in parts) != compact:
+        raise UsageError(f"--for {text!r}: not a duration (use e.g. 90s, 30m, 2h, 1h30m, 1d)")
+    seconds = sum(float(n) * UNITS[u] for n, u in parts)
+    if not 0 < seconds <= LONGEST or not math.isfinite(seconds):
+        raise UsageError(f"--for {text!r}: a silence lasts more than 0 s and at most a year")
+    return seconds
+
+
+def parse_until(text: str, now: float) -> float:
+    """An ISO 8601 time (`2026-12-01T18:00`, `2026-12-01 18:00+01:00`); without a zone, local time."""
+    try:
+        when = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise UsageError(f"--until {text!r}: not a time (use ISO 8601, e.g. 2026-12-01T18:00 or 2026-12-01T18:00+01:00)") from None
+    ends = when.timestamp()  # (a naive time is taken as local time, as a person means it)
+    if ends <= now:
+        raise UsageError(f"--until {text!r}: that time has passed")
+    if ends - now > LONGEST:
+        raise UsageError(f"--until {text!r}: a silence lasts at most a year")
+    return ends
+
+
+def literal_glob(name: str) -> str:
+    """A glob matching `name` (and, where a character could not travel safely through a shell, a
+    chat message and a copy-paste, any character there: `?`). Glob characters of the name itself
+    are bracketed so that they match only themselves."""
+    out = []
+    for ch in name:
+        if ch in "*?[":
+            out.append(f"[{ch}]")
+        elif ch == "`" or not ch.isprintable() or ch in "\u2028\u2029":
+            out.append("?")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def command_for(notice: Notice, *, state_dir: str | None = None, duration: str = "2h") -> str:
+    """The exact command that silences this alert's kind for its run: what the alert shows, so the
+    on-call engineer at 3 a.m. copies it instead of reading the manual."""
+    words = ["lossguard", "silence", "add"]
+    if state_dir:
+        words += ["--state-dir", state_dir]
+    words += ["--run", literal_glob(notice.run)]
+    if notice.incident is not None:
+        words += ["--rule", literal_glob(notice.incident.rule)]
+    words += ["--for", duration, "--comment", "why"]
+    return shlex.join(words)

@@ -1,0 +1,340 @@
+"""Silences: which notices they cover, the command an alert shows, the sender holding notices back
+and reporting what is still wrong when a silence ends (real SQLite state, real JSON-lines file, the
+real slack-sdk against the local Slack-like server), the CLI, and the daemon honouring a silence
+added while it runs."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sqlite3
+from dataclasses import replace
+
+import pytest
+
+from lossguard.alerts.pipeline import Dispatcher
+from lossguard.alerts.sinks import AlertmanagerSink, JsonlSink, SlackSink
+from lossguard.alerts.slack import SlackBot
+from lossguard.cli import build_parser
+from lossguard.errors import UsageError
+from lossguard.model import Cause, Incident, Notice
+from lossguard.silences import Silence, command_for, covering, literal_glob, parse_duration, parse_until
+from lossguard.state import State
+
+from .conftest import assert_one_error_line, run_lossguard
+
+INC = Incident(run="gpt-7b-a", metric="loss", rule="loss-spike", kind="ratio", severity="warning", step=20, peak_step=20,
+               value=9.0, baseline=2.0, threshold=4.0, causes=(Cause("bad_batch", 0.6, "one step", "skip it"),))
+
+
+def silence(run="*", rule=None, metric=None, cause=None, starts=0.0, ends=1000.0, ident=1) -> Silence:
+    return Silence(ident, run, rule, metric, cause, starts, ends, "why")
+
+
+def test_every_given_matcher_must_match_and_unset_ones_match_anything():
+    opened = Notice("opened", INC.run, INC)
+    assert silence(run="gpt-7b-*").matches(opened)
+    assert not silence(run="gpt-13b-*").matches(opened)
+    assert silence(run="gpt-*", rule="loss-*", metric="loss", cause="bad_batch").matches(opened)
+    assert not silence(run="gpt-*", rule="grad-norm-spike").matches(opened)
+    assert not silence(run="gpt-*", metric="grad_norm").matches(opened)
+    assert not silence(run="gpt-*", cause="lr_*").matches(opened)
+    assert silence(cause="unknown").matches(Notice("opened", INC.run, replace(INC, causes=())))
+
+
+def test_a_runs_own_notices_are_covered_only_by_a_silence_of_the_whole_run():
+    stalled = Notice("stalled", "gpt-7b-a", step=400, minutes=31.0)
+    assert silence(run="gpt-7b-a").matches(stalled)
+    assert not silence(run="gpt-7b-a", rule="loss-spike").matches(stalled)
+    assert not silence(run="gpt-7b-a", cause="bad_batch").matches(stalled)
+
+
+def test_a_silence_covers_only_while_it_is_in_force_and_the_longest_wins():
+    opened = Notice("opened", INC.run, INC)
+    short, long_ = silence(ends=100.0, ident=1), silence(ends=500.0, ident=2)
+    assert covering([short, long_], opened, 50.0) is long_
+    assert covering([short], opened, 100.0) is None  # ends is exclusive
+    assert covering([silence(starts=60.0)], opened, 50.0) is None
+    assert covering([replace(long_, expired=80.0)], opened, 90.0) is None
+
+
+@pytest.mark.parametrize("name", ["plain-run", "a[1]*b?", "tick`tock", "new\nline", "\x1b]52;c;x\x07", "ÿ ünï çødé", "$(reboot)"])
+def test_the_shown_command_selects_exactly_the_alerts_run_and_rule(name):
+    """What the alert shows, pasted into a shell, makes a silence that covers this alert and not a
+    run named almost alike."""
+    inc = replace(INC, run=name)
+    words = shlex.split(command_for(Notice("opened", name, inc), state_dir="/var/lib/lossguard"))
+    args = build_parser().parse_args(words[1:])
+    assert (args.state_dir.as_posix(), args.duration, args.comment) == ("/var/lib/lossguard", "2h", "why")
+    made = silence(run=args.run, rule=args.rule)
+    assert made.matches(Notice("opened", name, inc))
+    assert not made.matches(Notice("opened", name + "x", replace(inc, run=name + "x")))
+    assert not made.matches(Notice("opened", name, replace(inc, rule="grad-norm-spike")))
+    assert "`" not in args.run and all(ch.isprintable() for ch in args.run)
+
+
+def test_literal_glob_brackets_glob_characters_of_the_name():
+    assert literal_glob("a*b") == "a[*]b"
+    assert silence(run=literal_glob("a*b")).matches(Notice("stalled", "a*b", step=1))
+    assert not silence(run=literal_glob("a*b")).matches(Notice("stalled", "aXXb", step=1))
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("90s", 90), ("30m", 1800), ("2h", 7200), ("1h30m", 5400), ("1d", 86400), ("1.5h", 5400)])
+def test_durations_read_as_people_write_them(text, seconds):
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "2", "h", "2x", "-1h", "0s", "2h junk", "9999d"])
+def test_a_bad_duration_is_a_usage_error(text):
+    with pytest.raises(UsageError, match="--for"):
+        parse_duration(text)
+
+
+def test_until_takes_iso_times_and_refuses_the_past():
+    assert parse_until("2026-12-01T18:00+00:00", now=1796140000.0) == 1796148000.0
+    assert parse_until("2026-12-01T19:00+01:00", now=1796140000.0) == 1796148000.0
+    with pytest.raises(UsageError, match="at most a year"):
+        parse_until("2028-12-01T18:00+00:00", now=1796140000.0)
+    with pytest.raises(UsageError, match="has passed"):
+        parse_until("2020-01-01T00:00+00:00", now=1796148000.0)
+    with pytest.raises(UsageError, match="not a time"):
+        parse_until("tomorrow", now=0.0)
+
+
+# --- the sender ---------------------------------------------------------------------------------
+
+class Wall:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def state(tmp_path):
+    s = State(tmp_path / "state")
+    yield s
+    s.close()
+
+
+def _raise(state: State, inc: Incident, *, kind="opened", sinks=("jsonl",)) -> int:
+    """As a pass does: the incident recorded (or updated) and its notice queued, in one commit."""
+    with state.transaction() as tx:
+        known = state.incident(inc.run, inc.rule, inc.step)
+        ident = known.id if known else tx.add_incident(inc, source="runs/x.log", quiet=False, now=1.0)
+        if known:
+            tx.update_incident(replace(known, incident=inc))
+        tx.enqueue(Notice(kind, inc.run, inc, source="runs/x.log"), incident_id=ident, sinks=sinks, now=1.0)
+    return ident
+
+
+def _events(path):
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def test_a_silenced_incident_is_recorded_not_sent_and_reported_once_when_the_silence_ends(state, tmp_path):
+    out, wall = tmp_path / "out.jsonl", Wall()
+    sender = Dispatcher(state, {"jsonl": JsonlSink(out)}, wall=wall)
+    s = state.add_silence(run="gpt-7b-*", rule=None, metric=None, cause=None, starts=wall.now, ends=wall.now + 3600, comment="restarting from 41k", author="ana")
+    other = replace(INC, run="gpt-13b")
+    _raise(state, INC)
+    _raise(state, other)
+    sender.round()
+    assert [(e["event"], e["run"]) for e in _events(out)] == [("opened", "gpt-13b")]
+    assert state.incident(INC.run, INC.rule, INC.step).status == "open"  # recorded all the same
+    assert state.undelivered() == []  # held, not waiting
+    grown = replace(INC, value=12.0, peak_step=22)
+    _raise(state, grown, kind="updated")
+    wall.now += 600
+    sender.round()
+    assert len(_events(out)) == 1
+    wall.now = s.ends
+    sender.round()
+    report = _events(out)[1:]
+    assert [(e["event"], e["run"], e["value"]) for e in report] == [("unsilenced", "gpt-7b-a", 12.0)]  # as it stands now
+    sender.round()
+    Dispatcher(state, {"jsonl": JsonlSink(out)}, wall=wall).round()  # a restart: nothing said twice
+    assert len(_events(out)) == 2
+
+
+def test_an_incident_that_recovered_under_its_silence_is_not_reported(state, tmp_path):
+    out, wall = tmp_path / "out.jsonl", Wall()
+    sender = Dispatcher(state, {"jsonl": JsonlSink(out)}, wall=wall)
+    state.add_silence(run="*", rule=None, metric=None, cause=None, starts=wall.now, ends=wall.now + 60, comment="x", author="")
+    _raise(state, INC)
+    _raise(state, replace(INC, end_step=30), kind="resolved")
+    sender.round()
+    wall.now += 120
+    sender.round()
+    assert _events(out) == []
+
+
+def test_expiring_a_silence_early_reports_at_the_next_round(state, tmp_path):
+    out, wall = tmp_path / "out.jsonl", Wall()
+    sender = Dispatcher(state, {"jsonl": JsonlSink(out)}, wall=wall)
+    s = state.add_silence(run="*", rule="loss-*", metric=None, cause=None, starts=wall.now, ends=wall.now + 86400, comment="x", author="")
+    _raise(state, INC)
+    sender.round()
+    assert _events(out) == []
+    wall.now += 5
+    assert state.expire_silence(s.id, now=wall.now).end == wall.now
+    sender.round()
+    assert [e["event"] for e in _events(out)] == ["unsilenced"]
+    assert state.expire_silence(999, now=wall.now) is None
+
+
+def test_when_one_silence_ends_another_still_in_force_keeps_holding(state, tmp_path):
+    out, wall = tmp_path / "out.jsonl", Wall()
+    sender = Dispatcher(state, {"jsonl": JsonlSink(out)}, wall=wall)
+    state.add_silence(run="gpt-*", rule=None, metric=None, cause=None, starts=wall.now, ends=wall.now + 60, comment="short", author="")
+    state.add_silence(run="*", rule=None, metric="loss", cause=None, starts=wall.now + 30, ends=wall.now + 600, comment="long", author="")
+    _raise(state, INC)
+    sender.round()
+    wall.now += 90  # the first ended; the second covers the incident
+    sender.round()
+    assert _events(out) == []
+    wall.now += 600
+    sender.round()
+    assert [(e["event"], e["silenced_by"].split()[0]) for e in _events(out)] == [("unsilenced", "#2")]
+
+
+def test_a_stalled_run_still_stalled_when_its_silence_ends_is_said_again(state, tmp_path):
+    out, wall = tmp_path / "out.jsonl", Wall()
+    sender = Dispatcher(state, {"jsonl": JsonlSink(out)}, wall=wall)
+    state.add_silence(run="exp", rule=None, metric=None, cause=None, starts=wall.now, ends=wall.now + 60, comment="x", author="")
+    with state.transaction() as tx:
+        tx.advance_run("exp", 400, now=1.0)
+        tx.mark_stalled("exp")
+        tx.enqueue(Notice("stalled", "exp", step=400, minutes=31.0), incident_id=None, sinks=["jsonl"], now=1.0)
+    sender.round()
+    wall.now += 120
+    sender.round()
+    assert [(e["event"], e["run"], e["step"]) for e in _events(out)] == [("unsilenced", "exp", 400)]
+
+
+def test_alertmanager_is_not_held_back_it_has_silences_of_its_own(state, tmp_path):
+    """(Its sink's posts go through; a stand-in client records them: the real server is in
+    test_alertmanager.py, and whether a silence holds does not depend on the wire.)"""
+
+    class Recorder:
+        def __init__(self) -> None:
+            self.alerts: list = []
+
+        def post(self, alerts):
+            from lossguard.alerts.delivery import Delivery
+
+            self.alerts += alerts
+            return Delivery(ok=True)
+
+    am, wall = Recorder(), Wall()
+    state.add_silence(run="*", rule=None, metric=None, cause=None, starts=wall.now, ends=wall.now + 60, comment="x", author="")
+    _raise(state, INC, sinks=("alertmanager",))
+    Dispatcher(state, {"alertmanager": AlertmanagerSink(am, host="h")}, wall=wall).round()
+    assert [a["labels"]["run"] for a in am.alerts] == ["gpt-7b-a"]
+
+
+def test_the_slack_alert_shows_the_silence_command_and_the_report_starts_the_thread(state, slack):
+    wall = Wall()
+    sink = SlackSink(SlackBot("xoxb-1-SECRET", "#training", base_url=slack.base_url, backoff=0.01, retries=0), state_dir=state.directory)
+    sender = Dispatcher(state, {"slack": sink}, wall=wall, sleep=lambda s: None)
+    _raise(state, replace(INC, run="other"), sinks=("slack",))
+    sender.round()
+    first = [r.body for r in slack.requests if r.path == "/api/chat.postMessage"][0]
+    shown = f"lossguard silence add --state-dir {state.directory} --run other --rule loss-spike --for 2h --comment why"
+    assert shown in first["text"] and shown in json.dumps(first["blocks"])
+    state.add_silence(run="gpt-*", rule=None, metric=None, cause=None, starts=wall.now, ends=wall.now + 60, comment="restart", author="ana")
+    ident = _raise(state, INC, sinks=("slack",))
+    sender.round()
+    assert len([r for r in slack.requests if r.path == "/api/chat.postMessage"]) == 1
+    wall.now += 61
+    sender.round()
+    report = [r.body for r in slack.requests if r.path == "/api/chat.postMessage"][1]
+    assert "still open as its silence ends" in json.dumps(report["blocks"]) and "by ana: restart" in report["text"]
+    assert "thread_ts" not in report or not report["thread_ts"]
+    assert state.thread(ident) is not None  # its follow-ups reply to the report
+
+
+# --- the CLI ------------------------------------------------------------------------------------
+
+def test_silence_cli_adds_lists_expires_and_status_shows_it(tmp_path):
+    d = str(tmp_path / "state")
+    added = run_lossguard("silence", "add", "--state-dir", d, "--run", "gpt-*", "--metric", "loss", "--for", "2h", "--comment", "restarting from 41k")
+    assert added.returncode == 0 and "#1  run=gpt-* metric=loss" in added.stdout
+    listed = json.loads(run_lossguard("silence", "list", "--state-dir", d, "--format", "json").stdout)
+    assert [(s["id"], s["run"], s["metric"], s["comment"]) for s in listed] == [(1, "gpt-*", "loss", "restarting from 41k")]
+    assert listed[0]["ends"] - listed[0]["starts"] == pytest.approx(7200)
+    assert "1 silence(s) in force:" in run_lossguard("status", "--state-dir", d).stdout
+    assert run_lossguard("silence", "expire", "1", "--state-dir", d).returncode == 0
+    assert json.loads(run_lossguard("silence", "list", "--state-dir", d, "--format", "json").stdout) == []
+    assert len(json.loads(run_lossguard("silence", "list", "--all", "--state-dir", d, "--format", "json").stdout)) == 1
+    assert "0 silence(s) in force" in run_lossguard("status", "--state-dir", d).stdout
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["--for", "2x"], "not a duration"),
+    (["--until", "2001-01-01T00:00"], "has passed"),
+    (["--for", "1h", "--rule", "los-spike"], "matches none of the rules in force (loss-spike"),
+    (["--for", "1h", "--metric", "gradnorm"], "matches none of the rules in force"),
+    (["--for", "1h", "--cause", "lr"], "matches no cause"),
+])
+def test_a_silence_that_could_never_hold_anything_is_refused_in_one_line(tmp_path, args, says):
+    res = run_lossguard("silence", "add", "--state-dir", str(tmp_path / "s"), "--run", "x", "--comment", "c", *args)
+    assert res.returncode == 2 and says in assert_one_error_line(res)
+
+
+def test_expiring_an_unknown_silence_is_a_usage_error(tmp_path):
+    d = str(tmp_path / "state")
+    State(tmp_path / "state").close()
+    res = run_lossguard("silence", "expire", "7", "--state-dir", d)
+    assert res.returncode == 2 and "no silence #7" in assert_one_error_line(res)
+
+
+def test_a_silence_on_an_older_layout_state_brings_it_up_to_date(tmp_path):
+    State(tmp_path / "state").close()
+    db = sqlite3.connect(tmp_path / "state" / "state.db")
+    db.execute("DROP TABLE silences")
+    db.execute("ALTER TABLE outbox DROP COLUMN silenced")
+    db.execute("PRAGMA user_version=6")
+    db.commit()
+    db.close()
+    res = run_lossguard("silence", "add", "--state-dir", str(tmp_path / "state"), "--run", "x", "--for", "1h", "--comment", "c")
+    assert res.returncode == 0, res.stderr
+    db = sqlite3.connect(tmp_path / "state" / "state.db")
+    assert db.execute("PRAGMA user_version").fetchone()[0] == 7 and db.execute("SELECT count(*) FROM silences").fetchone()[0] == 1
+
+
+# --- the daemon ---------------------------------------------------------------------------------
+
+def test_the_running_daemon_honours_a_silence_at_once_and_reports_what_is_open_when_it_ends(tmp_path):
+    """A real daemon with a JSON-lines sink: a silence added from the CLI while it runs holds the next
+    spike of its runs (another run's still alerts), a kill -9 and restart keep it, and expiring
+    it reports the incident still open, once."""
+    from .test_watch import Watch, _calm, _line
+
+    for run in ("gpt-a", "other"):
+        (tmp_path / "runs" / run).mkdir(parents=True)
+        (tmp_path / "runs" / run / "metrics.jsonl").write_text(_calm(range(1, 20)))
+    w = Watch(tmp_path).start()
+    try:
+        w.wait_ready(files=2)
+        res = run_lossguard("silence", "add", "--state-dir", str(tmp_path / "state"), "--run", "gpt-*", "--for", "1h", "--comment", "restarting")
+        assert res.returncode == 0, res.stderr
+        for run in ("gpt-a", "other"):
+            with open(tmp_path / "runs" / run / "metrics.jsonl", "a") as fh:
+                fh.write(_line(20, 9.0))
+        ev = w.settle()
+        assert [(e["event"], e["run"]) for e in ev if e["event"] != "resolved"] == [("opened", "other")]
+        status = run_lossguard("status", "--state-dir", str(tmp_path / "state")).stdout
+        assert "gpt-a  step 20  loss-spike" in status and "run=gpt-*" in status  # recorded, and the silence shown
+        w.kill9()
+        assert "held back by silence #1 (run=gpt-*, by " in w.proc.stderr.read()
+        w.start()
+        w.wait_settled()
+        assert run_lossguard("silence", "expire", "1", "--state-dir", str(tmp_path / "state")).returncode == 0
+        ev = w.wait_for(lambda ev: any(e["event"] == "unsilenced" for e in ev))
+        time_to_repeat = w.settle()
+        unsilenced = [e for e in time_to_repeat if e["event"] == "unsilenced"]
+        assert [(e["run"], e["step"], e["silenced_by"].startswith("#1 (run=gpt-*")) for e in unsilenced] == [("gpt-a", 20, True)]
+    finally:
+        w.stop_and_read()
