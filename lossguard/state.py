@@ -45,7 +45,8 @@ CREATE TABLE IF NOT EXISTS latest (
     PRIMARY KEY (run, metric)
 );
 CREATE TABLE IF NOT EXISTS runs (
-    run TEXT PRIMARY KEY, last_step INTEGER, advanced_at REAL, stalled INTEGER NOT NULL DEFAULT 0
+    run TEXT PRIMARY KEY, last_step INTEGER, advanced_at REAL, stalled INTEGER NOT NULL DEFAULT 0,
+    touched INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS incidents (
     id INTEGER PRIMARY KEY, run TEXT NOT NULL, rule TEXT NOT NULL, step INTEGER NOT NULL,
@@ -79,8 +80,10 @@ grad-norm spike), whose alert thread it shares. Version 5 keeps when an incident
 time of their first outbox entry. Version 6 keeps each stream's latest value in a small table of
 its own (`latest`), so a metrics scrape does not read every tail. Version 7 keeps the operator's
 silences (`silences`) and marks the outbox entries a silence held back (`outbox.silenced`: its id),
-which are reported when the silence ends if their incident is still open. An older lossguard
-refuses a newer file rather than misread it."""
+which are reported when the silence ends if their incident is still open; it numbers the commits
+that change what a run's metrics show (`runs.touched`, meta `touched`), so a scrape renders again
+only the runs a pass changed, and fills `latest` for streams not written since layout 6. An older
+lossguard refuses a newer file rather than misread it."""
 MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: (),
     2: (),
@@ -96,7 +99,11 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "UPDATE incidents SET opened_at = coalesce((SELECT min(created) FROM outbox WHERE incident_id = incidents.id), notified_at) WHERE opened_at IS NULL",
     ),
     6: (),  # the `latest` table (SCHEMA creates it); filled as passes write tails
-    7: ("ALTER TABLE outbox ADD COLUMN silenced INTEGER",),  # (and the `silences` table, which SCHEMA creates)
+    7: (
+        "ALTER TABLE outbox ADD COLUMN silenced INTEGER",  # (and the `silences` table, which SCHEMA creates)
+        "ALTER TABLE runs ADD COLUMN touched INTEGER NOT NULL DEFAULT 0",
+        "INSERT OR IGNORE INTO latest (run, metric, value) SELECT run, metric, substr(tail, -8) FROM streams WHERE typeof(tail)='blob' AND length(tail) >= 16",
+    ),
 }
 """(An ADD COLUMN whose column exists is skipped: the step may meet a file that already has it.)"""
 TAIL_FORMAT = ("<i8", "<f8")
@@ -425,6 +432,8 @@ class State:
         tx = Transaction(self.db)
         try:
             yield tx
+            if tx.touched:
+                tx.number_touched()
         except BaseException:
             self.db.execute("ROLLBACK")
             self._tails.clear()
@@ -647,6 +656,18 @@ class Transaction:
 
     db: sqlite3.Connection
     tails: dict[tuple[str, str], Tail] = field(default_factory=dict)
+    touched: set[str] = field(default_factory=set)
+    """Runs whose metrics (latest values, step, stall, incidents) this transaction changed."""
+
+    def number_touched(self) -> None:
+        """This commit's number, on every run it changed: what a scrape renders again."""
+        self.db.execute("INSERT INTO meta (key, value) VALUES ('touched', 1) ON CONFLICT (key) DO UPDATE SET value = value + 1")
+        runs = sorted(self.touched)
+        for i in range(0, len(runs), 500):
+            chunk = runs[i:i + 500]
+            self.db.execute(
+                f"UPDATE runs SET touched = (SELECT value FROM meta WHERE key='touched') WHERE run IN ({','.join('?' * len(chunk))})", chunk
+            )
 
     def put_file(self, f: FileRow) -> None:
         self.db.execute(
@@ -663,6 +684,7 @@ class Transaction:
         self.db.execute("INSERT OR REPLACE INTO streams (run, metric, tail, seen) VALUES (?,?,?,?)", (run, key, packed, tail.seen))
         if tail.values.size:  # the latest value on its own: a scrape reads it without the tail
             self.db.execute("INSERT OR REPLACE INTO latest (run, metric, value) VALUES (?,?,?)", (run, key, packed[-8:]))
+            self.touched.add(run)
         self.tails[(run, key)] = tail
 
     def add_incident(self, incident: Incident, *, source: str, quiet: bool, now: float, parent: int | None = None) -> int:
@@ -674,6 +696,7 @@ class Transaction:
             "VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
             (incident.run, incident.rule, incident.step, status, json.dumps(incident.to_json()), source, int(quiet), incident.value, now, top, parent, now),
         )
+        self.touched.add(incident.run)
         return int(cur.lastrowid)
 
     def update_incident(self, row: IncidentRow) -> None:
@@ -684,6 +707,7 @@ class Transaction:
             "UPDATE incidents SET status=?, body=?, source=?, top_cause=?, notified_value=?, notified_at=? WHERE id=?",
             (status, json.dumps(row.incident.to_json()), row.source, top, row.notified_value, row.notified_at, row.id),
         )
+        self.touched.add(row.incident.run)
 
     def enqueue(self, notice: Notice, *, incident_id: int | None, sinks: Sequence[str], now: float) -> None:
         payload = json.dumps(notice.to_json())
@@ -694,9 +718,11 @@ class Transaction:
 
     def advance_run(self, run: str, last_step: int, *, now: float) -> None:
         self.db.execute("INSERT OR REPLACE INTO runs (run, last_step, advanced_at, stalled) VALUES (?,?,?,0)", (run, last_step, now))
+        self.touched.add(run)
 
     def mark_stalled(self, run: str) -> None:
         self.db.execute("UPDATE runs SET stalled=1 WHERE run=?", (run,))
+        self.touched.add(run)
 
     def settle(self) -> None:
         """The first pass commits: from now on what the logs hold beyond their offsets is news."""
@@ -741,27 +767,39 @@ class StateReader:
         rows = self._all("SELECT run, last_step, advanced_at, stalled FROM runs WHERE advanced_at >= ? ORDER BY run", (since,))
         return [RunRow(r[0], r[1], r[2], bool(r[3])) for r in rows]
 
-    def latest_values(self, metrics: Sequence[str]) -> dict[tuple[str, str], float]:
-        """(run, metric) -> the last value of its stream, from the small `latest` table (a busy box
-        scraped every 15 s: reading 4,000 tails of up to 400 points cost 14 ms a scrape). Streams
-        not written since layout 6 fall back to the tail's last 8 bytes (a packed tail ends with its
-        last value; a layout-1 JSON tail, rewritten at the run's next pass, is skipped)."""
-        marks = ",".join("?" * len(metrics))
-        unpack = struct.Struct(TAIL_FORMAT[1].replace("<f8", "<d")).unpack  # (a scrape reads thousands)
-        out = {(run, metric): unpack(last)[0] for run, metric, last in self._all(f"SELECT run, metric, value FROM latest WHERE metric IN ({marks})", metrics)}
-        streams = self._all(f"SELECT count(*) FROM streams WHERE metric IN ({marks})", metrics)[0][0]
-        if streams > len(out):
-            rows = self._all(f"SELECT run, metric, substr(tail, -8) FROM streams WHERE metric IN ({marks}) AND typeof(tail)='blob' AND length(tail) >= 16", metrics)
-            out = {(run, metric): unpack(last)[0] for run, metric, last in rows} | out
+    def touched(self, since: int) -> tuple[int, set[str]]:
+        """The number of the last commit that changed a run's metrics, and the runs changed by
+        commits after `since` (read before their data: a commit in between is seen again later)."""
+        row = self._all("SELECT value FROM meta WHERE key='touched'")
+        last = int(row[0][0]) if row else 0
+        return last, {r[0] for r in self._all("SELECT run FROM runs WHERE touched > ?", (since,))} if last > since else set()
+
+    def _by_run(self, query: str, args: Sequence[object], runs: Collection[str] | None, group: str = "") -> list[tuple]:
+        """`query` (ending in a WHERE clause) over every run, or over `runs` only (in chunks)."""
+        if runs is None:
+            return self._all(query.replace(" AND {runs}", "") + group, args)
+        wanted, out = sorted(runs), []
+        for i in range(0, len(wanted), 500):
+            chunk = wanted[i:i + 500]
+            out += self._all(query.replace("{runs}", f"run IN ({','.join('?' * len(chunk))})") + group, (*args, *chunk))
         return out
 
-    def open_incidents_by_severity(self) -> dict[tuple[str, str], int]:
-        rows = self._all("SELECT run, coalesce(json_extract(body, '$.severity'), ''), count(*) FROM incidents WHERE status='open' GROUP BY 1, 2")
+    def latest_values(self, metrics: Sequence[str], runs: Collection[str] | None = None) -> dict[tuple[str, str], float]:
+        """(run, metric) -> the last value of its stream, from the small `latest` table (a busy box
+        scraped every 15 s: reading 4,000 tails of up to 400 points cost 14 ms a scrape); of every
+        run, or of `runs`. (Layout 7 filled it for streams not written since layout 6.)"""
+        marks = ",".join("?" * len(metrics))
+        unpack = struct.Struct(TAIL_FORMAT[1].replace("<f8", "<d")).unpack  # (a scrape reads thousands)
+        rows = self._by_run(f"SELECT run, metric, value FROM latest WHERE metric IN ({marks}) AND {{runs}}", metrics, runs)
+        return {(run, metric): unpack(last)[0] for run, metric, last in rows}
+
+    def open_incidents_by_severity(self, runs: Collection[str] | None = None) -> dict[tuple[str, str], int]:
+        rows = self._by_run("SELECT run, coalesce(json_extract(body, '$.severity'), ''), count(*) FROM incidents WHERE status='open' AND {runs}", (), runs, " GROUP BY 1, 2")
         return {(run, severity): n for run, severity, n in rows}
 
-    def incidents_by_rule(self) -> dict[tuple[str, str], int]:
+    def incidents_by_rule(self, runs: Collection[str] | None = None) -> dict[tuple[str, str], int]:
         """Incidents ever raised per run and rule (history found at the first start included)."""
-        return {(run, rule): n for run, rule, n in self._all("SELECT run, rule, count(*) FROM incidents GROUP BY run, rule")}
+        return {(run, rule): n for run, rule, n in self._by_run("SELECT run, rule, count(*) FROM incidents WHERE 1 AND {runs}", (), runs, " GROUP BY run, rule")}
 
     def backlog(self) -> Backlog:
         n, oldest = self._all("SELECT count(*), min(created) FROM outbox WHERE sent_at IS NULL")[0]

@@ -280,3 +280,47 @@ def test_the_runs_text_is_what_prometheus_clients_generate_latest_writes(tmp_pat
     expected = generate_latest(registry)
     assert b'run="we\\"ird\\\\name\\nx"' in expected and b"lossguard_run_spikes_total" in expected
     assert text_format(exposition.runs.rows()) == expected
+
+
+def test_runs_rendered_again_only_where_a_commit_changed_them_read_as_a_full_render_would(tmp_path):
+    """The runs a pass changed are rendered again, the others reused: after each pass (a spike, its
+    recovery, a new run, a stall, a run leaving the ttl) the text equals a render from scratch."""
+    from lossguard.metrics import text_format
+
+    for i in range(5):
+        log = tmp_path / "runs" / f"r{i}" / "metrics.jsonl"
+        log.parent.mkdir(parents=True)
+        log.write_text(_calm(range(1, 30)))
+    state = State(tmp_path / "state")
+    follower = Follower([tmp_path / "runs"], rules=default_rules(), state=state, stall_after=60, log=lambda _: None)
+    clock = [time.time()]
+    reader = StateReader(tmp_path / "state" / "state.db")
+    kept = Exposition(reader, Health(["console"]), run_ttl=600, clock=lambda: clock[0])
+
+    def same_as_from_scratch() -> bytes:
+        fresh = Exposition(StateReader(tmp_path / "state" / "state.db"), Health(["console"]), run_ttl=600, clock=lambda: clock[0])
+        got, want = kept.runs.text(), text_format(fresh.runs.rows())
+        assert got == want
+        return got
+
+    def write(run: str, text: str) -> None:
+        with open(tmp_path / "runs" / run / "metrics.jsonl", "a") as fh:
+            fh.write(text)
+
+    follower.run_pass(clock[0])
+    same_as_from_scratch()
+    steps = [(lambda: write("r1", _line(30, 9.0)), b'lossguard_run_open_incidents{host='),
+             (lambda: write("r1", _calm(range(31, 40))), b'lossguard_run_last_step{host="'),
+             (lambda: (tmp_path / "runs" / "r9").mkdir() or write("r9", _calm(range(1, 12))), b'run="r9"'),
+             (lambda: write("r2", _calm(range(30, 33))), b"lossguard_run_loss{")]
+    for act, shown in steps:
+        act()
+        clock[0] += 10
+        follower.run_pass(clock[0])
+        assert shown in same_as_from_scratch()
+    clock[0] += 120  # r0, r3, r4 stall (60 s without a step)
+    follower.run_pass(clock[0])
+    assert same_as_from_scratch().count(b" 1.0\n") >= 3
+    clock[0] += 560  # r0, r3, r4 leave the ttl; the others logged since
+    assert b'run="r0"' not in same_as_from_scratch()
+    state.close()

@@ -114,7 +114,7 @@ def test_a_layout_2_file_is_migrated_with_its_undelivered_notifications(tmp_path
     state.close()
 
 
-def test_a_stream_s_latest_value_is_kept_apart_and_an_older_state_falls_back_to_its_tail(tmp_path):
+def test_a_stream_s_latest_value_is_kept_apart_and_an_older_state_gets_it_from_its_tail(tmp_path):
     import sqlite3
 
     import numpy as np
@@ -131,6 +131,9 @@ def test_a_stream_s_latest_value_is_kept_apart_and_an_older_state_falls_back_to_
     assert np.isnan(got[("r", "loss")]) and got[("r", "lr")] == 2e-4  # NaN kept (a REAL column would not)
     db = sqlite3.connect(tmp_path / "state" / "state.db")
     db.execute("DELETE FROM latest WHERE metric='lr'")  # as a layout-5 file's streams are
+    db.execute("ALTER TABLE runs DROP COLUMN touched")
+    db.execute("PRAGMA user_version=6")
     db.commit()
     db.close()
+    State(tmp_path / "state").close()  # layout 7 fills `latest` from the tails
     assert StateReader(tmp_path / "state" / "state.db").latest_values(["loss", "lr"])[("r", "lr")] == 2e-4
