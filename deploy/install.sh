@@ -72,10 +72,13 @@ if [ ! -e "$ETC/lossguard.toml" ]; then
     install -m 0640 -g "$GROUP" "$SOURCE/deploy/lossguard.toml" "$ETC/lossguard.toml"
     CREATED_CONFIG=1
 fi
-# The unit loads this credential; empty means "no bot token" (webhook setups), so it always exists.
-if [ ! -e "$ETC/slack_token" ]; then
-    install -m 0600 /dev/null "$ETC/slack_token"
-fi
+# The units load these credentials; an empty one means "not set" (a webhook setup has no bot token,
+# most have no Alertmanager password), so they always exist and a start never fails for want of one.
+for credential in slack_token slack_webhook_url alertmanager_password alertmanager_bearer_token; do
+    if [ ! -e "$ETC/$credential" ]; then
+        install -m 0600 /dev/null "$ETC/$credential"
+    fi
+done
 for unit in lossguard.service lossguard-scan.service lossguard-scan.timer; do
     install -m 0644 "$SOURCE/systemd/$unit" "$UNITS/$unit"
 done

@@ -133,7 +133,11 @@ def _unsilenced(result, state_db: Path):  # noqa: ANN001, ANN202
     from .silences import covering
     from .state import read_silences
 
-    silences = read_silences(state_db, now=time.time()) if state_db.is_file() else []
+    try:
+        silences = read_silences(state_db, now=time.time()) if state_db.is_file() else []
+    except LossguardError as exc:  # the digest still goes out, every spike in it
+        print(f"lossguard: warning: cannot read the silences ({scrub(printable(str(exc)))}); the digest lists every spike", file=sys.stderr)
+        silences = []
     now, runs, silenced = time.time(), [], 0
     for rep in result.runs:
         kept = tuple(i for i in rep.incidents if covering(silences, Notice("opened", rep.run, i), now) is None)
@@ -228,13 +232,15 @@ def _cmd_scan(args: argparse.Namespace) -> int:
 def _add_alert(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "alert",
-        help="Slack alerts: send a test message",
+        help="alert sinks: send a test message to Slack and a test alert to Alertmanager",
         formatter_class=_Formatter,
-        description="Alert sinks. `alert test` posts a test message with the configured Slack bot token\n"
-        "(LOSSGUARD_SLACK_TOKEN + LOSSGUARD_SLACK_CHANNEL) or webhook (LOSSGUARD_SLACK_WEBHOOK_URL) and says\n"
-        "exactly what went wrong if it fails. Exit 0 when delivered; 2 when Slack refused it or nothing is\n"
-        "configured (exit 1 means \"spikes found\" everywhere in lossguard).",
-        epilog="Example:\n  LOSSGUARD_SLACK_TOKEN=xoxb-... lossguard alert test --channel '#training'",
+        description="`alert test` posts a test message with the configured Slack bot token (LOSSGUARD_SLACK_TOKEN +\n"
+        "LOSSGUARD_SLACK_CHANNEL) or webhook (LOSSGUARD_SLACK_WEBHOOK_URL), and a test alert (alertname\n"
+        "LossguardTest, severity info, resolved by itself after 5 minutes) to every configured Alertmanager\n"
+        "replica, and says exactly what went wrong where it fails. Exit 0 when every one took it; 2 when one\n"
+        "refused it or nothing is configured (exit 1 means \"spikes found\" everywhere in lossguard).",
+        epilog="Example:\n  LOSSGUARD_SLACK_TOKEN=xoxb-... lossguard alert test --channel '#training'\n"
+        "  lossguard alert test --config /etc/lossguard/lossguard.toml",
     )
     p.add_argument("action", choices=["test"], help="what to do")
     p.add_argument("--channel", help="channel to post to (default: LOSSGUARD_SLACK_CHANNEL)")
@@ -254,15 +260,36 @@ def _cmd_alert(args: argparse.Namespace) -> int:
     if settings.slack_token is not None and not channel:
         raise UsageError("a bot token needs a channel: --channel or LOSSGUARD_SLACK_CHANNEL")
     sink = client_from(settings, channel=channel, retries=2)
-    if sink is None:
-        raise UsageError("Slack is not configured: set LOSSGUARD_SLACK_TOKEN and LOSSGUARD_SLACK_CHANNEL, or LOSSGUARD_SLACK_WEBHOOK_URL")
-    target = f"channel {printable(channel)}" if isinstance(sink, SlackBot) else "the incoming webhook"
-    delivery = sink.post(build_test(host=socket.gethostname(), channel=channel))
+    if sink is None and not settings.alertmanager_urls:
+        raise UsageError(
+            "no alert sink is configured: set LOSSGUARD_SLACK_TOKEN and LOSSGUARD_SLACK_CHANNEL, or LOSSGUARD_SLACK_WEBHOOK_URL, "
+            "or [alertmanager] urls"
+        )
+    failed = False
+    if sink is not None:
+        target = f"channel {printable(channel)}" if isinstance(sink, SlackBot) else "the incoming webhook"
+        delivery = sink.post(build_test(host=socket.gethostname(), channel=channel))
+        failed |= _said(delivery, f"test message to Slack {target}")
+    if settings.alertmanager_urls:
+        import time
+
+        from .alerts.alertmanager import shown
+        from .alerts.labels import test_alert
+        from .alerts.sinks import alertmanager_client
+
+        alert = test_alert(now=time.time(), host=settings.alertmanager_host or socket.gethostname(), extra=settings.alertmanager_extra_labels)
+        for url in settings.alertmanager_urls:  # each replica on its own: one that refuses is named
+            failed |= _said(alertmanager_client(settings, [url]).post([alert]), f"test alert to Alertmanager {shown(url)}")
+    return EXIT_USAGE if failed else EXIT_OK
+
+
+def _said(delivery, what: str) -> bool:  # noqa: ANN001
+    """Print how a test delivery went; True when it failed."""
     if delivery.ok:
-        print(f"test message delivered to {target}")
-        return EXIT_OK
-    print(f"lossguard: test message to {target} failed: {scrub(printable(delivery.describe()))}", file=sys.stderr)
-    return EXIT_USAGE
+        print(f"{what}: delivered")
+        return False
+    print(f"lossguard: {what} failed: {scrub(printable(delivery.describe()))}", file=sys.stderr)
+    return True
 
 
 def config_places() -> list[Path]:
@@ -311,14 +338,16 @@ def _add_watch(sub: argparse._SubParsersAction) -> None:
         epilog="Example:\n  lossguard watch /data/runs --state-dir /var/lib/lossguard\n  lossguard watch runs/ --polling --poll-interval 5   # NFS/Lustre",
     )
     p.add_argument("paths", nargs="*", type=Path, metavar="PATH", help="runs folders (default: `paths` in the config)")
-    p.add_argument("--rules", action="append", type=Path, metavar="FILE_OR_DIR")
+    p.add_argument("--rules", action="append", type=Path, metavar="FILE_OR_DIR", help=f"rules file, folder of them, or a preset: {_presets()} (repeatable; default: `rules` in the config, else default)")
     p.add_argument("--config", type=Path, help="lossguard.toml (see deploy/lossguard.toml)")
     p.add_argument("--state-dir", type=Path, help="default: $STATE_DIRECTORY, else the XDG state dir")
     p.add_argument("--poll-interval", type=float, metavar="SECONDS", help="seconds between rescans when polling (--polling, or a root on NFS/Lustre/CIFS/FUSE; default 10)")
     p.add_argument("--polling", action="store_true", default=None, help="no inotify at all, only rescans every --poll-interval (roots on network filesystems are polled anyway)")
     p.add_argument("--stall-after", type=float, metavar="MINUTES", help="alert when a run makes no step for this long (0: never; default 30)")
     p.add_argument("--jsonl", type=Path, metavar="FILE", help="also append every notification to FILE as JSON lines")
-    p.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    p.add_argument("--metrics-listen", metavar="HOST:PORT", help="serve Prometheus metrics on http://HOST:PORT/metrics (a port alone: 127.0.0.1)")
+    p.add_argument("--metrics-textfile", type=Path, metavar="FILE", help="write the metrics to FILE for node_exporter's textfile collector (*.prom)")
+    p.add_argument("--log-level", choices=["debug", "info", "warning", "error"], help="what the daemon logs (default: info)")
     p.set_defaults(func=_cmd_watch)
 
 
@@ -331,6 +360,7 @@ def _cmd_watch(args: argparse.Namespace) -> int:
     settings = load_settings(
         args.config, paths=args.paths or None, rules=args.rules, state_dir=args.state_dir, poll_interval=args.poll_interval,
         polling=args.polling, stall_after=args.stall_after, jsonl=args.jsonl, log_level=args.log_level,
+        metrics_listen=args.metrics_listen, metrics_textfile=args.metrics_textfile,
     )
     # Before polars is imported: its pool is sized once, from the environment (which still wins).
     os.environ.setdefault("POLARS_MAX_THREADS", str(settings.threads))
@@ -464,7 +494,7 @@ def _add_outbox(sub: argparse._SubParsersAction) -> None:
         "Safe while the daemon runs. Without IDs, retry and drop act on every undelivered entry.",
         epilog="Example:\n  lossguard outbox list --state-dir /var/lib/lossguard\n  lossguard outbox retry 12 13\n  lossguard outbox drop --all",
     )
-    p.add_argument("action", choices=["list", "retry", "drop"])
+    p.add_argument("action", choices=["list", "retry", "drop"], help="list: what waits and why; retry: back in line now; drop: give up on them")
     p.add_argument("ids", nargs="*", type=int, metavar="ID", help="outbox entries (as `list` shows them)")
     p.add_argument("--all", action="store_true", help="with drop: every undelivered entry (drop needs IDs or --all)")
     _add_state_options(p)

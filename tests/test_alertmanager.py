@@ -232,3 +232,26 @@ def test_the_shipped_alertmanager_config_groups_by_run_and_inhibits_spikes_under
     text = (REPO / "deploy/prometheus/alertmanager.yml").read_text()
     assert "group_by: [run]" in text and "send_resolved: true" in text
     assert 'source_matchers: [alertname="LossNonFinite"]' in text and 'target_matchers: [alertname="LossSpike"]' in text
+
+
+@needs_alertmanager
+def test_alert_test_reaches_every_replica_and_names_the_one_that_failed(tmp_path, capsys):
+    from lossguard.cli import main
+
+    hook = Webhook()
+    am = Alertmanager(tmp_path / "am", hook.url).start()
+    dead = f"http://127.0.0.1:{free_port()}"
+    try:
+        config = tmp_path / "lossguard.toml"
+        config.write_text(f'[alertmanager]\nurls = ["{am.url}"]\nhost = "trainer-07"\nextra_labels = {{ cluster = "east" }}\n')
+        assert main(["alert", "test", "--config", str(config)]) == 0
+        (alert,) = am.alerts(alertname="LossguardTest")
+        assert alert["labels"] == {"alertname": "LossguardTest", "host": "trainer-07", "severity": "info", "cluster": "east"}
+        assert f"test alert to Alertmanager {am.url}: delivered" in capsys.readouterr().out
+        config.write_text(f'[alertmanager]\nurls = ["{am.url}", "{dead}"]\n')
+        assert main(["alert", "test", "--config", str(config)]) == 2  # one replica down: said, and never exit 1
+        out = capsys.readouterr()
+        assert f"{am.url}: delivered" in out.out and f"test alert to Alertmanager {dead} failed" in out.err
+    finally:
+        am.stop()
+        hook.close()

@@ -200,3 +200,24 @@ def test_shell_completion_completes_commands_and_each_commands_options_in_a_real
     assert complete("lossguard", "watch", "--st") == ["--stall-after", "--state-dir"]
     zsh = run_lossguard("completion", "zsh").stdout
     assert zsh.startswith("#compdef lossguard") and "bashcompinit" in zsh and "_lossguard()" in zsh
+
+
+def test_every_option_of_every_command_says_what_it_does():
+    import argparse
+
+    from lossguard.cli import build_parser
+
+    def parsers(parser: argparse.ArgumentParser, name: str = "lossguard"):
+        yield name, parser
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for sub_name, sub in action.choices.items():
+                    yield from parsers(sub, f"{name} {sub_name}")
+
+    silent = [
+        f"{name} {action.option_strings or action.dest}"
+        for name, parser in parsers(build_parser())
+        for action in parser._actions
+        if not isinstance(action, (argparse._HelpAction, argparse._VersionAction, argparse._SubParsersAction)) and not action.help
+    ]
+    assert silent == []

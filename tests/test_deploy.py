@@ -36,8 +36,10 @@ def test_install_into_a_root_writes_program_config_credential_and_units(installe
     root, out = installed
     assert (root / "opt/lossguard/venv/bin/lossguard").exists()
     assert (root / "etc/lossguard/lossguard.toml").read_text() == (REPO / "deploy/lossguard.toml").read_text()
-    token = root / "etc/lossguard/slack_token"
-    assert token.exists() and token.stat().st_size == 0 and oct(token.stat().st_mode & 0o777) == "0o600"
+    for credential in ("slack_token", "slack_webhook_url", "alertmanager_password", "alertmanager_bearer_token"):
+        token = root / "etc/lossguard" / credential
+        assert token.exists() and token.stat().st_size == 0 and oct(token.stat().st_mode & 0o777) == "0o600"
+        assert f"LoadCredential={credential}:/etc/lossguard/{credential}" in (REPO / "systemd/lossguard.service").read_text()
     for unit in ("lossguard.service", "lossguard-scan.service", "lossguard-scan.timer"):
         assert (root / "etc/systemd/system" / unit).read_text() == (REPO / "systemd" / unit).read_text()
     assert "Two steps remain" in out and "systemctl enable --now lossguard.service" in out

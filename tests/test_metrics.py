@@ -324,3 +324,32 @@ def test_runs_rendered_again_only_where_a_commit_changed_them_read_as_a_full_ren
     clock[0] += 560  # r0, r3, r4 leave the ttl; the others logged since
     assert b'run="r0"' not in same_as_from_scratch()
     state.close()
+
+
+def test_watch_serves_metrics_where_the_command_line_says(tmp_path):
+    import urllib.request
+
+    from .am_server import free_port
+    from .test_watch import Watch
+
+    log = tmp_path / "runs" / "exp" / "metrics.jsonl"
+    log.parent.mkdir(parents=True)
+    log.write_text(_calm(range(1, 20)))
+    port = free_port()
+    w = Watch(tmp_path, "--metrics-listen", str(port), "--metrics-textfile", str(tmp_path / "lossguard.prom")).start()
+    try:
+        w.wait_ready()
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()  # noqa: S310 - localhost
+                if 'lossguard_run_last_step{host="' in body:
+                    break
+            except OSError:
+                pass
+            assert time.monotonic() < deadline, "no metrics served"
+            time.sleep(0.1)
+        assert 'run="exp"} 19.0' in body
+        assert (tmp_path / "lossguard.prom").exists()
+    finally:
+        w.stop_and_read()

@@ -114,7 +114,7 @@ def test_alert_test_command_reports_success_and_failure(slack, monkeypatch, caps
     monkeypatch.setenv("LOSSGUARD_SLACK_TOKEN", TOKEN)
     monkeypatch.setenv("LOSSGUARD_SLACK_BASE_URL", slack.base_url)
     assert main(["alert", "test", "--channel", "#oncall"]) == 0
-    assert "delivered to channel #oncall" in capsys.readouterr().out
+    assert "test message to Slack channel #oncall: delivered" in capsys.readouterr().out
     assert slack.requests[-1].body["channel"] == "#oncall"
     slack.queue.append(Answer(body={"ok": False, "error": "not_in_channel"}))
     assert main(["alert", "test", "--channel", "#oncall"]) == 2  # refused: a config error, never "spikes found"
@@ -126,7 +126,7 @@ def test_alert_test_without_configuration_is_a_usage_error(monkeypatch, capsys):
     for name in ("LOSSGUARD_SLACK_TOKEN", "LOSSGUARD_SLACK_WEBHOOK_URL", "CREDENTIALS_DIRECTORY"):
         monkeypatch.delenv(name, raising=False)
     assert main(["alert", "test"]) == 2
-    assert "Slack is not configured" in capsys.readouterr().err
+    assert "no alert sink is configured" in capsys.readouterr().err
 
 
 def test_token_from_the_systemd_credentials_directory_is_used_and_masked(tmp_path, monkeypatch):
@@ -172,3 +172,18 @@ def test_the_scan_digest_leaves_out_what_the_daemons_silences_cover(slack, monke
     (req,) = slack.requests
     assert "megatron-grad-explosion" not in req.body["text"] and "spike(s) in 6 of 8 run(s)" in req.body["text"]
     assert "spike(s) silenced, not listed" in req.body["text"]
+
+
+def test_a_state_that_cannot_be_read_costs_the_digest_its_filter_not_the_digest(slack, monkeypatch, tmp_path, capsys):
+    from .conftest import FIXTURES
+
+    monkeypatch.setenv("LOSSGUARD_SLACK_TOKEN", TOKEN)
+    monkeypatch.setenv("LOSSGUARD_SLACK_CHANNEL", "#nightly")
+    monkeypatch.setenv("LOSSGUARD_SLACK_BASE_URL", slack.base_url)
+    monkeypatch.setenv("LOSSGUARD_STATE_DIR", str(tmp_path / "state"))
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state" / "state.db").write_bytes(b"not a database" * 100)
+    assert main(["scan", str(FIXTURES / "runs"), "--quiet", "--format", "json", "--slack-digest"]) == 1
+    (req,) = slack.requests
+    assert "megatron-grad-explosion" in req.body["text"]
+    assert "cannot read the silences" in capsys.readouterr().err

@@ -38,6 +38,16 @@ def labels(notice: Notice, *, host: str, extra: Mapping[str, str] = {}) -> dict[
     return out
 
 
+def test_alert(*, now: float, host: str, extra: Mapping[str, str] = {}, lasts: float = 300.0) -> dict[str, object]:  # noqa: B006
+    """`lossguard alert test`'s alert: routed like the real ones (same host and extra labels, severity
+    info), resolved by itself after `lasts` seconds so that it never lingers in anyone's view."""
+    return {
+        "labels": {**extra, "alertname": "LossguardTest", "host": host, "severity": "info"},
+        "annotations": {"summary": f"lossguard test alert from {host}: alerts will arrive here"},
+        "startsAt": timestamp(now), "endsAt": timestamp(now + lasts),
+    }
+
+
 def _number(value: float | None) -> str:
     return "none" if value is None else f"{value:.6g}"
 

@@ -200,12 +200,17 @@ class AlertmanagerSink:
         return delivery
 
 
+def alertmanager_client(settings, urls: list[str] | None = None) -> AlertmanagerClient:  # noqa: ANN001
+    """A client for the configured replicas (or for `urls` of them), with the configured credentials."""
+    secret = lambda value: None if value is None else value.get_secret_value()  # noqa: E731
+    return AlertmanagerClient(
+        settings.alertmanager_urls if urls is None else urls, username=settings.alertmanager_username,
+        password=secret(settings.alertmanager_password), bearer_token=secret(settings.alertmanager_bearer_token),
+        ca_file=settings.alertmanager_ca_file,
+    )
+
+
 def alertmanager_sink(settings) -> AlertmanagerSink:  # noqa: ANN001
     """The Alertmanager sink the settings describe (settings.alertmanager_urls is not empty)."""
-    secret = lambda value: None if value is None else value.get_secret_value()  # noqa: E731
-    client = AlertmanagerClient(
-        settings.alertmanager_urls, username=settings.alertmanager_username, password=secret(settings.alertmanager_password),
-        bearer_token=secret(settings.alertmanager_bearer_token), ca_file=settings.alertmanager_ca_file,
-    )
-    return AlertmanagerSink(client, host=settings.alertmanager_host, extra_labels=settings.alertmanager_extra_labels,
+    return AlertmanagerSink(alertmanager_client(settings), host=settings.alertmanager_host, extra_labels=settings.alertmanager_extra_labels,
                             resend_interval=settings.alertmanager_resend_interval)
