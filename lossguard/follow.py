@@ -173,7 +173,11 @@ class Follower:
             return True
         cursor = offset_of(row)
         block = self.budget.block(path)
-        job = lambda limit: read(Path(path), cursor, run=row.run, fmt=fmt, final=False, options=self.options, limit=limit)  # noqa: E731
+        # History found at the first start is read apart from what was written after it: a read
+        # ends at that size, so a spike appended meanwhile is never taken for history.
+        history_left = row.quiet - cursor.offset
+        cap = (lambda limit: min(limit, history_left)) if history_left > 0 else (lambda limit: limit)  # noqa: E731
+        job = lambda limit: read(Path(path), cursor, run=row.run, fmt=fmt, final=False, options=self.options, limit=cap(limit))  # noqa: E731
         res = self.budget.read(path, cursor, seen.size - cursor.offset, job)
         if res is None:
             return False
@@ -181,7 +185,7 @@ class Follower:
             self.log(f"warning: {p}")
         report.problems += len(res.problems)
         report.files += 1
-        if res.cursor.offset - cursor.offset >= block:
+        if seen.size > cursor.offset + cap(block):  # (the read was cut short: more than a partial line waits)
             report.unfinished.append(path)
         if res.frame.height:
             got.append((res.frame, cursor.offset < row.quiet))

@@ -74,6 +74,25 @@ def test_a_long_history_is_read_a_block_per_pass_quietly_and_what_follows_is_ale
     state.close()
 
 
+def test_a_spike_written_while_the_history_is_still_being_read_is_news_not_history(tmp_path):
+    """The first start reads a long history a block per pass and settles after its first pass; a
+    spike appended before the history was all read must not be read with its last block (and taken
+    for history with it): a read stops where the file ended at the first start."""
+    history = _calm(range(1, 300)) + _line(300, 9.0) + _calm(range(301, 600))  # an old spike at 300
+    log, state, follower = one_run(tmp_path, history, read_limit=4096)
+    report = follower.run_pass(1.0)
+    assert report.unfinished and not state.fresh  # settled; the history is not all read yet
+    with open(log, "a") as fh:
+        fh.write(_calm(range(600, 610)) + _line(610, 9.0))
+    notices = list(report.notices)
+    while report.unfinished:
+        report = follower.run_pass(2.0, set(report.unfinished))
+        notices += report.notices
+    assert [(n.kind, n.incident.step) for n in notices] == [("opened", 610)]
+    assert state.db.execute("SELECT step, quiet FROM incidents ORDER BY step").fetchall() == [(300, 1), (610, 0)]
+    state.close()
+
+
 
 def test_a_file_its_reader_fails_on_stops_alone_and_the_other_runs_are_still_judged(tmp_path, monkeypatch):
     root = tmp_path / "runs"

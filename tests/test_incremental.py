@@ -231,3 +231,27 @@ def test_a_slow_climb_judged_pass_by_pass_is_the_incident_a_scan_reports():
     assert whole.end_step is not None
     assert _judged_in_passes(values, list(range(7, len(values), 7)), rule) == [whole]
     assert _judged_in_passes(values, list(range(7, len(values), 7)), rule, spare=False) == [whole]
+
+
+def test_a_limited_read_stays_within_its_limit_unless_not_one_whole_record_fits(tmp_path):
+    """What keeps history apart from what followed it (the daemon caps a read at the size a file
+    had at its first start): `limit` is a bound, not a hint; only when not one whole line or event
+    record fits does the one across it come whole (a read must always make progress)."""
+    from lossguard.reader import ReadOptions, read
+
+    from .writers import write_tb1
+
+    log = tmp_path / "metrics.jsonl"
+    lines = [f'{{"step": {s}, "loss": {2 + s / 1000:.3f}}}\n' for s in range(1, 200)]
+    log.write_text("".join(lines))
+    width = len(lines[0])
+    event = write_tb1(tmp_path / "tb", [(s, "loss", 2.0) for s in range(1, 200)])
+    for path, fmt in ((log, "jsonl"), (event, "tfevents")):
+        cursor, seen = Cursor(), []
+        for limit in (10 * width + 3, 5, 1, 40 * width, 10 ** 9):
+            res = read(path, cursor, run="r", fmt=fmt, final=False, options=ReadOptions(), limit=limit)
+            consumed = res.cursor.offset - cursor.offset
+            assert 0 < consumed <= max(limit, 2 * width), (fmt, limit, consumed)
+            seen += res.frame.filter(pl.col("metric") == "loss").get_column("step").to_list()
+            cursor = res.cursor
+        assert seen == list(range(1, 200)) and cursor.offset == path.stat().st_size, fmt

@@ -381,12 +381,16 @@ class TfEventsFormat:
         with open(path, "rb") as fh:
             # Only what the file held at open: records appended while these are decoded are the
             # next pass's (chasing a busy writer a few records at a time costs a decode each).
-            end = os.fstat(fh.fileno()).st_size
+            size = os.fstat(fh.fileno()).st_size
+            end = size if limit is None else min(size, cursor.offset + limit)  # (`limit`: no more than that)
             want = chunk
             while True:
                 fh.seek(offset)
                 buf = fh.read(max(0, min(want, end - offset)))
                 if len(buf) < 12:
+                    if end < size and offset == cursor.offset:
+                        end, want = size, 12  # not one whole record within the limit: the one across it
+                        continue
                     break
                 framing = frame(buf, base_offset=offset, source=source)
                 problems.extend(framing.problems)
@@ -405,6 +409,9 @@ class TfEventsFormat:
                 if framing.consumed == 0:
                     if framing.need > len(buf) and len(buf) == want:
                         want = framing.need  # one record larger than the chunk
+                        continue
+                    if framing.need > len(buf) and end < size and offset == cursor.offset:
+                        end, want = size, framing.need  # (as above)
                         continue
                     break
                 want = chunk

@@ -43,9 +43,10 @@ def iter_blocks(
     path: Path, cursor: Cursor, *, final: bool, problems: list[Problem], block: int = BLOCK, max_line: int = MAX_LINE,
     limit: int | None = None,
 ) -> Iterator[TextBlock]:
-    """Blocks of whole lines from the cursor on; with `limit`, blocks of at most `limit` bytes and
-    no more once that many were consumed (at most ~2 x limit: the daemon reads a long history a
-    bounded piece per pass).
+    """Blocks of whole lines from the cursor on; with `limit`, no more than `limit` bytes (the
+    daemon reads a long history a bounded piece per pass, and history apart from what came after
+    its first start): the whole lines within it, or, when not one fits, the one line that goes
+    over it.
 
     Reads stop at the size the file had when it was opened: a writer appending while the blocks
     are parsed would otherwise be chased a few lines at a time, each paying a whole parse (what is
@@ -55,12 +56,17 @@ def iter_blocks(
     offset, line, skipping = cursor.offset, cursor.line, cursor.skipping
     last = cursor
     with open(path, "rb") as fh:
-        end = os.fstat(fh.fileno()).st_size
+        size = os.fstat(fh.fileno()).st_size
+        end = size if limit is None else min(size, cursor.offset + limit)
+        over = False
         fh.seek(offset)
         carry = b""
         while True:
             data = fh.read(min(block, end - fh.tell())) if fh.tell() < end else b""
             if not data:
+                if end < size and offset == cursor.offset and not over:
+                    end, over = size, True  # not one whole line within the limit: the one across it
+                    continue
                 break
             buf = carry + data if carry else data
             carry = b""
@@ -73,7 +79,7 @@ def iter_blocks(
                 line += 1
                 buf = buf[nl + 1 :]
                 skipping = False
-            cut = buf.rfind(b"\n")
+            cut = buf.find(b"\n") if over else buf.rfind(b"\n")
             if cut < 0:
                 if len(buf) > max_line:
                     problems.append(Problem(source, f"line longer than {max_line >> 20} MiB skipped", line=line + 1))
