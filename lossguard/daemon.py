@@ -21,6 +21,7 @@ from pathlib import Path
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from .alerts.pipeline import Dispatcher
+from .alerts.plots import Plotter, takes_plots
 from .errors import LossguardError
 from .escaping import printable, printable_lines
 from .follow import Follower
@@ -67,6 +68,7 @@ class Daemon:
         rescan_interval: float = 300.0,
         stall_after: float = 1800.0,
         metrics: Callable[[Path, list[str]], Metrics] | None = None,
+        plots: bool = True,
     ) -> None:
         self.roots = roots
         self.rules_loader = rules_loader
@@ -80,8 +82,12 @@ class Daemon:
         # (Built once the state exists: the metrics read it on a read-only connection of their own.)
         self.metrics = metrics(self.state.path, list(sinks)) if metrics else None
         self.dispatcher = Dispatcher(self.state.secondary(), sinks, **({"on_delivery": self.metrics.health.delivery} if self.metrics else {}))
+        plot_sinks = [name for name, sink in sinks.items() if plots and takes_plots(sink)]
+        # (On the sender's connection and thread: pictures go out after the alerts they follow.)
+        self.plotter = Plotter(self.dispatcher.state, sinks, directory=state_dir / "plots")
         rules: RuleSet = rules_loader()
-        self.follower = Follower(roots, rules=rules, state=self.state, options=options, sinks=list(sinks), stall_after=stall_after, log=log.info)
+        self.follower = Follower(roots, rules=rules, state=self.state, options=options, sinks=list(sinks), plot_sinks=plot_sinks,
+                                 stall_after=stall_after, log=log.info)
         self.follower.budget.wake = self.note  # a slow read, left running by a pass, is done
         if os.environ.get(KILL_AT) == "before-first-commit":
             self.follower.before_commit = lambda: self.follower.first_pass and os.kill(os.getpid(), signal.SIGKILL)
@@ -190,6 +196,11 @@ class Daemon:
                     sink.resend(self.dispatcher.state)
         except Exception:  # noqa: BLE001
             log.exception("delivery round failed; will try again")
+            return
+        try:
+            self.plotter.round()  # after the alerts, which it must never hold up or cost
+        except Exception:  # noqa: BLE001
+            log.exception("sending plots failed; will try again")
 
     def note(self, path: str | None) -> None:
         """inotify saw `path` change (None: files or folders came or went)."""

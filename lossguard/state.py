@@ -57,10 +57,16 @@ CREATE TABLE IF NOT EXISTS outbox (
     created REAL NOT NULL, attempts INTEGER NOT NULL DEFAULT 0, last_error TEXT, permanent INTEGER NOT NULL DEFAULT 0,
     sent_at REAL
 );
+CREATE TABLE IF NOT EXISTS plots (
+    incident_id INTEGER NOT NULL, sink TEXT NOT NULL, picture TEXT NOT NULL, created REAL NOT NULL,
+    attempts INTEGER NOT NULL DEFAULT 0, done_at REAL, error TEXT,
+    PRIMARY KEY (incident_id, sink)
+);
+CREATE INDEX IF NOT EXISTS outbox_incident ON outbox (incident_id);
 """
 
 
-VERSION = 6
+VERSION = 7
 """The layout of state.db, kept in SQLite's user_version. A later layout adds a step to MIGRATIONS
 (the statements that take version N - 1 to N), run in one transaction when an older file is opened.
 Version 0 is a file from before versions were kept: its layout is version 1's. Version 2 writes
@@ -71,8 +77,11 @@ still read. Version 4 links an incident to the one it escalates (`parent`: a los
 grad-norm spike), whose alert thread it shares. Version 5 keeps when an incident was raised
 (`opened_at`: Alertmanager's startsAt, which every re-send must repeat); older incidents take the
 time of their first outbox entry. Version 6 keeps each stream's latest value in a small table of
-its own (`latest`), so a metrics scrape does not read every tail. An older lossguard refuses a
-newer file rather than misread it."""
+its own (`latest`), so a metrics scrape does not read every tail. Version 7 keeps the picture of
+each announced incident for each sink that shows it (`plots`: the curves as they were when the alert
+was raised, drawn and sent after the alert), and indexes the outbox by incident (to find the alert a
+picture follows). An older lossguard refuses a newer file rather than
+misread it."""
 MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: (),
     2: (),
@@ -88,6 +97,7 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "UPDATE incidents SET opened_at = coalesce((SELECT min(created) FROM outbox WHERE incident_id = incidents.id), notified_at) WHERE opened_at IS NULL",
     ),
     6: (),  # the `latest` table (SCHEMA creates it); filled as passes write tails
+    7: (),  # the `plots` table (SCHEMA creates it)
 }
 """(An ADD COLUMN whose column exists is skipped: the step may meet a file that already has it.)"""
 TAIL_FORMAT = ("<i8", "<f8")
@@ -223,6 +233,21 @@ class OutboxEntry:
     """When the notice was raised (wall clock): a resolution's endsAt."""
     opened_at: float | None = None
     """When its incident was raised (None: a run's notice): an alert's startsAt."""
+
+
+@dataclass(frozen=True)
+class PlotRow:
+    """A picture to show in one sink, its incident's alert there delivered."""
+
+    incident_id: int
+    sink: str
+    picture: str
+    """plot.Picture as JSON."""
+    attempts: int
+    thread: str | None
+    """`channel|ts` of the incident's Slack thread."""
+    alert_key: str
+    """The outbox key of the alert it follows (what a JSON-lines reader joins it on)."""
 
 
 _INCIDENT = "SELECT id, status, body, source, quiet, notified_value, notified_at, top_cause, thread, opened_at FROM incidents"
@@ -478,6 +503,31 @@ class State:
         ).fetchone()
         return row[0] if row else None
 
+    def due_plots(self, limit: int) -> list[PlotRow]:
+        """Pictures not yet shown whose incident's alert (opened or escalated) went out to their sink."""
+        rows = self.db.execute(
+            "SELECT p.incident_id, p.sink, p.picture, p.attempts, i.thread, o.id FROM plots p "
+            "JOIN incidents i ON i.id = p.incident_id "
+            "JOIN outbox o ON o.id = (SELECT min(id) FROM outbox WHERE incident_id = p.incident_id AND sink = p.sink "
+            "AND kind IN ('opened', 'escalated') AND sent_at IS NOT NULL) "
+            "WHERE p.done_at IS NULL ORDER BY p.incident_id, p.sink LIMIT ?", (limit,),
+        ).fetchall()
+        return [PlotRow(r[0], r[1], r[2], r[3], r[4], f"{self.id}-{r[5]}") for r in rows]
+
+    def plot_done(self, incident_id: int, sink: str | None, *, now: float, error: str | None = None) -> None:
+        """Shown (or, with `error`, given up): never tried again; the curves are dropped (the PNG
+        stays under the state directory). `sink` None: for every sink (the picture cannot be drawn)."""
+        with self.transaction():
+            query = "UPDATE plots SET done_at=?, error=?, picture='', attempts=attempts+1 WHERE incident_id=? AND done_at IS NULL"
+            if sink is None:
+                self.db.execute(query, (now, error, incident_id))
+            else:
+                self.db.execute(query + " AND sink=?", (now, error, incident_id, sink))
+
+    def plot_failed(self, incident_id: int, sink: str, error: str) -> None:
+        with self.transaction():
+            self.db.execute("UPDATE plots SET attempts=attempts+1, error=? WHERE incident_id=? AND sink=?", (error, incident_id, sink))
+
     # --- delivery's writes (each its own transaction: the sender runs beside the passes) ---------
     def mark_sent(self, entries: Sequence[OutboxEntry], *, now: float, thread: str | None = None) -> None:
         """Delivered: never sent again. `thread`: the message their incidents' follow-ups reply to."""
@@ -590,6 +640,13 @@ class Transaction:
         for sink in sinks:
             self.db.execute(
                 "INSERT INTO outbox (incident_id, sink, kind, payload, created) VALUES (?,?,?,?,?)", (incident_id, sink, notice.kind, payload, now)
+            )
+
+    def add_plot(self, incident_id: int, picture: str, *, sinks: Sequence[str], now: float) -> None:
+        """The incident's picture, to show in `sinks` once its alert went out there."""
+        for sink in sinks:
+            self.db.execute(
+                "INSERT OR IGNORE INTO plots (incident_id, sink, picture, created) VALUES (?,?,?,?)", (incident_id, sink, picture, now)
             )
 
     def advance_run(self, run: str, last_step: int, *, now: float) -> None:
