@@ -83,8 +83,9 @@ class Daemon:
         self.metrics = metrics(self.state.path, list(sinks)) if metrics else None
         self.dispatcher = Dispatcher(self.state.secondary(), sinks, **({"on_delivery": self.metrics.health.delivery} if self.metrics else {}))
         plot_sinks = [name for name, sink in sinks.items() if plots and takes_plots(sink)]
-        # (On the sender's connection and thread: pictures go out after the alerts they follow.)
-        self.plotter = Plotter(self.dispatcher.state, sinks, directory=state_dir / "plots")
+        # A job and a connection of its own: a drawing (~1 s, in a child process) or an upload is
+        # not something the next alert waits for; a picture goes out after its alert was delivered.
+        self.plotter = Plotter(self.state.secondary(), sinks, directory=state_dir / "plots") if plot_sinks else None
         rules: RuleSet = rules_loader()
         self.follower = Follower(roots, rules=rules, state=self.state, options=options, sinks=list(sinks), plot_sinks=plot_sinks,
                                  stall_after=stall_after, log=log.info)
@@ -188,7 +189,8 @@ class Daemon:
     def _send(self) -> None:
         # Its own connection and no shared lock: a slow Slack never holds up reading the logs.
         try:
-            self.dispatcher.round()
+            if self.dispatcher.round() and self.plotter is not None:
+                self._schedule("plots", 0.0)
             # After the round, on this thread: a resolution delivered just now is not followed by
             # a firing post read before it was committed (AlertmanagerSink.resend).
             for sink in self.dispatcher.sinks.values():
@@ -196,9 +198,11 @@ class Daemon:
                     sink.resend(self.dispatcher.state)
         except Exception:  # noqa: BLE001
             log.exception("delivery round failed; will try again")
-            return
+
+    def _plots(self) -> None:
         try:
-            self.plotter.round()  # after the alerts, which it must never hold up or cost
+            while self.plotter.round() and not self.stop.is_set():
+                pass
         except Exception:  # noqa: BLE001
             log.exception("sending plots failed; will try again")
 
@@ -248,6 +252,8 @@ class Daemon:
         # The first round at once: what waits in the outbox, and (Alertmanager) what still fires,
         # goes out as the daemon starts, not an interval later.
         self.scheduler.add_job(self._send, "interval", seconds=max(1.0, min(self.poll_interval, 10.0)), id="send", next_run_time=datetime.now())
+        if self.plotter is not None:
+            self.scheduler.add_job(self._plots, "interval", seconds=max(1.0, min(self.poll_interval, 10.0)), id="plots", next_run_time=datetime.now())
         if self.metrics is not None:
             self.metrics.start()  # (a port already taken stops the start here, exit 2)
             if self.metrics.textfile is not None:
@@ -271,6 +277,8 @@ class Daemon:
         with self.lock:
             self.state.close()
         self.dispatcher.state.close()
+        if self.plotter is not None:
+            self.plotter.state.close()
         if self.metrics is not None:
             self.metrics.write_textfile()  # the last counts, as the daemon stops
             self.metrics.stop()

@@ -1,18 +1,24 @@
 """The picture of an incident: the curves around it as the daemon had them when it raised the alert
 (`Picture`, pure, stored with the incident), and the PNG drawn from it (`render`).
 
-This module owns matplotlib, and imports it only inside `render`: `scan`, and the daemon until its
-first plot, never pay for it (half a second and ~40 MB). It draws with the Agg canvas on a Figure of
-its own, never pyplot: no global figure state, no display, safe on the daemon's sender thread. A
-run name is data: its control characters are made visible and matplotlib is told not to read it
-as mathtext or TeX (a `$` in a run name stays a `$`), whatever a matplotlibrc says.
+This module owns matplotlib, and imports it only inside `render`: `scan` never pays for it (half a
+second and ~40 MB). The daemon draws in a child process (`draw`: `python -m lossguard.plot`): a
+drawing holds the GIL for ~0.2 s of Python (0.7 s with the import), which would hold up the passes
+and the sender beside it; the daemon's memory stays as it was; and whatever matplotlib does (a
+crash, a hang: killed after TIMEOUT) costs the picture, never the daemon. It draws with the Agg
+canvas on a Figure of its own, never pyplot: no global figure state, no display. A run name is
+data: its control characters are made visible and matplotlib is told not to read it as mathtext or
+TeX (a `$` in a run name stays a `$`), whatever a matplotlibrc says.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
+import subprocess
+import sys
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -39,6 +45,8 @@ LOG_RANGE = 100.0
 """A panel whose positive values span more than this factor is drawn on a log axis: a 1000x spike
 would otherwise flatten the curve before it into a line at the bottom."""
 TITLE_CHARS = 120
+TIMEOUT = 60.0
+"""Seconds a drawing may take in its child process (a few tenths normally)."""
 
 
 class PlotError(LossguardError):
@@ -128,13 +136,47 @@ def _number(value: float) -> str:
     return f"{value:.4g}"
 
 
-def render(pic: Picture, path: Path, *, cache_dir: Path | None = None) -> Path:
-    """Draw `pic` into a PNG at `path` (private, 0600; written whole or not at all). `cache_dir`:
-    matplotlib's config and font cache when MPLCONFIGDIR is not set (a service's home is often
-    read-only: matplotlib would rebuild its font cache in a temporary folder at every start)."""
-    if cache_dir is not None and "MPLCONFIGDIR" not in os.environ:
-        cache_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        os.environ["MPLCONFIGDIR"] = str(cache_dir)
+def draw(pic: Picture, path: Path, *, cache_dir: Path | None = None, timeout: float = TIMEOUT) -> Path:
+    """`render` in a child process (see the module's doc). `cache_dir`: matplotlib's config and
+    font cache when MPLCONFIGDIR is not set (a service's home is often read-only: matplotlib would
+    build its font cache in a temporary folder, again at every drawing)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOSSGUARD_") and k != "CREDENTIALS_DIRECTORY"}  # (no secrets)
+    if cache_dir is not None and "MPLCONFIGDIR" not in env:
+        try:
+            cache_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+            env["MPLCONFIGDIR"] = str(cache_dir)
+        except OSError:
+            pass  # (matplotlib finds a temporary one)
+    try:
+        done = subprocess.run([sys.executable, "-m", "lossguard.plot", str(path)], input=json.dumps(pic.to_json()), env=env,
+                              capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        for left in path.parent.glob(f".{path.name}.*.tmp"):  # (the killed child's half-written file)
+            left.unlink(missing_ok=True)
+        raise PlotError(f"drawing took longer than {timeout:g} s") from None
+    except OSError as exc:
+        raise PlotError(f"cannot start {sys.executable}: {exc.strerror or exc}") from None
+    if done.returncode != 0:
+        lines = done.stderr.strip().splitlines()
+        raise PlotError(printable(lines[-1] if lines else f"the drawing process ended with code {done.returncode}"))
+    return path
+
+
+def main(argv: list[str]) -> int:
+    """`python -m lossguard.plot OUT.png < picture.json`: the daemon's child process."""
+    try:
+        render(Picture.from_json(json.load(sys.stdin)), Path(argv[0]))
+    except PlotError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    except (ValueError, KeyError, TypeError, IndexError) as exc:
+        print(f"not a picture: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def render(pic: Picture, path: Path) -> Path:
+    """Draw `pic` into a PNG at `path` (private, 0600; written whole or not at all), here."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         figure = _draw(pic)
@@ -217,3 +259,7 @@ def _panel(ax, curve: Curve, inc: Incident, end: int | None) -> None:  # noqa: A
         ax.ticklabel_format(axis="y", style="sci", scilimits=(-3, 4), useOffset=False)
     ax.set_ylabel(TITLES.get(curve.metric, curve.metric), usetex=False, parse_math=False)
     ax.grid(True, alpha=0.3)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -22,7 +22,7 @@ from lossguard.alerts.plots import Plot, Plotter
 from lossguard.alerts.sinks import JsonlSink, SlackSink
 from lossguard.alerts.slack import SlackBot
 from lossguard.model import Incident, Notice
-from lossguard.plot import PANEL_HEIGHT, Picture, PlotError, picture, render
+from lossguard.plot import PANEL_HEIGHT, Picture, PlotError, draw, picture, render
 from lossguard.state import State
 
 from .conftest import FIXTURES
@@ -101,9 +101,17 @@ def test_a_dollar_in_the_run_name_is_text_not_mathtext_nor_tex(tmp_path, monkeyp
     assert _png(path).size == (1000, 100 + 3 * PANEL_HEIGHT)
 
 
-def test_a_picture_that_cannot_be_written_is_a_plot_error(tmp_path):
-    with pytest.raises(PlotError, match="cannot write"):
+def test_a_picture_that_cannot_be_written_is_a_plot_error_here_and_from_the_child_process(tmp_path):
+    with pytest.raises(PlotError, match="cannot write .*missing"):
         render(picture(_incident(), _streams()), tmp_path / "missing" / "p.png")
+    with pytest.raises(PlotError, match="cannot write .*missing"):
+        draw(picture(_incident(), _streams()), tmp_path / "missing" / "p.png")
+
+
+def test_a_drawing_that_takes_too_long_is_given_up(tmp_path):
+    with pytest.raises(PlotError, match="longer than 0.01 s"):
+        draw(picture(_incident(), _streams()), tmp_path / "p.png", timeout=0.01)
+    assert not list(tmp_path.iterdir())
 
 
 def test_neither_importing_lossguard_nor_a_scan_imports_matplotlib(tmp_path):

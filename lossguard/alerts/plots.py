@@ -2,9 +2,10 @@
 sink that takes pictures (the Slack bot uploads it into the incident's thread; the JSON-lines and
 console sinks name the file).
 
-Pictures are extras: they never hold up or cost an alert. They are drawn and sent on the sender's
-thread after the outbox round, a few per round, only once the alert they follow was delivered to
-that sink (so a Slack upload has the alert's thread to go into). A picture that cannot be drawn, or
+Pictures are extras: they never hold up or cost an alert. The daemon sends them in a job of its
+own, on a state connection of its own, drawn in a child process (plot.draw: ~1 s, which the next
+alert does not wait for), and only once the alert they follow was delivered to that sink (so a
+Slack upload has the alert's thread to go into). A picture that cannot be drawn, or
 that its sink refused for good or ATTEMPTS times, is given up with one log line; the alert stands.
 
 After a kill -9 between a sink's answer and the commit that records it, the picture is shown again
@@ -23,13 +24,13 @@ from pathlib import Path
 
 from ..escaping import printable
 from ..redact import scrub
-from ..plot import Picture, PlotError, render
+from ..plot import Picture, PlotError, draw
 from ..state import PlotRow, State
 from .delivery import Delivery, Sink
 
 log = logging.getLogger("lossguard")
-PER_ROUND = 2
-"""Pictures sent per round at most (each may take a Slack upload): the next alert waits for no more."""
+PER_ROUND = 10
+"""Pictures taken from the state at a time."""
 ATTEMPTS = 3
 
 
@@ -78,8 +79,10 @@ class Plotter:
         return self.directory / f"{self.state.id}-{incident_id}.png"
 
     def round(self) -> int:
-        shown = 0
+        shown, undrawable = 0, set()
         for row in self.state.due_plots(PER_ROUND):
+            if row.incident_id in undrawable:  # (given up for every sink just now)
+                continue
             sink = self.sinks.get(row.sink)
             if sink is None or not takes_plots(sink):
                 self.state.plot_done(row.incident_id, row.sink, now=self.wall(), error="the sink takes no pictures (any more)")
@@ -90,6 +93,7 @@ class Plotter:
             except (PlotError, ValueError, KeyError, TypeError) as exc:
                 log.warning("no plot for incident %d (%s): %s; its alert went without it", row.incident_id, _what(row), exc)
                 self.state.plot_done(row.incident_id, None, now=self.wall(), error=str(exc))
+                undrawable.add(row.incident_id)
                 continue
             delivery = self._send(sink, Plot(path, pic, row.thread, f"{row.alert_key}-plot", row.alert_key))
             if delivery.ok:
@@ -114,7 +118,7 @@ class Plotter:
             os.chmod(self.directory, 0o700)
         except OSError as exc:
             raise PlotError(f"cannot create {self.directory}: {exc.strerror or exc}") from None
-        return render(pic, path, cache_dir=self.directory / ".matplotlib")
+        return draw(pic, path, cache_dir=self.directory / ".matplotlib")
 
     @staticmethod
     def _send(sink: Sink, plot: Plot) -> Delivery:
