@@ -487,3 +487,22 @@ def test_a_plot_that_cannot_be_drawn_costs_neither_this_alert_nor_the_next(runs)
     assert opened(ev) == [("loss-spike", 20)] and not [e for e in ev if e["event"] == "plot"]
     lines = [line for line in err.splitlines() if "no plot for" in line and "run exp," in line]
     assert len(lines) == 1 and "went without it" in lines[0], err
+
+
+def test_plots_false_draws_nothing(runs):
+    log = runs / "runs" / "exp" / "metrics.jsonl"
+    log.write_text(_calm(range(1, 20)))
+    w = Watch(runs, env={"LOSSGUARD_PLOTS": "false"}).start()
+    try:
+        w.wait_ready()
+        with open(log, "a") as fh:
+            fh.write(_line(20, 9.0))
+        ev = w.settle()
+    finally:
+        w.stop_and_read()
+    import sqlite3
+
+    assert opened(ev) == [("loss-spike", 20)] and not [e for e in w.events() if e["event"] == "plot"]
+    with sqlite3.connect(runs / "state" / "state.db") as db:  # (a picture is kept in the alert's own commit)
+        assert db.execute("SELECT count(*) FROM plots").fetchone()[0] == 0
+    assert not (runs / "state" / "plots").exists()
