@@ -15,7 +15,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from PIL import Image
 
 from lossguard.alerts.delivery import Post
 from lossguard.alerts.plots import Plot, Plotter
@@ -26,6 +25,7 @@ from lossguard.plot import PANEL_HEIGHT, Picture, PlotError, draw, picture, rend
 from lossguard.state import State
 
 from .conftest import FIXTURES
+from .images import png_size
 from .slack_server import Answer
 
 TOKEN = "xoxb-2222-PLOTSECRET"
@@ -43,13 +43,6 @@ def _streams(n: int = 500, spike_at: int = 300) -> dict[str, tuple[np.ndarray, n
     grad = np.ones(n)
     grad[spike_at - 1] = 50.0
     return {"loss": (steps, loss), "lr": (steps, np.full(n, 1e-4)), "grad_norm": (steps, grad)}
-
-
-def _png(path: Path) -> Image.Image:
-    image = Image.open(path)
-    image.load()  # decodes every pixel: a truncated or damaged file raises here
-    assert image.format == "PNG"
-    return image
 
 
 def test_picture_keeps_points_before_and_after_and_the_other_curves_over_the_same_steps():
@@ -86,7 +79,7 @@ def test_the_png_decodes_and_has_one_band_per_curve(tmp_path):
     streams["loss_scale"] = (streams["loss"][0], np.full(500, 65536.0))
     streams["loss"][1][320] = float("nan")
     path = render(picture(_incident(), streams), tmp_path / "p.png")
-    assert _png(path).size == (1000, 100 + 4 * PANEL_HEIGHT)
+    assert png_size(path) == (1000, 100 + 4 * PANEL_HEIGHT)
     assert path.stat().st_mode & 0o777 == 0o600
     assert not [p for p in tmp_path.iterdir() if p.name != "p.png"]  # no temporary file left
 
@@ -98,7 +91,7 @@ def test_a_dollar_in_the_run_name_is_text_not_mathtext_nor_tex(tmp_path, monkeyp
     monkeypatch.setitem(matplotlib.rcParams, "text.usetex", True)
     run = "lr$\\frac{1}$ sweep $5 \x1b[2J"
     path = render(picture(_incident(run), _streams()), tmp_path / "p.png")
-    assert _png(path).size == (1000, 100 + 3 * PANEL_HEIGHT)
+    assert png_size(path) == (1000, 100 + 3 * PANEL_HEIGHT)
 
 
 def test_a_picture_that_cannot_be_written_is_a_plot_error_here_and_from_the_child_process(tmp_path):
@@ -150,9 +143,7 @@ def test_the_picture_goes_into_the_alerts_slack_thread_once(tmp_path, slack):
         ((done, files),) = slack.uploads()
         assert done.body["channel_id"] == "C0ALERTS" and done.body["thread_ts"] == "1700000000.000042"
         assert done.headers["authorization"] == f"Bearer {TOKEN}"
-        png = tmp_path / "shown.png"
-        png.write_bytes(files[0])
-        assert _png(png).size == (1000, 100 + 3 * PANEL_HEIGHT)
+        assert png_size(files[0]) == (1000, 100 + 3 * PANEL_HEIGHT)
         (kept,) = (tmp_path / "state" / "plots").glob("*.png")
         assert kept.read_bytes() == files[0] and (tmp_path / "state" / "plots").stat().st_mode & 0o777 == 0o700
     finally:
@@ -186,7 +177,7 @@ def test_the_jsonl_sink_names_the_png_next_to_the_state(tmp_path):
         assert record["event"] == "plot" and record["run"] == "exp" and record["step"] == 3000
         assert record["alert"] == f"{state.id}-1" and record["id"] == f"{state.id}-1-plot"
         assert Path(record["path"]) == tmp_path / "state" / "plots" / f"{state.id}-{ident}.png"
-        assert _png(Path(record["path"])).size == (1000, 100 + 3 * PANEL_HEIGHT)
+        assert png_size(Path(record["path"])) == (1000, 100 + 3 * PANEL_HEIGHT)
         # Sent again by a restarted daemon (killed before the commit that records it): no second line.
         again = JsonlSink(out)
         assert again.send_plot(Plot(Path(record["path"]), picture(_incident(), _streams()), None, record["id"], record["alert"])).ok

@@ -7,6 +7,7 @@ import json
 import time
 
 
+from .images import png_size
 from .slack_server import Answer
 from .test_watch import Watch, _calm, _line
 
@@ -150,17 +151,6 @@ def test_a_grad_norm_and_loss_spike_on_one_line_are_one_thread(tmp_path, slack):
         w.stop_and_read()
 
 
-def _png_size(data: bytes) -> tuple[int, int]:
-    import io
-
-    from PIL import Image
-
-    image = Image.open(io.BytesIO(data))
-    image.load()
-    assert image.format == "PNG"
-    return image.size
-
-
 def test_the_spike_plot_is_uploaded_into_the_alerts_thread_after_it(tmp_path, slack):
     log = _calm_run(tmp_path, 40)
     w = _daemon(tmp_path, slack).start()
@@ -173,7 +163,7 @@ def test_the_spike_plot_is_uploaded_into_the_alerts_thread_after_it(tmp_path, sl
         ((done, files),) = slack.uploads()
         assert done.at > alert.at and done.headers["authorization"] == f"Bearer {TOKEN}"
         assert done.body["channel_id"] == "#training" and done.body["thread_ts"] == "1700000000.000001"  # the alert's thread
-        assert _png_size(files[0]) == (1000, 100 + 3 * 200)  # loss, learning rate, grad norm
+        assert png_size(files[0]) == (1000, 100 + 3 * 200)  # loss, learning rate, grad norm
         assert "exp" in json.loads(done.body["files"])[0]["title"]
         # Drawn in a child process: matplotlib never enters the daemon's own memory.
         assert "matplotlib" not in open(f"/proc/{w.proc.pid}/maps").read()
