@@ -573,8 +573,15 @@ class State:
         """Entries the operator gave up on: deleted, never sent (all undelivered, or those of `ids`)."""
         with self.transaction():
             if ids is None:
-                return self.db.execute("DELETE FROM outbox WHERE sent_at IS NULL").rowcount
-            return sum(self.db.execute("DELETE FROM outbox WHERE id=? AND sent_at IS NULL", (i,)).rowcount for i in ids)
+                n = self.db.execute("DELETE FROM outbox WHERE sent_at IS NULL").rowcount
+            else:
+                n = sum(self.db.execute("DELETE FROM outbox WHERE id=? AND sent_at IS NULL", (i,)).rowcount for i in ids)
+            # A picture whose alert was given up would wait for it forever.
+            self.db.execute(
+                "DELETE FROM plots WHERE done_at IS NULL AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.incident_id = plots.incident_id "
+                "AND o.sink = plots.sink AND o.kind IN ('opened', 'escalated'))"
+            )
+            return n
 
 
 @dataclass(frozen=True)

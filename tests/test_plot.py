@@ -220,3 +220,18 @@ def test_an_alert_post_is_not_held_back_by_its_picture(tmp_path):
         assert [json.loads(line)["event"] for line in out.read_text().splitlines()] == ["opened"]
     finally:
         state.close()
+
+
+def test_a_picture_whose_alert_is_dropped_is_dropped_with_it(tmp_path):
+    state = State(tmp_path / "state")
+    try:
+        inc = _incident()
+        with state.transaction() as tx:
+            ident = tx.add_incident(inc, source="m", quiet=False, now=1.0)
+            tx.enqueue(Notice("opened", inc.run, inc, source="m"), incident_id=ident, sinks=["slack", "jsonl"], now=1.0)
+            tx.add_plot(ident, json.dumps(picture(inc, _streams()).to_json()), sinks=["slack", "jsonl"], now=1.0)
+        slack_entry = state.pending(sink="slack")[0]
+        assert state.drop([slack_entry.id]) == 1
+        assert state.db.execute("SELECT sink FROM plots").fetchall() == [("jsonl",)]
+    finally:
+        state.close()
