@@ -411,6 +411,7 @@ def _cmd_watch(args: argparse.Namespace) -> int:
         rescan_interval=settings.rescan_interval,
         stall_after=settings.stall_after * 60,
         metrics=_metrics(settings),
+        plots=settings.plots,
     )
     return daemon.run()
 

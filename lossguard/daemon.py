@@ -21,6 +21,7 @@ from pathlib import Path
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from .alerts.pipeline import Dispatcher
+from .alerts.plots import Plotter, takes_plots
 from .errors import LossguardError
 from .escaping import printable, printable_lines
 from .follow import Follower
@@ -67,6 +68,7 @@ class Daemon:
         rescan_interval: float = 300.0,
         stall_after: float = 1800.0,
         metrics: Callable[[Path, list[str]], Metrics] | None = None,
+        plots: bool = True,
     ) -> None:
         self.roots = roots
         self.rules_loader = rules_loader
@@ -80,8 +82,13 @@ class Daemon:
         # (Built once the state exists: the metrics read it on a read-only connection of their own.)
         self.metrics = metrics(self.state.path, list(sinks)) if metrics else None
         self.dispatcher = Dispatcher(self.state.secondary(), sinks, **({"on_delivery": self.metrics.health.delivery} if self.metrics else {}))
+        plot_sinks = [name for name, sink in sinks.items() if plots and takes_plots(sink)]
+        # A job and a connection of its own: a drawing (~1 s, in a child process) or an upload is
+        # not something the next alert waits for; a picture goes out after its alert was delivered.
+        self.plotter = Plotter(self.state.secondary(), sinks, directory=state_dir / "plots") if plot_sinks else None
         rules: RuleSet = rules_loader()
-        self.follower = Follower(roots, rules=rules, state=self.state, options=options, sinks=list(sinks), stall_after=stall_after, log=log.info)
+        self.follower = Follower(roots, rules=rules, state=self.state, options=options, sinks=list(sinks), plot_sinks=plot_sinks,
+                                 stall_after=stall_after, log=log.info)
         self.follower.budget.wake = self.note  # a slow read, left running by a pass, is done
         if os.environ.get(KILL_AT) == "before-first-commit":
             self.follower.before_commit = lambda: self.follower.first_pass and os.kill(os.getpid(), signal.SIGKILL)
@@ -182,7 +189,8 @@ class Daemon:
     def _send(self) -> None:
         # Its own connection and no shared lock: a slow Slack never holds up reading the logs.
         try:
-            self.dispatcher.round()
+            if self.dispatcher.round() and self.plotter is not None:
+                self._schedule("plots", 0.0)
             # After the round, on this thread: a resolution delivered just now is not followed by
             # a firing post read before it was committed (AlertmanagerSink.resend).
             for sink in self.dispatcher.sinks.values():
@@ -190,6 +198,13 @@ class Daemon:
                     sink.resend(self.dispatcher.state)
         except Exception:  # noqa: BLE001
             log.exception("delivery round failed; will try again")
+
+    def _plots(self) -> None:
+        try:
+            while self.plotter.round() and not self.stop.is_set():
+                pass
+        except Exception:  # noqa: BLE001
+            log.exception("sending plots failed; will try again")
 
     def note(self, path: str | None) -> None:
         """inotify saw `path` change (None: files or folders came or went)."""
@@ -237,6 +252,8 @@ class Daemon:
         # The first round at once: what waits in the outbox, and (Alertmanager) what still fires,
         # goes out as the daemon starts, not an interval later.
         self.scheduler.add_job(self._send, "interval", seconds=max(1.0, min(self.poll_interval, 10.0)), id="send", next_run_time=datetime.now())
+        if self.plotter is not None:
+            self.scheduler.add_job(self._plots, "interval", seconds=max(1.0, min(self.poll_interval, 10.0)), id="plots", next_run_time=datetime.now())
         if self.metrics is not None:
             self.metrics.start()  # (a port already taken stops the start here, exit 2)
             if self.metrics.textfile is not None:
@@ -260,6 +277,8 @@ class Daemon:
         with self.lock:
             self.state.close()
         self.dispatcher.state.close()
+        if self.plotter is not None:
+            self.plotter.state.close()
         if self.metrics is not None:
             self.metrics.write_textfile()  # the last counts, as the daemon stops
             self.metrics.stop()

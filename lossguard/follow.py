@@ -10,6 +10,7 @@ would, under the same keys (run, rule, first step). This module only says which 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +24,7 @@ from .budget import PASS_BUDGET, Budget
 from .causes import RunContext
 from .engine import CONTEXT_TAGS, JUDGED, Seen, context_of, judge
 from .model import Incident, Notice
+from .plot import picture
 from .reader import ReadOptions, read
 from .rules import RuleSet
 from .sources.discover import segment_order
@@ -80,6 +82,7 @@ class Follower:
         state: State,
         options: ReadOptions = ReadOptions(),
         sinks: Sequence[str] = ("console",),
+        plot_sinks: Sequence[str] = (),
         stall_after: float = 30 * 60,
         update_every: float = 300.0,
         read_limit: int = READ_LIMIT,
@@ -90,6 +93,8 @@ class Follower:
         self.state = state
         self.options = options
         self.sinks = list(sinks)
+        self.plot_sinks = [s for s in plot_sinks if s in self.sinks]
+        """Sinks that show an announced incident's picture: its curves are kept with it for them."""
         self.stall_after = stall_after
         self.update_every = update_every
         self.log = log
@@ -216,7 +221,7 @@ class Follower:
         found = judge(windows, lambda: self._context(run, frame, windows), active, run=run, seen=seen)
         source = ", ".join(frame.get_column("source").unique(maintain_order=True).to_list())
         for inc in found:
-            self._lifecycle(tx, inc, now=now, quiet=quiet, source=source, report=report)
+            self._lifecycle(tx, inc, now=now, quiet=quiet, source=source, report=report, windows=windows)
         judged = {i.key for i in found}
         still_open = [i.step for i in open_before if i.key not in judged] + [i.step for i in found if not i.over]
         self._keep_tails(tx, run, frame, windows, new, tails, active, still_open)
@@ -239,7 +244,8 @@ class Follower:
         parts.append(frame.filter(pl.col("tag").is_in(list(CONTEXT_TAGS))).select(table.COLUMNS))
         return context_of(pl.concat(parts), windows)
 
-    def _lifecycle(self, tx: Transaction, inc: Incident, *, now: float, quiet: bool, source: str, report: PassReport) -> None:
+    def _lifecycle(self, tx: Transaction, inc: Incident, *, now: float, quiet: bool, source: str, report: PassReport,
+                   windows: dict[str, pl.DataFrame]) -> None:
         sent = self.state.incident(inc.run, inc.rule, inc.step)
         parent = self.state.incident(inc.run, *inc.follows) if sent is None and inc.follows else None
         decision = decide(sent, inc, now=now, quiet=quiet, update_every=self.update_every, parent=parent)
@@ -251,6 +257,13 @@ class Follower:
         for kind in decision.kinds:
             previous = decision.previous_cause if kind in ("resolved", "relabelled") else None
             self._notify(tx, Notice(kind, inc.run, inc, source=source, previous_cause=previous), ident, now, report)
+        if self.plot_sinks and ("opened" in decision.kinds or "escalated" in decision.kinds):
+            # The curves as they are now, committed with the alert: drawn and sent after it goes
+            # out (the sender's thread), from what the daemon saw when it raised it.
+            streams = {m: (w.get_column("step").to_numpy(), w.get_column("value").to_numpy()) for m, w in windows.items() if w.height}
+            pic = picture(inc, streams)
+            if pic is not None:
+                tx.add_plot(ident, json.dumps(pic.to_json()), sinks=self.plot_sinks, now=now)
 
     def _keep_tails(self, tx: Transaction, run: str, frame: pl.DataFrame, windows, new, tails, active, open_steps: list[int]) -> None:  # noqa: ANN001
         # Keep each stream's tail: windows for every rule, and the span of incidents still open.

@@ -219,6 +219,7 @@ class Settings(BaseSettings):
     threads: int = Field(default=1, ge=1, le=1024, description="polars threads in the daemon: its passes work on small batches, where a pool costs more CPU than it saves; more only speeds up reading a large backlog at start")
     stall_after: float = Field(default=30.0, allow_inf_nan=False, ge=0, le=DAY / 60 * 7, description="minutes without a new step before a run is reported stalled (0: never)")
     jsonl: Path | None = Field(default=None, description="also append every notification to this JSON-lines file")
+    plots: bool = Field(default=True, description="draw the curves around each new incident (PNG under <state_dir>/plots): uploaded into its Slack thread with a bot token, named by the JSON-lines and console sinks")
     log_level: str = Field(default="info", pattern="^(debug|info|warning|error)$", description="daemon log level")
     metrics_listen: str | None = Field(default=None, description="serve Prometheus metrics on http://HOST:PORT/metrics (a port alone: 127.0.0.1)")
     metrics_textfile: Path | None = Field(default=None, description="write the metrics to this .prom file for node_exporter's textfile collector")

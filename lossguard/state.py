@@ -64,6 +64,12 @@ CREATE TABLE IF NOT EXISTS silences (
     id INTEGER PRIMARY KEY, run TEXT NOT NULL, rule TEXT, metric TEXT, cause TEXT, starts REAL NOT NULL, ends REAL NOT NULL,
     comment TEXT NOT NULL DEFAULT '', author TEXT NOT NULL DEFAULT '', created REAL NOT NULL, expired REAL, reported REAL
 );
+CREATE TABLE IF NOT EXISTS plots (
+    incident_id INTEGER NOT NULL, sink TEXT NOT NULL, picture TEXT NOT NULL, created REAL NOT NULL,
+    attempts INTEGER NOT NULL DEFAULT 0, done_at REAL, error TEXT,
+    PRIMARY KEY (incident_id, sink)
+);
+CREATE INDEX IF NOT EXISTS outbox_incident ON outbox (incident_id);
 """
 
 
@@ -80,10 +86,12 @@ grad-norm spike), whose alert thread it shares. Version 5 keeps when an incident
 time of their first outbox entry. Version 6 keeps each stream's latest value in a small table of
 its own (`latest`), so a metrics scrape does not read every tail. Version 7 keeps the operator's
 silences (`silences`) and marks the outbox entries a silence held back (`outbox.silenced`: its id),
-which are reported when the silence ends if their incident is still open; it numbers the commits
-that change what a run's metrics show (`runs.touched`, meta `touched`), so a scrape renders again
-only the runs a pass changed, and fills `latest` for streams not written since layout 6. An older
-lossguard refuses a newer file rather than misread it."""
+which are reported when the silence ends if their incident is still open; keeps the picture of each
+announced incident for each sink that shows it (`plots`: the curves as they were when the alert was
+raised, drawn and sent after the alert) and indexes the outbox by incident (to find the alert a
+picture follows); numbers the commits that change what a run's metrics show (`runs.touched`, meta
+`touched`), so a scrape renders again only the runs a pass changed; and fills `latest` for streams
+not written since layout 6. An older lossguard refuses a newer file rather than misread it."""
 MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: (),
     2: (),
@@ -99,8 +107,8 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "UPDATE incidents SET opened_at = coalesce((SELECT min(created) FROM outbox WHERE incident_id = incidents.id), notified_at) WHERE opened_at IS NULL",
     ),
     6: (),  # the `latest` table (SCHEMA creates it); filled as passes write tails
-    7: (
-        "ALTER TABLE outbox ADD COLUMN silenced INTEGER",  # (and the `silences` table, which SCHEMA creates)
+    7: (  # (and the `silences` and `plots` tables and the outbox's index, which SCHEMA creates)
+        "ALTER TABLE outbox ADD COLUMN silenced INTEGER",
         "ALTER TABLE runs ADD COLUMN touched INTEGER NOT NULL DEFAULT 0",
         "INSERT OR IGNORE INTO latest (run, metric, value) SELECT run, metric, substr(tail, -8) FROM streams WHERE typeof(tail)='blob' AND length(tail) >= 16",
     ),
@@ -242,6 +250,23 @@ class OutboxEntry:
 
 
 _SILENCE = "SELECT id, run, rule, metric, cause, starts, ends, comment, author, created, expired FROM silences"
+
+
+@dataclass(frozen=True)
+class PlotRow:
+    """A picture to show in one sink, its incident's alert there delivered."""
+
+    incident_id: int
+    sink: str
+    picture: str
+    """plot.Picture as JSON."""
+    attempts: int
+    thread: str | None
+    """`channel|ts` of the incident's Slack thread."""
+    alert_key: str
+    """The outbox key of the alert it follows (what a JSON-lines reader joins it on)."""
+
+
 _INCIDENT = "SELECT id, status, body, source, quiet, notified_value, notified_at, top_cause, thread, opened_at FROM incidents"
 _OUTBOX = (
     "SELECT o.id, o.incident_id, o.sink, o.kind, o.payload, o.attempts, o.created, i.opened_at "
@@ -515,6 +540,32 @@ class State:
         ).fetchone()
         return row[0] if row else None
 
+    def due_plots(self, limit: int) -> list[PlotRow]:
+        """Pictures not yet shown whose incident's alert (opened or escalated, or the report of it
+        when a silence held it back) went out to their sink."""
+        rows = self.db.execute(
+            "SELECT p.incident_id, p.sink, p.picture, p.attempts, i.thread, o.id FROM plots p "
+            "JOIN incidents i ON i.id = p.incident_id "
+            "JOIN outbox o ON o.id = (SELECT min(id) FROM outbox WHERE incident_id = p.incident_id AND sink = p.sink "
+            "AND kind IN ('opened', 'escalated', 'unsilenced') AND sent_at IS NOT NULL AND silenced IS NULL) "
+            "WHERE p.done_at IS NULL ORDER BY p.incident_id, p.sink LIMIT ?", (limit,),
+        ).fetchall()
+        return [PlotRow(r[0], r[1], r[2], r[3], r[4], f"{self.id}-{r[5]}") for r in rows]
+
+    def plot_done(self, incident_id: int, sink: str | None, *, now: float, error: str | None = None) -> None:
+        """Shown (or, with `error`, given up): never tried again; the curves are dropped (the PNG
+        stays under the state directory). `sink` None: for every sink (the picture cannot be drawn)."""
+        with self.transaction():
+            query = "UPDATE plots SET done_at=?, error=?, picture='', attempts=attempts+1 WHERE incident_id=? AND done_at IS NULL"
+            if sink is None:
+                self.db.execute(query, (now, error, incident_id))
+            else:
+                self.db.execute(query + " AND sink=?", (now, error, incident_id, sink))
+
+    def plot_failed(self, incident_id: int, sink: str, error: str) -> None:
+        with self.transaction():
+            self.db.execute("UPDATE plots SET attempts=attempts+1, error=? WHERE incident_id=? AND sink=?", (error, incident_id, sink))
+
     # --- delivery's writes (each its own transaction: the sender runs beside the passes) ---------
     def mark_sent(self, entries: Sequence[OutboxEntry], *, now: float, thread: str | None = None) -> None:
         """Delivered: never sent again. `thread`: the message their incidents' follow-ups reply to."""
@@ -560,8 +611,15 @@ class State:
         """Entries the operator gave up on: deleted, never sent (all undelivered, or those of `ids`)."""
         with self.transaction():
             if ids is None:
-                return self.db.execute("DELETE FROM outbox WHERE sent_at IS NULL").rowcount
-            return sum(self.db.execute("DELETE FROM outbox WHERE id=? AND sent_at IS NULL", (i,)).rowcount for i in ids)
+                n = self.db.execute("DELETE FROM outbox WHERE sent_at IS NULL").rowcount
+            else:
+                n = sum(self.db.execute("DELETE FROM outbox WHERE id=? AND sent_at IS NULL", (i,)).rowcount for i in ids)
+            # A picture whose alert was given up would wait for it forever.
+            self.db.execute(
+                "DELETE FROM plots WHERE done_at IS NULL AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.incident_id = plots.incident_id "
+                "AND o.sink = plots.sink AND o.kind IN ('opened', 'escalated', 'unsilenced'))"
+            )
+            return n
 
     # --- silences (`lossguard silence`; the sender honours them at every round) -----------------
     def silences(self, *, now: float | None = None) -> list[Silence]:
@@ -613,6 +671,14 @@ class State:
                         continue
                     tx.enqueue(replace(notice, silenced_by=s.describe()), incident_id=incident_id, sinks=[sink], now=now)
                     queued += 1
+                # A picture whose alert the silence held, of an incident that recovered under it,
+                # has no alert left to follow.
+                self.db.execute(
+                    "UPDATE plots SET done_at=?, error='its alert was held by a silence', picture='' WHERE done_at IS NULL AND incident_id IN "
+                    "(SELECT o.incident_id FROM outbox o JOIN incidents i ON i.id = o.incident_id WHERE o.silenced=? AND i.status != 'open') "
+                    "AND NOT EXISTS (SELECT 1 FROM outbox o2 WHERE o2.incident_id = plots.incident_id AND o2.sink = plots.sink "
+                    "AND o2.kind IN ('opened', 'escalated', 'unsilenced') AND o2.silenced IS NULL)", (now, s.id),
+                )
                 self.db.execute("UPDATE silences SET reported=? WHERE id=?", (now, s.id))
         return queued
 
@@ -714,6 +780,13 @@ class Transaction:
         for sink in sinks:
             self.db.execute(
                 "INSERT INTO outbox (incident_id, sink, kind, payload, created) VALUES (?,?,?,?,?)", (incident_id, sink, notice.kind, payload, now)
+            )
+
+    def add_plot(self, incident_id: int, picture: str, *, sinks: Sequence[str], now: float) -> None:
+        """The incident's picture, to show in `sinks` once its alert went out there."""
+        for sink in sinks:
+            self.db.execute(
+                "INSERT OR IGNORE INTO plots (incident_id, sink, picture, created) VALUES (?,?,?,?)", (incident_id, sink, picture, now)
             )
 
     def advance_run(self, run: str, last_step: int, *, now: float) -> None:

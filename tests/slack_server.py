@@ -1,6 +1,12 @@
 """A local server on 127.0.0.1 that answers like Slack's Web API and incoming webhooks, for the real
 slack-sdk to talk to (as slack-sdk's own tests do). Each test queues the answers it wants; the server
-records every request (path, headers, body) so tests assert on what Slack would have received."""
+records every request (path, headers, body) so tests assert on what Slack would have received.
+
+File uploads go the way files_upload_v2 takes with Slack: files.getUploadURLExternal hands out a
+file id and an upload URL (here, on this server), the bytes are POSTed there, and
+files.completeUploadExternal shares the uploaded files into a channel (and thread). `files` keeps
+each file's bytes by id; completing a file that was not uploaded, or whose size is not the length
+announced, is refused as Slack refuses it."""
 
 from __future__ import annotations
 
@@ -30,12 +36,22 @@ class Request:
     headers: dict[str, str]
     body: dict
     at: float = 0.0
+    data: bytes = b""
+    """The raw body (an upload's bytes)."""
+
+
+@dataclass
+class File:
+    name: str
+    length: int
+    data: bytes | None = None
 
 
 class SlackServer:
     def __init__(self) -> None:
         self.requests: list[Request] = []
         self.queue: list[Answer] = []
+        self.files: dict[str, File] = {}
         self._ts = 0
         server = self
 
@@ -45,15 +61,18 @@ class SlackServer:
 
             def do_POST(self) -> None:  # noqa: N802
                 length = int(self.headers.get("Content-Length", 0))
-                raw = self.rfile.read(length).decode()
+                data = self.rfile.read(length)
                 ctype = self.headers.get("Content-Type", "")
-                if "json" in ctype:
+                if self.path.startswith("/upload/"):
+                    body: dict = {}
+                elif "json" in ctype:
+                    raw = data.decode()
                     body = json.loads(raw) if raw else {}
                 else:
-                    body = {k: v[0] for k, v in parse_qs(raw).items()}
+                    body = {k: v[0] for k, v in parse_qs(data.decode()).items()}
                     if "blocks" in body:
                         body["blocks"] = json.loads(body["blocks"])
-                request = Request(self.path, {k.lower(): v for k, v in self.headers.items()}, body, time.monotonic())
+                request = Request(self.path, {k.lower(): v for k, v in self.headers.items()}, body, time.monotonic(), data)
                 server.requests.append(request)
                 answer = server.queue.pop(0) if server.queue else Answer()
                 if answer.delay:
@@ -64,7 +83,7 @@ class SlackServer:
                     return
                 payload = answer.body(request) if callable(answer.body) else answer.body
                 if payload is None:
-                    payload = server._default(self.path, body)
+                    payload = server._default(self.path, body, data)
                 data = payload.encode() if isinstance(payload, str) else json.dumps(payload).encode()
                 self.send_response(answer.status)
                 self.send_header("Content-Type", "text/plain" if isinstance(payload, str) else "application/json")
@@ -77,11 +96,33 @@ class SlackServer:
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
-    def _default(self, path: str, body: dict) -> dict | str:
+    def _default(self, path: str, body: dict, data: bytes) -> dict | str:
         if path.startswith("/hooks/"):
             return "ok"
+        if path == "/api/files.getUploadURLExternal":
+            file_id = f"F{len(self.files) + 1:06d}"
+            self.files[file_id] = File(body.get("filename", ""), int(body.get("length", -1)))
+            return {"ok": True, "file_id": file_id, "upload_url": f"{self.base_url.removesuffix('/api/')}/upload/v1/{file_id}"}
+        if path.startswith("/upload/v1/"):
+            file = self.files.get(path.rsplit("/", 1)[1])
+            if file is None:
+                return "invalid upload URL"
+            file.data = data
+            return f"OK - {len(data)}"
+        if path == "/api/files.completeUploadExternal":
+            shared = json.loads(body.get("files", "[]"))
+            for f in shared:
+                file = self.files.get(f.get("id", ""))
+                if file is None or file.data is None or len(file.data) != file.length:
+                    return {"ok": False, "error": "file_upload_size_mismatch" if file and file.data is not None else "file_not_found"}
+            return {"ok": True, "files": [{"id": f["id"], "title": f.get("title", "")} for f in shared]}
         self._ts += 1
         return {"ok": True, "channel": body.get("channel", "C0TEST"), "ts": f"1700000000.{self._ts:06d}"}
+
+    def uploads(self) -> list[tuple[Request, list[bytes]]]:
+        """Each files.completeUploadExternal request and the bytes of the files it shared."""
+        done = [r for r in self.requests if r.path == "/api/files.completeUploadExternal"]
+        return [(r, [self.files[f["id"]].data or b"" for f in json.loads(r.body["files"])]) for r in done]
 
     @property
     def base_url(self) -> str:

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from .images import png_size
+
 POLL = "0.2"
 
 
@@ -123,7 +125,8 @@ def test_history_is_read_but_not_alerted_and_a_new_spike_is_alerted_once(runs):
         w.wait_ready()
         with open(log, "a") as fh:
             fh.write(_calm(range(60, 70)) + _line(70, 8.0, gn=40.0) + _calm(range(71, 80)))
-        ev = w.wait_for(lambda ev: any(e["event"] == "resolved" for e in ev))
+        # (Until both incidents' lines are in: the sink writes them one by one, fsync'ed.)
+        ev = w.wait_for(lambda ev: sum(e["event"] == "resolved" for e in ev) >= 2)
         said = sorted((e["event"], e["rule"], e["step"]) for e in ev if e["event"] in ("opened", "escalated"))
         assert said == [("escalated", "loss-spike", 70), ("opened", "grad-norm-spike", 70)]  # one trouble
         first = next(e for e in ev if e["event"] == "opened")
@@ -444,3 +447,60 @@ def test_changes_during_long_passes_get_their_pass_and_sigterm_then_still_exits(
         err = w.stop_and_read()
     assert took < 20, f"spike alerted {took:.1f} s after it was written"
     assert code == 0, err
+
+
+def test_a_spike_plot_is_written_next_to_the_state_after_its_alert(runs):
+    log = runs / "runs" / "exp" / "metrics.jsonl"
+    log.write_text(_calm(range(1, 20)))
+    w = Watch(runs).start()
+    try:
+        w.wait_ready()
+        with open(log, "a") as fh:
+            fh.write(_line(20, 9.0))
+        ev = w.wait_for(lambda ev: any(e["event"] == "plot" for e in ev))
+    finally:
+        err = w.stop_and_read()
+    alert, plot = ev
+    assert alert["event"] == "opened" and plot["alert"] == alert["id"] and (plot["run"], plot["step"]) == ("exp", 20)
+    path = Path(plot["path"])
+    assert path.parent == runs / "state" / "plots" and path.stat().st_mode & 0o777 == 0o600
+    assert png_size(path) == (1000, 100 + 3 * 200)
+    assert "Traceback" not in err
+
+
+def test_a_plot_that_cannot_be_drawn_costs_neither_this_alert_nor_the_next(runs):
+    log = runs / "runs" / "exp" / "metrics.jsonl"
+    log.write_text(_calm(range(1, 20)))
+    (runs / "state").mkdir(mode=0o700)
+    (runs / "state" / "plots").write_text("a file where the plots folder goes")
+    w = Watch(runs).start()
+    try:
+        w.wait_ready()
+        with open(log, "a") as fh:
+            fh.write(_line(20, 9.0))
+        w.wait_for(lambda ev: opened(ev) == [("loss-spike", 20)])
+        ev = w.settle()  # a later spike of another run: alerted all the same
+    finally:
+        err = w.stop_and_read()
+    assert opened(ev) == [("loss-spike", 20)] and not [e for e in ev if e["event"] == "plot"]
+    lines = [line for line in err.splitlines() if "no plot for" in line and "run exp," in line]
+    assert len(lines) == 1 and "went without it" in lines[0], err
+
+
+def test_plots_false_draws_nothing(runs):
+    log = runs / "runs" / "exp" / "metrics.jsonl"
+    log.write_text(_calm(range(1, 20)))
+    w = Watch(runs, env={"LOSSGUARD_PLOTS": "false"}).start()
+    try:
+        w.wait_ready()
+        with open(log, "a") as fh:
+            fh.write(_line(20, 9.0))
+        ev = w.settle()
+    finally:
+        w.stop_and_read()
+    import sqlite3
+
+    assert opened(ev) == [("loss-spike", 20)] and not [e for e in w.events() if e["event"] == "plot"]
+    with sqlite3.connect(runs / "state" / "state.db") as db:  # (a picture is kept in the alert's own commit)
+        assert db.execute("SELECT count(*) FROM plots").fetchone()[0] == 0
+    assert not (runs / "state" / "plots").exists()

@@ -7,6 +7,7 @@ import json
 import time
 
 
+from .images import png_size
 from .slack_server import Answer
 from .test_watch import Watch, _calm, _line
 
@@ -148,3 +149,65 @@ def test_a_grad_norm_and_loss_spike_on_one_line_are_one_thread(tmp_path, slack):
         assert second.body.get("thread_ts") == "1700000000.000001" and "loss spike" in second.body["text"]
     finally:
         w.stop_and_read()
+
+
+def test_the_spike_plot_is_uploaded_into_the_alerts_thread_after_it(tmp_path, slack):
+    log = _calm_run(tmp_path, 40)
+    w = _daemon(tmp_path, slack).start()
+    try:
+        w.wait_ready()
+        with open(log, "a") as fh:
+            fh.write(_line(40, 9.0, gn=50.0))
+        _wait(lambda: slack.uploads())
+        alert = _posts(slack)[0]
+        ((done, files),) = slack.uploads()
+        assert done.at > alert.at and done.headers["authorization"] == f"Bearer {TOKEN}"
+        assert done.body["channel_id"] == "#training" and done.body["thread_ts"] == "1700000000.000001"  # the alert's thread
+        assert png_size(files[0]) == (1000, 100 + 3 * 200)  # loss, learning rate, grad norm
+        assert "exp" in json.loads(done.body["files"])[0]["title"]
+        # Drawn in a child process: matplotlib never enters the daemon's own memory.
+        assert "matplotlib" not in open(f"/proc/{w.proc.pid}/maps").read()
+    finally:
+        err = w.stop_and_read()
+    assert TOKEN not in err
+    (plot,) = [e for e in w.events() if e["event"] == "plot"]  # the JSON-lines sink names the same picture
+    assert (tmp_path / "state" / "plots").stat().st_mode & 0o777 == 0o700
+    path = tmp_path / "state" / "plots" / plot["path"].rsplit("/", 1)[1]
+    assert plot["path"] == str(path) and path.stat().st_mode & 0o777 == 0o600 and path.read_bytes() == files[0]
+
+
+def test_a_plot_shown_is_not_shown_again_after_a_restart(tmp_path, slack):
+    log = _calm_run(tmp_path, 20)
+    w = _daemon(tmp_path, slack).start()
+    try:
+        w.wait_ready()
+        with open(log, "a") as fh:
+            fh.write(_line(20, 9.0))
+        _wait(lambda: slack.uploads())
+    finally:
+        w.stop_and_read()
+    w.start()
+    try:
+        w.settle()  # a spike in another run: alerted, and its plot uploaded, after anything left over
+        _wait(lambda: len(slack.uploads()) >= 2)
+        time.sleep(0.5)
+    finally:
+        w.stop_and_read()
+    titles = [json.loads(done.body["files"])[0]["title"] for done, _ in slack.uploads()]
+    assert len(titles) == 2 and "exp" in titles[0] and "zz-settle" in titles[1]
+
+
+def test_a_webhook_gets_the_alert_and_no_upload(tmp_path, slack):
+    log = _calm_run(tmp_path, 20)
+    config = tmp_path / "lossguard.toml"
+    config.write_text("[slack]\n")
+    w = Watch(tmp_path, "--config", str(config), env={"LOSSGUARD_SLACK_WEBHOOK_URL": slack.webhook_url}).start()
+    try:
+        w.wait_ready()
+        with open(log, "a") as fh:
+            fh.write(_line(20, 9.0))
+        w.wait_for(lambda ev: any(e["event"] == "plot" for e in ev))  # the JSON-lines sink's picture is drawn
+        time.sleep(0.5)
+    finally:
+        w.stop_and_read()
+    assert [r.path for r in slack.requests] == ["/hooks/T000/B000/XXXXSECRETXXXX"]  # the alert, and nothing else

@@ -13,11 +13,13 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from .. import __version__, silences
+from ..escaping import printable
 from ..model import Notice
 from ..state import OutboxEntry, State
 from . import labels, message
 from .alertmanager import AlertmanagerClient
 from .delivery import Delivery, Manners, Post
+from .plots import Plot
 from .slack import SlackBot, SlackWebhook
 
 _log = logging.getLogger("lossguard")
@@ -26,6 +28,7 @@ _log = logging.getLogger("lossguard")
 class ConsoleSink:
     name = "console"
     manners = Manners()
+    takes_plots = True
 
     def __init__(self, log: Callable[[str], None]) -> None:
         self.log = log
@@ -33,6 +36,10 @@ class ConsoleSink:
     def send(self, post: Post) -> Delivery:
         for notice in post.notices:
             self.log(message.describe(notice))
+        return Delivery(ok=True)
+
+    def send_plot(self, plot: Plot) -> Delivery:
+        self.log(f"PLOT {plot.title}: {printable(str(plot.path))}")
         return Delivery(ok=True)
 
 
@@ -45,6 +52,7 @@ class JsonlSink:
 
     name = "jsonl"
     manners = Manners()
+    takes_plots = True
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -80,8 +88,18 @@ class JsonlSink:
         return {"event": notice.kind, "id": key, **body}
 
     def send(self, post: Post) -> Delivery:
-        todo = [e for e in post.entries if e.key not in self._already()]
-        lines = "".join(json.dumps(self.record(e.key, e.notice)) + "\n" for e in todo)
+        return self._append({e.key: self.record(e.key, e.notice) for e in post.entries})
+
+    def send_plot(self, plot: Plot) -> Delivery:
+        """{"event": "plot", "id", "alert": the id of the alert it shows, run, rule, metric, step, "path"}."""
+        inc = plot.picture.incident
+        record = {"event": "plot", "id": plot.key, "alert": plot.alert_key, "run": inc.run, "rule": inc.rule,
+                  "metric": inc.metric, "step": inc.step, "path": str(plot.path)}
+        return self._append({plot.key: record})
+
+    def _append(self, records: dict[str, dict]) -> Delivery:
+        todo = {key: record for key, record in records.items() if key not in self._already()}
+        lines = "".join(json.dumps(record) + "\n" for record in todo.values())
         try:
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
             with open(fd, "a", encoding="utf-8") as fh:
@@ -90,7 +108,7 @@ class JsonlSink:
                 os.fsync(fh.fileno())
         except OSError as exc:
             return Delivery(ok=False, error=f"{self.path}: {exc.strerror or exc}")
-        self._already().update(e.key for e in todo)
+        self._already().update(todo)
         return Delivery(ok=True)
 
 
@@ -110,6 +128,8 @@ class SlackSink:
             channels=bot, routes=tuple(routes), channel=client.channel if bot else None,
             group_threshold=group_threshold, run_cooldown=run_cooldown if bot else 0.0, min_interval=min_interval,
         )
+        self.takes_plots = bot
+        """A bot uploads an incident's picture into its thread; a webhook cannot upload files."""
         self.host = socket.gethostname()
         self._own: set[str] = set()
         """ts of the alerts this process opened at the top of a channel (their headers it may rewrite)."""
@@ -131,6 +151,14 @@ class SlackSink:
         if post.notice.kind in ("resolved", "escalated") and ts in self._own:
             self.client.update(text, ts=ts, channel=channel)  # the parent's header says it is over, or grew
         return delivery
+
+    def send_plot(self, plot: Plot) -> Delivery:
+        """Into the incident's thread (where its alert went: its own message, a burst's summary or
+        the run's recent alert)."""
+        if not isinstance(self.client, SlackBot) or not plot.thread:
+            return Delivery(ok=False, error="no thread to upload the plot into", permanent=True)
+        channel, _, ts = plot.thread.partition("|")
+        return self.client.upload(plot.path, channel=channel, thread_ts=ts, title=plot.title)
 
 
 class AlertmanagerSink:

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import socket
 import urllib.error
+from pathlib import Path
+
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.http_retry.builtin_handlers import ConnectionErrorRetryHandler, RateLimitErrorRetryHandler, RetryHandler
@@ -87,6 +89,11 @@ class SlackBot:
 
     def update(self, message: Message, *, ts: str, channel: str) -> Delivery:
         return self._call("chat_update", channel=channel, ts=ts, **message.as_kwargs())
+
+    def upload(self, path: Path, *, channel: str, thread_ts: str, title: str) -> Delivery:
+        """A file into a thread (files_upload_v2: get an upload URL, send the bytes there, complete
+        the upload into the channel and thread). Needs the files:write scope."""
+        return self._call("files_upload_v2", file=str(path), filename=path.name, title=title, channel=channel, thread_ts=thread_ts)
 
     def _call(self, method: str, **kwargs: object) -> Delivery:
         kwargs = {k: v for k, v in kwargs.items() if v is not None}
