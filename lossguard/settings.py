@@ -287,6 +287,17 @@ class Settings(BaseSettings):
             raise ValueError(f"{mask_url(url)} {problem}")
         return SecretStr(url)
 
+    @field_validator("slack_base_url")
+    @classmethod
+    def _base_url(cls, value: str) -> str:
+        """The bot token goes to this URL with every call: https, or plain http to this machine only."""
+        parts, problem = _http_url(value.strip(), scheme_hint="https://")
+        if parts is not None and parts.scheme == "http" and parts.hostname not in LOCAL_HOSTS:
+            problem = "must use https:// (plain http would send the bot token in clear)"
+        if problem:
+            raise ValueError(problem)
+        return value.strip()
+
     @field_validator("alertmanager_urls", mode="before")
     @classmethod
     def _url_list(cls, value: object) -> object:

@@ -140,6 +140,8 @@ def test_a_bad_setting_is_one_line_naming_the_file_line_and_setting(tmp_path, co
         pytest.param("LOSSGUARD_POLL_INTERVAL", "inf", "LOSSGUARD_POLL_INTERVAL: Input should be a finite number", id="interval"),
         pytest.param("LOSSGUARD_SLACK_ROUTES", "#alerts", "LOSSGUARD_SLACK_ROUTES: not valid JSON", id="routes not JSON"),
         pytest.param("LOSSGUARD_PATHS", "[/data", "LOSSGUARD_PATHS: not a JSON list of paths", id="paths half JSON"),
+        pytest.param("LOSSGUARD_SLACK_BASE_URL", "http://slack.example.com/api/", "LOSSGUARD_SLACK_BASE_URL: must use https:// (plain http would send the bot token in clear) (got 'http://slack.example.com/api/')", id="base url in clear"),
+        pytest.param("LOSSGUARD_SLACK_BASE_URL", "slack.com/api", "LOSSGUARD_SLACK_BASE_URL: must start with https:// (got 'slack.com/api')", id="base url no scheme"),
     ],
 )
 def test_a_bad_environment_variable_is_one_line_naming_it(variable, value, named):
