@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, replace
 import polars as pl
 
 from .causes import RunContext, Series, label_all
-from .spikes import find_incidents, held_per_segment
+from .spikes import find_incidents, find_incidents_by_run, held_per_segment
 from .model import Incident, ShortHistory
 from .rules import Rule, RuleSet
 from .streams import as_context, by_metric, preferred
@@ -117,6 +117,45 @@ def judge(
         if points is None or not points.height or not seen.judges(rule.metric):
             continue
         found.extend(i for i in find_incidents(points, rule, run=run, seen_before=seen.before.get(rule.metric, 0)) if seen.is_new(i))
+    return _label(found, context, windows, seen)
+
+
+def judge_runs(
+    streams: Mapping[str, pl.DataFrame],
+    *,
+    runs: Sequence[str],
+    rules: Sequence[Sequence[Rule]],
+    seen: Sequence[Seen],
+    view: Callable[[int], tuple[Mapping[str, pl.DataFrame], RunContext]],
+) -> dict[int, tuple[Incident, ...]]:
+    """`judge` of many runs in one set of queries (a daemon pass over hundreds of busy runs): for
+    run k (an index into `runs`), what judge(its windows, its context, rules[k], seen=seen[k])
+    returns. `streams`: each metric's windows of all runs, as find_incidents_by_run takes them;
+    `view(k)`: run k's windows and context, asked only of runs with incidents to label. Runs
+    without new incidents are left out."""
+    found: dict[int, list[Incident]] = {}
+    for rule in dict.fromkeys(r for mine in rules for r in mine):  # each rule once, in the runs' order
+        points = streams.get(rule.metric)
+        if points is None or not points.height:
+            continue
+        judged = [k for k in range(len(runs)) if rule in rules[k] and seen[k].judges(rule.metric)]
+        if not judged:
+            continue
+        if len(judged) < len(runs):
+            points = points.filter(pl.col("run").is_in(judged))
+        before = [s.before.get(rule.metric, 0) for s in seen]
+        for k, incidents in find_incidents_by_run(points, rule, runs=runs, seen_before=before).items():
+            found.setdefault(k, []).extend(i for i in incidents if seen[k].is_new(i))
+    out = {}
+    for k, incidents in found.items():
+        if incidents:
+            windows, context = view(k)
+            out[k] = _label(incidents, context, windows, seen[k])
+    return out
+
+
+def _label(found: list[Incident], context: RunContext | Callable[[], RunContext], windows: Mapping[str, pl.DataFrame], seen: Seen) -> tuple[Incident, ...]:
+    """The new incidents of a run (each rule's, in the order of its rules), linked and labelled."""
     if not found:
         return ()
     found.sort(key=lambda i: (i.step, i.rule))

@@ -1,0 +1,71 @@
+"""Many runs judged in one set of queries (what a daemon pass over hundreds of busy runs does) find
+exactly what judging each run on its own finds: the batched path changes the cost, never the answer."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lossguard.rules import default_rules, rule_from
+from lossguard.spikes import find_incidents, find_incidents_by_run
+from lossguard.streams import collapse
+
+KINDS = [
+    {"kind": "ratio", "factor": 2.0, "window": 9},
+    {"kind": "ratio", "factor": 1.3, "window": 12, "min_history": 2, "baseline": "median"},
+    {"kind": "zscore", "k": 2.0, "window": 12, "min_history": 3},
+    {"kind": "ewm", "factor": 1.4, "alpha": 0.2},
+    {"kind": "sustained", "factor": 1.2, "window": 8, "patience": 3},
+    {"kind": "slope", "window": 6, "rate": 0.02},
+    {"kind": "threshold", "above": 500.0, "patience": 2},
+    {"kind": "nonfinite"},
+    {"kind": "nonfinite", "patience": 2},
+    {"kind": "ratio", "factor": 1.5, "window": 4, "cooldown": 5},
+]
+
+value = st.one_of(st.integers(1, 900).map(float), st.floats(0.1, 900.0), st.sampled_from([float("nan"), float("inf")]))
+stream = st.tuples(
+    st.lists(value, min_size=0, max_size=60),
+    st.lists(st.integers(-3, 3), max_size=60),  # step deltas: a negative one is a resume
+    st.integers(0, 40),  # points the stream held before (a daemon's tail)
+)
+
+
+def _points(values: list[float], deltas: list[int]) -> pl.DataFrame:
+    steps, step = [], 100
+    for i in range(len(values)):
+        step += deltas[i] if i < len(deltas) and deltas[i] != 0 else 1
+        steps.append(step)
+    return collapse(pl.DataFrame({"step": steps, "value": values}, schema={"step": pl.Int64, "value": pl.Float64}))
+
+
+@settings(max_examples=300, deadline=None)
+@given(params=st.sampled_from(KINDS), streams=st.lists(stream, min_size=1, max_size=6))
+def test_runs_judged_together_raise_what_each_run_judged_alone_raises(params, streams):
+    rule = rule_from({"name": "r", "metric": "loss", **params})
+    runs = [f"run{k}" for k in range(len(streams))]
+    parts, alone = [], {}
+    for k, (values, deltas, before) in enumerate(streams):
+        points = _points(values, deltas)
+        found = find_incidents(points, rule, run=runs[k], seen_before=before)
+        if found:
+            alone[k] = found
+        parts.append(points.select(pl.lit(k, dtype=pl.Int64).alias("run"), "step", "value", "segment"))
+    together = find_incidents_by_run(pl.concat(parts), rule, runs=runs, seen_before=[s[2] for s in streams])
+    assert repr(together) == repr(alone)  # (repr: an incident's value may be NaN, which equals nothing)
+
+
+def test_a_spike_in_one_of_many_runs_is_that_runs_alone():
+    rule = default_rules().rules[0]
+    calm = [2.0 + (s % 7) * 0.01 for s in range(60)]
+    spiked = calm[:40] + [9.0] + calm[41:]
+    parts = [
+        pl.DataFrame({"run": [k] * 60, "step": np.arange(1, 61), "value": spiked if k == 2 else calm, "segment": [0] * 60})
+        for k in range(5)
+    ]
+    found = find_incidents_by_run(pl.concat(parts), rule, runs=[f"r{k}" for k in range(5)])
+    assert list(found) == [2]
+    (inc,) = found[2]
+    assert (inc.run, inc.step, inc.value) == ("r2", 41, 9.0)
