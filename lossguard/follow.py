@@ -10,6 +10,7 @@ would, under the same keys (run, rule, first step). This module only says which 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,13 +18,13 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from . import table
+from . import readmany, table
 from .alerts.lifecycle import decide, stalled
 from .budget import PASS_BUDGET, Budget
 from .causes import RunContext
 from .engine import CONTEXT_TAGS, JUDGED, Seen, context_of, judge_runs
 from .model import Incident, Notice
-from .reader import ReadOptions, read
+from .reader import ReadOptions, ReadResult, read
 from .rules import RuleSet
 from .sources.discover import segment_order
 from .sources.followed import Sighting, Tracker, offset_of
@@ -32,6 +33,9 @@ from .streams import Points, by_run_and_metric, collapse_points
 
 TAIL_CAP = 20_000
 CONTEXT_TAIL = 400
+BATCH_BYTES = 8 << 20
+"""New bytes a pass reads in one batch at most (lossguard.readmany): the first pass over a thousand
+runs' history reads them over a few passes rather than in one long one."""
 READ_LIMIT = 16 << 20
 """Bytes of one file a pass reads at most: a long history is read over several passes, so the
 daemon's memory is bounded by this, the streams and their windows, not by the size of the logs."""
@@ -177,31 +181,71 @@ class Follower:
         frames: dict[str, list[pl.DataFrame]] = {}
         quiet: dict[str, bool] = {}
         self.budget.deferred = set()
-        for i, run in enumerate(order):
-            if i and self.budget.spent():
-                self.budget.deferred = set(order[i:])
-                report.unfinished += [path for r in order[i:] for path, _ in todo[r]]
+        for run in todo:
+            # A rotated segment before its live log, so a run's lines are judged in the order written.
+            todo[run].sort(key=lambda item: segment_order(item[0]))
+        together = self._read_together(tx, order, todo, report)
+        rest = [run for run in order if run not in together]
+        for i, run in enumerate(rest):
+            if (i or together) and self.budget.spent():
+                self.budget.deferred = set(rest[i:])
+                report.unfinished += [path for r in rest[i:] for path, _ in todo[r]]
                 break
             got: list[tuple[pl.DataFrame, bool]] = []
-            # A rotated segment before its live log, so a run's lines are judged in the order written.
-            for path, seen in sorted(todo[run], key=lambda item: segment_order(item[0])):
+            for path, seen in todo[run]:
                 if not self._read_file(tx, path, seen, got, report):
                     break  # still reading: the run's later files wait for it, to keep their order
-            for frame, history in got:
+            together[run] = got
+        for run in order:
+            for frame, history in together.get(run, ()):
                 frames.setdefault(run, []).append(frame)
                 quiet[run] = quiet.get(run, True) and history
         return frames, quiet
 
-    def _read_file(self, tx: Transaction, path: str, seen: Sighting, got: list, report: PassReport) -> bool:
-        """Read `path` on from its cursor; False while the read still runs (lossguard.budget)."""
+    def _read_together(self, tx: Transaction, order: list[str], todo: dict[str, list[tuple[str, Sighting]]], report: PassReport) -> dict[str, list]:
+        """The runs whose files are JSON lines with little new in them, read in one batch
+        (lossguard.readmany), in `order` up to BATCH_BYTES; a file the batch leaves is read on its
+        own, in its place among its run's files. Returns each run's (frame, history) parts."""
+        chosen, waiting = [], 0
+        for run in order:
+            files = todo[run]
+            pending = [seen.size - offset_of(seen.row).offset for _, seen in files]
+            if not all(self._format(path, seen) == readmany.FORMAT and self.budget.together(path, n) for (path, seen), n in zip(files, pending)):
+                continue
+            if chosen and waiting + sum(pending) > BATCH_BYTES:
+                break
+            chosen.append(run)
+            waiting += sum(pending)
+        jobs = [(path, seen) for run in chosen for path, seen in todo[run]]
+        if not jobs:
+            return {}
+        started = time.monotonic()
+        results = readmany.read_many(
+            [readmany.Job(Path(path), offset_of(seen.row), seen.row.run, self.budget.block(path)) for path, seen in jobs], options=self.options
+        )
+        share = (time.monotonic() - started) / len(jobs)
+        got: dict[str, list] = {run: [] for run in chosen}
+        for (path, seen), res in zip(jobs, results):
+            if res is not None:
+                self.budget.took(path, offset_of(seen.row), res, share)
+            self._read_file(tx, path, seen, got[seen.row.run], report, res=res)
+        return got
+
+    def _format(self, path: str, seen: Sighting) -> str | None:
+        return seen.row.format or self.options.format_of(Path(path))
+
+    def _read_file(self, tx: Transaction, path: str, seen: Sighting, got: list, report: PassReport, *, res: ReadResult | None = None) -> bool:
+        """Read `path` on from its cursor (`res`: already read); False while the read still runs
+        (lossguard.budget)."""
         row = seen.row
-        fmt = row.format or self.options.format_of(Path(path))
+        fmt = self._format(path, seen)
         if fmt is None:
             return True
         cursor = offset_of(row)
         block = self.budget.block(path)
-        job = lambda limit: read(Path(path), cursor, run=row.run, fmt=fmt, final=False, options=self.options, limit=limit)  # noqa: E731
-        res = self.budget.read(path, cursor, seen.size - cursor.offset, job)
+        if res is None:
+            job = lambda limit: read(Path(path), cursor, run=row.run, fmt=fmt, final=False, options=self.options, limit=limit)  # noqa: E731
+            res = self.budget.read(path, cursor, seen.size - cursor.offset, job)
         if res is None:
             return False
         for p in res.problems:

@@ -1,13 +1,18 @@
-"""Many runs judged in one set of queries (what a daemon pass over hundreds of busy runs does) find
-exactly what judging each run on its own finds: the batched path changes the cost, never the answer."""
+"""Many runs read and judged in one set of queries (what a daemon pass over hundreds of busy runs
+does) give exactly what reading and judging each run on its own gives: the batched paths change the
+cost, never the answer."""
 
 from __future__ import annotations
 
 import numpy as np
 import polars as pl
-from hypothesis import given, settings
+from polars.testing import assert_frame_equal
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from lossguard.cursor import Cursor
+from lossguard.readmany import Job, read_many
+from lossguard.reader import ReadOptions, read
 from lossguard.rules import default_rules, rule_from
 from lossguard.spikes import find_incidents, find_incidents_by_run
 from lossguard.streams import collapse
@@ -69,3 +74,60 @@ def test_a_spike_in_one_of_many_runs_is_that_runs_alone():
     assert list(found) == [2]
     (inc,) = found[2]
     assert (inc.run, inc.step, inc.value) == ("r2", 41, 9.0)
+
+
+line = st.one_of(
+    st.builds(lambda s, loss: f'{{"step": {s}, "loss": {loss}, "lr": 1e-4}}', st.integers(0, 10**6), st.floats().map(repr)),
+    st.builds(lambda s, v: f'{{"global_step": {s}, "eval_loss": "{v}"}}', st.integers(0, 10**6), st.floats(0, 10).map(repr)),
+    st.sampled_from([
+        '{"loss": 2.5, "lr": 0.1}',  # no step: numbered, or the last step before it
+        '{"epoch": 1, "valid_loss": 3.0}',
+        '{"step": "abc", "loss": 1.0}',  # a step that is no number
+        '{"step": 3.5, "loss": 1.0}',
+        "not json at all",
+        '{"event": "checkpoint"}',
+        '{"step": 7, "train_runtime": 10.0, "train_loss": 2.0}',  # the end-of-training summary
+        '{"step": 8, "loss": NaN, "grad_norm": Infinity}',
+        '{"step": 9, "valid_num_updates": 9, "valid_loss": 2.0}',
+        '{"step": 10, "lossguard batch probe": 1.0}',
+        "\x00\x00\x00",
+    ]),
+)
+log = st.tuples(st.lists(line, max_size=12), st.lists(line, max_size=12), st.booleans())
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(logs=st.lists(log, min_size=1, max_size=5))
+def test_json_lines_of_many_files_read_together_are_what_each_file_read_alone_gives(tmp_path_factory, logs):
+    options = ReadOptions()
+    tmp = tmp_path_factory.mktemp("logs")
+    jobs = []
+    for k, (before, after, torn) in enumerate(logs):
+        path = tmp / f"run{k}.jsonl"
+        path.write_text("".join(f"{text}\n" for text in before))
+        cursor = read(path, run=f"run{k}", fmt="jsonl", final=False, options=options).cursor
+        with open(path, "a") as fh:
+            fh.write("".join(f"{text}\n" for text in after) + ('{"step": 99, "lo' if torn else ""))  # a line still being written
+        jobs.append(Job(path, cursor, f"run{k}"))
+    together = read_many(jobs, options=options)
+    for job, got in zip(jobs, together):
+        if got is not None:
+            alone = read(job.path, job.cursor, run=job.run, fmt="jsonl", final=False, options=options)
+            assert got.cursor == alone.cursor
+            assert got.problems == alone.problems and got.dead == alone.dead
+            assert_frame_equal(got.frame, alone.frame)
+
+
+def test_a_batch_too_big_for_one_file_alone_reads_what_each_file_gives(tmp_path):
+    """Past 2,000 lines the JSON parser takes its fast path: the batch does, the small files alone do not."""
+    jobs = []
+    for k in range(30):
+        path = tmp_path / f"run{k}.jsonl"
+        path.write_text("".join(f'{{"step": {s}, "loss": {2.0 + (s % 7) * 0.013}, "lr": 3e-4, "grad_norm": {0.1 * k}}}\n' for s in range(100)))
+        jobs.append(Job(path, Cursor(), f"run{k}"))
+    together = read_many(jobs, options=ReadOptions())
+    assert all(got is not None for got in together)
+    for job, got in zip(jobs, together):
+        alone = read(job.path, job.cursor, run=job.run, fmt="jsonl", final=False, options=ReadOptions())
+        assert got.cursor == alone.cursor
+        assert_frame_equal(got.frame, alone.frame)
