@@ -66,9 +66,10 @@ CONTEXT_STREAMS = ("loss", "lr", "grad_norm", "loss_scale")
 def context_of(run_frame: pl.DataFrame, streams: Mapping[str, pl.DataFrame]) -> RunContext:
     """What the labeller looks at: the context streams by step (after a resume, the replayed values;
     with their segments, for a spike of a timeline a resume replaced) and the tags it reads as they are."""
-    tags = {name: _tag_series(run_frame, tag) for tag, name in CONTEXT_TAGS.items()}
+    # (No rows: the daemon's usual case, a run that logs none of these tags.)
+    tags = {name: _tag_series(run_frame, tag) if run_frame.height else None for tag, name in CONTEXT_TAGS.items()}
     resumed = {m: streams[m] for m in CONTEXT_STREAMS if streams[m].height and streams[m].get_column("segment").max() > 0}
-    return RunContext(**{m: Series.of(as_context(streams[m])) for m in CONTEXT_STREAMS}, **tags, timelines=resumed)
+    return RunContext(**{m: Series.of(streams[m] if m not in resumed else as_context(streams[m])) for m in CONTEXT_STREAMS}, **tags, timelines=resumed)
 
 
 ESCALATION_GAP = 10

@@ -76,11 +76,12 @@ def _as_rows(tail: Tail, *, run: str, metric: str, tag: str) -> pl.DataFrame:
 
 
 _NO_POINTS: Points = (np.empty(0, np.int64), np.empty(0, np.float64), np.empty(0, np.int64))
+_NO_ROWS = table.empty()
 
 
 def _points_frame(points: Points) -> pl.DataFrame:
     steps, values, segments = points
-    return pl.DataFrame({"step": pl.Series(steps, dtype=pl.Int64()), "value": pl.Series(values, dtype=pl.Float64()), "segment": pl.Series(segments, dtype=pl.Int64())})
+    return pl.DataFrame([pl.Series("step", steps, dtype=pl.Int64()), pl.Series("value", values, dtype=pl.Float64()), pl.Series("segment", segments, dtype=pl.Int64())])
 
 
 def _run_rows(parts: list[pl.DataFrame]) -> pl.DataFrame:
@@ -301,9 +302,12 @@ class Follower:
             ))
         active = [self.rules.for_run(run) for run in runs]
 
+        tagged = frame.filter(pl.col("tag").is_in(list(CONTEXT_TAGS)))
+        tag_rows = tagged.partition_by("run", as_dict=True, maintain_order=True) if tagged.height else {}
+
         def view(k: int) -> tuple[dict[str, pl.DataFrame], RunContext]:
             framed = {m: _points_frame(w) for m, w in windows[k].items()}
-            return framed, self._context(runs[k], _run_rows(frames[runs[k]]), framed)
+            return framed, self._context(runs[k], tag_rows.get((runs[k],)), framed, tails)
 
         found = judge_runs(_long(windows, runs), runs=runs, rules=active, seen=seen, view=view)
         last_steps = dict(frame.group_by("run", maintain_order=True).agg(pl.col("step").max()).iter_rows())
@@ -322,20 +326,21 @@ class Follower:
             kept += self._keep_tails(run, windows[k], fresh, tails, active[k], still_open)
             if self._advanced(tx, positions.get(run), run, int(last_steps[run]), now=now, report=report):
                 moved.append((run, int(last_steps[run])))
-        tx.put_tails(kept + self._keep_tag_tails(frame, tails))
+        tx.put_tails(kept + self._keep_tag_tails(tagged, tails))
         tx.advance_runs(moved, now=now)
 
-    def _context(self, run: str, frame: pl.DataFrame, windows: dict[str, pl.DataFrame]) -> RunContext:
+    def _context(self, run: str, tagged: pl.DataFrame | None, windows: dict[str, pl.DataFrame], tails: dict) -> RunContext:  # noqa: ANN001
         """Labels with the context the daemon has: each stream's window (its tail, then what just
         arrived, in the order written: a resume shows as a segment, as in `scan`), and the tags the
-        labeller reads as they are (their tails, then the new rows: the later write wins)."""
+        labeller reads as they are (their tails, then the new rows `tagged`: the later write wins)."""
         parts = []
         for tag in CONTEXT_TAGS:
-            tail = self.state.tail(run, f"tag:{tag}")
-            if tail.steps.size:
+            tail = tails.get((run, f"tag:{tag}"))
+            if tail is not None and tail.steps.size:
                 parts.append(_as_rows(tail, run=run, metric="loss_scale" if tag.startswith("OVERFLOW") else tag, tag=tag))
-        parts.append(frame.filter(pl.col("tag").is_in(list(CONTEXT_TAGS))).select(table.COLUMNS))
-        return context_of(pl.concat(parts), windows)
+        if tagged is not None:
+            parts.append(tagged.select(table.COLUMNS))
+        return context_of(pl.concat(parts) if parts else _NO_ROWS, windows)
 
     def _lifecycle(self, tx: Transaction, inc: Incident, *, now: float, quiet: bool, source: str, report: PassReport) -> None:
         sent = self.state.incident(inc.run, inc.rule, inc.step)
@@ -368,10 +373,9 @@ class Follower:
             out.append((run, m, Tail(steps[-n:], values[-n:], (before.seen if before is not None else 0) + fresh.get(m, 0))))
         return out
 
-    def _keep_tag_tails(self, frame: pl.DataFrame, tails: dict) -> list[tuple[str, str, Tail]]:  # noqa: ANN001
+    def _keep_tag_tails(self, tagged: pl.DataFrame, tails: dict) -> list[tuple[str, str, Tail]]:  # noqa: ANN001
         """The context tags' tails (DeepSpeed's OVERFLOW lines, Megatron's counters), for the runs
-        whose new rows hold any."""
-        tagged = frame.filter(pl.col("tag").is_in(list(CONTEXT_TAGS)))
+        whose new rows (`tagged`: the pass's rows of those tags) hold any."""
         out = []
         for (run, tag), rows in tagged.partition_by("run", "tag", as_dict=True, maintain_order=True).items() if tagged.height else ():
             old = tails.get((run, f"tag:{tag}"), Tail.empty())

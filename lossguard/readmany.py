@@ -94,8 +94,13 @@ def read_many(jobs: Sequence[Job], *, options: ReadOptions) -> list[ReadResult |
         return out
     rows = rows.drop("line_no")
     tags = rows.get_column("tag").cast(pl.String).unique().to_list()
-    finished = table.finish(rows, run="", source="", metric_of=options.aliases.mapping(tags))
     bounds = np.searchsorted(line_no, starts)
+    # Each row's run and source, from the file its line came from (one gather for all files).
+    owner = pl.Series(np.repeat(np.arange(len(files)), np.diff(bounds)), dtype=pl.Int64())
+    finished = table.finish(rows.head(bounds[-1]), run="", source="", metric_of=options.aliases.mapping(tags)).with_columns(
+        pl.Series("run", [f.job.run for _, f in files], dtype=pl.String()).gather(owner),
+        pl.Series("source", [str(f.job.path) for _, f in files], dtype=pl.String()).gather(owner),
+    )
     steps = rows.get_column("step").fill_null(0).to_numpy()
     nulls = rows.get_column("step").is_null().to_numpy()
     for i, (k, f) in enumerate(files):
@@ -104,14 +109,12 @@ def read_many(jobs: Sequence[Job], *, options: ReadOptions) -> list[ReadResult |
         lo, hi = int(bounds[i]), int(bounds[i + 1])
         if nulls[lo:hi].any():
             continue  # a step that is no whole number: read() says so, naming the line
-        mine = finished.slice(lo, hi - lo)
         records = int(np.unique(line_no[lo:hi]).size)
         last = int(steps[hi - 1]) if hi > lo else f.job.cursor.last_step
         cursor = f.job.cursor.advance(
             index=f.job.cursor.index + records, last_step=last, offset=f.end.offset, line=f.end.line, skipping=f.end.skipping
         )
-        frame = mine.with_columns(pl.lit(f.job.run, dtype=pl.String()).alias("run"), pl.lit(str(f.job.path), dtype=pl.String()).alias("source"))
-        out[k] = ReadResult(frame, cursor)
+        out[k] = ReadResult(finished.slice(lo, hi - lo), cursor)
     return out
 
 
