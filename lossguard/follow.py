@@ -129,6 +129,8 @@ class Follower:
         self.log = log
         self.first_pass = True
         self.budget = Budget(limit=read_limit, budget=pass_budget)
+        self._formats: dict[str, str | None] = {}
+        """The formats sniffed in this pass (of files not read before)."""
         self._best: dict[str, dict[str, int]] = {}
         """Per run, the best rank of a tag seen carrying each metric (`streams.by_metric`; kept in
         memory: after a restart the first pass's tags set it again)."""
@@ -185,6 +187,7 @@ class Follower:
         for run in todo:
             # A rotated segment before its live log, so a run's lines are judged in the order written.
             todo[run].sort(key=lambda item: segment_order(item[0]))
+        self._formats = {}
         together = self._read_together(tx, order, todo, report)
         rest = [run for run in order if run not in together]
         for i, run in enumerate(rest):
@@ -233,7 +236,12 @@ class Follower:
         return got
 
     def _format(self, path: str, seen: Sighting) -> str | None:
-        return seen.row.format or self.options.format_of(Path(path))
+        """The file's format: as read before, else as sniffed (once a pass: a new file's head)."""
+        if seen.row.format:
+            return seen.row.format
+        if path not in self._formats:
+            self._formats[path] = self.options.format_of(Path(path))
+        return self._formats[path]
 
     def _read_file(self, tx: Transaction, path: str, seen: Sighting, got: list, report: PassReport, *, res: ReadResult | None = None) -> bool:
         """Read `path` on from its cursor (`res`: already read); False while the read still runs

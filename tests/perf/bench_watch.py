@@ -296,6 +296,8 @@ def many(runs: int, rate: int, seconds: float) -> tuple[float, list[float]]:
         proc.wait(timeout=60)
         shutil.rmtree(tmp, ignore_errors=True)
     latencies = [sink.seen[(run, s)] - t for (run, s), t in spikes.items() if (run, s) in sink.seen]
+    if len(latencies) != len(spikes):
+        print(f"    ({len(spikes) - len(latencies)} of {len(spikes)} spikes were not alerted within 10 s of the writers stopping)")
     return (c1 - c0) / elapsed * 100, latencies
 
 
