@@ -35,7 +35,7 @@ from .state import State
 
 log = logging.getLogger("lossguard")
 DEBOUNCE = 0.1
-BUSY_SPACING = 0.8
+BUSY_SPACING = 0.5
 BUSY_ROWS = 100
 """After a pass that found at least BUSY_ROWS new values (a fast writer), the next starts no
 sooner than BUSY_SPACING after it. A pass costs ~20 ms of polars calls whatever it reads, so a run

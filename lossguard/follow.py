@@ -22,7 +22,7 @@ from . import readmany, table
 from .alerts.lifecycle import decide, stalled
 from .budget import PASS_BUDGET, Budget
 from .causes import RunContext
-from .engine import CONTEXT_TAGS, JUDGED, Seen, context_of, judge_runs
+from .engine import CONTEXT_TAGS, JUDGED, Seen, context_from, judge_runs
 from .model import Incident, Notice
 from .reader import ReadOptions, ReadResult, read
 from .rules import RuleSet
@@ -77,11 +77,6 @@ def _as_rows(tail: Tail, *, run: str, metric: str, tag: str) -> pl.DataFrame:
 
 _NO_POINTS: Points = (np.empty(0, np.int64), np.empty(0, np.float64), np.empty(0, np.int64))
 _NO_ROWS = table.empty()
-
-
-def _points_frame(points: Points) -> pl.DataFrame:
-    steps, values, segments = points
-    return pl.DataFrame([pl.Series("step", steps, dtype=pl.Int64()), pl.Series("value", values, dtype=pl.Float64()), pl.Series("segment", segments, dtype=pl.Int64())])
 
 
 def _run_rows(parts: list[pl.DataFrame]) -> pl.DataFrame:
@@ -313,9 +308,8 @@ class Follower:
         tagged = frame.filter(pl.col("tag").is_in(list(CONTEXT_TAGS)))
         tag_rows = tagged.partition_by("run", as_dict=True, maintain_order=True) if tagged.height else {}
 
-        def view(k: int) -> tuple[dict[str, pl.DataFrame], RunContext]:
-            framed = {m: _points_frame(w) for m, w in windows[k].items()}
-            return framed, self._context(runs[k], tag_rows.get((runs[k],)), framed, tails)
+        def view(k: int) -> tuple[Callable[[str], int], RunContext]:
+            return (lambda m: int(windows[k][m][2].max()) if windows[k][m][2].size else 0), self._context(runs[k], tag_rows.get((runs[k],)), windows[k], tails)
 
         found = judge_runs(_long(windows, runs), runs=runs, rules=active, seen=seen, view=view)
         last_steps = dict(frame.group_by("run", maintain_order=True).agg(pl.col("step").max()).iter_rows())
@@ -337,7 +331,7 @@ class Follower:
         tx.put_tails(kept + self._keep_tag_tails(tagged, tails))
         tx.advance_runs(moved, now=now)
 
-    def _context(self, run: str, tagged: pl.DataFrame | None, windows: dict[str, pl.DataFrame], tails: dict) -> RunContext:  # noqa: ANN001
+    def _context(self, run: str, tagged: pl.DataFrame | None, windows: dict[str, Points], tails: dict) -> RunContext:  # noqa: ANN001
         """Labels with the context the daemon has: each stream's window (its tail, then what just
         arrived, in the order written: a resume shows as a segment, as in `scan`), and the tags the
         labeller reads as they are (their tails, then the new rows `tagged`: the later write wins)."""
@@ -348,7 +342,7 @@ class Follower:
                 parts.append(_as_rows(tail, run=run, metric="loss_scale" if tag.startswith("OVERFLOW") else tag, tag=tag))
         if tagged is not None:
             parts.append(tagged.select(table.COLUMNS))
-        return context_of(pl.concat(parts) if parts else _NO_ROWS, windows)
+        return context_from(pl.concat(parts) if parts else _NO_ROWS, windows)
 
     def _lifecycle(self, tx: Transaction, inc: Incident, *, now: float, quiet: bool, source: str, report: PassReport) -> None:
         sent = self.state.incident(inc.run, inc.rule, inc.step)

@@ -81,13 +81,21 @@ Points = tuple[np.ndarray, np.ndarray, np.ndarray]
 """A stream as numpy arrays: steps (int64), values (float64), segments (int64)."""
 
 
+def points_of(stream: pl.DataFrame) -> Points:
+    return tuple(stream.get_column(c).to_numpy() for c in ("step", "value", "segment"))  # type: ignore[return-value]
+
+
+def points_frame(points: Points) -> pl.DataFrame:
+    steps, values, segments = points
+    return pl.DataFrame([pl.Series("step", steps, dtype=pl.Int64()), pl.Series("value", values, dtype=pl.Float64()), pl.Series("segment", segments, dtype=pl.Int64())])
+
+
 def collapse_points(steps: np.ndarray, values: np.ndarray) -> Points:
     """`collapse`, on arrays: strictly increasing steps (nearly every pass of a daemon over busy
     runs) cost no polars call."""
     if steps.size < 2 or bool((steps[1:] > steps[:-1]).all()):
         return steps, values, np.zeros(steps.size, np.int64)
-    out = collapse(pl.DataFrame({"step": pl.Series(steps, dtype=pl.Int64()), "value": pl.Series(values, dtype=pl.Float64())}))
-    return tuple(out.get_column(c).to_numpy() for c in ("step", "value", "segment"))  # type: ignore[return-value]
+    return points_of(collapse(pl.DataFrame([pl.Series("step", steps, dtype=pl.Int64()), pl.Series("value", values, dtype=pl.Float64())])))
 
 
 def by_run_and_metric(frame: pl.DataFrame, metrics: tuple[str, ...], *, best: dict[str, dict[str, int]]) -> dict[tuple[str, str], Points]:
