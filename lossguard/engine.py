@@ -143,7 +143,7 @@ def judge_runs(
     run k (an index into `runs`), what judge(its windows, its context, rules[k], seen=seen[k])
     returns. `streams`: each metric's windows of all runs, as find_incidents_by_run takes them;
     `view(k)`: run k's last segment of each stream (metric -> segment) and its context, asked only
-    of runs with incidents to label. Runs without new incidents are left out."""
+    of runs with incidents to label. Runs without new incidents are left out; the others in order."""
     found: dict[int, list[Incident]] = {}
     for rule in dict.fromkeys(r for mine in rules for r in mine):  # each rule once, in the runs' order
         points = streams.get(rule.metric)
@@ -158,7 +158,7 @@ def judge_runs(
         for k, incidents in find_incidents_by_run(points, rule, runs=runs, seen_before=before).items():
             found.setdefault(k, []).extend(i for i in incidents if seen[k].is_new(i))
     out = {}
-    for k, incidents in found.items():
+    for k, incidents in sorted(found.items()):
         if incidents:
             last_segment, context = view(k)
             out[k] = _label(incidents, context, last_segment, seen[k])

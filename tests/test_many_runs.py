@@ -131,3 +131,33 @@ def test_a_batch_too_big_for_one_file_alone_reads_what_each_file_gives(tmp_path)
         alone = read(job.path, job.cursor, run=job.run, fmt="jsonl", final=False, options=ReadOptions())
         assert got.cursor == alone.cursor
         assert_frame_equal(got.frame, alone.frame)
+
+
+@settings(max_examples=60, deadline=None)
+@given(streams=st.lists(st.tuples(stream, st.lists(st.floats(0.5, 80.0), min_size=0, max_size=60)), min_size=1, max_size=5))
+def test_runs_judged_and_labelled_together_are_what_judge_says_of_each(streams):
+    from lossguard.engine import Seen, context_of, judge, judge_runs
+
+    rules = default_rules().rules
+    runs = [f"run{k}" for k in range(len(streams))]
+    windows, seen, alone = [], [], {}
+    for k, ((values, deltas, before), grads) in enumerate(streams):
+        mine = {"loss": _points(values, deltas), "grad_norm": _points(grads, [])}
+        for m in ("eval_loss", "lr", "loss_scale"):
+            mine[m] = _points([], [])
+        windows.append(mine)
+        seen.append(Seen(before={"loss": before}, new_from={m: int(w.get_column("step")[0]) for m, w in mine.items() if w.height}))
+        found = judge(mine, context_of(pl.DataFrame(), mine), rules, run=runs[k], seen=seen[k])
+        if found:
+            alone[k] = found
+    long = {
+        m: pl.concat([w[m].select(pl.lit(k, dtype=pl.Int64).alias("run"), "step", "value", "segment") for k, w in enumerate(windows)])
+        for m in ("loss", "grad_norm")
+    }
+
+    def view(k):  # noqa: ANN001, ANN202
+        w = windows[k]
+        return (lambda m: int(w[m].get_column("segment").max()) if w[m].height else 0), context_of(pl.DataFrame(), w)
+
+    together = judge_runs(long, runs=runs, rules=[rules] * len(runs), seen=seen, view=view)
+    assert repr(together) == repr(alone)
