@@ -71,8 +71,9 @@ def context_of(run_frame: pl.DataFrame, streams: Mapping[str, pl.DataFrame]) -> 
 
 def context_from(run_frame: pl.DataFrame, streams: Mapping[str, Points]) -> RunContext:
     """`context_of`, with the streams as arrays (what the daemon holds its windows as)."""
-    # (No rows: the daemon's usual case, a run that logs none of these tags.)
-    tags = {name: _tag_series(run_frame, tag) if run_frame.height else None for tag, name in CONTEXT_TAGS.items()}
+    # One filter for the three tags (most runs log none of them: the daemon's windows never do).
+    tagged = run_frame.filter(pl.col("tag").is_in(list(CONTEXT_TAGS))) if run_frame.height else run_frame
+    tags = {name: _tag_series(tagged, tag) if tagged.height else None for tag, name in CONTEXT_TAGS.items()}
     resumed = {m: points_frame(streams[m]) for m in CONTEXT_STREAMS if streams[m][2].size and streams[m][2].max() > 0}
     plain = {m: Series(streams[m][0], streams[m][1]) if streams[m][0].size else None for m in CONTEXT_STREAMS if m not in resumed}
     return RunContext(**plain, **{m: Series.of(as_context(f)) for m, f in resumed.items()}, **tags, timelines=resumed)
