@@ -39,13 +39,15 @@ BUSY_SPACING = 0.5
 BUSY_ROWS = 100
 """After a pass that found at least BUSY_ROWS new values (a fast writer), the next starts no
 sooner than BUSY_SPACING after it. A pass costs ~20 ms of polars calls whatever it reads, so a run
-writing 1,000 steps a second costs 1.25 passes a second, and its alerts still go out within a
-second (the spacing plus one pass). A run writing now and then gets its pass DEBOUNCE after the
-write."""
+writing 1,000 steps a second costs two passes a second, and its alerts still go out within a
+second (the spacing plus one pass). Hundreds of busy runs make a pass of ~0.15-0.3 s (all runs are
+read and judged together, ~0.5 ms a run): the spacing plus that pass is what their alerts wait, so
+the spacing is 0.5 s, not the 0.8 s one fast run could afford. A run writing now and then gets its
+pass DEBOUNCE after the write."""
 DUTY = 0.5
 """The share of a core passes may take back to back: after a pass of T seconds the next starts no
-sooner than T / DUTY after it. Only many busy runs make passes that long (~10 ms a run here): their
-alerts then come every couple of seconds instead of the daemon taking the whole core."""
+sooner than T / DUTY after it. Only very many busy runs make passes that long (~0.5 ms a run here):
+their alerts then come every couple of seconds instead of the daemon taking the whole core."""
 SLOW_PASS = 1.0
 MAX_DIRTY = 10_000
 KILL_AT = "LOSSGUARD_TEST_KILL_AT"
@@ -203,7 +205,7 @@ class Daemon:
 
     def wake(self) -> None:
         """Pass soon. Wakes coalesce until the pass starts; after a busy pass, passes keep
-        BUSY_SPACING apart, so a run writing 1,000 lines a second costs 1.25 passes a second, not
+        BUSY_SPACING apart, so a run writing 1,000 lines a second costs two passes a second, not
         one per write."""
         with self._dirty_lock:
             if self._wake_pending:
