@@ -93,28 +93,22 @@ def latency(samples: int, *extra: str) -> list[float]:
     return got
 
 
-def idle(runs: int, seconds: float, *extra: str) -> tuple[float, float, float]:
+def small_runs(runs: int) -> tuple[Path, int]:
+    """A folder of `runs` runs, each a JSON-lines log of 199 calm steps; and the log's size."""
     tmp = Path(tempfile.mkdtemp())
     history = "".join(line(s, 2.0) for s in range(1, 200))
     for i in range(runs):
         d = tmp / "runs" / f"run{i:04d}"
         d.mkdir(parents=True)
         (d / "metrics.jsonl").write_text(history)
+    return tmp, len(history.encode())
+
+
+def idle(runs: int, seconds: float, *extra: str) -> tuple[float, float, float]:
+    tmp, size = small_runs(runs)
     proc = start(tmp, *extra)  # default intervals: inotify names changed files, a walk every 300 s (polling: 10 s)
     try:
-        db = tmp / "state" / "state.db"
-        import sqlite3
-
-        deadline = time.time() + 300
-        while time.time() < deadline:
-            time.sleep(1)
-            if db.exists():
-                try:
-                    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
-                        if conn.execute("SELECT count(*) FROM files WHERE cursor NOT LIKE '%\"offset\": 0,%'").fetchone()[0] >= runs:
-                            break
-                except sqlite3.Error:
-                    pass
+        until_read(tmp, size, runs, since=time.perf_counter(), timeout=300, every=1)
         time.sleep(3)
         c0 = cpu_seconds(proc.pid)
         time.sleep(seconds)
@@ -301,31 +295,30 @@ def many(runs: int, rate: int, seconds: float) -> tuple[float, list[float]]:
     return (c1 - c0) / elapsed * 100, latencies
 
 
+def until_read(tmp: Path, size: int, files: int, *, since: float, timeout: float, every: float) -> float:
+    """Seconds from `since` until the daemon's state has `files` files read to `size` bytes."""
+    import sqlite3
+
+    while time.perf_counter() - since < timeout:
+        time.sleep(every)
+        try:
+            with sqlite3.connect(f"file:{tmp / 'state' / 'state.db'}?mode=ro", uri=True) as conn:
+                done = conn.execute("SELECT count(*) FROM files WHERE json_extract(cursor, '$.offset') >= ?", (size,)).fetchone()[0]
+        except sqlite3.Error:
+            continue
+        if done >= files:
+            break
+    return time.perf_counter() - since
+
+
 def first_pass(runs: int) -> float:
     """A daemon started on `runs` small runs (199 lines each, as in `idle`): seconds from its start
     until every file is read to its end (the history a first start reads quietly)."""
-    tmp = Path(tempfile.mkdtemp())
-    text = "".join(line(s, 2.0) for s in range(1, 200))
-    for i in range(runs):
-        d = tmp / "runs" / f"run{i:04d}"
-        d.mkdir(parents=True)
-        (d / "metrics.jsonl").write_text(text)
-    size = len(text.encode())
-    import sqlite3
-
+    tmp, size = small_runs(runs)
     t0 = time.perf_counter()
     proc = start(tmp)
     try:
-        while time.perf_counter() - t0 < 300:
-            time.sleep(0.05)
-            try:
-                with sqlite3.connect(f"file:{tmp / 'state' / 'state.db'}?mode=ro", uri=True) as conn:
-                    done = conn.execute("SELECT count(*) FROM files WHERE json_extract(cursor, '$.offset') >= ?", (size,)).fetchone()[0]
-            except sqlite3.Error:
-                continue
-            if done >= runs:
-                break
-        took = time.perf_counter() - t0
+        took = until_read(tmp, size, runs, since=t0, timeout=300, every=0.05)
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=60)
@@ -345,19 +338,8 @@ def history(mb: int) -> tuple[float, float, float, float]:
     size = src.stat().st_size
     t0 = time.perf_counter()
     proc = start(tmp)
-    import sqlite3
-
     try:
-        while time.perf_counter() - t0 < 900:
-            time.sleep(0.5)
-            try:
-                with sqlite3.connect(f"file:{tmp / 'state' / 'state.db'}?mode=ro", uri=True) as conn:
-                    row = conn.execute("SELECT cursor FROM files").fetchone()
-            except sqlite3.Error:
-                continue
-            if row and json.loads(row[0])["offset"] >= size:
-                break
-        took = time.perf_counter() - t0
+        took = until_read(tmp, size, 1, since=t0, timeout=900, every=0.5)
         rss, peak = rss_mb(proc.pid)
     finally:
         proc.send_signal(signal.SIGTERM)
