@@ -8,7 +8,8 @@ lines before it (and on the file's cursor) only when it carries no step of its o
 taken into the batch only if every line it brings names a step key (STEP_ITEM), its bytes are one
 clean block (UTF-8, no binary damage, no over-long line) and its rows all have a usable step. Any
 other file is left for `reader.read` (the result says which), and so is everything when the parser
-does not give back the line each row came from. tests/test_many_runs.py pins this to `read`.
+does not give back the line each row came from. Each file's cursor goes on as the parser moves it
+(its records counted, its last step kept). tests/test_many_runs.py pins all of it to `read`.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from .cursor import Cursor
 from .formats.base import BINARY_LINE, SMALL_BLOCK, lines_of
 from .formats.dictlines import STEP_ITEM
 from .problems import Problem
-from .reader import ReadOptions, ReadResult
+from .reader import BUILTIN, ReadOptions, ReadResult
 from .sources.textfile import iter_blocks
 
 FORMAT = "jsonl"
@@ -46,8 +47,6 @@ class Job:
 class _File:
     job: Job
     lines: list[str]
-    first_line: int
-    """The file's line number of its first new line."""
     end: Cursor
     """Where reading goes on after the block."""
 
@@ -56,7 +55,7 @@ def read_many(jobs: Sequence[Job], *, options: ReadOptions) -> list[ReadResult |
     """For each job, what `read(path, cursor, run=run, fmt="jsonl", final=False, options=options,
     limit=limit)` returns, or None where the file must be read on its own."""
     out: list[ReadResult | None] = [None] * len(jobs)
-    if options.reader(FORMAT) is not _builtin():
+    if options.reader(FORMAT) is not BUILTIN[FORMAT]:
         return out  # a user's format of the same name
     files: list[tuple[int, _File]] = []
     for k, job in enumerate(jobs):
@@ -74,7 +73,7 @@ def read_many(jobs: Sequence[Job], *, options: ReadOptions) -> list[ReadResult |
     lines = pl.DataFrame({"line_no": pl.Series(np.arange(len(texts) + 1), dtype=pl.Int64()), "text": pl.Series([*texts, PROBE], dtype=pl.String())})
     checks = lines.select(
         pl.col("text").str.contains(BINARY_LINE).alias("binary"),
-        pl.col("text").str.contains(_builtin().prefilter).alias("kept"),
+        pl.col("text").str.contains(BUILTIN[FORMAT].prefilter).alias("kept"),
         pl.col("text").str.contains(STEP_ITEM).alias("stepped"),
     )
     binary, kept, stepped = (checks.get_column(c).to_numpy()[:-1] for c in ("binary", "kept", "stepped"))
@@ -84,7 +83,7 @@ def read_many(jobs: Sequence[Job], *, options: ReadOptions) -> list[ReadResult |
     use = np.repeat(np.array(fine), np.diff(starts))
     lines = lines.filter(pl.Series(np.r_[use & kept, True]))
     try:
-        rows, _ = _builtin().parse(lines, Cursor(), None)
+        rows, _ = BUILTIN[FORMAT].parse(lines, Cursor(), None)
     except Exception:  # noqa: BLE001 - each file is read on its own, where read() names the one at fault
         return out
     if "line_no" not in rows.columns:
@@ -118,12 +117,6 @@ def read_many(jobs: Sequence[Job], *, options: ReadOptions) -> list[ReadResult |
     return out
 
 
-def _builtin():  # noqa: ANN202
-    from .reader import BUILTIN
-
-    return BUILTIN[FORMAT]
-
-
 def _block(job: Job) -> _File | ReadResult | None:
     """The file's new lines, if they are one clean block; a result when there is nothing new."""
     problems: list[Problem] = []
@@ -144,4 +137,4 @@ def _block(job: Job) -> _File | ReadResult | None:
         return None
     if text.startswith("\ufeff") or not text:
         return None
-    return _File(job, lines_of(text), block.first_line, block.cursor)
+    return _File(job, lines_of(text), block.cursor)
