@@ -1,7 +1,8 @@
 """The daemon's figures: alert latency (inotify and polling), idle CPU and memory following many
-runs, and keeping up with a fast run.
+runs, keeping up with a fast run, many busy runs at once (`many`; `pass`: one pass's CPU,
+in-process) and a start on many runs' history (`first`).
 
-    python tests/perf/bench_watch.py [--runs 1000] [--samples 20] [--rate 1000] [--seconds 60] [--only throughput]
+    python tests/perf/bench_watch.py [--runs 1000] [--samples 20] [--rate 1000] [--seconds 60] [--many 100] [--only throughput]
 
 Latency is measured from the write of a spike line to its line in the JSON-lines sink.
 CPU is the daemon's own utime+stime (from /proc) over the measured interval.
@@ -326,6 +327,35 @@ def first_pass(runs: int) -> float:
     return took
 
 
+def one_pass(runs: int, lines: int, passes: int = 10) -> tuple[float, float]:
+    """In-process, what one pass costs over `runs` busy runs that each got `lines` new lines (one run
+    in 20 with a spike among them): the median process CPU of a pass, and of the first pass over
+    their history (199 lines each)."""
+    from lossguard.follow import Follower
+    from lossguard.rules import default_rules
+    from lossguard.state import State
+
+    tmp, _ = small_runs(runs)
+    logs = sorted((tmp / "runs").glob("*/metrics.jsonl"))
+    state = State(tmp / "state")
+    follower = Follower([tmp / "runs"], rules=default_rules(), state=state, log=lambda _: None, pass_budget=1e9)
+    c0 = time.process_time()
+    follower.run_pass(1.0)
+    first = time.process_time() - c0
+    step, took = 200, []
+    for p in range(passes):
+        for i, log in enumerate(logs):
+            with open(log, "a") as fh:
+                fh.write("".join(line(s, 9.0 if (i + p) % 20 == 0 and s == step + 1 else 2.0 + (s % 7) * 0.01) for s in range(step, step + lines)))
+        step += lines
+        c0 = time.process_time()
+        follower.run_pass(2.0 + p, [str(log) for log in logs])
+        took.append(time.process_time() - c0)
+    state.close()
+    shutil.rmtree(tmp, ignore_errors=True)
+    return statistics.median(took), first
+
+
 def history(mb: int) -> tuple[float, float, float, float]:
     """A daemon started on a run whose log already holds `mb` MB: how long it takes to read it all
     (quietly: history is not alerted), and its memory while and after doing so."""
@@ -363,9 +393,9 @@ def main() -> None:
     ap.add_argument("--history-mb", type=int, default=1024)
     ap.add_argument("--many", type=int, default=100, help="runs writing at once, for the 'many' part")
     ap.add_argument("--repeat", type=int, default=1, help="runs of the 'first' part (its min is printed)")
-    ap.add_argument("--only", choices=("latency", "idle", "history", "throughput", "many", "first"), action="append", help="run only these parts")
+    ap.add_argument("--only", choices=("latency", "idle", "history", "throughput", "many", "first", "pass"), action="append", help="run only these parts")
     args = ap.parse_args()
-    parts = set(args.only or ("latency", "idle", "history", "throughput", "many", "first"))
+    parts = set(args.only or ("latency", "idle", "history", "throughput", "many", "first", "pass"))
     print("lossguard watch benchmark")
     if "latency" in parts:
         ino = latency(args.samples, "--poll-interval", "2")
@@ -400,6 +430,10 @@ def main() -> None:
             print(f"   their spikes alerted after p50 {statistics.median(alerts):.1f} s, p95 {pct(alerts, 0.95):.1f} s, max {max(alerts):.1f} s")
         else:
             print()
+    if "pass" in parts:
+        busy, first = one_pass(args.many, 8)
+        print(f"  one pass (in-process) over {args.many} runs with 8 new lines each: {busy * 1e3:.0f} ms of CPU ({busy / args.many * 1e3:.2f} ms a run); "
+              f"the first, over their history: {first:.2f} s")
     if "first" in parts:
         took = min(first_pass(args.runs) for _ in range(args.repeat))
         print(f"  start on {args.runs} small runs (199 lines each): all read after {took:.1f} s (min of {args.repeat}, from the process start)")
