@@ -68,6 +68,16 @@ def read_many(jobs: Sequence[Job], *, options: ReadOptions) -> list[ReadResult |
             files.append((k, got))
     if not files:
         return out
+    try:
+        _parse_together(files, options, out)
+    except Exception:  # noqa: BLE001 - each file is then read on its own, where read() names the one at fault
+        for k, _ in files:
+            out[k] = None
+    return out
+
+
+def _parse_together(files: list[tuple[int, _File]], options: ReadOptions, out: list[ReadResult | None]) -> None:
+    """Fills `out` for the files whose rows the one parse gives exactly."""
     texts = [text for _, f in files for text in f.lines]
     starts = np.cumsum([0] + [len(f.lines) for _, f in files])
     lines = pl.DataFrame({"line_no": pl.Series(np.arange(len(texts) + 1), dtype=pl.Int64()), "text": pl.Series([*texts, PROBE], dtype=pl.String())})
@@ -79,18 +89,15 @@ def read_many(jobs: Sequence[Job], *, options: ReadOptions) -> list[ReadResult |
     binary, kept, stepped = (checks.get_column(c).to_numpy()[:-1] for c in ("binary", "kept", "stepped"))
     fine = [not binary[lo:hi].any() and bool(stepped[lo:hi][kept[lo:hi]].all()) for lo, hi in zip(starts[:-1], starts[1:])]
     if not any(fine):
-        return out
+        return
     use = np.repeat(np.array(fine), np.diff(starts))
     lines = lines.filter(pl.Series(np.r_[use & kept, True]))
-    try:
-        rows, _ = BUILTIN[FORMAT].parse(lines, Cursor(), None)
-    except Exception:  # noqa: BLE001 - each file is read on its own, where read() names the one at fault
-        return out
+    rows, _ = BUILTIN[FORMAT].parse(lines, Cursor(), None)
     if "line_no" not in rows.columns:
-        return out
+        return
     line_no = rows.get_column("line_no").to_numpy()
     if line_no.size > 1 and not bool((line_no[1:] >= line_no[:-1]).all()):
-        return out
+        return
     rows = rows.drop("line_no")
     tags = rows.get_column("tag").cast(pl.String).unique().to_list()
     bounds = np.searchsorted(line_no, starts)
@@ -114,7 +121,6 @@ def read_many(jobs: Sequence[Job], *, options: ReadOptions) -> list[ReadResult |
             index=f.job.cursor.index + records, last_step=last, offset=f.end.offset, line=f.end.line, skipping=f.end.skipping
         )
         out[k] = ReadResult(finished.slice(lo, hi - lo), cursor)
-    return out
 
 
 def _block(job: Job) -> _File | ReadResult | None:
