@@ -122,6 +122,15 @@ class Budget:
                 return None
         return self._done(path, cursor, flight.outcome(), flight.took)
 
+    def together(self, path: str, pending: int) -> bool:
+        """Whether the file may be read with others in one batch, on the pass's thread: little is
+        waiting in it and its last read (if any) was quick; no read of it is running or waiting."""
+        return path not in self.flights and pending <= INLINE_BYTES and self.costs.get(path, 0.0) <= QUICK
+
+    def took(self, path: str, cursor: Cursor, res: ReadResult, took: float) -> None:
+        """A read done outside `read` (a batch's share of its time)."""
+        self._done(path, cursor, res, took)
+
     def _fly(self, path: str, flight: Flight, job: Callable[[int], ReadResult], block: int) -> None:
         begun = time.monotonic()
         try:

@@ -10,10 +10,10 @@ from dataclasses import dataclass, field, replace
 import polars as pl
 
 from .causes import RunContext, Series, label_all
-from .spikes import find_incidents, held_per_segment
+from .spikes import find_incidents, find_incidents_by_run, held_per_segment
 from .model import Incident, ShortHistory
 from .rules import Rule, RuleSet
-from .streams import as_context, by_metric, preferred
+from .streams import Points, as_context, by_metric, points_frame, points_of, preferred
 
 JUDGED = ("loss", "eval_loss", "lr", "grad_norm", "loss_scale")
 """The canonical metrics rules judge and causes read."""
@@ -66,9 +66,17 @@ CONTEXT_STREAMS = ("loss", "lr", "grad_norm", "loss_scale")
 def context_of(run_frame: pl.DataFrame, streams: Mapping[str, pl.DataFrame]) -> RunContext:
     """What the labeller looks at: the context streams by step (after a resume, the replayed values;
     with their segments, for a spike of a timeline a resume replaced) and the tags it reads as they are."""
-    tags = {name: _tag_series(run_frame, tag) for tag, name in CONTEXT_TAGS.items()}
-    resumed = {m: streams[m] for m in CONTEXT_STREAMS if streams[m].height and streams[m].get_column("segment").max() > 0}
-    return RunContext(**{m: Series.of(as_context(streams[m])) for m in CONTEXT_STREAMS}, **tags, timelines=resumed)
+    return context_from(run_frame, {m: points_of(streams[m]) for m in CONTEXT_STREAMS})
+
+
+def context_from(run_frame: pl.DataFrame, streams: Mapping[str, Points]) -> RunContext:
+    """`context_of`, with the streams as arrays (what the daemon holds its windows as)."""
+    # One filter for the three tags (most runs log none of them: the daemon's windows never do).
+    tagged = run_frame.filter(pl.col("tag").is_in(list(CONTEXT_TAGS))) if run_frame.height else run_frame
+    tags = {name: _tag_series(tagged, tag) if tagged.height else None for tag, name in CONTEXT_TAGS.items()}
+    resumed = {m: points_frame(streams[m]) for m in CONTEXT_STREAMS if streams[m][2].size and streams[m][2].max() > 0}
+    plain = {m: Series(streams[m][0], streams[m][1]) if streams[m][0].size else None for m in CONTEXT_STREAMS if m not in resumed}
+    return RunContext(**plain, **{m: Series.of(as_context(f)) for m, f in resumed.items()}, **tags, timelines=resumed)
 
 
 ESCALATION_GAP = 10
@@ -93,10 +101,14 @@ def _escalations(found: list[Incident], pool: Sequence[Incident], *, gap: float)
     return out
 
 
-def _resumes_after(inc: Incident, windows: Mapping[str, pl.DataFrame]) -> int:
+def _last_segments(windows: Mapping[str, pl.DataFrame]) -> Callable[[str], int]:
+    """Each stream's last segment (its resumes), asked only for the metrics of new incidents."""
+    return lambda m: int(windows[m].get_column("segment").max()) if windows[m].height else 0
+
+
+def _resumes_after(inc: Incident, last_segment: Callable[[str], int]) -> int:
     """How many resumes came after the incident's segment in its stream."""
-    points = windows[inc.metric]
-    return (int(points.get_column("segment").max()) if points.height else 0) - inc.segment
+    return last_segment(inc.metric) - inc.segment
 
 
 def judge(
@@ -117,6 +129,45 @@ def judge(
         if points is None or not points.height or not seen.judges(rule.metric):
             continue
         found.extend(i for i in find_incidents(points, rule, run=run, seen_before=seen.before.get(rule.metric, 0)) if seen.is_new(i))
+    return _label(found, context, _last_segments(windows), seen)
+
+
+def judge_runs(
+    streams: Mapping[str, pl.DataFrame],
+    *,
+    runs: Sequence[str],
+    rules: Sequence[Sequence[Rule]],
+    seen: Sequence[Seen],
+    view: Callable[[int], tuple[Callable[[str], int], RunContext]],
+) -> dict[int, tuple[Incident, ...]]:
+    """`judge` of many runs in one set of queries (a daemon pass over hundreds of busy runs): for
+    run k (an index into `runs`), what judge(its windows, its context, rules[k], seen=seen[k])
+    returns. `streams`: each metric's windows of all runs, as find_incidents_by_run takes them;
+    `view(k)`: run k's last segment of each stream (metric -> segment) and its context, asked only
+    of runs with incidents to label. Runs without new incidents are left out; the others in order."""
+    found: dict[int, list[Incident]] = {}
+    for rule in dict.fromkeys(r for mine in rules for r in mine):  # each rule once, in the runs' order
+        points = streams.get(rule.metric)
+        if points is None or not points.height:
+            continue
+        judged = [k for k in range(len(runs)) if rule in rules[k] and seen[k].judges(rule.metric)]
+        if not judged:
+            continue
+        if len(judged) < len(runs):
+            points = points.filter(pl.col("run").is_in(judged))
+        before = [s.before.get(rule.metric, 0) for s in seen]
+        for k, incidents in find_incidents_by_run(points, rule, runs=runs, seen_before=before).items():
+            found.setdefault(k, []).extend(i for i in incidents if seen[k].is_new(i))
+    out = {}
+    for k, incidents in sorted(found.items()):
+        if incidents:
+            last_segment, context = view(k)
+            out[k] = _label(incidents, context, last_segment, seen[k])
+    return out
+
+
+def _label(found: list[Incident], context: RunContext | Callable[[], RunContext], last_segment: Callable[[str], int], seen: Seen) -> tuple[Incident, ...]:
+    """The new incidents of a run (each rule's, in the order of its rules), linked and labelled."""
     if not found:
         return ()
     found.sort(key=lambda i: (i.step, i.rule))
@@ -125,7 +176,7 @@ def judge(
     keys = {i.key for i in found}
     found = _escalations(found, (*found, *seen.open), gap=ESCALATION_GAP * context.interval)
     context = replace(context, incidents=(*found, *(i for i in seen.open if i.key not in keys)))
-    backs = [_resumes_after(i, windows) for i in found]
+    backs = [_resumes_after(i, last_segment) for i in found]
     if not any(backs):
         return tuple(label_all(found, context))
     # An incident of a timeline a resume replaced is explained by that timeline's context.

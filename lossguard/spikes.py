@@ -13,7 +13,7 @@ enters a window nor resets it, and the `nonfinite` rule is what catches it.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from functools import partial
 
@@ -25,17 +25,24 @@ from .model import Incident
 from .streams import segments_with_history, single_valued
 
 
-def _judge(units: pl.DataFrame, rule: Rule, *, seen_before: int = 0) -> tuple[pl.DataFrame, int]:
+def _judge(units: pl.DataFrame, rule: Rule, *, seen_before: int | pl.Expr = 0) -> tuple[pl.DataFrame, int]:
     """The flagged points only: their row index `i` in `units`, the `baseline` each was compared
     with and the `limit` it exceeded; and how many points back the condition began (`onset`).
-    Only flagged rows are materialised: on a healthy stream that is none of millions."""
+    Only flagged rows are materialised: on a healthy stream that is none of millions.
+    `seen_before`: one count for every unit, or an expression giving each row its unit's (the
+    units of find_incidents_by_run are runs, each with the tail it continues)."""
+    if isinstance(seen_before, pl.Expr):
+        return _judge_units(units, rule, seen_before=seen_before, single=False)
     single = single_valued(units.get_column("unit"))
     index = rule.quick_flags(units) if single else None
     if index is not None:
         index = index[index + 1 + seen_before >= rule.history]
         empty = pl.Series([None] * index.size, dtype=pl.Float64)
         return pl.DataFrame({"i": index.astype(np.int64), "baseline": empty, "limit": empty}), 0
+    return _judge_units(units, rule, seen_before=seen_before, single=single)
 
+
+def _judge_units(units: pl.DataFrame, rule: Rule, *, seen_before: int | pl.Expr, single: bool) -> tuple[pl.DataFrame, int]:
     def per_unit(e: pl.Expr) -> pl.Expr:
         # Window expressions cost a group-by; a stream that never rewound needs none.
         return e if single else e.over("unit")
@@ -43,11 +50,12 @@ def _judge(units: pl.DataFrame, rule: Rule, *, seen_before: int = 0) -> tuple[pl
     judgement = rule.judgement(pl.col("value"), per_unit)
     seen = per_unit(pl.int_range(1, pl.len() + 1)) + seen_before
     flag = judgement.condition.fill_null(False) & (seen >= rule.history)
-    if seen_before and rule.lookback:
+    if rule.lookback and (isinstance(seen_before, pl.Expr) or seen_before):
         # A window cut from a longer stream (the daemon's tail): a point whose lookback reaches past
         # its start would be judged on fewer values than the whole stream gives it. Only the stream's
         # true start may judge on a short history (min_history).
-        flag = flag & (seen - seen_before > rule.lookback)
+        cut = seen - seen_before > rule.lookback
+        flag = flag & (cut if not isinstance(seen_before, pl.Expr) else (seen_before == 0) | cut)
     if not single or not units.get_column("judge").all():
         flag = flag & pl.col("judge")
     flagged = (
@@ -93,6 +101,65 @@ def _recovery(signal: np.ndarray, start: int, stop: int, beyond: Callable[[np.nd
         i += chunk
         chunk *= 2
     return None
+
+
+def find_incidents_by_run(
+    points: pl.DataFrame, rule: Rule, *, runs: Sequence[str], seen_before: Sequence[int] | None = None
+) -> dict[int, list[Incident]]:
+    """find_incidents of many runs' streams in one set of queries: what a daemon pass over hundreds
+    of busy runs judges (one query per rule, not one per rule per run). `points`: columns run (an
+    index into `runs`), step, value, segment, each run's rows together and in file order;
+    `seen_before`: per run index, what find_incidents takes. Returns what find_incidents returns for
+    each run's rows, keyed by run index in order (runs without incidents left out). Each run is a unit of
+    the window expressions; a run that rewound (several segments) is judged on its own."""
+    seen_before = seen_before if seen_before is not None else [0] * len(runs)
+    if not points.height:
+        return {}
+    codes = points.get_column("run").to_numpy()
+    starts = np.flatnonzero(np.r_[True, codes[1:] != codes[:-1]])
+    if starts.size == 1:
+        found = find_incidents(points.drop("run"), rule, run=runs[int(codes[0])], seen_before=seen_before[int(codes[0])])
+        return {int(codes[0]): found} if found else {}
+    segments = points.get_column("segment").to_numpy()
+    rewound = np.minimum.reduceat(segments, starts) != np.maximum.reduceat(segments, starts)
+    out: dict[int, list[Incident]] = {}
+    if rewound.any():
+        ends = np.r_[starts[1:], codes.size]
+        for start, end in zip(starts[rewound].tolist(), ends[rewound].tolist()):
+            code = int(codes[start])
+            found = find_incidents(points.slice(start, end - start).drop("run"), rule, run=runs[code], seen_before=seen_before[code])
+            if found:
+                out[code] = found
+        points = points.filter(~pl.Series(np.repeat(rewound, np.diff(np.r_[starts, codes.size]))))
+    values = points.get_column("value").to_numpy()
+    all_finite = bool(np.isfinite(values).all())
+    if rule.finite_only:
+        if not all_finite:
+            points = points.filter(pl.col("value").is_finite())
+    elif rule.nonfinite_only and all_finite:
+        return dict(sorted(out.items()))
+    if not points.height:
+        return dict(sorted(out.items()))
+    codes = points.get_column("run").to_numpy()
+    starts = np.flatnonzero(np.r_[True, codes[1:] != codes[:-1]])
+    lengths = np.diff(np.r_[starts, codes.size])
+    before = np.asarray(seen_before, dtype=np.int64)[codes[starts]]
+    units = points.select("step", "value", "segment", pl.col("run").alias("unit"), pl.lit(True).alias("judge")).with_columns(
+        pl.Series("seen_before", np.repeat(before, lengths))
+    )
+    flagged, onset = _judge(units, rule, seen_before=pl.col("seen_before"))
+    if not flagged.height:
+        return dict(sorted(out.items()))
+    at = np.searchsorted(starts, flagged.get_column("i").to_numpy(), side="right") - 1
+    for k in np.unique(at).tolist():
+        start, n = int(starts[k]), int(lengths[k])
+        mine = flagged.filter(pl.Series(at == k)).with_columns(pl.col("i") - start)
+        part = units.slice(start, n)
+        code = int(codes[start])
+        found = _incidents(part, mine, onset, rule, run=runs[code], segment=0)  # (as find_incidents numbers a lone unit)
+        if found:
+            out[code] = _apply_cooldown(found, rule)
+    return dict(sorted(out.items()))
 
 
 def find_incidents(points: pl.DataFrame, rule: Rule, *, run: str, seen_before: int = 0) -> list[Incident]:

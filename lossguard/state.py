@@ -17,7 +17,7 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -274,6 +274,16 @@ _OUTBOX = (
 )
 
 
+_INCIDENT_RUN = _INCIDENT.replace("SELECT id,", "SELECT run, id,", 1)
+CHUNK = 500
+"""Values bound in one IN (...) list: well under SQLite's limit on a statement's parameters."""
+
+
+def _chunks(items: Sequence[str]) -> Iterator[Sequence[str]]:
+    for i in range(0, len(items), CHUNK):
+        yield items[i : i + CHUNK]
+
+
 def _incident_row(r: tuple) -> IncidentRow:
     return IncidentRow(r[0], r[1], Incident.from_json(json.loads(r[2])), r[3], bool(r[4]), r[5], r[6], r[7], r[8], r[9])
 
@@ -492,6 +502,54 @@ class State:
             return cached
         row = self.db.execute("SELECT tail, seen FROM streams WHERE run=? AND metric=?", (run, key)).fetchone()
         return Tail.empty() if not row else _unpack_tail(*row)
+
+    def tails_of(self, runs: Sequence[str], keys: Sequence[str]) -> dict[tuple[str, str], Tail]:
+        """`tail` of every (run, key) pair, in one query for those not in memory (a pass over
+        hundreds of busy runs); a stream with no tail yet is left out."""
+        out: dict[tuple[str, str], Tail] = {}
+        missing: list[str] = []
+        for run in runs:
+            cached = [self._tails.get((run, key)) for key in keys]
+            if any(t is None for t in cached):
+                missing.append(run)
+            out.update(((run, key), t) for key, t in zip(keys, cached) if t is not None)
+        marks = ",".join("?" * len(keys))
+        for chunk in _chunks(missing):
+            rows = self.db.execute(
+                f"SELECT run, metric, tail, seen FROM streams WHERE metric IN ({marks}) AND run IN ({','.join('?' * len(chunk))})", (*keys, *chunk)
+            )
+            for run, key, tail, seen in rows:
+                out.setdefault((run, key), _unpack_tail(tail, seen))
+        return out
+
+    def incident_keys_of(self, since: Mapping[str, int]) -> dict[str, frozenset[tuple[str, int]]]:
+        """`incident_keys` of many runs (run -> since) in one query per 500 runs."""
+        found: dict[str, set[tuple[str, int]]] = {}
+        for chunk in _chunks(list(since)):
+            values = ",".join(["(?,?)"] * len(chunk))
+            rows = self.db.execute(
+                f"WITH w(run, since) AS (VALUES {values}) SELECT i.run, i.rule, i.step FROM incidents i JOIN w ON i.run = w.run AND i.step >= w.since",
+                [x for run in chunk for x in (run, since[run])],
+            )
+            for run, rule, step in rows:
+                found.setdefault(run, set()).add((rule, step))
+        return {run: frozenset(keys) for run, keys in found.items()}
+
+    def open_incidents_of(self, runs: Sequence[str]) -> dict[str, list[IncidentRow]]:
+        """`open_incidents` of many runs in one query per 500 runs (runs with none left out)."""
+        out: dict[str, list[IncidentRow]] = {}
+        for chunk in _chunks(runs):
+            for r in self.db.execute(f"{_INCIDENT_RUN} WHERE status='open' AND run IN ({','.join('?' * len(chunk))}) ORDER BY id", chunk):
+                out.setdefault(r[0], []).append(_incident_row(r[1:]))
+        return out
+
+    def runs_of(self, runs: Sequence[str]) -> dict[str, RunRow]:
+        """`run` of many runs in one query per 500 runs (runs not known yet left out)."""
+        out = {}
+        for chunk in _chunks(runs):
+            for r in self.db.execute(f"SELECT run, last_step, advanced_at, stalled FROM runs WHERE run IN ({','.join('?' * len(chunk))})", chunk):
+                out[r[0]] = RunRow(r[0], r[1], r[2], bool(r[3]))
+        return out
 
     def incident(self, run: str, rule: str, step: int) -> IncidentRow | None:
         row = self.db.execute(f"{_INCIDENT} WHERE run=? AND rule=? AND step=?", (run, rule, step)).fetchone()
@@ -752,6 +810,24 @@ class Transaction:
             self.db.execute("INSERT OR REPLACE INTO latest (run, metric, value) VALUES (?,?,?)", (run, key, packed[-8:]))
             self.touched.add(run)
         self.tails[(run, key)] = tail
+
+    def put_tails(self, tails: Sequence[tuple[str, str, Tail]]) -> None:
+        """`put_tail` of many streams, in two statements (a pass over hundreds of busy runs)."""
+        rows, latest = [], []
+        for run, key, tail in tails:
+            packed = np.ascontiguousarray(tail.steps, TAIL_FORMAT[0]).tobytes() + np.ascontiguousarray(tail.values, TAIL_FORMAT[1]).tobytes()
+            rows.append((run, key, packed, tail.seen))
+            if tail.values.size:
+                latest.append((run, key, packed[-8:]))
+                self.touched.add(run)
+            self.tails[(run, key)] = tail
+        self.db.executemany("INSERT OR REPLACE INTO streams (run, metric, tail, seen) VALUES (?,?,?,?)", rows)
+        self.db.executemany("INSERT OR REPLACE INTO latest (run, metric, value) VALUES (?,?,?)", latest)
+
+    def advance_runs(self, runs: Sequence[tuple[str, int]], *, now: float) -> None:
+        """`advance_run` of many runs (run, last step) in one statement."""
+        self.db.executemany("INSERT OR REPLACE INTO runs (run, last_step, advanced_at, stalled) VALUES (?,?,?,0)", [(run, step, now) for run, step in runs])
+        self.touched.update(run for run, _ in runs)
 
     def add_incident(self, incident: Incident, *, source: str, quiet: bool, now: float, parent: int | None = None) -> int:
         """`parent`: the incident this one escalates (its alert thread is this one's too)."""

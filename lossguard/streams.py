@@ -77,6 +77,62 @@ def by_metric(run_frame: pl.DataFrame, metrics: tuple[str, ...], *, best: dict[s
     return out
 
 
+Points = tuple[np.ndarray, np.ndarray, np.ndarray]
+"""A stream as numpy arrays: steps (int64), values (float64), segments (int64)."""
+
+
+def points_of(stream: pl.DataFrame) -> Points:
+    return tuple(stream.get_column(c).to_numpy() for c in ("step", "value", "segment"))  # type: ignore[return-value]
+
+
+def points_frame(points: Points) -> pl.DataFrame:
+    steps, values, segments = points
+    return pl.DataFrame([pl.Series("step", steps, dtype=pl.Int64()), pl.Series("value", values, dtype=pl.Float64()), pl.Series("segment", segments, dtype=pl.Int64())])
+
+
+def collapse_points(steps: np.ndarray, values: np.ndarray) -> Points:
+    """`collapse`, on arrays: strictly increasing steps (nearly every pass of a daemon over busy
+    runs) cost no polars call."""
+    if steps.size < 2 or bool((steps[1:] > steps[:-1]).all()):
+        return steps, values, np.zeros(steps.size, np.int64)
+    return points_of(collapse(pl.DataFrame([pl.Series("step", steps, dtype=pl.Int64()), pl.Series("value", values, dtype=pl.Float64())])))
+
+
+def by_run_and_metric(frame: pl.DataFrame, metrics: tuple[str, ...], *, best: dict[str, dict[str, int]]) -> dict[tuple[str, str], Points]:
+    """`by_metric` of every run in `frame` (a daemon pass's new rows; each run's rows together, in
+    the order written) in a few polars calls for all of them: (run, metric) -> its stream, for the
+    streams with points. `best`: by_metric's memory, per run."""
+    wanted = frame.select("run", "metric", "tag", "step", "value").filter(pl.col("metric").is_in(list(metrics)))
+    if not wanted.height:
+        return {}
+    counts = wanted.group_by("run", "metric", "tag", maintain_order=True).len()
+    tags: dict[tuple[str, str], list[tuple[str, int]]] = {}
+    for run, metric, tag, n in counts.iter_rows():
+        tags.setdefault((run, metric), []).append((tag, n))
+    chosen = []
+    for (run, metric), seen in tags.items():
+        tag = seen[0][0] if len(seen) == 1 else preferred(metric, seen)
+        mine = best.setdefault(run, {})
+        rank = rank_of(tag, metric)
+        if rank > mine.get(metric, rank):
+            continue  # outranked by a tag this run showed before (see by_metric)
+        mine[metric] = rank
+        chosen.append((run, metric, tag))
+    if not chosen:
+        return {}
+    keep = pl.DataFrame(chosen, schema={"run": pl.String(), "metric": pl.String(), "tag": pl.String()}, orient="row").with_row_index("stream")
+    rows = wanted.join(keep, on=["run", "metric", "tag"], how="inner", maintain_order="left")
+    ids = rows.get_column("stream").to_numpy()
+    order = np.argsort(ids, kind="stable")  # each stream's rows together, in the order written
+    ids, steps, values = ids[order], rows.get_column("step").to_numpy()[order], rows.get_column("value").to_numpy()[order]
+    bounds = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1], True])
+    out = {}
+    for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+        run, metric, _ = chosen[int(ids[lo])]
+        out[(run, metric)] = collapse_points(steps[lo:hi], values[lo:hi])
+    return out
+
+
 def _no_points() -> pl.DataFrame:
     return pl.DataFrame(schema={"step": pl.Int64(), "value": pl.Float64(), "segment": pl.Int64()})
 

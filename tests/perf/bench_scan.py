@@ -68,29 +68,42 @@ def main() -> None:
     ap.add_argument("--run-mb", type=int, default=10)
     ap.add_argument("--small-runs", type=int, default=1000)
     ap.add_argument("--big-mb", type=int, default=1024)
+    ap.add_argument("--only", choices=("start", "samples", "small", "big", "folder"), action="append", help="run only these parts")
+    ap.add_argument("--repeat", type=int, default=1, help="runs of the 'small' part (its min is printed)")
     args = ap.parse_args()
+    parts = set(args.only or ("start", "samples", "small", "big", "folder"))
     print("lossguard scan, whole process (wall time; peak RSS of the scan process and of its largest worker)")
-    # Start-up figures are the median of 7 starts: a 2-core VM's scheduler noise is +-0.2 s.
-    starts = sorted(_common.measure_cmd([sys.executable, "-m", "lossguard.cli", "--help"])[0] for _ in range(7))
-    print(f"  lossguard --help (median of 7)            {starts[3]:7.2f} s")
     one = ROOT / "tests/fixtures/runs/megatron-grad-explosion/train.log"
-    runs = sorted((scan([str(one)]) for _ in range(7)), key=lambda r: r[0])
-    s, me = runs[3][0], runs[3][1]
-    print(f"  scan one small file (median of 7)         {s:7.2f} s  {me:6.0f} MB  (min {runs[0][0]:.2f}, max {runs[-1][0]:.2f})")
-    s, me, kids, _ = scan([str(ROOT / "tests/fixtures/runs")])
-    print(f"  scan the sample runs (8 runs)             {s:7.2f} s  {me:6.0f} MB")
-    small = DATA / f"small-runs-{args.small_runs}"
-    if not small.exists():
-        for i in range(args.small_runs):
-            (small / f"run{i:04d}").mkdir(parents=True)
-            shutil.copy(one, small / f"run{i:04d}" / "train.log")
-    s, me, kids, _ = scan([str(small)])
-    print(f"  scan {args.small_runs} small runs ({args.small_runs * one.stat().st_size / 1e6:.0f} MB)          {s:7.2f} s  {me:6.0f} MB  workers {kids:.0f} MB")
+    if "start" in parts:
+        # Start-up figures are the median of 7 starts: a 2-core VM's scheduler noise is +-0.2 s.
+        starts = sorted(_common.measure_cmd([sys.executable, "-m", "lossguard.cli", "--help"])[0] for _ in range(7))
+        print(f"  lossguard --help (median of 7)            {starts[3]:7.2f} s")
+        runs = sorted((scan([str(one)]) for _ in range(7)), key=lambda r: r[0])
+        s, me = runs[3][0], runs[3][1]
+        print(f"  scan one small file (median of 7)         {s:7.2f} s  {me:6.0f} MB  (min {runs[0][0]:.2f}, max {runs[-1][0]:.2f})")
+    if "samples" in parts:
+        s, me, kids, _ = scan([str(ROOT / "tests/fixtures/runs")])
+        print(f"  scan the sample runs (8 runs)             {s:7.2f} s  {me:6.0f} MB")
+    if "small" in parts:
+        small = DATA / f"small-runs-{args.small_runs}"
+        if not small.exists():
+            for i in range(args.small_runs):
+                (small / f"run{i:04d}").mkdir(parents=True)
+                shutil.copy(one, small / f"run{i:04d}" / "train.log")
+        mb = args.small_runs * one.stat().st_size / 1e6
+        for jobs in ("1", "2"):
+            s, me, kids, _ = min((scan([str(small), "--jobs", jobs]) for _ in range(args.repeat)), key=lambda r: r[0])
+            print(f"  scan {args.small_runs} small runs ({mb:.0f} MB), --jobs {jobs}  {s:7.2f} s  {me:6.0f} MB  workers {kids:.0f} MB  (min of {args.repeat})")
+    if not parts & {"big", "folder"}:
+        return
     from bench_readers import text_file
 
-    big = text_file("jsonl", args.big_mb)
-    s, me, kids, _ = scan([str(big)])
-    print(f"  scan one {big.stat().st_size / 1e9:.1f} GB JSONL log             {s:7.2f} s  {me:6.0f} MB")
+    if "big" in parts:
+        big = text_file("jsonl", args.big_mb)
+        s, me, kids, _ = scan([str(big)])
+        print(f"  scan one {big.stat().st_size / 1e9:.1f} GB JSONL log             {s:7.2f} s  {me:6.0f} MB")
+    if "folder" not in parts:
+        return
     folder = runs_folder(args.runs, args.run_mb)
     total = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) / 1e9
     for jobs in ("1", "2"):

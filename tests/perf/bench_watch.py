@@ -1,7 +1,8 @@
 """The daemon's figures: alert latency (inotify and polling), idle CPU and memory following many
-runs, and keeping up with a fast run.
+runs, keeping up with a fast run, many busy runs at once (`many`; `pass`: one pass's CPU,
+in-process) and a start on many runs' history (`first`).
 
-    python tests/perf/bench_watch.py [--runs 1000] [--samples 20] [--rate 1000] [--seconds 60] [--only throughput]
+    python tests/perf/bench_watch.py [--runs 1000] [--samples 20] [--rate 1000] [--seconds 60] [--many 100] [--only throughput]
 
 Latency is measured from the write of a spike line to its line in the JSON-lines sink.
 CPU is the daemon's own utime+stime (from /proc) over the measured interval.
@@ -93,28 +94,22 @@ def latency(samples: int, *extra: str) -> list[float]:
     return got
 
 
-def idle(runs: int, seconds: float, *extra: str) -> tuple[float, float, float]:
+def small_runs(runs: int) -> tuple[Path, int]:
+    """A folder of `runs` runs, each a JSON-lines log of 199 calm steps; and the log's size."""
     tmp = Path(tempfile.mkdtemp())
     history = "".join(line(s, 2.0) for s in range(1, 200))
     for i in range(runs):
         d = tmp / "runs" / f"run{i:04d}"
         d.mkdir(parents=True)
         (d / "metrics.jsonl").write_text(history)
+    return tmp, len(history.encode())
+
+
+def idle(runs: int, seconds: float, *extra: str) -> tuple[float, float, float]:
+    tmp, size = small_runs(runs)
     proc = start(tmp, *extra)  # default intervals: inotify names changed files, a walk every 300 s (polling: 10 s)
     try:
-        db = tmp / "state" / "state.db"
-        import sqlite3
-
-        deadline = time.time() + 300
-        while time.time() < deadline:
-            time.sleep(1)
-            if db.exists():
-                try:
-                    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
-                        if conn.execute("SELECT count(*) FROM files WHERE cursor NOT LIKE '%\"offset\": 0,%'").fetchone()[0] >= runs:
-                            break
-                except sqlite3.Error:
-                    pass
+        until_read(tmp, size, runs, since=time.perf_counter(), timeout=300, every=1)
         time.sleep(3)
         c0 = cpu_seconds(proc.pid)
         time.sleep(seconds)
@@ -296,7 +291,69 @@ def many(runs: int, rate: int, seconds: float) -> tuple[float, list[float]]:
         proc.wait(timeout=60)
         shutil.rmtree(tmp, ignore_errors=True)
     latencies = [sink.seen[(run, s)] - t for (run, s), t in spikes.items() if (run, s) in sink.seen]
+    if len(latencies) != len(spikes):
+        print(f"    ({len(spikes) - len(latencies)} of {len(spikes)} spikes were not alerted within 10 s of the writers stopping)")
     return (c1 - c0) / elapsed * 100, latencies
+
+
+def until_read(tmp: Path, size: int, files: int, *, since: float, timeout: float, every: float) -> float:
+    """Seconds from `since` until the daemon's state has `files` files read to `size` bytes."""
+    import sqlite3
+
+    while time.perf_counter() - since < timeout:
+        time.sleep(every)
+        try:
+            with sqlite3.connect(f"file:{tmp / 'state' / 'state.db'}?mode=ro", uri=True) as conn:
+                done = conn.execute("SELECT count(*) FROM files WHERE json_extract(cursor, '$.offset') >= ?", (size,)).fetchone()[0]
+        except sqlite3.Error:
+            continue
+        if done >= files:
+            break
+    return time.perf_counter() - since
+
+
+def first_pass(runs: int) -> float:
+    """A daemon started on `runs` small runs (199 lines each, as in `idle`): seconds from its start
+    until every file is read to its end (the history a first start reads quietly)."""
+    tmp, size = small_runs(runs)
+    t0 = time.perf_counter()
+    proc = start(tmp)
+    try:
+        took = until_read(tmp, size, runs, since=t0, timeout=300, every=0.05)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+        shutil.rmtree(tmp, ignore_errors=True)
+    return took
+
+
+def one_pass(runs: int, lines: int, passes: int = 10) -> tuple[float, float]:
+    """In-process, what one pass costs over `runs` busy runs that each got `lines` new lines (one run
+    in 20 with a spike among them): the median process CPU of a pass, and of the first pass over
+    their history (199 lines each)."""
+    from lossguard.follow import Follower
+    from lossguard.rules import default_rules
+    from lossguard.state import State
+
+    tmp, _ = small_runs(runs)
+    logs = sorted((tmp / "runs").glob("*/metrics.jsonl"))
+    state = State(tmp / "state")
+    follower = Follower([tmp / "runs"], rules=default_rules(), state=state, log=lambda _: None, pass_budget=1e9)
+    c0 = time.process_time()
+    follower.run_pass(1.0)
+    first = time.process_time() - c0
+    step, took = 200, []
+    for p in range(passes):
+        for i, log in enumerate(logs):
+            with open(log, "a") as fh:
+                fh.write("".join(line(s, 9.0 if (i + p) % 20 == 0 and s == step + 1 else 2.0 + (s % 7) * 0.01) for s in range(step, step + lines)))
+        step += lines
+        c0 = time.process_time()
+        follower.run_pass(2.0 + p, [str(log) for log in logs])
+        took.append(time.process_time() - c0)
+    state.close()
+    shutil.rmtree(tmp, ignore_errors=True)
+    return statistics.median(took), first
 
 
 def history(mb: int) -> tuple[float, float, float, float]:
@@ -311,19 +368,8 @@ def history(mb: int) -> tuple[float, float, float, float]:
     size = src.stat().st_size
     t0 = time.perf_counter()
     proc = start(tmp)
-    import sqlite3
-
     try:
-        while time.perf_counter() - t0 < 900:
-            time.sleep(0.5)
-            try:
-                with sqlite3.connect(f"file:{tmp / 'state' / 'state.db'}?mode=ro", uri=True) as conn:
-                    row = conn.execute("SELECT cursor FROM files").fetchone()
-            except sqlite3.Error:
-                continue
-            if row and json.loads(row[0])["offset"] >= size:
-                break
-        took = time.perf_counter() - t0
+        took = until_read(tmp, size, 1, since=t0, timeout=900, every=0.5)
         rss, peak = rss_mb(proc.pid)
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -346,9 +392,10 @@ def main() -> None:
     ap.add_argument("--idle-seconds", type=float, default=60)
     ap.add_argument("--history-mb", type=int, default=1024)
     ap.add_argument("--many", type=int, default=100, help="runs writing at once, for the 'many' part")
-    ap.add_argument("--only", choices=("latency", "idle", "history", "throughput", "many"), action="append", help="run only these parts")
+    ap.add_argument("--repeat", type=int, default=1, help="runs of the 'first' part (its min is printed)")
+    ap.add_argument("--only", choices=("latency", "idle", "history", "throughput", "many", "first", "pass"), action="append", help="run only these parts")
     args = ap.parse_args()
-    parts = set(args.only or ("latency", "idle", "history", "throughput", "many"))
+    parts = set(args.only or ("latency", "idle", "history", "throughput", "many", "first", "pass"))
     print("lossguard watch benchmark")
     if "latency" in parts:
         ino = latency(args.samples, "--poll-interval", "2")
@@ -383,6 +430,13 @@ def main() -> None:
             print(f"   their spikes alerted after p50 {statistics.median(alerts):.1f} s, p95 {pct(alerts, 0.95):.1f} s, max {max(alerts):.1f} s")
         else:
             print()
+    if "pass" in parts:
+        busy, first = one_pass(args.many, 8)
+        print(f"  one pass (in-process) over {args.many} runs with 8 new lines each: {busy * 1e3:.0f} ms of CPU ({busy / args.many * 1e3:.2f} ms a run); "
+              f"the first, over their history: {first:.2f} s")
+    if "first" in parts:
+        took = min(first_pass(args.runs) for _ in range(args.repeat))
+        print(f"  start on {args.runs} small runs (199 lines each): all read after {took:.1f} s (min of {args.repeat}, from the process start)")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,163 @@
+"""Many runs read and judged in one set of queries (what a daemon pass over hundreds of busy runs
+does) give exactly what reading and judging each run on its own gives: the batched paths change the
+cost, never the answer."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+from polars.testing import assert_frame_equal
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from lossguard.cursor import Cursor
+from lossguard.readmany import Job, read_many
+from lossguard.reader import ReadOptions, read
+from lossguard.rules import default_rules, rule_from
+from lossguard.spikes import find_incidents, find_incidents_by_run
+from lossguard.streams import collapse
+
+KINDS = [
+    {"kind": "ratio", "factor": 2.0, "window": 9},
+    {"kind": "ratio", "factor": 1.3, "window": 12, "min_history": 2, "baseline": "median"},
+    {"kind": "zscore", "k": 2.0, "window": 12, "min_history": 3},
+    {"kind": "ewm", "factor": 1.4, "alpha": 0.2},
+    {"kind": "sustained", "factor": 1.2, "window": 8, "patience": 3},
+    {"kind": "slope", "window": 6, "rate": 0.02},
+    {"kind": "threshold", "above": 500.0, "patience": 2},
+    {"kind": "nonfinite"},
+    {"kind": "nonfinite", "patience": 2},
+    {"kind": "ratio", "factor": 1.5, "window": 4, "cooldown": 5},
+]
+
+value = st.one_of(st.integers(1, 900).map(float), st.floats(0.1, 900.0), st.sampled_from([float("nan"), float("inf")]))
+stream = st.tuples(
+    st.lists(value, min_size=0, max_size=60),
+    st.lists(st.integers(-3, 3), max_size=60),  # step deltas: a negative one is a resume
+    st.integers(0, 40),  # points the stream held before (a daemon's tail)
+)
+
+
+def _points(values: list[float], deltas: list[int]) -> pl.DataFrame:
+    steps, step = [], 100
+    for i in range(len(values)):
+        step += deltas[i] if i < len(deltas) and deltas[i] != 0 else 1
+        steps.append(step)
+    return collapse(pl.DataFrame({"step": steps, "value": values}, schema={"step": pl.Int64, "value": pl.Float64}))
+
+
+@settings(max_examples=300, deadline=None)
+@given(params=st.sampled_from(KINDS), streams=st.lists(stream, min_size=1, max_size=6))
+def test_runs_judged_together_raise_what_each_run_judged_alone_raises(params, streams):
+    rule = rule_from({"name": "r", "metric": "loss", **params})
+    runs = [f"run{k}" for k in range(len(streams))]
+    parts, alone = [], {}
+    for k, (values, deltas, before) in enumerate(streams):
+        points = _points(values, deltas)
+        found = find_incidents(points, rule, run=runs[k], seen_before=before)
+        if found:
+            alone[k] = found
+        parts.append(points.select(pl.lit(k, dtype=pl.Int64).alias("run"), "step", "value", "segment"))
+    together = find_incidents_by_run(pl.concat(parts), rule, runs=runs, seen_before=[s[2] for s in streams])
+    assert repr(together) == repr(alone)  # (repr: an incident's value may be NaN, which equals nothing)
+
+
+def test_a_spike_in_one_of_many_runs_is_that_runs_alone():
+    rule = default_rules().rules[0]
+    calm = [2.0 + (s % 7) * 0.01 for s in range(60)]
+    spiked = calm[:40] + [9.0] + calm[41:]
+    parts = [
+        pl.DataFrame({"run": [k] * 60, "step": np.arange(1, 61), "value": spiked if k == 2 else calm, "segment": [0] * 60})
+        for k in range(5)
+    ]
+    found = find_incidents_by_run(pl.concat(parts), rule, runs=[f"r{k}" for k in range(5)])
+    assert list(found) == [2]
+    (inc,) = found[2]
+    assert (inc.run, inc.step, inc.value) == ("r2", 41, 9.0)
+
+
+line = st.one_of(
+    st.builds(lambda s, loss: f'{{"step": {s}, "loss": {loss}, "lr": 1e-4}}', st.integers(0, 10**6), st.floats().map(repr)),
+    st.builds(lambda s, v: f'{{"global_step": {s}, "eval_loss": "{v}"}}', st.integers(0, 10**6), st.floats(0, 10).map(repr)),
+    st.sampled_from([
+        '{"loss": 2.5, "lr": 0.1}',  # no step: numbered, or the last step before it
+        '{"epoch": 1, "valid_loss": 3.0}',
+        '{"step": "abc", "loss": 1.0}',  # a step that is no number
+        '{"step": 3.5, "loss": 1.0}',
+        "not json at all",
+        '{"event": "checkpoint"}',
+        '{"step": 7, "train_runtime": 10.0, "train_loss": 2.0}',  # the end-of-training summary
+        '{"step": 8, "loss": NaN, "grad_norm": Infinity}',
+        '{"step": 9, "valid_num_updates": 9, "valid_loss": 2.0}',
+        '{"step": 10, "lossguard batch probe": 1.0}',
+        "\x00\x00\x00",
+    ]),
+)
+log = st.tuples(st.lists(line, max_size=12), st.lists(line, max_size=12), st.booleans())
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(logs=st.lists(log, min_size=1, max_size=5))
+def test_json_lines_of_many_files_read_together_are_what_each_file_read_alone_gives(tmp_path_factory, logs):
+    options = ReadOptions()
+    tmp = tmp_path_factory.mktemp("logs")
+    jobs = []
+    for k, (before, after, torn) in enumerate(logs):
+        path = tmp / f"run{k}.jsonl"
+        path.write_text("".join(f"{text}\n" for text in before))
+        cursor = read(path, run=f"run{k}", fmt="jsonl", final=False, options=options).cursor
+        with open(path, "a") as fh:
+            fh.write("".join(f"{text}\n" for text in after) + ('{"step": 99, "lo' if torn else ""))  # a line still being written
+        jobs.append(Job(path, cursor, f"run{k}"))
+    together = read_many(jobs, options=options)
+    for job, got in zip(jobs, together):
+        if got is not None:
+            alone = read(job.path, job.cursor, run=job.run, fmt="jsonl", final=False, options=options)
+            assert got.cursor == alone.cursor
+            assert got.problems == alone.problems and got.dead == alone.dead
+            assert_frame_equal(got.frame, alone.frame)
+
+
+def test_a_batch_too_big_for_one_file_alone_reads_what_each_file_gives(tmp_path):
+    """Past 2,000 lines the JSON parser takes its fast path: the batch does, the small files alone do not."""
+    jobs = []
+    for k in range(30):
+        path = tmp_path / f"run{k}.jsonl"
+        path.write_text("".join(f'{{"step": {s}, "loss": {2.0 + (s % 7) * 0.013}, "lr": 3e-4, "grad_norm": {0.1 * k}}}\n' for s in range(100)))
+        jobs.append(Job(path, Cursor(), f"run{k}"))
+    together = read_many(jobs, options=ReadOptions())
+    assert all(got is not None for got in together)
+    for job, got in zip(jobs, together):
+        alone = read(job.path, job.cursor, run=job.run, fmt="jsonl", final=False, options=ReadOptions())
+        assert got.cursor == alone.cursor
+        assert_frame_equal(got.frame, alone.frame)
+
+
+@settings(max_examples=60, deadline=None)
+@given(streams=st.lists(st.tuples(stream, st.lists(st.floats(0.5, 80.0), min_size=0, max_size=60)), min_size=1, max_size=5))
+def test_runs_judged_and_labelled_together_are_what_judge_says_of_each(streams):
+    from lossguard.engine import Seen, context_of, judge, judge_runs
+
+    rules = default_rules().rules
+    runs = [f"run{k}" for k in range(len(streams))]
+    windows, seen, alone = [], [], {}
+    for k, ((values, deltas, before), grads) in enumerate(streams):
+        mine = {"loss": _points(values, deltas), "grad_norm": _points(grads, [])}
+        for m in ("eval_loss", "lr", "loss_scale"):
+            mine[m] = _points([], [])
+        windows.append(mine)
+        seen.append(Seen(before={"loss": before}, new_from={m: int(w.get_column("step")[0]) for m, w in mine.items() if w.height}))
+        found = judge(mine, context_of(pl.DataFrame(), mine), rules, run=runs[k], seen=seen[k])
+        if found:
+            alone[k] = found
+    long = {
+        m: pl.concat([w[m].select(pl.lit(k, dtype=pl.Int64).alias("run"), "step", "value", "segment") for k, w in enumerate(windows)])
+        for m in ("loss", "grad_norm")
+    }
+
+    def view(k):  # noqa: ANN001, ANN202
+        w = windows[k]
+        return (lambda m: int(w[m].get_column("segment").max()) if w[m].height else 0), context_of(pl.DataFrame(), w)
+
+    together = judge_runs(long, runs=runs, rules=[rules] * len(runs), seen=seen, view=view)
+    assert repr(together) == repr(alone)
