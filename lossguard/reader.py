@@ -22,6 +22,7 @@ from .formats import FORMATS
 from .formats.base import Parsed, Reader
 from .formats.custom import LineFormatSpec
 from .formats.sniff import by_name, format_of
+from .needs import Needs
 from .problems import Problem, summarised
 from .sources.discover import Found, collect
 
@@ -61,17 +62,25 @@ class ReadResult:
     cursor: Cursor
     problems: tuple[Problem, ...] = ()
     dead: bool = False
+    span: table.Span | None = None
+    """First and last step of the rows read, every tag's (with `needs`, also those left out); None:
+    no rows."""
 
 
 def read(
     path: Path, cursor: Cursor = Cursor(), *, run: str, fmt: str, final: bool, options: ReadOptions, lean: bool = False,
-    limit: int | None = None,
+    limit: int | None = None, needs: Needs | None = None,
 ) -> ReadResult:
     """What `path` holds from `cursor` on; with `limit`, about that many bytes at most (whole lines
-    or records: the cursor says where the next read goes on)."""
+    or records: the cursor says where the next read goes on). With `needs`, only the rows of the
+    tags it needs (projection; `span` still covers every row)."""
     reader = options.reader(fmt)
+    keep = needs.keeper(options.aliases) if needs is not None else None
     try:
-        parsed: Parsed = reader.read(path, cursor, final=final, limit=limit)
+        if keep is not None and getattr(reader, "projects", False):
+            parsed: Parsed = reader.read(path, cursor, final=final, limit=limit, keep=keep)
+        else:
+            parsed = reader.read(path, cursor, final=final, limit=limit)
     except FileNotFoundError:
         return ReadResult(table.empty(lean=lean), cursor, (Problem(str(path), "file vanished before it could be read"),))
     except PermissionError:
@@ -87,9 +96,16 @@ def read(
         why = (str(exc).strip().splitlines() or [""])[0]
         problem = Problem(str(path), f"cannot be read from byte {cursor.offset} on ({type(exc).__name__}: {why}); no longer read, please report it")
         return ReadResult(table.empty(lean=lean), cursor, (problem,), dead=True)
-    tags = parsed.rows.get_column("tag").unique().to_list() if parsed.rows.height else []
-    frame = table.finish(parsed.rows, run=run, source=str(path), metric_of=options.aliases.mapping(tags), lean=lean)
-    return ReadResult(frame, parsed.cursor, parsed.problems, parsed.dead)
+    rows = parsed.rows
+    span = parsed.span if parsed.projected else table.span_of(rows)
+    tags = rows.get_column("tag").unique().to_list() if rows.height else []
+    if keep is not None and not parsed.projected:
+        # Decided on the few distinct tags; the rows filtered once.
+        kept = [t for t in tags if t is not None and keep(t)]
+        if len(kept) < len(tags):
+            rows, tags = rows.filter(pl.col("tag").is_in(kept)), kept
+    frame = table.finish(rows, run=run, source=str(path), metric_of=options.aliases.mapping(tags), lean=lean)
+    return ReadResult(frame, parsed.cursor, parsed.problems, parsed.dead, span)
 
 
 @dataclass(frozen=True)
@@ -102,10 +118,11 @@ class FileResult:
 EMPTY = "empty file: no records"
 
 
-def read_found(found: Found, options: ReadOptions, *, lean: bool = False, explicit: bool = False) -> FileResult:
+def read_found(found: Found, options: ReadOptions, *, lean: bool = False, explicit: bool = False, needs: Needs | None = None) -> FileResult:
     """One file of an audit, completely. An empty file is not sniffed or parsed (a folder can hold
     thousands): it is a problem when its name promises records (an event file), or when a file of
-    unknown name would be one (`unrecognised`); `explicit`: the user named this file."""
+    unknown name would be one (`unrecognised`); `explicit`: the user named this file; `needs`: the
+    projection (`read`)."""
     try:
         empty = found.path.stat().st_size == 0
         fmt = None if empty else options.format_of(found.path)
@@ -118,7 +135,7 @@ def read_found(found: Found, options: ReadOptions, *, lean: bool = False, explic
         return FileResult(found, named, ReadResult(table.empty(lean=lean), Cursor(), (Problem(str(found.path), EMPTY),) if warn else ()))
     if fmt is None:
         return FileResult(found, None, None)
-    return FileResult(found, fmt, read(found.path, run=found.run, fmt=fmt, final=True, options=options, lean=lean))
+    return FileResult(found, fmt, read(found.path, run=found.run, fmt=fmt, final=True, options=options, lean=lean, needs=needs))
 
 
 WORTH_A_WARNING = {".jsonl", ".ndjson", ".csv", ".log"}

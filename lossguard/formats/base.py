@@ -30,6 +30,14 @@ class Parsed:
     cursor: Cursor
     problems: tuple[Problem, ...] = ()
     dead: bool = False
+    span: table.Span | None = None
+    """With a projection (`keep`), the steps every row would have covered, kept or not."""
+    projected: bool = False
+    """`rows` hold only the tags `keep` kept (and `span` says what all of them covered)."""
+
+
+Keep = Callable[[str], bool]
+"""A projection: tag -> does the caller need its rows (needs.Needs.keeper)."""
 
 
 @dataclass(frozen=True)
@@ -104,6 +112,12 @@ class Reader(Protocol):
     name: str
 
     def read(self, path: Path, cursor: Cursor, *, final: bool, limit: int | None = None) -> Parsed: ...
+
+
+class ProjectingReader(Reader, Protocol):
+    """A reader that can leave out the rows of tags nobody needs while it reads (`Parsed.projected`)."""
+
+    def read(self, path: Path, cursor: Cursor, *, final: bool, limit: int | None = None, keep: Keep | None = None) -> Parsed: ...
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,0 +1,88 @@
+"""A read told what its caller needs (scan's projection) gives exactly the rows of the full read that
+the caller looks at, and says what steps all of them covered; `scan` reports the same with it."""
+
+from __future__ import annotations
+
+import json
+
+import polars as pl
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from lossguard.aliases import Aliases
+from lossguard.cli import main
+from lossguard.cursor import Cursor
+from lossguard.engine import SCAN_NEEDS
+from lossguard.formats.sniff import format_of
+from lossguard.reader import ReadOptions, read
+from lossguard.table import span_of
+
+from .test_incremental import TEXTS
+
+OPTIONS = ReadOptions()
+
+
+def _kept(frame: pl.DataFrame, options: ReadOptions = OPTIONS) -> pl.DataFrame:
+    keep = SCAN_NEEDS.keeper(options.aliases)
+    return frame.filter(pl.col("tag").map_elements(keep, return_dtype=pl.Boolean))
+
+
+@pytest.mark.parametrize("name", sorted(TEXTS))
+def test_projected_read_is_the_full_read_less_the_tags_nobody_judges(tmp_path, name):
+    fname, data = TEXTS[name]
+    path = tmp_path / fname
+    path.write_bytes(data)
+    fmt = format_of(path)
+    full = read(path, run="r", fmt=fmt, final=True, options=OPTIONS)
+    projected = read(path, run="r", fmt=fmt, final=True, options=OPTIONS, needs=SCAN_NEEDS)
+    assert projected.frame.equals(_kept(full.frame))
+    assert projected.span == span_of(full.frame) == full.span
+    assert projected.cursor == full.cursor
+    assert projected.problems == full.problems
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(name=st.sampled_from(sorted(TEXTS)), limit=st.integers(256, 20_000))
+def test_projected_read_a_piece_at_a_time_equals_the_full_read_kept(tmp_path, name, limit):
+    fname, data = TEXTS[name]
+    path = tmp_path / fname
+    path.write_bytes(data)
+    fmt = format_of(path)
+    cursor, frames, spans = Cursor(), [], []
+    while cursor.offset < len(data):
+        res = read(path, cursor, run="r", fmt=fmt, final=True, options=OPTIONS, limit=limit, needs=SCAN_NEEDS)
+        frames.append(res.frame)
+        spans.append(res.span)
+        assert res.cursor.offset > cursor.offset
+        cursor = res.cursor
+    full = read(path, run="r", fmt=fmt, final=True, options=OPTIONS)
+    assert pl.concat(frames).equals(_kept(full.frame))
+    known = [s for s in spans if s]
+    assert (min(s[0] for s in known), max(s[1] for s in known)) == full.span
+
+
+def test_a_user_alias_keeps_its_tag_through_the_projection(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("".join(f'{{"step": {i}, "objective/ce": {2 + i / 100}, "tokens": {i * 512}}}\n' for i in range(1, 50)))
+    options = ReadOptions(aliases=Aliases.build({"loss": ["objective/ce"]}))
+    res = read(path, run="r", fmt="jsonl", final=True, options=options, needs=SCAN_NEEDS)
+    assert res.frame.get_column("tag").unique().to_list() == ["objective/ce"]
+    assert set(res.frame.get_column("metric").to_list()) == {"loss"}
+    assert read(path, run="r", fmt="jsonl", final=True, options=ReadOptions(), needs=SCAN_NEEDS).frame.height == 0
+
+
+def test_scan_reports_the_steps_of_metrics_it_does_not_judge(tmp_path, capsys):
+    run = tmp_path / "run"
+    run.mkdir()
+    lines = [f'{{"step": {i}, "loss": {2 + (i % 7) / 100}}}\n' for i in range(10, 200)]
+    # Evaluation accuracy only, before the first loss and after the last: still steps the run covers.
+    lines = ['{"step": 3, "eval_accuracy": 0.1}\n', *lines, '{"step": 250, "eval_accuracy": 0.5}\n']
+    (run / "metrics.jsonl").write_text("".join(lines))
+    only_other = tmp_path / "other"
+    only_other.mkdir()
+    (only_other / "metrics.csv").write_text("step,accuracy\n" + "".join(f"{i},0.5\n" for i in range(5, 40)))
+    main(["scan", str(tmp_path), "--format", "json", "--quiet"])
+    runs = {r["run"]: r for r in json.loads(capsys.readouterr().out)["runs"]}
+    assert (runs["run"]["first_step"], runs["run"]["last_step"], runs["run"]["steps"]) == (3, 250, 190)
+    assert (runs["other"]["first_step"], runs["other"]["last_step"], runs["other"]["metrics"]) == (5, 39, {})
