@@ -52,7 +52,10 @@ class LineFormat:
     prefilter: str | None = None
     """A regex a line must match to be worth parsing; cuts the regex work on noisy logs."""
 
-    def read(self, path: Path, cursor: Cursor, *, final: bool, limit: int | None = None) -> Parsed:
+    streams = True
+    """`each` takes the rows of each block as it is read (reader.read)."""
+
+    def read(self, path: Path, cursor: Cursor, *, final: bool, limit: int | None = None, each: Callable[[pl.DataFrame], None] | None = None) -> Parsed:
         problems: list[Problem] = []
         frames: list[pl.DataFrame] = []
         source = str(path)
@@ -80,7 +83,7 @@ class LineFormat:
                 first_unplaced = first_unplaced if first_unplaced is not None else int(lost.min())
                 rows = rows.filter(pl.col("step").is_not_null()).drop("line_no")
             if rows.height:
-                frames.append(rows)
+                each(rows) if each is not None else frames.append(rows)
             # Where the block ends is the block's; what the parser carries on (its last step, its
             # own state) is the parser's.
             cursor = state.advance(offset=block.cursor.offset, line=block.cursor.line, skipping=block.cursor.skipping)

@@ -9,6 +9,7 @@ file again from the top and skip the rows already handed out".
 from __future__ import annotations
 
 import csv
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -103,19 +104,24 @@ def _rows(frame: pl.DataFrame, cursor: Cursor) -> tuple[pl.DataFrame, Cursor]:
 
 class CsvFormat:
     name = "csv"
+    streams = True
+    """`each` takes the rows of each block as it is read (reader.read)."""
 
-    def read(self, path: Path, cursor: Cursor, *, final: bool, limit: int | None = None) -> Parsed:
-        parsed = self._read(path, cursor, final=final, limit=limit)
+    def read(self, path: Path, cursor: Cursor, *, final: bool, limit: int | None = None, each: Callable[[pl.DataFrame], None] | None = None) -> Parsed:
+        sink = (lambda rows: each(table.conform_raw(rows))) if each is not None else None
+        parsed = self._read(path, cursor, final=final, limit=limit, each=sink)
         return Parsed(table.conform_raw(parsed.rows), parsed.cursor, parsed.problems)
 
-    def _read(self, path: Path, cursor: Cursor, *, final: bool, limit: int | None = None) -> Parsed:
+    def _read(self, path: Path, cursor: Cursor, *, final: bool, limit: int | None = None, each: Callable[[pl.DataFrame], None] | None = None) -> Parsed:
         problems: list[Problem] = []
         source = str(path)
         if cursor.header is not None and cursor.offset > 0:
             current = _first_line(path)
             if current is not None and current != cursor.header:
                 # Rewritten with a new header (Lightning adds a column): start over, skip what was seen.
-                fresh = self._read(path, Cursor(), final=final, limit=limit)
+                seen = cursor.index
+                unseen = (lambda rows: each(rows.filter(pl.col("record") > seen))) if each is not None else None
+                fresh = self._read(path, Cursor(), final=final, limit=limit, each=unseen)
                 message = "rewritten with a new header; read again from the top, rows already read are skipped"
                 return Parsed(
                     fresh.rows.filter(pl.col("record") > cursor.index),
@@ -141,7 +147,7 @@ class CsvFormat:
             if data.strip():
                 frame = _frame(header, data, source=source, first_line=first, problems=problems)
                 rows, cursor = _rows(frame, cursor)
-                frames.append(rows)
+                each(rows) if each is not None else frames.append(rows)
             cursor = block.cursor.advance(header=header, index=cursor.index, last_step=cursor.last_step)
         rows = pl.concat(frames, rechunk=False) if frames else _rows(pl.DataFrame(), cursor)[0]
         return Parsed(rows, cursor, tuple(problems))

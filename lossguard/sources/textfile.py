@@ -40,7 +40,7 @@ def not_utf8(data: bytes, *, first_line: int, source: str) -> Problem | None:
 
 
 def iter_blocks(
-    path: Path, cursor: Cursor, *, final: bool, problems: list[Problem], block: int = BLOCK, max_line: int = MAX_LINE,
+    path: Path, cursor: Cursor, *, final: bool, problems: list[Problem], block: int | None = None, max_line: int | None = None,
     limit: int | None = None,
 ) -> Iterator[TextBlock]:
     """Blocks of whole lines from the cursor on; with `limit`, blocks of at most `limit` bytes and
@@ -51,6 +51,8 @@ def iter_blocks(
     are parsed would otherwise be chased a few lines at a time, each paying a whole parse (what is
     written meanwhile is the next pass's, which its inotify event or the next poll starts)."""
     source = str(path)
+    # The module's sizes, looked up at the call (a test reads a file in many blocks by setting BLOCK).
+    block, max_line = block or BLOCK, max_line or MAX_LINE
     block = min(block, limit) if limit else block
     offset, line, skipping = cursor.offset, cursor.line, cursor.skipping
     last = cursor
