@@ -19,7 +19,7 @@ from .aliases import Aliases
 from .cursor import Cursor
 from .errors import UsageError
 from .formats import FORMATS
-from .formats.base import Keep, Parsed, Reader
+from .formats.base import Keep, Parsed, Reader, kept_rows
 from .formats.custom import LineFormatSpec
 from .formats.sniff import by_name, format_of
 from .needs import Needs
@@ -84,12 +84,14 @@ def read(
     keep = needs.keeper(options.aliases) if needs is not None else None
     spans: list[table.Span | None] = []
 
+    projects = keep is not None and getattr(reader, "projects", False)
+
     def finished(rows: pl.DataFrame) -> pl.DataFrame:
         spans.append(table.span_of(rows))
-        return _finish(rows, keep=keep, run=run, source=str(path), options=options, lean=lean)
+        return _finish(rows, keep=None if projects else keep, run=run, source=str(path), options=options, lean=lean)
 
     extra: dict = {}
-    if keep is not None and getattr(reader, "projects", False):
+    if projects:
         extra["keep"] = keep
     streamed = each is not None and getattr(reader, "streams", False)
     if streamed:
@@ -122,12 +124,10 @@ def read(
 
 def _finish(rows: pl.DataFrame, *, keep: Keep | None, run: str, source: str, options: ReadOptions, lean: bool) -> pl.DataFrame:
     """A parser's raw rows as the canonical table, less the tags `keep` leaves out (when the reader
-    did not leave them out itself: decided on the few distinct tags, the rows filtered once)."""
+    did not leave them out itself)."""
+    if keep is not None and rows.height:
+        rows = kept_rows(rows, keep)
     tags = rows.get_column("tag").unique().to_list() if rows.height else []
-    if keep is not None:
-        kept = [t for t in tags if t is not None and keep(t)]
-        if len(kept) < len(tags):
-            rows, tags = rows.filter(pl.col("tag").is_in(kept)), kept
     return table.finish(rows, run=run, source=source, metric_of=options.aliases.mapping(tags), lean=lean)
 
 
