@@ -157,17 +157,20 @@ def long_rows(steps: np.ndarray, keys: list[str], values: pl.DataFrame) -> pl.Da
     a column per key, row by row as the file reads; a missing value is no row."""
     index, key, value = _melted(steps, keys, values)
     return pl.DataFrame(
-        {"step": index, "tag": key, "value": value, "wall_time": pl.Series([None] * len(value), dtype=pl.Float64())},
-        schema={"step": pl.Int64(), "tag": pl.Categorical(), "value": pl.Float64(), "wall_time": pl.Float64()},
-    )
+        {"step": index, "tag": key, "value": value}, schema={"step": pl.Int64(), "tag": pl.Categorical(), "value": pl.Float64()}
+    ).with_columns(pl.lit(None, dtype=pl.Float64()).alias("wall_time"))
 
 
 def _melted(index: np.ndarray, keys: list[str], values: pl.DataFrame) -> tuple[np.ndarray, pl.Series, np.ndarray]:
+    """Row-major (index, key, value) of the non-null cells of `values`."""
     k = len(keys)
-    valid = values.select(pl.all().is_not_null()).to_numpy().ravel()
-    matrix = values.to_numpy().astype(np.float64, copy=False)
-    key_index = pl.Series(np.tile(np.arange(k, dtype=np.uint32), index.size)[valid])
-    return np.repeat(index, k)[valid], pl.Series(keys, dtype=pl.Categorical()).gather(key_index), matrix.ravel()[valid]
+    matrix = values.to_numpy().astype(np.float64, copy=False).ravel()
+    codes = np.tile(np.arange(k, dtype=np.uint32), index.size)
+    index = np.repeat(index, k)
+    if any(values.null_count().row(0)):
+        valid = values.select(pl.all().is_not_null()).to_numpy().ravel()
+        index, codes, matrix = index[valid], codes[valid], matrix[valid]
+    return index, pl.Series(keys, dtype=pl.Categorical()).gather(pl.Series(codes)), matrix
 
 
 _NESTED = (pl.Struct, pl.List, pl.Array, pl.Object)
