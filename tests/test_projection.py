@@ -86,3 +86,18 @@ def test_scan_reports_the_steps_of_metrics_it_does_not_judge(tmp_path, capsys):
     runs = {r["run"]: r for r in json.loads(capsys.readouterr().out)["runs"]}
     assert (runs["run"]["first_step"], runs["run"]["last_step"], runs["run"]["steps"]) == (3, 250, 190)
     assert (runs["other"]["first_step"], runs["other"]["last_step"], runs["other"]["metrics"]) == (5, 39, {})
+
+
+def test_a_rewritten_lightning_csv_projects_only_the_rows_not_read_before(tmp_path):
+    path = tmp_path / "metrics.csv"
+    path.write_text("epoch,step,train_loss_step\n0,1,3.0\n0,2,2.9\n")
+    first = read(path, Cursor(), run="r", fmt="csv", final=False, options=OPTIONS, needs=SCAN_NEEDS)
+    assert first.frame.select("step", "metric").rows() == [(1, "loss"), (2, "loss")] and first.span == (1, 2)
+    # Rewritten wider: rows 1 and 2 again, then new ones; one holds nothing scan judges, at a later step.
+    path.write_text("epoch,step,train_loss_step,val_loss\n0,1,3.0,\n0,2,2.9,\n0,3,2.8,\n0,3,,2.7\n1,9,,\n")
+    full = read(path, first.cursor, run="r", fmt="csv", final=False, options=OPTIONS)
+    second = read(path, first.cursor, run="r", fmt="csv", final=False, options=OPTIONS, needs=SCAN_NEEDS)
+    assert second.frame.equals(_kept(full.frame))
+    assert second.frame.select("step", "metric", "value").rows() == [(3, "loss", 2.8), (3, "eval_loss", 2.7)]
+    assert second.span == full.span == (3, 9)
+    assert second.cursor == full.cursor and second.problems == full.problems
