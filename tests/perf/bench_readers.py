@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import subprocess
 import random
 import sys
@@ -217,14 +218,15 @@ def with_code(code_dir: str | None) -> dict | None:
     return env
 
 
-def bench_text(kind: str, megabytes: int, *, repeat: int, baseline: str | None, cli: bool) -> None:
+def bench_text(kind: str, megabytes: int, *, repeat: int, baseline: str | None, cli: bool, code_dir: str | None = None) -> None:
     path = text_file(kind, megabytes)
     size = path.stat().st_size / 1e6
     print(f"\n{kind}: {size:.0f} MB")
     print(f"  {'reader':<40} {'time':>11} {'peak RSS':>12}  {'peer/ours':>9}")
     fmt = kind
-    versions = [("", None)] + ([(" [base]", with_code(baseline))] if baseline else [])
+    versions = [("", with_code(code_dir))] + ([(" [base]", with_code(baseline))] if baseline else [])
     ours: dict[str, float] = {}
+    tables: dict[str, int] = {}
     for tag, env in versions:
         for projected in (False, True):
             code = LOSSGUARD_TEXT.format(path=str(path), fmt=fmt, projected=projected)
@@ -232,6 +234,7 @@ def bench_text(kind: str, megabytes: int, *, repeat: int, baseline: str | None, 
             rows, est = map(int, out.split())
             label = ("lossguard read, scan's projection" if projected else "lossguard read, full table") + tag
             ours[label] = t
+            tables[label] = est
             print(row(label, t, rss, None, f"{rows:,} rows, {size / t:.0f} MB/s"))
     projected_t = ours["lossguard read, scan's projection"]
     label, code = PEERS_TEXT.get(kind, REGEX_PEER)
@@ -246,6 +249,9 @@ def bench_text(kind: str, megabytes: int, *, repeat: int, baseline: str | None, 
         st, srss, scpu = best_of(repeat, lambda: measure_cpu(exe, env=env))
         print(f"  {'lossguard scan (whole process)' + tag:<40} {st:9.2f} s {srss:9.0f} MB  {'':>9}  {size / scpu:.0f} MB/s per core ({size / st:.0f} MB/s wall)")
     if cli:
+        # The target: peak RSS within 2x the largest block's table + 300 MB (a block: textfile.BLOCK of text).
+        block_table = tables["lossguard read, full table"] * min(1.0, (32 << 20) / path.stat().st_size) / 1e6
+        print(f"  (a 32 MiB block's table: ~{block_table:.0f} MB; RSS bound 2x that + 300 MB = {2 * block_table + 300:.0f} MB)")
         bench_cli_read(path, repeat=repeat, versions=versions, library=ours)
 
 
@@ -260,7 +266,6 @@ def bench_cli_read(path: Path, *, repeat: int, versions, library: dict[str, floa
 
 def measure_cpu(argv: list[str], *, env: dict | None = None) -> tuple[float, float, float]:
     """(wall seconds, peak RSS in MB, CPU seconds) of a command whose output is read and dropped."""
-    import os
     import time
 
     start = time.perf_counter()
@@ -280,15 +285,22 @@ def main() -> None:
     ap.add_argument("--kind", action="append", choices=["jsonl", "csv", "megatron", "hf_console", "kv_lines"], help="text formats to run (default: all)")
     ap.add_argument("--repeat", type=int, default=3, help="runs per figure; the fastest counts")
     ap.add_argument("--baseline", metavar="DIR", help="also run an older lossguard (an exported tree: git archive REV lossguard | tar -x -C DIR)")
+    ap.add_argument("--code", metavar="DIR", help="run lossguard from this exported tree instead of the installed one (so edits during a long run do not count)")
+    ap.add_argument("--cli-kind", action="append", help="text formats to time `lossguard read --format csv|json` on (default: all)")
     ap.add_argument("--no-cli", action="store_true", help="skip `lossguard read --format csv|json`")
     args = ap.parse_args()
+    # Children run `python -c` / `-m`, which put the working directory first on sys.path: from the
+    # repository, its lossguard/ would shadow the trees --code and --baseline name.
+    DATA.mkdir(exist_ok=True)
+    os.chdir(DATA)
     print("lossguard reader benchmark (ratio = peer time / lossguard time; higher is better for lossguard)")
     if args.only in (None, "events"):
         bench_events(args.events, tf2=False, skip=set(args.skip))
         bench_events(max(1, args.events // 3), tf2=True, skip=set(args.skip) | {"tbparse", "EventAccumulator"})
     if args.only in (None, "text"):
         for kind in args.kind or ("jsonl", "csv", "megatron", "hf_console", "kv_lines"):
-            bench_text(kind, args.text_mb, repeat=args.repeat, baseline=args.baseline, cli=not args.no_cli)
+            cli = not args.no_cli and (not args.cli_kind or kind in args.cli_kind)
+            bench_text(kind, args.text_mb, repeat=args.repeat, baseline=args.baseline, cli=cli, code_dir=args.code)
 
 
 if __name__ == "__main__":
