@@ -7,7 +7,7 @@ bad content or a file that vanished: problems come back as data, naming the file
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatch
 from pathlib import Path
@@ -19,7 +19,7 @@ from .aliases import Aliases
 from .cursor import Cursor
 from .errors import UsageError
 from .formats import FORMATS
-from .formats.base import Keep, Parsed, Reader, kept_rows
+from .formats.base import Keep, Parsed, Reader, Sink, kept_rows
 from .formats.custom import LineFormatSpec
 from .formats.sniff import by_name, format_of
 from .needs import Needs
@@ -65,10 +65,6 @@ class ReadResult:
     span: table.Span | None = None
     """First and last step of the rows read, every tag's (with `needs`, also those left out); None:
     no rows."""
-
-
-Sink = Callable[[pl.DataFrame], None]
-"""Takes a read's table a block at a time, as the blocks are read (`lossguard read` writes them out)."""
 
 
 def read(

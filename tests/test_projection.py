@@ -7,8 +7,6 @@ import json
 
 import polars as pl
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from lossguard.aliases import Aliases
 from lossguard.cli import main
@@ -40,26 +38,6 @@ def test_projected_read_is_the_full_read_less_the_tags_nobody_judges(tmp_path, n
     assert projected.span == span_of(full.frame) == full.span
     assert projected.cursor == full.cursor
     assert projected.problems == full.problems
-
-
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(name=st.sampled_from(sorted(TEXTS)), limit=st.integers(256, 20_000))
-def test_projected_read_a_piece_at_a_time_equals_the_full_read_kept(tmp_path, name, limit):
-    fname, data = TEXTS[name]
-    path = tmp_path / fname
-    path.write_bytes(data)
-    fmt = format_of(path)
-    cursor, frames, spans = Cursor(), [], []
-    while cursor.offset < len(data):
-        res = read(path, cursor, run="r", fmt=fmt, final=True, options=OPTIONS, limit=limit, needs=SCAN_NEEDS)
-        frames.append(res.frame)
-        spans.append(res.span)
-        assert res.cursor.offset > cursor.offset
-        cursor = res.cursor
-    full = read(path, run="r", fmt=fmt, final=True, options=OPTIONS)
-    assert pl.concat(frames).equals(_kept(full.frame))
-    known = [s for s in spans if s]
-    assert (min(s[0] for s in known), max(s[1] for s in known)) == full.span
 
 
 def test_a_user_alias_keeps_its_tag_through_the_projection(tmp_path):

@@ -4,7 +4,6 @@ as `json.dumps` of each row (NaN and infinities as strings, names escaped as jso
 
 from __future__ import annotations
 
-import io
 import json
 import math
 

@@ -38,6 +38,8 @@ class Parsed:
 
 Keep = Callable[[str], bool]
 """A projection: tag -> does the caller need its rows (needs.Needs.keeper)."""
+Sink = Callable[[pl.DataFrame], None]
+"""Takes a read's rows a block at a time, as the blocks are read (`lossguard read` writes them out)."""
 
 
 @dataclass(frozen=True)
@@ -57,10 +59,7 @@ class LineFormat:
     projects = True
     """`keep` leaves out the rows of unneeded tags block by block, so they are never gathered."""
 
-    def read(
-        self, path: Path, cursor: Cursor, *, final: bool, limit: int | None = None, each: Callable[[pl.DataFrame], None] | None = None,
-        keep: Keep | None = None,
-    ) -> Parsed:
+    def read(self, path: Path, cursor: Cursor, *, final: bool, limit: int | None = None, each: Sink | None = None, keep: Keep | None = None) -> Parsed:
         problems: list[Problem] = []
         frames: list[pl.DataFrame] = []
         spans: list[table.Span | None] = []
@@ -133,10 +132,14 @@ class Reader(Protocol):
     def read(self, path: Path, cursor: Cursor, *, final: bool, limit: int | None = None) -> Parsed: ...
 
 
-class ProjectingReader(Reader, Protocol):
-    """A reader that can leave out the rows of tags nobody needs while it reads (`Parsed.projected`)."""
+class BlockReader(Reader, Protocol):
+    """A reader that hands out its rows block by block (`each`, when `streams`) and can leave out the
+    rows of tags nobody needs while it reads (`keep`, when `projects`; `Parsed.projected`)."""
 
-    def read(self, path: Path, cursor: Cursor, *, final: bool, limit: int | None = None, keep: Keep | None = None) -> Parsed: ...
+    streams: bool
+    projects: bool
+
+    def read(self, path: Path, cursor: Cursor, *, final: bool, limit: int | None = None, each: Sink | None = None, keep: Keep | None = None) -> Parsed: ...
 
 
 @dataclass(frozen=True, kw_only=True)

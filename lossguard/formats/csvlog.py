@@ -9,7 +9,6 @@ file again from the top and skip the rows already handed out".
 from __future__ import annotations
 
 import csv
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +18,7 @@ from .. import table
 from ..cursor import Cursor
 from ..problems import Problem
 from ..sources.textfile import iter_blocks, not_utf8
-from .base import Format, Keep, Parsed, lines_of
+from .base import Format, Keep, Parsed, Sink, lines_of
 
 STEP_COLUMNS = ("step", "global_step", "iteration", "iter", "trainer/global_step", "_step", "num_updates", "steps")
 
@@ -123,17 +122,13 @@ class CsvFormat:
     projects = True
     """`keep` picks the columns made into rows (the others are only looked at for the span)."""
 
-    def read(
-        self, path: Path, cursor: Cursor, *, final: bool, limit: int | None = None, each: Callable[[pl.DataFrame], None] | None = None,
-        keep: Keep | None = None,
-    ) -> Parsed:
+    def read(self, path: Path, cursor: Cursor, *, final: bool, limit: int | None = None, each: Sink | None = None, keep: Keep | None = None) -> Parsed:
         sink = (lambda rows: each(table.conform_raw(rows))) if each is not None else None
         parsed = self._read(path, cursor, final=final, limit=limit, each=sink, keep=keep)
         return Parsed(table.conform_raw(parsed.rows), parsed.cursor, parsed.problems, span=parsed.span, projected=parsed.projected)
 
     def _read(
-        self, path: Path, cursor: Cursor, *, final: bool, limit: int | None = None, each: Callable[[pl.DataFrame], None] | None = None,
-        keep: Keep | None = None, skip: int = 0,
+        self, path: Path, cursor: Cursor, *, final: bool, limit: int | None = None, each: Sink | None = None, keep: Keep | None = None, skip: int = 0
     ) -> Parsed:
         """`skip`: data rows already handed out (of a file rewritten with a new header)."""
         problems: list[Problem] = []
