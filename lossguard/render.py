@@ -39,15 +39,22 @@ class BlockWriter:
         self.rows += frame.height
         if self.metrics is not None:
             frame = frame.filter(pl.col("metric").is_in(self.metrics) | pl.col("tag").is_in(self.metrics))
-        # In slices: the text of a whole block (a few million rows) would be several times its table.
-        for start in range(0, max(frame.height, 1), SLICE):
+        # Bytes straight to the binary stream under `out` when it has one (polars writes them itself:
+        # no text of the block is built in Python), in slices either way (the text of a whole block, a
+        # few million rows, would be several times its table).
+        binary = getattr(self.out, "buffer", None)
+        if binary is not None:
+            self.out.flush()
+        for start in range(0, frame.height, SLICE):
             part = frame.slice(start, SLICE)
-            if self.fmt == "csv":
-                if part.height or self._header:
-                    self.out.write(part.write_csv(include_header=self._header, float_precision=None))
-                    self._header = False
-            elif part.height:
-                self.out.write(json_lines(part))
+            if self.fmt == "json":
+                part = part.select(json_line_expr(part).alias("line"))
+            csv = {"include_header": self._header, "float_precision": None} if self.fmt == "csv" else {"include_header": False, "quote_style": "never"}
+            if binary is not None:
+                part.write_csv(binary, **csv)
+            else:
+                self.out.write(part.write_csv(**csv))
+            self._header = False
 
     def close(self) -> None:
         """The header of a table with no rows, if no block wrote one."""
@@ -56,8 +63,8 @@ class BlockWriter:
             self._header = False
 
 
-def json_lines(frame: pl.DataFrame) -> str:
-    """The rows as `json.dumps(row)` writes them, NaN and infinities as json_number's strings, built
+def json_line_expr(frame: pl.DataFrame) -> pl.Expr:
+    """Each row as `json.dumps(row)` writes it, NaN and infinities as json_number's strings, built
     column-wise: a Python dict per row made JSON output 6x slower than the read. Names are encoded by
     json.dumps itself (the few distinct ones); numbers as Python's repr, which polars' shortest
     float form matches except below 1e-4, where Python switches to an exponent (those few by repr)."""
@@ -73,7 +80,7 @@ def json_lines(frame: pl.DataFrame) -> str:
         else:
             parts.append(col.cast(pl.String).fill_null("null"))
     parts.append(pl.lit("}"))
-    return frame.select(pl.concat_str(parts).str.join("\n")).item() + "\n"
+    return pl.concat_str(parts)
 
 
 def _json_float(column: pl.Series) -> pl.Series:

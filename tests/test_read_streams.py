@@ -4,6 +4,7 @@ as `json.dumps` of each row (NaN and infinities as strings, names escaped as jso
 
 from __future__ import annotations
 
+import io
 import json
 import math
 
@@ -14,7 +15,7 @@ from lossguard import render
 from lossguard.cli import main
 from lossguard.model import json_number
 from lossguard.reader import read_paths
-from lossguard.render import json_lines
+from lossguard.render import BlockWriter
 from lossguard.sources import textfile
 
 from .conftest import FIXTURES
@@ -60,12 +61,19 @@ def test_streamed_read_filters_metrics_block_by_block(capsys, monkeypatch):
     [2.5, 1e-05, 1.234e-05, -3e-07, 5e-324, 1e16, 1e15, 0.1, 1 / 3, -0.0, 0.0, 1.5e300, 9007199254740993.0, 0.0001, 0.00009999,
      math.nan, math.inf, -math.inf, None],
 )
-def test_json_lines_write_numbers_as_json_dumps_did(value):
+@pytest.mark.parametrize("binary", [True, False], ids=["to the bytes under stdout", "to a text stream"])
+def test_json_lines_write_numbers_as_json_dumps_did(value, binary):
     frame = pl.DataFrame(
         {"run": ["r\u00e9\"x"], "source": ["a\\b\n"], "step": [7], "metric": ["loss"], "tag": ["l\u2028"], "value": [value], "wall_time": [None]},
         schema={"run": pl.String, "source": pl.String, "step": pl.Int64, "metric": pl.String, "tag": pl.String, "value": pl.Float64, "wall_time": pl.Float64},
     )
-    assert json_lines(frame) == _one_go(frame, "json")
+    out = io.TextIOWrapper(io.BytesIO(), encoding="utf-8") if binary else io.StringIO()
+    writer = BlockWriter("json", out)
+    writer.write(frame)
+    writer.close()
+    out.flush()
+    written = out.buffer.getvalue().decode() if binary else out.getvalue()
+    assert written == _one_go(frame, "json")
 
 
 def test_a_log_with_no_readable_rows_writes_nothing_and_fails(tmp_path, capsys):

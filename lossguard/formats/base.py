@@ -20,7 +20,7 @@ import polars as pl
 from .. import table
 from ..cursor import Cursor
 from ..problems import Problem
-from ..sources.textfile import iter_blocks, not_utf8
+from ..sources.textfile import STREAMED_BLOCK, iter_blocks, not_utf8
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,7 @@ class LineFormat:
         warned = False
         unplaced, first_unplaced = 0, None
         binary, first_binary = 0, None
-        for block in iter_blocks(path, cursor, final=final, problems=problems, limit=limit):
+        for block in iter_blocks(path, cursor, final=final, problems=problems, limit=limit, block=STREAMED_BLOCK if each is not None else None):
             lines, problem = split_lines(block.data, block.first_line, source=source)
             if problem and not warned:
                 problems.append(problem)

@@ -17,7 +17,7 @@ import polars as pl
 from .. import table
 from ..cursor import Cursor
 from ..problems import Problem
-from ..sources.textfile import iter_blocks, not_utf8
+from ..sources.textfile import STREAMED_BLOCK, iter_blocks, not_utf8
 from .base import Format, Keep, Parsed, Sink, lines_of
 
 STEP_COLUMNS = ("step", "global_step", "iteration", "iter", "trainer/global_step", "_step", "num_updates", "steps")
@@ -143,7 +143,7 @@ class CsvFormat:
         frames: list[pl.DataFrame] = []
         spans: list[table.Span | None] = []
         warned = False
-        for block in iter_blocks(path, cursor, final=final, problems=problems, limit=limit):
+        for block in iter_blocks(path, cursor, final=final, problems=problems, limit=limit, block=STREAMED_BLOCK if each is not None else None):
             data, first = block.data, block.first_line
             if not warned:
                 problem = not_utf8(data, first_line=first, source=source)

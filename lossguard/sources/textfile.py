@@ -16,6 +16,9 @@ from ..cursor import Cursor
 from ..problems import Problem
 
 BLOCK = 32 << 20
+STREAMED_BLOCK = 8 << 20
+"""Blocks of a read whose rows are handed out as each block is read (`lossguard read`): one block's
+text, lines and table are then all the memory it holds, and polars' ~1 ms a call is nothing at 8 MB."""
 MAX_LINE = 16 << 20
 
 
@@ -51,8 +54,9 @@ def iter_blocks(
     are parsed would otherwise be chased a few lines at a time, each paying a whole parse (what is
     written meanwhile is the next pass's, which its inotify event or the next poll starts)."""
     source = str(path)
-    # The module's sizes, looked up at the call (a test reads a file in many blocks by setting BLOCK).
-    block, max_line = block or BLOCK, max_line or MAX_LINE
+    # The module's sizes, looked up at the call; BLOCK caps every read's blocks (a test reads a file
+    # in many blocks by setting it).
+    block, max_line = min(block or BLOCK, BLOCK), max_line or MAX_LINE
     block = min(block, limit) if limit else block
     offset, line, skipping = cursor.offset, cursor.line, cursor.skipping
     last = cursor
