@@ -203,10 +203,14 @@ def bench_events(n: int, *, tf2: bool, skip: set[str]) -> None:
         print(row(label, pt, prss, t))
 
 
-def best_of(repeat: int, fn):
-    """The fastest of `repeat` runs (the machine is shared: the minimum is the least disturbed)."""
-    runs = [fn() for _ in range(repeat)]
-    return min(runs, key=lambda r: r[0])
+def best_of(repeat: int, fns: list) -> list:
+    """The fastest of `repeat` runs of each of `fns`, taken in turns (new, base, peer, new, base,
+    peer...), so that a burst of load on this shared machine falls on all of them alike."""
+    runs: list[list] = [[] for _ in fns]
+    for _ in range(repeat):
+        for i, fn in enumerate(fns):
+            runs[i].append(fn())
+    return [min(r, key=lambda x: x[0]) for r in runs]
 
 
 def with_code(code_dir: str | None) -> dict | None:
@@ -227,26 +231,24 @@ def bench_text(kind: str, megabytes: int, *, repeat: int, baseline: str | None, 
     versions = [("", with_code(code_dir))] + ([(" [base]", with_code(baseline))] if baseline else [])
     ours: dict[str, float] = {}
     tables: dict[str, int] = {}
-    for tag, env in versions:
-        for projected in (False, True):
-            code = LOSSGUARD_TEXT.format(path=str(path), fmt=fmt, projected=projected)
-            t, rss, out = best_of(repeat, lambda: measure(code, env=env))
-            rows, est = map(int, out.split())
-            label = ("lossguard read, scan's projection" if projected else "lossguard read, full table") + tag
-            ours[label] = t
-            tables[label] = est
-            print(row(label, t, rss, None, f"{rows:,} rows, {size / t:.0f} MB/s"))
-    projected_t = ours["lossguard read, scan's projection"]
-    label, code = PEERS_TEXT.get(kind, REGEX_PEER)
-    pt, prss, out = best_of(repeat, lambda: measure(code.format(path=str(path), pattern=PATTERNS.get(kind, ""))))
+    reads = [(tag, env, projected) for tag, env in versions for projected in (False, True)]
+    label, peer = PEERS_TEXT.get(kind, REGEX_PEER)
+    peer = peer.format(path=str(path), pattern=PATTERNS.get(kind, ""))
+    fns = [lambda env=env, projected=projected: measure(LOSSGUARD_TEXT.format(path=str(path), fmt=fmt, projected=projected), env=env) for _, env, projected in reads]
+    *results, (pt, prss, pout) = best_of(repeat, [*fns, lambda: measure(peer)])
+    for (tag, _, projected), (t, rss, out) in zip(reads, results):
+        rows, est = map(int, out.split())
+        name = ("lossguard read, scan's projection" if projected else "lossguard read, full table") + tag
+        ours[name] = t
+        tables[name] = est
+        print(row(name, t, rss, None, f"{rows:,} rows, {size / t:.0f} MB/s"))
     base = ours.get("lossguard read, scan's projection [base]")
-    print(row(label, pt, prss, projected_t, f"{int(out):,} rows; ratio to scan's projection" + (f" (base: {pt / base:.1f}x)" if base else "")))
+    print(row(label, pt, prss, ours["lossguard read, scan's projection"], f"{int(pout):,} rows; ratio to scan's projection" + (f" (base: {pt / base:.1f}x)" if base else "")))
     # Whole process: MB/s per core (CPU seconds, so both cores' work counts), beside grep -c.
-    gt, grss, gcpu = best_of(repeat, lambda: measure_cpu(["grep", "-c", "loss", str(path)]))
+    exe = [sys.executable, "-m", "lossguard", "scan", str(path), "--format", "json", "--quiet"]
+    *scans, (gt, grss, gcpu) = best_of(repeat, [*(lambda env=env: measure_cpu(exe, env=env) for _, env in versions), lambda: measure_cpu(["grep", "-c", "loss", str(path)])])
     print(f"  {'grep -c loss':<40} {gt:9.2f} s {grss:9.0f} MB  {'':>9}  {size / gcpu:.0f} MB/s per core")
-    for tag, env in versions:
-        exe = [sys.executable, "-m", "lossguard", "scan", str(path), "--format", "json", "--quiet"]
-        st, srss, scpu = best_of(repeat, lambda: measure_cpu(exe, env=env))
+    for (tag, _), (st, srss, scpu) in zip(versions, scans):
         print(f"  {'lossguard scan (whole process)' + tag:<40} {st:9.2f} s {srss:9.0f} MB  {'':>9}  {size / scpu:.0f} MB/s per core ({size / st:.0f} MB/s wall)")
     if cli:
         # The target: peak RSS within 2x the largest block's table + 300 MB (a block: textfile.BLOCK of text).
@@ -257,11 +259,11 @@ def bench_text(kind: str, megabytes: int, *, repeat: int, baseline: str | None, 
 
 def bench_cli_read(path: Path, *, repeat: int, versions, library: dict[str, float]) -> None:
     """`lossguard read FILE --format csv|json` to /dev/null: time and peak RSS beside the library read."""
-    for tag, env in versions:
+    runs = [(tag, env, out) for tag, env in versions for out in ("csv", "json")]
+    results = best_of(repeat, [lambda env=env, out=out: measure(CLI_READ.format(path=str(path), out=out), env=env) for _, env, out in runs])
+    for (tag, _, out), (t, rss, _) in zip(runs, results):
         lib = library["lossguard read, full table" + tag]
-        for out in ("csv", "json"):
-            t, rss, _ = best_of(repeat, lambda: measure(CLI_READ.format(path=str(path), out=out), env=env))
-            print(row(f"lossguard read --format {out}{tag}", t, rss, None, f"{t / lib:.2f}x the library read{tag}"))
+        print(row(f"lossguard read --format {out}{tag}", t, rss, None, f"{t / lib:.2f}x the library read{tag}"))
 
 
 def measure_cpu(argv: list[str], *, env: dict | None = None) -> tuple[float, float, float]:
