@@ -157,7 +157,7 @@ class CsvFormat:
                     continue
                 head, _, data = data.partition(b"\n")
                 header, first = head.decode("utf-8", errors="replace").rstrip("\r"), first + 1
-            if data.strip():
+            if data and not data.isspace():  # (strip() would copy the block to answer)
                 frame = _frame(header, data, source=source, first_line=first, problems=problems)
                 rows, span, cursor = _rows(frame, cursor, keep=keep, skip=skip)
                 spans.append(span)
