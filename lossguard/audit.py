@@ -21,7 +21,7 @@ import numpy as np
 import polars as pl
 
 from . import table
-from .engine import RunAnalysis, analyse_streams
+from .engine import SCAN_NEEDS, RunAnalysis, analyse_streams
 from .model import Incident
 from .problems import Problem, summarised
 from .reader import ReadOptions, read_found, unrecognised
@@ -106,18 +106,20 @@ def _spark(loss: pl.DataFrame, inc: Incident) -> tuple[float, ...]:
 
 def scan_run(run: str, paths: Sequence[str], rules: RuleSet, options: ReadOptions, explicit: frozenset[str] = frozenset()) -> RunReport:
     """Read and analyse one run; a module-level function so worker processes can run it."""
-    frames, formats, problems = [], [], []
+    frames, formats, problems, spans = [], [], [], []
     for path in paths:
-        res = read_found(Found(run, Path(path)), options, lean=True, explicit=path in explicit)
+        # Only what judging reads (SCAN_NEEDS): the other metrics' rows are never built.
+        res = read_found(Found(run, Path(path)), options, lean=True, explicit=path in explicit, needs=SCAN_NEEDS)
         if res.result is None:
             problem = unrecognised(Path(path), explicit=path in explicit)
             if problem:
                 problems.append(problem)
             continue
         problems.extend(res.result.problems)
-        # A file counts as read if it gave rows, or gave no complaint (a run that just started).
-        if res.format and (res.result.frame.height or not res.result.problems):
+        # A file counts as read if it gave rows (kept or not), or gave no complaint (a run that just started).
+        if res.format and (res.result.span is not None or not res.result.problems):
             formats.append(res.format)
+        spans.append(res.result.span)
         if res.result.frame.height:
             frames.append(res.result.frame)
     if not formats:
@@ -125,7 +127,7 @@ def scan_run(run: str, paths: Sequence[str], rules: RuleSet, options: ReadOption
         # a run of its own, once cost an analysis of nothing each).
         return RunReport(RunAnalysis(run, {}, 0, None, None, ()), paths[0], (), len(paths), tuple(problems))
     frame = pl.concat(frames, rechunk=False) if frames else table.empty(lean=True)
-    analysis, streams = analyse_streams(frame, rules, run=run)
+    analysis, streams = analyse_streams(frame, rules, run=run, span=table.joined(spans))
     contexts = {m: as_context(s) for m, s in streams.items()}
     extra = {inc.metric for inc in analysis.incidents} - set(contexts)
     contexts.update({m: context(frame, m) for m in extra})

@@ -42,23 +42,33 @@ def _add_read(sub: argparse._SubParsersAction) -> None:
 def _cmd_read(args: argparse.Namespace) -> int:
     from .config import read_options
     from .reader import read_paths
-    from .render import write_mapping, write_table
+    from .render import BLOCKWISE, BlockWriter, write_mapping, write_table
 
     options = read_options(args.config, fmt=args.log_format)
     if args.log_format:
         options.reader(args.log_format)
-    frame, _, problems = read_paths(args.paths, options)
-    if not frame.height and problems:
+    if args.format in BLOCKWISE:
+        # Written as it is read, a block at a time: memory bounded by a block, not by the logs.
+        writer = BlockWriter(args.format, sys.stdout, metrics=args.metric)
+        _, _, problems = read_paths(args.paths, options, each=writer.write)
+        rows = writer.rows
+    else:
+        frame, _, problems = read_paths(args.paths, options)
+        rows = frame.height
+    if not rows and problems:
         for problem in problems:
             print(f"warning: {printable(str(problem))}", file=sys.stderr)
         raise UsageError(f"nothing readable under {', '.join(printable(str(p)) for p in args.paths)}")
-    if args.format == "table" and frame.height:
-        write_mapping(frame, sys.stdout)
-    if args.metric:
-        import polars as pl
+    if args.format in BLOCKWISE:
+        writer.close()
+    else:
+        if frame.height:
+            write_mapping(frame, sys.stdout)
+        if args.metric:
+            import polars as pl
 
-        frame = frame.filter(pl.col("metric").is_in(args.metric) | pl.col("tag").is_in(args.metric))
-    write_table(frame, args.format, sys.stdout)
+            frame = frame.filter(pl.col("metric").is_in(args.metric) | pl.col("tag").is_in(args.metric))
+        write_table(frame, args.format, sys.stdout)
     for problem in problems:
         print(f"warning: {printable(str(problem))}", file=sys.stderr)
     return EXIT_OK

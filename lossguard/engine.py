@@ -12,8 +12,10 @@ import polars as pl
 from .causes import RunContext, Series, label_all
 from .spikes import find_incidents, find_incidents_by_run, held_per_segment
 from .model import Incident, ShortHistory
+from .needs import Needs
 from .rules import Rule, RuleSet
 from .streams import Points, as_context, by_metric, points_frame, points_of, preferred
+from .table import Span, span_of
 
 JUDGED = ("loss", "eval_loss", "lr", "grad_norm", "loss_scale")
 """The canonical metrics rules judge and causes read."""
@@ -24,6 +26,8 @@ CONTEXT_TAGS = {
 }
 """Tags the cause labeller reads as they are (DeepSpeed's OVERFLOW lines, Megatron's counters),
 with the RunContext field each fills."""
+SCAN_NEEDS = Needs(frozenset(JUDGED), frozenset(CONTEXT_TAGS))
+"""All a judgement reads of a run's table (rules name only JUDGED metrics: kinds.Rule checks it)."""
 
 
 @dataclass(frozen=True)
@@ -238,17 +242,21 @@ def analyse_run(run_frame: pl.DataFrame, rules: RuleSet, *, run: str) -> RunAnal
     return analyse_streams(run_frame, rules, run=run)[0]
 
 
-def analyse_streams(run_frame: pl.DataFrame, rules: RuleSet, *, run: str) -> tuple[RunAnalysis, dict[str, pl.DataFrame]]:
-    """The audit of a whole run, and the streams it was judged on (the scan plots them)."""
+def analyse_streams(
+    run_frame: pl.DataFrame, rules: RuleSet, *, run: str, span: Span | None | bool = True
+) -> tuple[RunAnalysis, dict[str, pl.DataFrame]]:
+    """The audit of a whole run, and the streams it was judged on (the scan plots them). `span`: the
+    steps the run covers, when `run_frame` holds only what judging needs (SCAN_NEEDS); True: read
+    them off `run_frame`."""
     streams = by_metric(run_frame, JUDGED)
     incidents = judge(streams, context_of(run_frame, streams), rules.for_run(run), run=run)
-    steps = run_frame.get_column("step")
+    first, last = (span_of(run_frame) if span is True else span) or (None, None)
     analysis = RunAnalysis(
         run=run,
         metrics=tags_used(run_frame),
         steps=streams["loss"].height,
-        first_step=None if not steps.len() else int(steps.min()),
-        last_step=None if not steps.len() else int(steps.max()),
+        first_step=first,
+        last_step=last,
         incidents=incidents,
         short=too_short(streams["loss"], rules.for_run(run), run=run),
     )

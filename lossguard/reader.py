@@ -19,9 +19,10 @@ from .aliases import Aliases
 from .cursor import Cursor
 from .errors import UsageError
 from .formats import FORMATS
-from .formats.base import Parsed, Reader
+from .formats.base import Keep, Parsed, Reader, Sink, kept_rows
 from .formats.custom import LineFormatSpec
 from .formats.sniff import by_name, format_of
+from .needs import Needs
 from .problems import Problem, summarised
 from .sources.discover import Found, collect
 
@@ -61,17 +62,38 @@ class ReadResult:
     cursor: Cursor
     problems: tuple[Problem, ...] = ()
     dead: bool = False
+    span: table.Span | None = None
+    """First and last step of the rows read, every tag's (with `needs`, also those left out); None:
+    no rows."""
 
 
 def read(
     path: Path, cursor: Cursor = Cursor(), *, run: str, fmt: str, final: bool, options: ReadOptions, lean: bool = False,
-    limit: int | None = None,
+    limit: int | None = None, needs: Needs | None = None, each: Sink | None = None,
 ) -> ReadResult:
     """What `path` holds from `cursor` on; with `limit`, about that many bytes at most (whole lines
-    or records: the cursor says where the next read goes on)."""
+    or records: the cursor says where the next read goes on). With `needs`, only the rows of the
+    tags it needs (projection; `span` still covers every row). With `each`, the table goes to it a
+    block at a time, as it is read, and the result's frame is empty: memory is then bounded by a
+    block, not by the file (formats read as one document give it in one piece)."""
     reader = options.reader(fmt)
+    keep = needs.keeper(options.aliases) if needs is not None else None
+    spans: list[table.Span | None] = []
+
+    projects = keep is not None and getattr(reader, "projects", False)
+
+    def finished(rows: pl.DataFrame) -> pl.DataFrame:
+        spans.append(table.span_of(rows))
+        return _finish(rows, keep=None if projects else keep, run=run, source=str(path), options=options, lean=lean)
+
+    extra: dict = {}
+    if projects:
+        extra["keep"] = keep
+    streamed = each is not None and getattr(reader, "streams", False)
+    if streamed:
+        extra["each"] = lambda rows: each(finished(rows))
     try:
-        parsed: Parsed = reader.read(path, cursor, final=final, limit=limit)
+        parsed: Parsed = reader.read(path, cursor, final=final, limit=limit, **extra)
     except FileNotFoundError:
         return ReadResult(table.empty(lean=lean), cursor, (Problem(str(path), "file vanished before it could be read"),))
     except PermissionError:
@@ -87,9 +109,22 @@ def read(
         why = (str(exc).strip().splitlines() or [""])[0]
         problem = Problem(str(path), f"cannot be read from byte {cursor.offset} on ({type(exc).__name__}: {why}); no longer read, please report it")
         return ReadResult(table.empty(lean=lean), cursor, (problem,), dead=True)
-    tags = parsed.rows.get_column("tag").unique().to_list() if parsed.rows.height else []
-    frame = table.finish(parsed.rows, run=run, source=str(path), metric_of=options.aliases.mapping(tags), lean=lean)
-    return ReadResult(frame, parsed.cursor, parsed.problems, parsed.dead)
+    frame = finished(parsed.rows)
+    if each is not None and not streamed:
+        if frame.height:
+            each(frame)
+        frame = frame.clear()
+    span = parsed.span if parsed.projected else table.joined(spans)
+    return ReadResult(frame, parsed.cursor, parsed.problems, parsed.dead, span)
+
+
+def _finish(rows: pl.DataFrame, *, keep: Keep | None, run: str, source: str, options: ReadOptions, lean: bool) -> pl.DataFrame:
+    """A parser's raw rows as the canonical table, less the tags `keep` leaves out (when the reader
+    did not leave them out itself)."""
+    if keep is not None and rows.height:
+        rows = kept_rows(rows, keep)
+    tags = rows.get_column("tag").unique().to_list() if rows.height else []
+    return table.finish(rows, run=run, source=source, metric_of=options.aliases.mapping(tags), lean=lean)
 
 
 @dataclass(frozen=True)
@@ -102,10 +137,13 @@ class FileResult:
 EMPTY = "empty file: no records"
 
 
-def read_found(found: Found, options: ReadOptions, *, lean: bool = False, explicit: bool = False) -> FileResult:
+def read_found(
+    found: Found, options: ReadOptions, *, lean: bool = False, explicit: bool = False, needs: Needs | None = None, each: Sink | None = None
+) -> FileResult:
     """One file of an audit, completely. An empty file is not sniffed or parsed (a folder can hold
     thousands): it is a problem when its name promises records (an event file), or when a file of
-    unknown name would be one (`unrecognised`); `explicit`: the user named this file."""
+    unknown name would be one (`unrecognised`); `explicit`: the user named this file; `needs` and
+    `each`: as `read` takes them."""
     try:
         empty = found.path.stat().st_size == 0
         fmt = None if empty else options.format_of(found.path)
@@ -118,7 +156,7 @@ def read_found(found: Found, options: ReadOptions, *, lean: bool = False, explic
         return FileResult(found, named, ReadResult(table.empty(lean=lean), Cursor(), (Problem(str(found.path), EMPTY),) if warn else ()))
     if fmt is None:
         return FileResult(found, None, None)
-    return FileResult(found, fmt, read(found.path, run=found.run, fmt=fmt, final=True, options=options, lean=lean))
+    return FileResult(found, fmt, read(found.path, run=found.run, fmt=fmt, final=True, options=options, lean=lean, needs=needs, each=each))
 
 
 WORTH_A_WARNING = {".jsonl", ".ndjson", ".csv", ".log"}
@@ -133,10 +171,13 @@ def unrecognised(path: Path, *, explicit: bool) -> Problem | None:
     return None
 
 
-def read_paths(paths: Sequence[Path], options: ReadOptions = ReadOptions()) -> tuple[pl.DataFrame, list[FileResult], list[Problem]]:
-    """Read every log under the given files and folders, completely (the audit's case)."""
+def read_paths(
+    paths: Sequence[Path], options: ReadOptions = ReadOptions(), *, each: Sink | None = None
+) -> tuple[pl.DataFrame, list[FileResult], list[Problem]]:
+    """Read every log under the given files and folders, completely (the audit's case). With `each`,
+    the table goes to it a block at a time, file after file, and the frame returned is empty."""
     found, problems = collect(paths, globs=options.globs)
-    results = [read_found(f, options, explicit=f.path in paths) for f in found]
+    results = [read_found(f, options, explicit=f.path in paths, each=each) for f in found]
     frames = []
     for res in results:
         if res.result is None:

@@ -31,6 +31,20 @@ RAW_SCHEMA: dict[str, pl.DataType] = {
 CANONICAL_METRICS = ("loss", "eval_loss", "lr", "grad_norm", "loss_scale")
 
 
+Span = tuple[int, int]
+"""First and last step of a table's rows, every metric's: what a run covers."""
+
+
+def span_of(frame: pl.DataFrame) -> Span | None:
+    steps = frame.get_column("step").drop_nulls()
+    return None if not steps.len() else (int(steps.min()), int(steps.max()))
+
+
+def joined(spans: list[Span | None]) -> Span | None:
+    known = [s for s in spans if s is not None]
+    return (min(s[0] for s in known), max(s[1] for s in known)) if known else None
+
+
 def empty_raw() -> pl.DataFrame:
     return pl.DataFrame(schema=RAW_SCHEMA)
 

@@ -320,7 +320,7 @@ def test_scan_reports_a_file_its_reader_fails_on_and_audits_the_other_runs(tmp_p
     def failing(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202 - a reader bug nobody foresaw
         raise ValueError("unforeseen")
 
-    monkeypatch.setattr(dictlines, "json_pairs", failing)  # only the JSON lines reader calls it
+    monkeypatch.setattr(dictlines, "json_wide", failing)  # only the JSON lines reader calls it
     code = main(["scan", str(tmp_path), "--format", "json"])
     out = capsys.readouterr()
     report = json.loads(out.out)

@@ -10,7 +10,7 @@ import polars as pl
 import pytest
 
 from lossguard.cursor import Cursor
-from lossguard.formats import base, fastpath
+from lossguard.formats import base, dictlines, fastpath
 from lossguard.formats.dictlines import parse, parse_json
 from lossguard.formats.kvlines import parse as parse_kv
 from lossguard.formats.megatron import parse as parse_megatron
@@ -63,11 +63,57 @@ def test_fast_path_gives_what_the_regex_path_gives(kind, monkeypatch):
 
     for module in ("dictlines", "kvlines", "megatron"):
         monkeypatch.setattr(f"lossguard.formats.{module}.fast_pairs", spy(fastpath.fast_pairs))
-    monkeypatch.setattr("lossguard.formats.dictlines.json_pairs", spy(fastpath.json_pairs))
+    def wide_spy(*args, **kwargs):
+        wide, rest = fastpath.json_wide(*args, **kwargs)
+        seen.append(len(wide.line_no))
+        return wide, rest
+
+    monkeypatch.setattr("lossguard.formats.dictlines.json_wide", wide_spy)
     parse_fn(lines, Cursor(), raw)
     assert max(seen) > 2900
     monkeypatch.setattr(fastpath, "MIN_LINES", 10**9)
     slow_rows, slow_cursor = parse_fn(lines, Cursor(), raw)
+    assert slow_rows.height > 3000
+    assert fast_rows.equals(slow_rows)
+    assert fast_cursor == slow_cursor
+
+
+CLEAN_JSONL = {
+    "every line stepped": ['{"step": %d, "loss": %f, "lr": 1e-4, "grad_norm": %f, "tokens": 5}'],
+    "a line with no metric": ['{"step": %d, "loss": %f, "grad_norm": %f}', '{"step": 5}'],
+    "steps going back, quoted values": ['{"step": %d, "loss": "%f", "grad_norm": %f}', '{"step": 3, "loss": 9.0}'],
+    "a step that is no step": ['{"step": %d, "loss": %f, "grad_norm": %f}', '{"step": -4, "loss": 1.0}'],
+    "two step keys": ['{"step": %d, "global_step": 7, "loss": %f, "grad_norm": %f}'],
+    "a summary line": ['{"step": %d, "loss": %f, "grad_norm": %f}', '{"step": 9, "train_runtime": 1.0, "loss": 2.0}'],
+    "fairseq's update count": ['{"step": %d, "loss": %f, "grad_norm": %f}', '{"epoch": 1, "valid_loss": 5.0, "valid_num_updates": 40}'],
+    "no step key": ['{"iter_time": %d, "loss": %f, "grad_norm": %f}'],
+}
+
+
+SHORT_WAY = {"every line stepped", "a line with no metric", "steps going back, quoted values"}
+dictlines_stepped_rows = dictlines.stepped_rows
+
+
+@pytest.mark.parametrize("case", sorted(CLEAN_JSONL))
+def test_json_lines_that_all_parse_give_what_the_regex_path_gives(case, monkeypatch):
+    """Blocks the NDJSON reader reads whole, where lines naming their step take the short way to rows."""
+    template, *odd = CLEAN_JSONL[case]
+    texts = []
+    for i in range(3000):
+        texts.append(template % (i, 2.0 + i * 1e-4, 1.0 + (i % 7) * 0.1))
+        if i % 700 == 5:
+            texts.extend(odd)
+    lines = pl.DataFrame({"line_no": range(1, len(texts) + 1), "text": texts}, schema={"line_no": pl.Int64, "text": pl.String})
+    raw = ("\n".join(texts) + "\n").encode()
+    assert not fastpath.json_wide(lines, raw=raw)[1].height  # every line read by the NDJSON reader
+    cursor = Cursor(index=4, last_step=2)
+    direct = []
+    monkeypatch.setattr(dictlines, "stepped_rows", lambda *a: direct.append(dictlines_stepped_rows(*a)) or direct[-1])
+    fast_rows, fast_cursor = parse_json(lines, cursor, raw)
+    # Blocks whose every line names one usable step take the short way; the others go through rows_of.
+    assert (direct[0] is not None) == (case in SHORT_WAY)
+    monkeypatch.setattr(fastpath, "MIN_LINES", 10**9)
+    slow_rows, slow_cursor = parse_json(lines, cursor, raw)
     assert slow_rows.height > 3000
     assert fast_rows.equals(slow_rows)
     assert fast_cursor == slow_cursor

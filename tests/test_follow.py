@@ -105,15 +105,15 @@ def test_a_file_its_reader_fails_on_stops_alone_and_the_other_runs_are_still_jud
     follower.run_pass(1.0)
     from lossguard.formats import dictlines
 
-    real_json_pairs = dictlines.json_pairs
+    real_json_wide = dictlines.json_wide
     bad = root / "bad" / "metrics.jsonl"
 
-    def json_pairs(lines, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202 - a reader bug nobody foresaw
+    def json_wide(lines, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202 - a reader bug nobody foresaw
         if lines.get_column("text").str.contains("poison").any():
             raise ValueError("unforeseen")
-        return real_json_pairs(lines, *args, **kwargs)
+        return real_json_wide(lines, *args, **kwargs)
 
-    monkeypatch.setattr(dictlines, "json_pairs", json_pairs)
+    monkeypatch.setattr(dictlines, "json_wide", json_wide)
     with open(root / "good" / "metrics.jsonl", "a") as fh:
         fh.write(_line(20, 9.0))
     with open(bad, "a") as fh:

@@ -12,14 +12,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lossguard.cursor import Cursor
+from lossguard.engine import SCAN_NEEDS
 from lossguard.spikes import find_incidents
 from lossguard.formats.sniff import format_of
 from lossguard.kinds import Rule
 from lossguard.model import Incident
+from lossguard.needs import Needs
 from lossguard.reader import ReadOptions, read
 from lossguard.rules import rule_from
 from lossguard.sources.textfile import iter_blocks
 from lossguard.streams import collapse
+from lossguard.table import Span, joined
 
 from . import samples
 from .conftest import CORPUS
@@ -87,16 +90,18 @@ def test_cursor_survives_json_round_trip():
     assert Cursor.from_json(cursor.to_json()) == cursor
 
 
-def _read_with_limit(path: Path, fmt: str, limit: int) -> tuple[pl.DataFrame, int]:
-    cursor, frames, reads = Cursor(), [], 0
+def _read_with_limit(path: Path, fmt: str, limit: int, *, needs: Needs | None = None) -> tuple[pl.DataFrame, int, Span | None]:
+    """The pieces' tables together, how many reads it took, and the steps all the pieces covered."""
+    cursor, frames, reads, spans = Cursor(), [], 0, []
     while True:
-        res = read(path, cursor, run="r", fmt=fmt, final=False, options=OPTIONS, limit=limit)
+        res = read(path, cursor, run="r", fmt=fmt, final=False, options=OPTIONS, limit=limit, needs=needs)
         assert res.problems == ()
         frames.append(res.frame)
+        spans.append(res.span)
         reads += 1
         assert res.cursor.offset - cursor.offset <= 2 * limit + 4096  # a bounded piece of the file per read
         if res.cursor.offset == cursor.offset:
-            return pl.concat(frames), reads
+            return pl.concat(frames), reads, joined(spans)
         cursor = res.cursor
 
 
@@ -108,15 +113,20 @@ def test_text_read_a_limited_piece_at_a_time_equals_read_in_one_go(tmp_path, nam
     path.write_bytes(data)
     fmt = format_of(path)
     whole = read(path, run="r", fmt=fmt, final=False, options=OPTIONS)
-    pieces, reads = _read_with_limit(path, fmt, limit)
+    pieces, reads, span = _read_with_limit(path, fmt, limit)
     assert pieces.equals(whole.frame)
     assert reads >= len(data) // (2 * limit + 4096)
+    # With scan's projection: the rows of the tags it judges, and the steps every row covered.
+    kept = SCAN_NEEDS.keeper(OPTIONS.aliases)
+    projected, _, projected_span = _read_with_limit(path, fmt, limit, needs=SCAN_NEEDS)
+    assert projected.equals(whole.frame.filter(pl.col("tag").map_elements(kept, return_dtype=pl.Boolean)))
+    assert projected_span == span == whole.span
 
 
 def test_event_file_read_a_limited_piece_at_a_time_equals_read_in_one_go(tmp_path):
     src = write_tb1(tmp_path / "src", [(s, t, 1.0 / (s + 1)) for s in range(2000) for t in ("loss", "lr")])
     whole = read(src, run="r", fmt="tfevents", final=True, options=OPTIONS)
-    pieces, reads = _read_with_limit(src, "tfevents", 4096)
+    pieces, reads, _ = _read_with_limit(src, "tfevents", 4096)
     assert pieces.equals(whole.frame) and reads > src.stat().st_size // (2 * 4096 + 4096)
 
 

@@ -17,8 +17,8 @@ import polars as pl
 from .. import table
 from ..cursor import Cursor
 from ..problems import Problem
-from ..sources.textfile import iter_blocks, not_utf8
-from .base import Format, Parsed, lines_of
+from ..sources.textfile import STREAMED_BLOCK, iter_blocks, not_utf8
+from .base import Format, Keep, Parsed, Sink, lines_of
 
 STEP_COLUMNS = ("step", "global_step", "iteration", "iter", "trainer/global_step", "_step", "num_updates", "steps")
 
@@ -70,61 +70,80 @@ def _numbers(column: pl.Series) -> pl.Series:
     return column.cast(pl.Float64, strict=False)
 
 
-def _rows(frame: pl.DataFrame, cursor: Cursor) -> tuple[pl.DataFrame, Cursor]:
-    """Long rows in file order (row, then column) with `record`, the 1-based data-row number."""
+def _rows(frame: pl.DataFrame, cursor: Cursor, *, keep: Keep | None = None, skip: int = 0) -> tuple[pl.DataFrame, table.Span | None, Cursor]:
+    """Long rows in file order (row, then column) with `record`, the 1-based data-row number, of the
+    records after `skip` and the columns `keep` keeps; and the span of every column's rows."""
     lowered = {c.lower(): c for c in frame.columns}
     step_col = next((lowered[k] for k in STEP_COLUMNS if k in lowered), None)
     n = frame.height
     if n == 0:
-        return table.empty_raw().with_columns(pl.lit(None, dtype=pl.Int64).alias("record")), cursor
+        return table.empty_raw().with_columns(pl.lit(None, dtype=pl.Int64).alias("record")), None, cursor
     record = np.arange(cursor.index + 1, cursor.index + 1 + n, dtype=np.int64)
     if step_col is None:
         steps = pl.Series(record)
     else:
         steps = _numbers(frame.get_column(step_col)).cast(pl.Int64, strict=False)
     names = [c for c in frame.columns if c != step_col and c]
-    values = frame.select([_numbers(frame.get_column(c)) for c in names])
+    kept = [c for c in names if keep(c)] if keep is not None else names
+    values = frame.select([_numbers(frame.get_column(c)) for c in kept])
+    placed = steps.is_not_null()
+    if skip > cursor.index:
+        placed = placed & pl.Series(record > skip)
+    span = None
+    if keep is not None:
+        # What every column covers, kept or not: rows with a step and any value.
+        valued = frame.select(pl.any_horizontal([_numbers(frame.get_column(c)).is_not_null() for c in names]) if names else pl.lit(False)).to_series()
+        covered = steps.filter(placed & valued)
+        span = (int(covered.min()), int(covered.max())) if covered.len() else None
+    k = len(kept)
+    own = steps.drop_nulls() if step_col else None
+    last_step = own[-1] if own is not None and own.len() else cursor.last_step
+    after = cursor.advance(index=cursor.index + n, last_step=last_step)
+    if not k:
+        return table.empty_raw().with_columns(pl.lit(None, dtype=pl.Int64).alias("record")), span, after
     # Row-major, as the file reads: every value of row 1, then of row 2...
-    valid = (values.select(pl.all().is_not_null()).to_numpy() & steps.is_not_null().to_numpy()[:, None]).ravel()
-    k = len(names)
+    valid = (values.select(pl.all().is_not_null()).to_numpy(order="c") & placed.to_numpy()[:, None]).ravel()
     rows = pl.DataFrame(
         {
             "step": np.repeat(steps.fill_null(0).to_numpy(), k)[valid],
             "record": np.repeat(record, k)[valid],
-            "tag": pl.Series(names, dtype=pl.Categorical()).gather(pl.Series(np.tile(np.arange(k, dtype=np.uint32), n)[valid])),
-            "value": values.to_numpy().astype(np.float64, copy=False).ravel()[valid],
+            "tag": pl.Series(kept, dtype=pl.Categorical()).gather(pl.Series(np.tile(np.arange(k, dtype=np.uint32), n)[valid])),
+            "value": values.to_numpy(order="c").astype(np.float64, copy=False).ravel()[valid],
         },
         schema={"step": pl.Int64(), "record": pl.Int64(), "tag": pl.Categorical(), "value": pl.Float64()},
     ).with_columns(pl.lit(None, dtype=pl.Float64).alias("wall_time"))
-    own = steps.drop_nulls() if step_col else None
-    last_step = own[-1] if own is not None and own.len() else cursor.last_step
-    return rows, cursor.advance(index=cursor.index + n, last_step=last_step)
+    return rows, span, after
 
 
 class CsvFormat:
     name = "csv"
+    streams = True
+    """`each` takes the rows of each block as it is read (reader.read)."""
+    projects = True
+    """`keep` picks the columns made into rows (the others are only looked at for the span)."""
 
-    def read(self, path: Path, cursor: Cursor, *, final: bool, limit: int | None = None) -> Parsed:
-        parsed = self._read(path, cursor, final=final, limit=limit)
-        return Parsed(table.conform_raw(parsed.rows), parsed.cursor, parsed.problems)
+    def read(self, path: Path, cursor: Cursor, *, final: bool, limit: int | None = None, each: Sink | None = None, keep: Keep | None = None) -> Parsed:
+        sink = (lambda rows: each(table.conform_raw(rows))) if each is not None else None
+        parsed = self._read(path, cursor, final=final, limit=limit, each=sink, keep=keep)
+        return Parsed(table.conform_raw(parsed.rows), parsed.cursor, parsed.problems, span=parsed.span, projected=parsed.projected)
 
-    def _read(self, path: Path, cursor: Cursor, *, final: bool, limit: int | None = None) -> Parsed:
+    def _read(
+        self, path: Path, cursor: Cursor, *, final: bool, limit: int | None = None, each: Sink | None = None, keep: Keep | None = None, skip: int = 0
+    ) -> Parsed:
+        """`skip`: data rows already handed out (of a file rewritten with a new header)."""
         problems: list[Problem] = []
         source = str(path)
         if cursor.header is not None and cursor.offset > 0:
             current = _first_line(path)
             if current is not None and current != cursor.header:
                 # Rewritten with a new header (Lightning adds a column): start over, skip what was seen.
-                fresh = self._read(path, Cursor(), final=final, limit=limit)
+                fresh = self._read(path, Cursor(), final=final, limit=limit, each=each, keep=keep, skip=cursor.index)
                 message = "rewritten with a new header; read again from the top, rows already read are skipped"
-                return Parsed(
-                    fresh.rows.filter(pl.col("record") > cursor.index),
-                    fresh.cursor,
-                    (*fresh.problems, Problem(source, message, line=1)),
-                )
+                return Parsed(fresh.rows, fresh.cursor, (*fresh.problems, Problem(source, message, line=1)), span=fresh.span, projected=fresh.projected)
         frames: list[pl.DataFrame] = []
+        spans: list[table.Span | None] = []
         warned = False
-        for block in iter_blocks(path, cursor, final=final, problems=problems, limit=limit):
+        for block in iter_blocks(path, cursor, final=final, problems=problems, limit=limit, block=STREAMED_BLOCK if each is not None else None):
             data, first = block.data, block.first_line
             if not warned:
                 problem = not_utf8(data, first_line=first, source=source)
@@ -138,13 +157,14 @@ class CsvFormat:
                     continue
                 head, _, data = data.partition(b"\n")
                 header, first = head.decode("utf-8", errors="replace").rstrip("\r"), first + 1
-            if data.strip():
+            if data and not data.isspace():  # (strip() would copy the block to answer)
                 frame = _frame(header, data, source=source, first_line=first, problems=problems)
-                rows, cursor = _rows(frame, cursor)
-                frames.append(rows)
+                rows, span, cursor = _rows(frame, cursor, keep=keep, skip=skip)
+                spans.append(span)
+                each(rows) if each is not None else frames.append(rows)
             cursor = block.cursor.advance(header=header, index=cursor.index, last_step=cursor.last_step)
         rows = pl.concat(frames, rechunk=False) if frames else _rows(pl.DataFrame(), cursor)[0]
-        return Parsed(rows, cursor, tuple(problems))
+        return Parsed(rows, cursor, tuple(problems), span=table.joined(spans), projected=keep is not None)
 
 
 CSV = CsvFormat()

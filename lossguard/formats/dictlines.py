@@ -12,8 +12,8 @@ import polars as pl
 from .. import table
 from ..cursor import Cursor
 from .base import Format, LineFormat
-from .fastpath import fast_pairs, json_pairs
-from .pairs import NUMBER, pairs_frame, records_to_rows
+from .fastpath import Wide, fast_pairs, json_wide, long_rows
+from .pairs import NUMBER, pairs_frame, records_to_rows, usable_step
 
 PAIR = (
     r"""["'](?P<key>[^"'\n]{1,200})["']\s*:\s*(?:[A-Za-z_][\w.]*\()?["']?(?P<value>"""
@@ -43,11 +43,39 @@ def python_pairs(lines: pl.DataFrame, raw: bytes | None = None) -> pl.DataFrame:
 
 
 def parse_json(lines: pl.DataFrame, cursor: Cursor, raw: bytes | None = None) -> tuple[pl.DataFrame, Cursor]:
-    fast, rest = json_pairs(lines, raw=raw)
+    wide, rest = json_wide(lines, raw=raw)
+    if not rest.height and (direct := stepped_rows(wide, cursor)) is not None:
+        return direct
+    fast = wide.pairs()
     if not fast.height:
         fast, rest = fast_pairs(lines, sep=",", cell_re=CELL, strip=" {}", raw=raw, one_pair_per_field=True)
     pairs = _merge(fast, rest)
     return rows_of(lines, pairs, cursor, unnumbered=_epoch_evals(pairs))
+
+
+def stepped_rows(wide: Wide, cursor: Cursor) -> tuple[pl.DataFrame, Cursor] | None:
+    """The raw rows of lines that each name their step, straight from the wide pairs: what rows_of
+    makes of them when every line has one usable step key and no key that makes a line special (a
+    summary, fairseq's `*_num_updates`), without laying every pair out long and joining it back to
+    its line's step. None when that does not hold: rows_of decides."""
+    lowered = [k.lower() for k in wide.keys]
+    at = [i for i, k in enumerate(lowered) if k in STEP_KEYS]
+    if len(at) != 1 or any(k in SUMMARY_KEYS or k.endswith("_num_updates") for k in lowered):
+        return None
+    step_key = wide.keys[at[0]]
+    steps = wide.values.select(usable_step(pl.col(step_key)).alias("step")).to_series()
+    if steps.null_count():
+        return None
+    metrics = [k for k in wide.keys if k != step_key]
+    values = wide.values.select(metrics)
+    # A line with no metric is no record: no rows, not counted.
+    record = values.select(pl.any_horizontal(pl.all().is_not_null()).alias("r")).to_series() if metrics else pl.Series([False] * steps.len())
+    n = int(record.sum())
+    if not n:
+        return None
+    rows = long_rows(steps.to_numpy(), metrics, values)
+    last = int(steps.filter(record)[-1])
+    return rows, cursor.advance(index=cursor.index + n, last_step=last)
 
 
 EVAL_KEY = re.compile(r"(?i)^(?:valid|val|eval|test|dev)[_/]")

@@ -145,18 +145,32 @@ def _numbers(kept: pl.DataFrame, fields: list[_Field], cell_re: str) -> pl.DataF
 def _long_pairs(line_nos: np.ndarray, keys: list[str], values: pl.DataFrame) -> pl.DataFrame:
     """(line_no, key, value) from a frame of values, a row per line and a column per key, row by
     row as the file reads; a missing value is no pair."""
-    k = len(keys)
-    valid = values.select(pl.all().is_not_null()).to_numpy().ravel()
-    matrix = values.to_numpy().astype(np.float64, copy=False)
-    key_index = pl.Series(np.tile(np.arange(k, dtype=np.uint32), line_nos.size)[valid])
+    index, key, value = _melted(line_nos, keys, values)
     return pl.DataFrame(
-        {
-            "line_no": pl.Series(np.repeat(line_nos, k)[valid], dtype=pl.Int64()).set_sorted(),
-            "key": pl.Series(keys, dtype=pl.Categorical()).gather(key_index),
-            "value": matrix.ravel()[valid],
-        },
+        {"line_no": pl.Series(index, dtype=pl.Int64()).set_sorted(), "key": key, "value": value},
         schema={"line_no": pl.Int64(), "key": pl.Categorical(), "value": pl.Float64()},
     )
+
+
+def long_rows(steps: np.ndarray, keys: list[str], values: pl.DataFrame) -> pl.DataFrame:
+    """Raw rows (step, tag, value, wall_time) from a frame of values, a row per line (at `steps`) and
+    a column per key, row by row as the file reads; a missing value is no row."""
+    index, key, value = _melted(steps, keys, values)
+    return pl.DataFrame(
+        {"step": index, "tag": key, "value": value}, schema={"step": pl.Int64(), "tag": pl.Categorical(), "value": pl.Float64()}
+    ).with_columns(pl.lit(None, dtype=pl.Float64()).alias("wall_time"))
+
+
+def _melted(index: np.ndarray, keys: list[str], values: pl.DataFrame) -> tuple[np.ndarray, pl.Series, np.ndarray]:
+    """Row-major (index, key, value) of the non-null cells of `values`."""
+    k = len(keys)
+    matrix = values.to_numpy().astype(np.float64, copy=False).ravel()
+    codes = np.tile(np.arange(k, dtype=np.uint32), index.size)
+    index = np.repeat(index, k)
+    if any(values.null_count().row(0)):
+        valid = values.select(pl.all().is_not_null()).to_numpy().ravel()
+        index, codes, matrix = index[valid], codes[valid], matrix[valid]
+    return index, pl.Series(keys, dtype=pl.Categorical()).gather(pl.Series(codes)), matrix
 
 
 _NESTED = (pl.Struct, pl.List, pl.Array, pl.Object)
@@ -180,34 +194,62 @@ def _too_sparse(head: pl.Series) -> bool:
     return keys * head.len() > SPARSE * pairs
 
 
-def json_pairs(lines: pl.DataFrame, *, raw: bytes | None = None, min_lines: int | None = None) -> tuple[pl.DataFrame, pl.DataFrame]:
+def _ndjson(raw: bytes) -> pl.DataFrame:
+    """The NDJSON reader's frame of `raw`. Python's json writes NaN and Infinity bare, which no JSON
+    parser accepts: only when the reader refuses the block are they quoted and the block read again
+    (looking for them first cost two scans of every block, with or without them)."""
+    try:
+        return pl.read_ndjson(raw, infer_schema_length=INFER_LINES)
+    except pl.exceptions.PolarsError:
+        quoted = raw
+        if b"NaN" in quoted:
+            quoted = quoted.replace(b": NaN", b': "NaN"')
+        if b"Infinity" in quoted:
+            quoted = quoted.replace(b": -Infinity", b': "-Infinity"').replace(b": Infinity", b': "Infinity"')
+        if quoted is raw or quoted == raw:
+            raise
+        return pl.read_ndjson(quoted, infer_schema_length=INFER_LINES)
+
+
+@dataclass(frozen=True)
+class Wide:
+    """Pairs as the NDJSON reader gives them: a row per line (`line_no`), a column per key (`keys`),
+    null where the line has no such pair."""
+
+    line_no: np.ndarray
+    keys: list[str]
+    values: pl.DataFrame
+
+    def pairs(self) -> pl.DataFrame:
+        """(line_no, key, value), line by line, each line's pairs in key order."""
+        return _long_pairs(self.line_no, self.keys, self.values) if self.keys else _EMPTY_PAIRS
+
+
+_NO_WIDE = Wide(np.zeros(0, dtype=np.int64), [], pl.DataFrame())
+
+
+def json_wide(lines: pl.DataFrame, *, raw: bytes | None = None, min_lines: int | None = None) -> tuple[Wide, pl.DataFrame]:
     """JSON lines through polars' native NDJSON reader. A line counts as read only if the reader
     kept every one of its keys (as many cells as `":` in the line): a key the schema inference did not
     see, a nested object, a duplicate key, all send that line to the regex path instead."""
     min_lines = MIN_LINES if min_lines is None else min_lines
     if lines.height < min_lines:
-        return _EMPTY_PAIRS, lines
+        return _NO_WIDE, lines
     texts = lines.get_column("text").fill_null("")
     objects = texts.str.starts_with("{")
     if _too_sparse(texts.filter(objects).head(INFER_LINES)):
-        return _EMPTY_PAIRS, lines
+        return _NO_WIDE, lines
     if not objects.all():
         raw = None
     if raw is None:
         raw = texts.filter(objects).str.join("\n").item().encode("utf-8") + b"\n"
-    # Python's json writes NaN and Infinity bare, which no JSON parser accepts: quote them.
-    # (A find is a memchr scan; each replace copies the block: only pay for them when needed.)
-    if b"NaN" in raw:
-        raw = raw.replace(b": NaN", b': "NaN"')
-    if b"Infinity" in raw:
-        raw = raw.replace(b": -Infinity", b': "-Infinity"').replace(b": Infinity", b': "Infinity"')
     try:
-        frame = pl.read_ndjson(raw, infer_schema_length=INFER_LINES)
+        frame = _ndjson(raw)
     except pl.exceptions.PolarsError:
-        return _EMPTY_PAIRS, lines
+        return _NO_WIDE, lines
     chosen = lines.filter(objects)
     if frame.height != chosen.height or not frame.width:
-        return _EMPTY_PAIRS, lines
+        return _NO_WIDE, lines
     chosen_text = chosen.get_column("text")
     expected = chosen_text.str.count_matches('":', literal=True) - chosen_text.str.count_matches('": null', literal=True)
     present = frame.select(pl.sum_horizontal(pl.all().is_not_null())).to_series()
@@ -222,8 +264,9 @@ def json_pairs(lines: pl.DataFrame, *, raw: bytes | None = None, min_lines: int 
     values = frame.select([
         (pl.col(c).str.strip_chars("\"").cast(pl.Float64, strict=False) if schema[c] == pl.String else pl.col(c).cast(pl.Float64))
         for c in numeric
-    ]).filter(fits)
+    ])
+    if fits.all():
+        return Wide(chosen.get_column("line_no").to_numpy(), numeric, values), lines.filter(~objects)
     line_nos = chosen.get_column("line_no").to_numpy()[fits.to_numpy()]
-    pairs = _long_pairs(line_nos, numeric, values) if numeric else _EMPTY_PAIRS
     rest = pl.concat([lines.filter(~objects), chosen.filter(~fits)]).sort("line_no")
-    return pairs, rest
+    return Wide(line_nos, numeric, values.filter(fits)), rest

@@ -51,7 +51,9 @@ def parse(lines: pl.DataFrame, cursor: Cursor, raw: bytes | None = None) -> tupl
         pl.col("text").str.extract(VALIDATION, 1).cast(pl.Int64, strict=False).alias("val"),
     )
     iterations = marked.filter(pl.col("it").is_not_null())
-    fast, rest = fast_pairs(iterations.select("line_no", "text"), sep="|", cell_re=CELL, first_field_free=True, one_pair_per_field=True)
+    # The block's bytes serve the fast path only when every line is an iteration line.
+    whole = raw if iterations.height == lines.height else None
+    fast, rest = fast_pairs(iterations.select("line_no", "text"), sep="|", cell_re=CELL, first_field_free=True, one_pair_per_field=True, raw=whole)
     pairs = pl.concat([fast, pairs_frame(rest, PAIR)]).sort("line_no", maintain_order=True) if fast.height else pairs_frame(iterations, PAIR)
     rows, state = records_to_rows(
         pairs,

@@ -16,6 +16,9 @@ from ..cursor import Cursor
 from ..problems import Problem
 
 BLOCK = 32 << 20
+STREAMED_BLOCK = 8 << 20
+"""Blocks of a read whose rows are handed out as each block is read (`lossguard read`): one block's
+text, lines and table are then all the memory it holds, and polars' ~1 ms a call is nothing at 8 MB."""
 MAX_LINE = 16 << 20
 
 
@@ -40,7 +43,7 @@ def not_utf8(data: bytes, *, first_line: int, source: str) -> Problem | None:
 
 
 def iter_blocks(
-    path: Path, cursor: Cursor, *, final: bool, problems: list[Problem], block: int = BLOCK, max_line: int = MAX_LINE,
+    path: Path, cursor: Cursor, *, final: bool, problems: list[Problem], block: int | None = None, max_line: int | None = None,
     limit: int | None = None,
 ) -> Iterator[TextBlock]:
     """Blocks of whole lines from the cursor on; with `limit`, no more than `limit` bytes (the
@@ -52,6 +55,9 @@ def iter_blocks(
     are parsed would otherwise be chased a few lines at a time, each paying a whole parse (what is
     written meanwhile is the next pass's, which its inotify event or the next poll starts)."""
     source = str(path)
+    # The module's sizes, looked up at the call; BLOCK caps every read's blocks (a test reads a file
+    # in many blocks by setting it).
+    block, max_line = min(block or BLOCK, BLOCK), max_line or MAX_LINE
     block = min(block, limit) if limit else block
     offset, line, skipping = cursor.offset, cursor.line, cursor.skipping
     last = cursor

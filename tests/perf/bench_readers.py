@@ -13,13 +13,15 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
+import subprocess
 import random
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common  # noqa: E402
-from _common import DATA, measure, measure_cmd  # noqa: E402
+from _common import DATA, measure  # noqa: E402
 
 LOSSGUARD = """
 from pathlib import Path
@@ -103,42 +105,82 @@ def text_file(kind: str, megabytes: int) -> Path:
     return path
 
 
+# The peers build the rows scan's projection keeps (loss, lr, grad norm, and val_loss in the CSV),
+# as floats, the way a user would write the loop.
 PEERS_TEXT = {
-    "jsonl": ("json.loads loop", """
+    "jsonl": ("json.loads loop -> rows", """
 import json
-n = 0
+rows = []
 for line in open({path!r}):
     d = json.loads(line)
-    n += ("loss" in d)
-print(n)
+    step = d["step"]
+    for k in ("loss", "lr", "grad_norm"):
+        v = d.get(k)
+        if v is not None:
+            rows.append((step, k, float(v)))
+print(len(rows))
 """),
-    "csv": ("csv.reader loop", """
+    "csv": ("csv.reader loop -> rows", """
 import csv
-n = 0
-for row in csv.reader(open({path!r})):
-    n += bool(row[2])
-print(n)
+rows = []
+reader = csv.reader(open({path!r}, newline=""))
+names = next(reader)
+for row in reader:
+    step = int(row[1])
+    for i in (2, 3, 4, 5):
+        if row[i]:
+            rows.append((step, names[i], float(row[i])))
+print(len(rows))
 """),
 }
-REGEX_PEER = ("re.search loop", """
+REGEX_PEER = ("re loop: loss, lr, grad norm -> rows", """
 import re
 pat = re.compile({pattern!r})
-n = 0
+rows = []
+step = 0
 for line in open({path!r}):
-    if pat.search(line):
-        n += 1
-print(n)
+    m = pat.search(line)
+    if m:
+        g = m.groupdict()
+        step = int(g["step"]) if g.get("step") else step + 1
+        rows.append((step, "loss", float(g["loss"])))
+        rows.append((step, "lr", float(g["lr"])))
+        rows.append((step, "grad_norm", float(g["gn"])))
+print(len(rows))
 """)
+F = r"([-+.\deE]+)"
 PATTERNS = {
-    "megatron": r"iteration\s+(\d+)/.*lm loss: ([-+.\dEe]+).*grad norm: ([-+.\dEe]+)",
-    "hf_console": r"'loss': ([-+.\deE]+)",
-    "kv_lines": r"step\s+(\d+) \| loss: ([-+.\deE]+)",
+    "megatron": rf"iteration\s+(?P<step>\d+)/.*learning rate: (?P<lr>{F[1:-1]}).*lm loss: (?P<loss>{F[1:-1]}).*grad norm: (?P<gn>{F[1:-1]})",
+    "hf_console": rf"'loss': (?P<loss>{F[1:-1]}), 'grad_norm': (?P<gn>{F[1:-1]}), 'learning_rate': (?P<lr>{F[1:-1]})",
+    "kv_lines": rf"step\s+(?P<step>\d+) \| loss: (?P<loss>{F[1:-1]}) \| lr (?P<lr>{F[1:-1]}) \| norm: (?P<gn>{F[1:-1]})",
 }
+
+LOSSGUARD_TEXT = """
+from pathlib import Path
+from lossguard.reader import read, ReadOptions
+kw = {{}}
+if {projected!r}:
+    try:
+        from lossguard.engine import SCAN_NEEDS
+        kw["needs"] = SCAN_NEEDS
+    except ImportError:
+        pass  # a lossguard from before projection: the full read is what scan did
+r = read(Path({path!r}), run="r", fmt={fmt!r}, final=True, options=ReadOptions(), lean={projected!r}, **kw)
+assert not r.problems, r.problems
+print(r.frame.height, r.frame.estimated_size())
+"""
+CLI_READ = """
+import sys
+from lossguard.cli import main
+sys.argv = ["lossguard", "read", {path!r}, "--format", {out!r}]
+sys.stdout = open("/dev/null", "w")
+main(sys.argv[1:])
+"""
 
 
 def row(label: str, seconds: float, rss: float, ours: float | None, note: str = "") -> str:
     ratio = f"{seconds / ours:8.1f}x" if ours else " " * 9
-    return f"  {label:<34} {seconds:9.2f} s {rss:9.0f} MB  {ratio}  {note}"
+    return f"  {label:<40} {seconds:9.2f} s {rss:9.0f} MB  {ratio}  {note}"
 
 
 def bench_events(n: int, *, tf2: bool, skip: set[str]) -> None:
@@ -161,20 +203,79 @@ def bench_events(n: int, *, tf2: bool, skip: set[str]) -> None:
         print(row(label, pt, prss, t))
 
 
-def bench_text(kind: str, megabytes: int) -> None:
+def best_of(repeat: int, fns: list) -> list:
+    """The fastest of `repeat` runs of each of `fns`, taken in turns (new, base, peer, new, base,
+    peer...), so that a burst of load on this shared machine falls on all of them alike."""
+    runs: list[list] = [[] for _ in fns]
+    for _ in range(repeat):
+        for i, fn in enumerate(fns):
+            runs[i].append(fn())
+    return [min(r, key=lambda x: x[0]) for r in runs]
+
+
+def with_code(code_dir: str | None) -> dict | None:
+    """The environment running lossguard from `code_dir` (an exported older tree), for A/B."""
+    if not code_dir:
+        return None
+    env = _common.child_env()
+    env["PYTHONPATH"] = code_dir
+    return env
+
+
+def bench_text(kind: str, megabytes: int, *, repeat: int, baseline: str | None, cli: bool, code_dir: str | None = None) -> None:
     path = text_file(kind, megabytes)
     size = path.stat().st_size / 1e6
     print(f"\n{kind}: {size:.0f} MB")
-    print(f"  {'reader':<34} {'time':>11} {'peak RSS':>12}  {'vs lossguard':>9}")
-    fmt = {"hf_console": "hf_console", "kv_lines": "kv_lines"}.get(kind, kind)
-    t, rss, out = measure(LOSSGUARD.format(path=str(path), fmt=fmt))
-    rows, est = map(int, out.split())
-    print(row("lossguard read", t, rss, None, f"{rows:,} rows, table {est / 1e6:.0f} MB; peak RSS / table {rss / max(est / 1e6, 1e-9):.2f}"))
-    gt, grss = measure_cmd(["grep", "-c", "loss", str(path)])
-    print(row("grep -c loss", gt, grss, t))
-    label, code = PEERS_TEXT.get(kind, REGEX_PEER)
-    pt, prss, _ = measure(code.format(path=str(path), pattern=PATTERNS.get(kind, "")))
-    print(row(label, pt, prss, t))
+    print(f"  {'reader':<40} {'time':>11} {'peak RSS':>12}  {'peer/ours':>9}")
+    fmt = kind
+    versions = [("", with_code(code_dir))] + ([(" [base]", with_code(baseline))] if baseline else [])
+    ours: dict[str, float] = {}
+    tables: dict[str, int] = {}
+    reads = [(tag, env, projected) for tag, env in versions for projected in (False, True)]
+    label, peer = PEERS_TEXT.get(kind, REGEX_PEER)
+    peer = peer.format(path=str(path), pattern=PATTERNS.get(kind, ""))
+    fns = [lambda env=env, projected=projected: measure(LOSSGUARD_TEXT.format(path=str(path), fmt=fmt, projected=projected), env=env) for _, env, projected in reads]
+    *results, (pt, prss, pout) = best_of(repeat, [*fns, lambda: measure(peer)])
+    for (tag, _, projected), (t, rss, out) in zip(reads, results):
+        rows, est = map(int, out.split())
+        name = ("lossguard read, scan's projection" if projected else "lossguard read, full table") + tag
+        ours[name] = t
+        tables[name] = est
+        print(row(name, t, rss, None, f"{rows:,} rows, {size / t:.0f} MB/s"))
+    base = ours.get("lossguard read, scan's projection [base]")
+    print(row(label, pt, prss, ours["lossguard read, scan's projection"], f"{int(pout):,} rows; ratio to scan's projection" + (f" (base: {pt / base:.1f}x)" if base else "")))
+    # Whole process: MB/s per core (CPU seconds, so both cores' work counts), beside grep -c.
+    exe = [sys.executable, "-m", "lossguard", "scan", str(path), "--format", "json", "--quiet"]
+    *scans, (gt, grss, gcpu) = best_of(repeat, [*(lambda env=env: measure_cpu(exe, env=env) for _, env in versions), lambda: measure_cpu(["grep", "-c", "loss", str(path)])])
+    print(f"  {'grep -c loss':<40} {gt:9.2f} s {grss:9.0f} MB  {'':>9}  {size / gcpu:.0f} MB/s per core")
+    for (tag, _), (st, srss, scpu) in zip(versions, scans):
+        print(f"  {'lossguard scan (whole process)' + tag:<40} {st:9.2f} s {srss:9.0f} MB  {'':>9}  {size / scpu:.0f} MB/s per core ({size / st:.0f} MB/s wall)")
+    if cli:
+        # The target: peak RSS within 2x the largest block's table + 300 MB (a block: textfile.BLOCK of text).
+        block_table = tables["lossguard read, full table"] * min(1.0, (32 << 20) / path.stat().st_size) / 1e6
+        print(f"  (a 32 MiB block's table: ~{block_table:.0f} MB; RSS bound 2x that + 300 MB = {2 * block_table + 300:.0f} MB)")
+        bench_cli_read(path, repeat=repeat, versions=versions, library=ours)
+
+
+def bench_cli_read(path: Path, *, repeat: int, versions, library: dict[str, float]) -> None:
+    """`lossguard read FILE --format csv|json` to /dev/null: time and peak RSS beside the library read."""
+    runs = [(tag, env, out) for tag, env in versions for out in ("csv", "json")]
+    results = best_of(repeat, [lambda env=env, out=out: measure(CLI_READ.format(path=str(path), out=out), env=env) for _, env, out in runs])
+    for (tag, _, out), (t, rss, _) in zip(runs, results):
+        lib = library["lossguard read, full table" + tag]
+        print(row(f"lossguard read --format {out}{tag}", t, rss, None, f"{t / lib:.2f}x the library read{tag}"))
+
+
+def measure_cpu(argv: list[str], *, env: dict | None = None) -> tuple[float, float, float]:
+    """(wall seconds, peak RSS in MB, CPU seconds) of a command whose output is read and dropped."""
+    import time
+
+    start = time.perf_counter()
+    # A pipe, not /dev/null: GNU grep stops at the first match when its output goes nowhere.
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env or _common.child_env())
+    proc.stdout.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    return time.perf_counter() - start, usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime
 
 
 def main() -> None:
@@ -183,14 +284,25 @@ def main() -> None:
     ap.add_argument("--text-mb", type=int, default=1024)
     ap.add_argument("--skip", action="append", default=[], help="peer labels to skip (substring), e.g. tbparse")
     ap.add_argument("--only", choices=["events", "text"], help="run one half only")
+    ap.add_argument("--kind", action="append", choices=["jsonl", "csv", "megatron", "hf_console", "kv_lines"], help="text formats to run (default: all)")
+    ap.add_argument("--repeat", type=int, default=3, help="runs per figure; the fastest counts")
+    ap.add_argument("--baseline", metavar="DIR", help="also run an older lossguard (an exported tree: git archive REV lossguard | tar -x -C DIR)")
+    ap.add_argument("--code", metavar="DIR", help="run lossguard from this exported tree instead of the installed one (so edits during a long run do not count)")
+    ap.add_argument("--cli-kind", action="append", help="text formats to time `lossguard read --format csv|json` on (default: all)")
+    ap.add_argument("--no-cli", action="store_true", help="skip `lossguard read --format csv|json`")
     args = ap.parse_args()
+    # Children run `python -c` / `-m`, which put the working directory first on sys.path: from the
+    # repository, its lossguard/ would shadow the trees --code and --baseline name.
+    DATA.mkdir(exist_ok=True)
+    os.chdir(DATA)
     print("lossguard reader benchmark (ratio = peer time / lossguard time; higher is better for lossguard)")
     if args.only in (None, "events"):
         bench_events(args.events, tf2=False, skip=set(args.skip))
         bench_events(max(1, args.events // 3), tf2=True, skip=set(args.skip) | {"tbparse", "EventAccumulator"})
     if args.only in (None, "text"):
-        for kind in ("jsonl", "csv", "megatron", "hf_console", "kv_lines"):
-            bench_text(kind, args.text_mb)
+        for kind in args.kind or ("jsonl", "csv", "megatron", "hf_console", "kv_lines"):
+            cli = not args.no_cli and (not args.cli_kind or kind in args.cli_kind)
+            bench_text(kind, args.text_mb, repeat=args.repeat, baseline=args.baseline, cli=cli, code_dir=args.code)
 
 
 if __name__ == "__main__":
