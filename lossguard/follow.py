@@ -368,16 +368,16 @@ class Follower:
         else:
             ident = decision.row.id
             tx.update_incident(decision.row)
+        announced = "opened" in decision.kinds or "escalated" in decision.kinds
+        # The curves as they are now, committed with the alert: its sparkline, and the picture drawn
+        # and sent after it goes out (the sender's thread), from what the daemon saw when it raised it.
+        pic = picture(inc, {m: (w[0], w[1]) for m, w in windows.items() if w[0].size}) if announced else None
         for kind in decision.kinds:
             previous = decision.previous_cause if kind in ("resolved", "relabelled") else None
-            self._notify(tx, Notice(kind, inc.run, inc, source=source, previous_cause=previous), ident, now, report)
-        if self.plot_sinks and ("opened" in decision.kinds or "escalated" in decision.kinds):
-            # The curves as they are now, committed with the alert: drawn and sent after it goes
-            # out (the sender's thread), from what the daemon saw when it raised it.
-            streams = {m: (w[0], w[1]) for m, w in windows.items() if w[0].size}
-            pic = picture(inc, streams)
-            if pic is not None:
-                tx.add_plot(ident, json.dumps(pic.to_json()), sinks=self.plot_sinks, now=now)
+            spark = pic.around() if pic is not None and kind in ("opened", "escalated") else ()
+            self._notify(tx, Notice(kind, inc.run, inc, source=source, previous_cause=previous, spark=spark), ident, now, report)
+        if self.plot_sinks and pic is not None:
+            tx.add_plot(ident, json.dumps(pic.to_json()), sinks=self.plot_sinks, now=now)
 
     def _keep_tails(self, run: str, windows: dict[str, Points], fresh: dict[str, int], tails: dict, active, open_steps: list[int]) -> list[tuple[str, str, Tail]]:  # noqa: ANN001
         # Keep each stream's tail: windows for every rule, and the span of incidents still open.

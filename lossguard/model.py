@@ -227,6 +227,8 @@ class Notice:
     """stalled, resumed: the run's last step."""
     minutes: float | None = None
     """stalled: minutes without a new step."""
+    spark: tuple[float, ...] = ()
+    """opened, escalated: the metric around the spike, as the daemon saw it (the message's sparkline)."""
     silenced_by: str | None = None
     """unsilenced (an incident still open, or a run still stalled, as the silence that held its
     notices back ends): that silence, in words."""
@@ -244,6 +246,7 @@ class Notice:
             "step": self.step,
             "minutes": self.minutes,
             **({"silenced_by": self.silenced_by} if self.silenced_by is not None else {}),
+            **({"spark": [v if math.isfinite(v) else None for v in self.spark]} if self.spark else {}),
         }
 
     @classmethod
@@ -260,4 +263,5 @@ class Notice:
             previous_cause=data.get("previous_cause"), step=None if step is None else int(step),
             minutes=None if data.get("minutes") is None else float(data["minutes"]),
             silenced_by=None if data.get("silenced_by") is None else str(data["silenced_by"]),
+            spark=tuple(math.nan if v is None else float(v) for v in data.get("spark") or ()),
         )

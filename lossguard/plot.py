@@ -82,6 +82,15 @@ class Picture:
         )
         return cls(Incident.from_json(data["incident"]), curves)  # type: ignore[arg-type]
 
+    def around(self, before: int = 30, after: int = 10) -> tuple[float, ...]:
+        """The incident's own curve from `before` points before its first step to `after` after its
+        peak: what a Slack message shows as a sparkline (a webhook cannot upload the picture)."""
+        own = self.curves[0]
+        inc = self.incident
+        first = next((i for i, s in enumerate(own.steps) if s >= inc.step), len(own.steps) - 1)
+        peak = next((i for i, s in enumerate(own.steps) if i >= first and s >= inc.peak_step), first)
+        return own.values[max(0, first - before):peak + after + 1]
+
     def pixels(self) -> tuple[int, int]:
         """(width, height) of the PNG: one band per curve."""
         return WIDTH, MARGIN_HEIGHT + PANEL_HEIGHT * len(self.curves)

@@ -249,3 +249,25 @@ def test_a_pass_holding_only_an_epoch_mean_does_not_splice_it_into_the_per_step_
         fh.write(json.dumps({"step": 31, "train_loss_step": 9.5}) + "\n")
     assert [(n.kind, n.incident.step) for n in follower.run_pass(4.0).notices] == [("opened", 31)]
     state.close()
+
+
+def test_an_alert_carries_the_curve_around_its_spike_for_the_messages_sparkline(tmp_path):
+    """Webhook-only Slack cannot take the picture: the message's sparkline is drawn from the points
+    the daemon saw, committed with the notice (and survives the outbox's JSON)."""
+    from lossguard.alerts.message import for_notice
+    from lossguard.display import sparkline
+    from lossguard.model import Notice
+
+    log, state, follower = one_run(tmp_path, _calm(range(1, 60)))
+    follower.run_pass(1.0)
+    with open(log, "a") as fh:
+        fh.write(_line(60, 9.0) + _calm(range(61, 64)))
+    (opened,) = [n for n in follower.run_pass(2.0, {str(log)}).notices if n.kind == "opened"]
+    assert len(opened.spark) == 31 + 3 and max(opened.spark) == 9.0 and opened.spark[30] == 9.0  # 30 before, the spike, what followed
+    (entry,) = [e for e in state.pending() if e.notice.kind == "opened"]
+    assert entry.notice.spark == opened.spark
+    blocks = json.dumps(for_notice(entry.notice, host="h").blocks, ensure_ascii=False)
+    assert sparkline(opened.spark) in blocks
+    back = Notice.from_json("opened", json.loads(json.dumps(Notice("opened", "r", opened.incident, spark=(1.0, float("nan"))).to_json())))
+    assert back.spark[0] == 1.0 and back.spark[1] != back.spark[1]  # NaN survives as NaN
+    state.close()

@@ -182,7 +182,8 @@ def for_notice(notice: Notice, *, host: str, version: str = "", silence: str | N
             text += f"\nTo silence: {code(silence)}"
         return _section_message(text)
     shown = silence if notice.kind in ("opened", "escalated", "unsilenced") else None
-    return build(notice.incident, event=notice.kind, host=host, source=notice.source, version=version, silence=shown, silenced_by=notice.silenced_by)
+    return build(notice.incident, event=notice.kind, host=host, source=notice.source, version=version, silence=shown,
+                 silenced_by=notice.silenced_by, spark=notice.spark)
 
 
 def summary(notices: tuple[Notice, ...]) -> Message:
