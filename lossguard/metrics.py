@@ -211,19 +211,42 @@ class RunCollector(Collector):
             self.expires = 0.0
             return b""
         families = self._empty_families()
-        memo: dict[tuple, str] = {}
-        render = [_Renderer(f, memo) for f in families]
-        fresh = dict(self._per_run([row for row in runs if row.run in need], *data))
+        latest, opened, spikes = data
+        extra: dict[str, tuple[list, list]] = {}
+        for (run, severity), n in sorted(opened.items()):
+            extra.setdefault(run, ([], []))[0].append((severity, n))
+        for (run, rule), n in sorted(spikes.items()):
+            extra.setdefault(run, ([], []))[1].append((rule, n))
+        host = _label_value(self.host)
         kept: dict[str, tuple[str, ...]] = {}
         columns: list[list[str]] = [[] for _ in families]
         for row in runs:
-            samples = fresh.get(row.run)
-            lines = cache[row.run] if samples is None else tuple(r(some) for r, some in zip(render, samples))
+            lines = cache[row.run] if row.run not in need else _run_lines(row, host, latest, *extra.get(row.run, ((), ())))
             kept[row.run] = lines
             for column, text in zip(columns, lines):
                 column.append(text)
         self._lines, self._seq = kept, seq  # (runs past their ttl leave the cache)
         return "".join(_head(f) + "".join(column) for f, column in zip(families, columns)).encode()
+
+
+_VALUE_NAMES = tuple((m, f"lossguard_run_{name}") for m, name in VALUES.items())
+
+
+def _run_lines(row, host: str, latest: dict, opened, spiked) -> tuple[str, ...]:  # noqa: ANN001
+    """One run's lines, family by family, as text_format writes them (label names sorted: host, run
+    and then rule or severity; a test holds the two byte-identical); written out by hand because a
+    scrape after a pass over every run renders them all."""
+    run = _label_value(row.run)
+    lab = f'{{host="{host}",run="{run}"}}'
+    go = floatToGoString
+    return (
+        f"lossguard_run_last_step{lab} {go(row.last_step)}\n" if row.last_step is not None else "",
+        f"lossguard_run_last_update_timestamp_seconds{lab} {go(row.advanced_at)}\n",
+        f"lossguard_run_stalled{lab} {'1.0' if row.stalled else '0.0'}\n",
+        *(f"{name}{lab} {go(latest[(row.run, m)])}\n" if (row.run, m) in latest else "" for m, name in _VALUE_NAMES),
+        "".join(f'lossguard_run_open_incidents{{host="{host}",run="{run}",severity="{_label_value(sev)}"}} {go(n)}\n' for sev, n in opened),
+        "".join(f'lossguard_run_spikes_total{{host="{host}",rule="{_label_value(rule)}",run="{run}"}} {go(n)}\n' for rule, n in spiked),
+    )
 
 
 @dataclass
