@@ -121,13 +121,19 @@ def test_neither_importing_lossguard_nor_a_scan_imports_matplotlib(tmp_path):
 
 # --- the Plotter: after the alert, in its sink ------------------------------------------------------
 
-def _alerted(state: State, sink: str, *, thread: str | None = None, run: str = "exp") -> int:
-    """An incident whose opened alert was delivered to `sink` (in `thread`), its picture waiting."""
-    inc = _incident(run)
+def _queued(state: State, inc: Incident, sinks: list[str], *, drawing: str | None = None) -> int:
+    """As a pass raises an incident: its opened alert queued for `sinks` and its picture (or
+    `drawing`, whatever JSON is given) waiting for it, in one commit."""
     with state.transaction() as tx:
         ident = tx.add_incident(inc, source="metrics.jsonl", quiet=False, now=1.0)
-        tx.enqueue(Notice("opened", inc.run, inc, source="metrics.jsonl"), incident_id=ident, sinks=[sink], now=1.0)
-        tx.add_plot(ident, json.dumps(picture(inc, _streams()).to_json()), sinks=[sink], now=1.0)
+        tx.enqueue(Notice("opened", inc.run, inc, source="metrics.jsonl"), incident_id=ident, sinks=sinks, now=1.0)
+        tx.add_plot(ident, drawing if drawing is not None else json.dumps(picture(inc, _streams()).to_json()), sinks=sinks, now=1.0)
+    return ident
+
+
+def _alerted(state: State, sink: str, *, thread: str | None = None, run: str = "exp") -> int:
+    """An incident whose opened alert was delivered to `sink` (in `thread`), its picture waiting."""
+    ident = _queued(state, _incident(run), [sink])
     assert state.due_plots(10) == []  # not before its alert went out
     state.mark_sent(state.pending(sink=sink), now=2.0, thread=thread)
     return ident
@@ -206,11 +212,7 @@ def test_an_alert_post_is_not_held_back_by_its_picture(tmp_path):
     """The JSON-lines alert line is written by the outbox round alone; the picture is a later line."""
     state = State(tmp_path / "state")
     try:
-        inc = _incident()
-        with state.transaction() as tx:
-            ident = tx.add_incident(inc, source="m", quiet=False, now=1.0)
-            tx.enqueue(Notice("opened", inc.run, inc, source="m"), incident_id=ident, sinks=["jsonl"], now=1.0)
-            tx.add_plot(ident, "{not json", sinks=["jsonl"], now=1.0)
+        _queued(state, _incident(), ["jsonl"], drawing="{not json")
         out = tmp_path / "out.jsonl"
         sink = JsonlSink(out)
         (entry,) = state.pending(sink="jsonl")
@@ -225,11 +227,7 @@ def test_an_alert_post_is_not_held_back_by_its_picture(tmp_path):
 def test_a_picture_whose_alert_is_dropped_is_dropped_with_it(tmp_path):
     state = State(tmp_path / "state")
     try:
-        inc = _incident()
-        with state.transaction() as tx:
-            ident = tx.add_incident(inc, source="m", quiet=False, now=1.0)
-            tx.enqueue(Notice("opened", inc.run, inc, source="m"), incident_id=ident, sinks=["slack", "jsonl"], now=1.0)
-            tx.add_plot(ident, json.dumps(picture(inc, _streams()).to_json()), sinks=["slack", "jsonl"], now=1.0)
+        _queued(state, _incident(), ["slack", "jsonl"])
         slack_entry = state.pending(sink="slack")[0]
         assert state.drop([slack_entry.id]) == 1
         assert state.db.execute("SELECT sink FROM plots").fetchall() == [("jsonl",)]
@@ -246,11 +244,7 @@ def test_a_picture_follows_the_report_of_an_alert_a_silence_held_and_is_dropped_
         sender = Dispatcher(state, {"jsonl": JsonlSink(out)}, wall=lambda: now[0])
         state.add_silence(run="*", rule=None, metric=None, cause=None, starts=now[0], ends=now[0] + 60, comment="x", author="")
         for run in ("open-one", "recovers"):
-            inc = _incident(run)
-            with state.transaction() as tx:
-                ident = tx.add_incident(inc, source="metrics.jsonl", quiet=False, now=1.0)
-                tx.enqueue(Notice("opened", run, inc, source="metrics.jsonl"), incident_id=ident, sinks=["jsonl"], now=1.0)
-                tx.add_plot(ident, json.dumps(picture(inc, _streams()).to_json()), sinks=["jsonl"], now=1.0)
+            _queued(state, _incident(run), ["jsonl"])
         sender.round()
         assert state.due_plots(10) == []  # held with its alert
         row = state.incident("recovers", "loss-spike", 3000)
