@@ -44,13 +44,18 @@ def _http_url(url: str, *, scheme_hint: str) -> tuple[SplitResult | None, str | 
     return parts, None
 
 
+def in_clear(parts: SplitResult) -> bool:
+    """Plain http to another machine: a secret sent there crosses the network readable."""
+    return parts.scheme == "http" and parts.hostname not in LOCAL_HOSTS
+
+
 def webhook_problem(url: str) -> str | None:
     """Why `url` cannot be an incoming webhook, or None: it must be https (http only to this
     machine), with a host and a path."""
     parts, problem = _http_url(url, scheme_hint="https://")
     if parts is None:
         return problem
-    if parts.scheme == "http" and parts.hostname not in LOCAL_HOSTS:
+    if in_clear(parts):
         return "must use https:// (plain http would send the secret in clear)"
     if not parts.path.strip("/"):
         return "has no path (a webhook URL looks like https://hooks.slack.com/services/T.../B.../...)"
@@ -268,9 +273,10 @@ class Settings(BaseSettings):
             raise ValueError("must end in .prom (node_exporter's textfile collector reads only those)")
         return value
 
-    @field_validator("slack_token")
+    @field_validator("slack_token", "alertmanager_password", "alertmanager_bearer_token")
     @classmethod
-    def _token(cls, value: SecretStr | None) -> SecretStr | None:
+    def _secret(cls, value: SecretStr | None) -> SecretStr | None:
+        """Known to the scrubber from the moment it is read, so no later error text can show it."""
         if value is not None:
             remember(value.get_secret_value())
         return value
@@ -292,7 +298,7 @@ class Settings(BaseSettings):
     def _base_url(cls, value: str) -> str:
         """The bot token goes to this URL with every call: https, or plain http to this machine only."""
         parts, problem = _http_url(value.strip(), scheme_hint="https://")
-        if parts is not None and parts.scheme == "http" and parts.hostname not in LOCAL_HOSTS:
+        if parts is not None and in_clear(parts):
             problem = "must use https:// (plain http would send the bot token in clear)"
         if problem:
             raise ValueError(problem)
@@ -336,13 +342,6 @@ class Settings(BaseSettings):
                 raise ValueError(f"{name!r} is set by lossguard itself ({', '.join(RESERVED)}); for the host label use [alertmanager] host")
         return value
 
-    @field_validator("alertmanager_password", "alertmanager_bearer_token")
-    @classmethod
-    def _am_secret(cls, value: SecretStr | None) -> SecretStr | None:
-        if value is not None:
-            remember(value.get_secret_value())
-        return value
-
     @field_validator("alertmanager_ca_file")
     @classmethod
     def _ca_file(cls, value: Path | None) -> Path | None:
@@ -359,8 +358,7 @@ class Settings(BaseSettings):
             raise ValueError("alertmanager: a password without a username")
         if basic or self.alertmanager_bearer_token is not None:
             for url in self.alertmanager_urls:
-                parts = urlsplit(url)
-                if parts.scheme == "http" and parts.hostname not in LOCAL_HOSTS:
+                if in_clear(urlsplit(url)):
                     raise ValueError(f"alertmanager: {url} must use https:// (plain http would send the credentials in clear)")
         return self
 
