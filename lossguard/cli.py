@@ -467,6 +467,7 @@ def _state_dir_of(args: argparse.Namespace) -> Path:
 def _cmd_status(args: argparse.Namespace) -> int:
     import json
 
+    from .silences import Silence
     from .state import read_summary
 
     path = _state_dir_of(args) / "state.db"
@@ -490,7 +491,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
         print(f"  #{n['id']} {n['kind']}  attempts {n['attempts']}{'  PERMANENT' if n['permanent'] else ''}  {p(n['error'] or '')}")
     print(f"{len(summary['silences'])} silence(s) in force{':' if summary['silences'] else ''}")
     for s in summary["silences"]:
-        print(f"  {_silence_line(s)}")
+        print(f"  {_silence_line(Silence.from_json(s))}")
     return EXIT_OK
 
 
@@ -597,13 +598,12 @@ def _cause_names() -> list[str]:
     return list(CAUSE_TITLES)
 
 
-def _silence_line(s: dict) -> str:
+def _silence_line(s) -> str:  # noqa: ANN001 - a silences.Silence
     import datetime as dt
 
-    until = dt.datetime.fromtimestamp(s["ends"]).astimezone().isoformat(timespec="minutes")
-    matchers = " ".join(f"{k}={printable(str(s[k]))}" for k in ("run", "rule", "metric", "cause") if s[k] is not None)
-    by = f"by {printable(s['author'])}: " if s["author"] else ""
-    return f"#{s['id']}  {matchers}  until {until}  ({by}{printable(s['comment'])})"
+    until = dt.datetime.fromtimestamp(s.end).astimezone().isoformat(timespec="minutes")
+    by = f"by {printable(s.author)}: " if s.author else ""
+    return f"#{s.id}  {printable(s.matchers())}  until {until}  ({by}{printable(s.comment)})"
 
 
 def _cmd_silence(args: argparse.Namespace) -> int:
@@ -632,16 +632,16 @@ def _cmd_silence(args: argparse.Namespace) -> int:
             author = os.environ.get("SUDO_USER") or getpass.getuser()
             s = state.add_silence(run=args.run, rule=args.rule, metric=args.metric, cause=args.cause, starts=now, ends=ends,
                                   comment=args.comment.strip(), author=author)
-            print(f"silence {_silence_line(s.to_json())} added; expire it early with `lossguard silence expire {s.id}`")
+            print(f"silence {_silence_line(s)} added; expire it early with `lossguard silence expire {s.id}`")
             return EXIT_OK
         if args.action == "list":
-            shown = [s.to_json() for s in state.silences(now=None if args.all else now)]
+            shown = state.silences(now=None if args.all else now)
             if args.format == "json":
-                print(json.dumps(shown, indent=2))
+                print(json.dumps([s.to_json() for s in shown], indent=2))
                 return EXIT_OK
             print(f"{len(shown)} silence(s){' (ended ones too)' if args.all else ' in force'}{':' if shown else ''}")
             for s in shown:
-                print(f"  {_silence_line(s)}{'  (ended)' if s['ends'] <= now else ''}")
+                print(f"  {_silence_line(s)}{'  (ended)' if s.end <= now else ''}")
             return EXIT_OK
         missing = []
         for ident in args.ids:

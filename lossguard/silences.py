@@ -71,6 +71,12 @@ class Silence:
         who = f"by {self.author}: " if self.author else ""
         return f"#{self.id} ({self.matchers()}, {who}{self.comment})"
 
+    @classmethod
+    def from_json(cls, data: dict) -> Silence:
+        """A silence back from `to_json` (whose `ends` is when it ended or ends)."""
+        return cls(data["id"], data["run"], data["rule"], data["metric"], data["cause"], data["starts"], data["ends"],
+                   data["comment"], data["author"], data["created"], data["expired"])
+
     def to_json(self) -> dict[str, object]:
         return {
             "id": self.id, "run": self.run, "rule": self.rule, "metric": self.metric, "cause": self.cause,

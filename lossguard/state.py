@@ -17,10 +17,11 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TypeVar
 from urllib.parse import quote
 
 import numpy as np
@@ -971,8 +972,12 @@ class StateReader:
         self.db.close()
 
 
-def read_summary(path: Path) -> dict[str, list[dict[str, object]]]:
-    """What `lossguard status` shows, read-only (safe while the daemon runs)."""
+T = TypeVar("T")
+
+
+def _read_only(path: Path, read: Callable[[sqlite3.Connection], T]) -> T:
+    """`read` on the state file opened read-only (safe while the daemon runs); a file that is no
+    state is a StateError naming it."""
     if path.is_dir():
         raise StateError(f"{path}: the state file is a folder")
     try:
@@ -980,11 +985,16 @@ def read_summary(path: Path) -> dict[str, list[dict[str, object]]]:
     except sqlite3.DatabaseError as exc:
         raise StateError(f"{path}: cannot open the state file ({exc})") from None
     try:
-        return _summary(db)
+        return read(db)
     except sqlite3.DatabaseError as exc:
         raise StateError(f"{path}: not a lossguard state file ({exc})") from None
     finally:
         db.close()
+
+
+def read_summary(path: Path) -> dict[str, list[dict[str, object]]]:
+    """What `lossguard status` shows."""
+    return _read_only(path, _summary)
 
 
 def _summary(db: sqlite3.Connection) -> dict[str, list[dict[str, object]]]:
@@ -1013,14 +1023,5 @@ def _silences(db: sqlite3.Connection, *, now: float) -> list[Silence]:
 
 
 def read_silences(path: Path, *, now: float) -> list[Silence]:
-    """The silences in force, read-only (`scan --slack-digest` leaves out what they cover)."""
-    try:
-        db = sqlite3.connect(f"file:{quote(str(path))}?mode=ro", uri=True, timeout=10)
-    except sqlite3.DatabaseError as exc:
-        raise StateError(f"{path}: cannot open the state file ({exc})") from None
-    try:
-        return _silences(db, now=now)
-    except sqlite3.DatabaseError as exc:
-        raise StateError(f"{path}: not a lossguard state file ({exc})") from None
-    finally:
-        db.close()
+    """The silences in force (`scan --slack-digest` leaves out what they cover)."""
+    return _read_only(path, lambda db: _silences(db, now=now))

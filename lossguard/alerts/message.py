@@ -178,7 +178,7 @@ def for_notice(notice: Notice, *, host: str, version: str = "", silence: str | N
     """`silence`: the command that silences it, shown with what is news (a new alert, a stall)."""
     if notice.incident is None:
         text = escape(describe(notice))
-        if silence and notice.kind in ("stalled",):
+        if silence and notice.kind == "stalled":
             text += f"\nTo silence: {code(silence)}"
         return _section_message(text)
     shown = silence if notice.kind in ("opened", "escalated", "unsilenced") else None
