@@ -21,13 +21,13 @@ import numpy as np
 import polars as pl
 
 from . import table
-from .engine import SCAN_NEEDS, RunAnalysis, analyse_streams
+from .engine import SCAN_NEEDS, RunAnalysis, analyse_runs
 from .model import Incident
 from .problems import Problem, summarised
 from .reader import ReadOptions, read_found, unrecognised
 from .rules import RuleSet
 from .sources.discover import Found, collect
-from .streams import as_context, context
+from .streams import Points, context, context_points
 
 CURVE_POINTS = 1500
 PARALLEL_BYTES = 64 << 20
@@ -81,7 +81,7 @@ class ScanResult:
 def _decimate(steps: np.ndarray, values: np.ndarray, limit: int = CURVE_POINTS) -> Curve:
     """At most `limit` points, keeping each bucket's min and max so spikes stay visible."""
     if steps.size <= limit:
-        return Curve(tuple(int(s) for s in steps), tuple(float(v) for v in values))
+        return Curve(tuple(steps.tolist()), tuple(values.tolist()))
     buckets = np.array_split(np.arange(steps.size), limit // 2)
     keep: list[int] = []
     for b in buckets:
@@ -96,16 +96,27 @@ def _decimate(steps: np.ndarray, values: np.ndarray, limit: int = CURVE_POINTS) 
     return Curve(tuple(int(steps[i]) for i in keep), tuple(float(values[i]) for i in keep))
 
 
-def _spark(loss: pl.DataFrame, inc: Incident) -> tuple[float, ...]:
-    steps = loss.get_column("step").to_numpy()
-    values = loss.get_column("value").to_numpy()
+def _spark(loss: tuple[np.ndarray, np.ndarray], inc: Incident) -> tuple[float, ...]:
+    steps, values = loss
     i = int(np.searchsorted(steps, inc.step))
     j = int(np.searchsorted(steps, inc.end_step if inc.end_step is not None else inc.peak_step, side="right"))
-    return tuple(float(v) for v in values[max(0, i - SPARK_BEFORE) : min(values.size, max(j, i + 1) + SPARK_AFTER)])
+    return tuple(values[max(0, i - SPARK_BEFORE) : min(values.size, max(j, i + 1) + SPARK_AFTER)].tolist())
 
 
-def scan_run(run: str, paths: Sequence[str], rules: RuleSet, options: ReadOptions, explicit: frozenset[str] = frozenset()) -> RunReport:
-    """Read and analyse one run; a module-level function so worker processes can run it."""
+@dataclass(frozen=True)
+class _Read:
+    """A run's files, read: what its analysis and report are made from."""
+
+    run: str
+    paths: Sequence[str]
+    frame: pl.DataFrame
+    formats: tuple[str, ...]
+    problems: tuple[Problem, ...]
+    span: table.Span | None
+
+
+def _read_run(run: str, paths: Sequence[str], options: ReadOptions, explicit: frozenset[str]) -> _Read | RunReport:
+    """The run's files read; a report already when none of them could be."""
     frames, formats, problems, spans = [], [], [], []
     for path in paths:
         # Only what judging reads (SCAN_NEEDS): the other metrics' rows are never built.
@@ -127,20 +138,54 @@ def scan_run(run: str, paths: Sequence[str], rules: RuleSet, options: ReadOption
         # a run of its own, once cost an analysis of nothing each).
         return RunReport(RunAnalysis(run, {}, 0, None, None, ()), paths[0], (), len(paths), tuple(problems))
     frame = pl.concat(frames, rechunk=False) if frames else table.empty(lean=True)
-    analysis, streams = analyse_streams(frame, rules, run=run, span=table.joined(spans))
-    contexts = {m: as_context(s) for m, s in streams.items()}
-    extra = {inc.metric for inc in analysis.incidents} - set(contexts)
-    contexts.update({m: context(frame, m) for m in extra})
-    del frame  # from here on only the streams are needed: let the table go
+    return _Read(run, paths, frame, tuple(dict.fromkeys(formats)), tuple(problems), table.joined(spans))
+
+
+def _report(read: _Read, analysis: RunAnalysis, streams: dict[str, Points]) -> RunReport:
+    contexts = {m: context_points(p) for m, p in streams.items()}
+    for metric in {inc.metric for inc in analysis.incidents} - set(contexts):
+        c = context(read.frame, metric)
+        contexts[metric] = (c.get_column("step").to_numpy(), c.get_column("value").to_numpy())
     curves = {}
     for metric in ("loss", "lr", "grad_norm", "loss_scale", "eval_loss"):
-        c = contexts[metric]
-        if c.height:
-            curves[metric] = _decimate(c.get_column("step").to_numpy(), c.get_column("value").to_numpy())
+        steps, values = contexts[metric]
+        if steps.size:
+            curves[metric] = _decimate(steps, values)
     sparks = {(inc.rule, inc.step): _spark(contexts[inc.metric], inc) for inc in analysis.incidents}
+    paths = read.paths
     parents = {str(Path(p).parent) for p in paths}
     source = paths[0] if len(paths) == 1 else (parents.pop() if len(parents) == 1 else os.path.commonpath(paths))
-    return RunReport(analysis, source, tuple(dict.fromkeys(formats)), len(paths), tuple(problems), curves, sparks)
+    return RunReport(analysis, source, read.formats, len(paths), read.problems, curves, sparks)
+
+
+def scan_runs(batch: Sequence[tuple[str, Sequence[str]]], rules: RuleSet, options: ReadOptions, explicit: frozenset[str] = frozenset()) -> list[RunReport]:
+    """Read and analyse runs, each file on its own and all the runs' analysis at once (a worker takes
+    many small runs at a time); a module-level function so worker processes can run it."""
+    read = [_read_run(run, paths, options, explicit) for run, paths in batch]
+    todo = [r for r in read if isinstance(r, _Read)]
+    analysed = iter(analyse_runs([r.frame for r in todo], rules, runs=[r.run for r in todo], spans=[r.span for r in todo]) if todo else ())
+    return [r if isinstance(r, RunReport) else _report(r, *next(analysed)) for r in read]
+
+
+BATCH_RUNS, BATCH_BYTES = 64, 16 << 20
+"""A worker's batch: at most this many runs and bytes of logs (their tables are held until the batch's
+analysis), and at least four batches per worker when there are enough runs, so that the last slow
+batch does not leave a core idle."""
+
+
+def batches(runs: Sequence[str], sizes: dict[str, int], *, workers: int) -> list[list[str]]:
+    """The runs, in order, cut into batches (BATCH_RUNS, BATCH_BYTES)."""
+    per = max(1, min(BATCH_RUNS, -(-len(runs) // (4 * workers))))
+    out: list[list[str]] = []
+    held = 0
+    for run in runs:
+        size = sizes.get(run, 0)
+        if not out or len(out[-1]) >= per or (held + size > BATCH_BYTES and out[-1]):
+            out.append([])
+            held = 0
+        out[-1].append(run)
+        held += size
+    return out
 
 
 def _leave_sigint() -> None:
@@ -211,10 +256,13 @@ def scan(
         pool = ProcessPoolExecutor(max_workers=min(jobs, len(runs)), mp_context=multiprocessing.get_context("spawn"), initializer=_leave_sigint)
         try:
             with _sigint_ignored():  # the workers start with it ignored (inherited), before any import
-                futures = {pool.submit(scan_run, run, by_run[run], rules, options, explicit): run for run in runs}
+                futures = {
+                    pool.submit(scan_runs, [(run, by_run[run]) for run in batch], rules, options, explicit): batch
+                    for batch in batches(runs, sizes, workers=jobs)
+                }
             for fut in as_completed(futures):
-                reports.append(fut.result())
-                done_bytes += sizes.get(futures[fut], 0)
+                reports.extend(fut.result())
+                done_bytes += sum(sizes.get(run, 0) for run in futures[fut])
                 if progress:
                     progress(len(reports), len(runs), done_bytes)
         except BaseException:
@@ -222,9 +270,9 @@ def scan(
             raise
         pool.shutdown()
     else:
-        for run in runs:
-            reports.append(scan_run(run, by_run[run], rules, options, explicit))
-            done_bytes += sizes.get(run, 0)
+        for batch in batches(runs, sizes, workers=1):
+            reports.extend(scan_runs([(run, by_run[run]) for run in batch], rules, options, explicit))
+            done_bytes += sum(sizes.get(run, 0) for run in batch)
             if progress:
                 progress(len(reports), len(runs), done_bytes)
     # A "run" in which no file was recognised is no run: only its warnings are kept.

@@ -31,7 +31,7 @@ from .rules import RuleSet
 from .sources.discover import segment_order
 from .sources.followed import Sighting, Tracker, offset_of
 from .state import FileRow, RunRow, State, Tail, Transaction
-from .streams import Points, by_run_and_metric, collapse_points
+from .streams import NO_POINTS, Points, by_run, by_run_and_metric, collapse_points
 
 TAIL_CAP = 20_000
 CONTEXT_TAIL = 400
@@ -77,29 +77,11 @@ def _as_rows(tail: Tail, *, run: str, metric: str, tag: str) -> pl.DataFrame:
     )
 
 
-_NO_POINTS: Points = (np.empty(0, np.int64), np.empty(0, np.float64), np.empty(0, np.int64))
 _NO_ROWS = table.empty()
 
 
 def _run_rows(parts: list[pl.DataFrame]) -> pl.DataFrame:
     return parts[0] if len(parts) == 1 else pl.concat(parts, rechunk=False)
-
-
-def _long(windows: list[dict[str, Points]], runs: Sequence[str]) -> dict[str, pl.DataFrame]:
-    """Each metric's windows of all runs in one frame (run index, step, value, segment), as
-    engine.judge_runs takes them."""
-    out = {}
-    for m in JUDGED:
-        parts = [(k, w[m]) for k, w in enumerate(windows) if w[m][0].size]
-        if not parts:
-            continue
-        out[m] = pl.DataFrame({
-            "run": pl.Series(np.repeat([k for k, _ in parts], [p[0].size for _, p in parts]), dtype=pl.Int64()),
-            "step": pl.Series(np.concatenate([p[0] for _, p in parts]), dtype=pl.Int64()),
-            "value": pl.Series(np.concatenate([p[1] for _, p in parts]), dtype=pl.Float64()),
-            "segment": pl.Series(np.concatenate([p[2] for _, p in parts]), dtype=pl.Int64()),
-        })
-    return out
 
 
 def _capped(row: FileRow, limit: int) -> int:
@@ -301,7 +283,7 @@ class Follower:
             for m in JUDGED:
                 tail, fresh = tails.get((run, m), empty), new.get((run, m))
                 if not tail.steps.size:
-                    mine[m] = fresh if fresh is not None else _NO_POINTS
+                    mine[m] = fresh if fresh is not None else NO_POINTS
                 elif fresh is None:
                     mine[m] = collapse_points(tail.steps, tail.values)
                 else:
@@ -325,7 +307,7 @@ class Follower:
         def view(k: int) -> tuple[Callable[[str], int], RunContext]:
             return (lambda m: int(windows[k][m][2].max()) if windows[k][m][2].size else 0), self._context(runs[k], tag_rows.get((runs[k],)), windows[k], tails)
 
-        found = judge_runs(_long(windows, runs), runs=runs, rules=active, seen=seen, view=view)
+        found = judge_runs(by_run(windows, JUDGED), runs=runs, rules=active, seen=seen, view=view)
         last_steps = dict(frame.group_by("run", maintain_order=True).agg(pl.col("step").max()).iter_rows())
         positions = self.state.runs_of(runs)
         kept: list[tuple[str, str, Tail]] = []

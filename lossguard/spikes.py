@@ -64,7 +64,10 @@ def _judge_units(units: pl.DataFrame, rule: Rule, *, seen_before: int | pl.Expr,
         .with_columns(flag.alias("__flag"), judgement.baseline.alias("baseline"), judgement.limit.alias("limit"))
         .filter(pl.col("__flag"))
         .select(pl.col("i").cast(pl.Int64), "baseline", "limit")
-        .collect()
+        # One engine for every judgement: polars' streaming engine sums a rolling window in another
+        # order than the in-memory one, which window expressions over many runs (`over`) always use,
+        # and a limit one ulp apart could flag a point in one command and not the other.
+        .collect(engine="in-memory")
     )
     return flagged, judgement.onset
 

@@ -8,7 +8,7 @@ points of the earlier timeline before the segment's first step.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import polars as pl
@@ -79,6 +79,7 @@ def by_metric(run_frame: pl.DataFrame, metrics: tuple[str, ...], *, best: dict[s
 
 Points = tuple[np.ndarray, np.ndarray, np.ndarray]
 """A stream as numpy arrays: steps (int64), values (float64), segments (int64)."""
+NO_POINTS: Points = (np.empty(0, np.int64), np.empty(0, np.float64), np.empty(0, np.int64))
 
 
 def points_of(stream: pl.DataFrame) -> Points:
@@ -133,6 +134,23 @@ def by_run_and_metric(frame: pl.DataFrame, metrics: tuple[str, ...], *, best: di
     return out
 
 
+def by_run(windows: Sequence[Mapping[str, Points]], metrics: Sequence[str]) -> dict[str, pl.DataFrame]:
+    """Each metric's streams of many runs in one frame (run: the index into `windows`, step, value,
+    segment), each run's rows together: what engine.judge_runs judges in one query per rule."""
+    out = {}
+    for m in metrics:
+        parts = [(k, w[m]) for k, w in enumerate(windows) if w[m][0].size]
+        if not parts:
+            continue
+        out[m] = pl.DataFrame({
+            "run": pl.Series(np.repeat([k for k, _ in parts], [p[0].size for _, p in parts]), dtype=pl.Int64()),
+            "step": pl.Series(np.concatenate([p[0] for _, p in parts]), dtype=pl.Int64()),
+            "value": pl.Series(np.concatenate([p[1] for _, p in parts]), dtype=pl.Float64()),
+            "segment": pl.Series(np.concatenate([p[2] for _, p in parts]), dtype=pl.Int64()),
+        })
+    return out
+
+
 def _no_points() -> pl.DataFrame:
     return pl.DataFrame(schema={"step": pl.Int64(), "value": pl.Float64(), "segment": pl.Int64()})
 
@@ -154,6 +172,14 @@ def as_context(points: pl.DataFrame) -> pl.DataFrame:
     if not points.height or points.get_column("segment").max() == 0:
         return points.select("step", "value")  # one segment: steps already increase strictly
     return points.unique(subset=["step"], keep="last", maintain_order=True).sort("step").select("step", "value")
+
+
+def context_points(points: Points) -> tuple[np.ndarray, np.ndarray]:
+    """`as_context` of a stream held as arrays: one segment is already in step order."""
+    if not points[2].size or points[2].max() == 0:
+        return points[0], points[1]
+    c = as_context(points_frame(points))
+    return c.get_column("step").to_numpy(), c.get_column("value").to_numpy()
 
 
 def segments_with_history(points: pl.DataFrame, lookback: int) -> pl.DataFrame:

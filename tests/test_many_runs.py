@@ -161,3 +161,43 @@ def test_runs_judged_and_labelled_together_are_what_judge_says_of_each(streams):
 
     together = judge_runs(long, runs=runs, rules=[rules] * len(runs), seen=seen, view=view)
     assert repr(together) == repr(alone)
+
+
+def _table(values: list[float], deltas: list[int], extra: list[float], tagged: bool) -> pl.DataFrame:
+    """A run's lean table: loss as the points give it, an epoch mean of it and an LR (other tags of
+    judged metrics), and DeepSpeed's OVERFLOW rows (a tag the labeller reads as it is)."""
+    points = _points(values, deltas)
+    steps = points.get_column("step").to_list()
+    rows = [(s, "loss", "loss", v) for s, v in zip(steps, points.get_column("value").to_list())]
+    rows += [(s, "loss", "train/loss_epoch", v) for s, v in zip(steps[::5], extra)]
+    rows += [(s, "lr", "lr", 1e-4 * (1 + (i % 13))) for i, s in enumerate(steps)]
+    if tagged:
+        rows += [(s, "loss_scale", "OVERFLOW loss scale", 2.0 ** (16 - i)) for i, s in enumerate(steps[::7])]
+    return pl.DataFrame(rows, schema={"step": pl.Int64, "metric": pl.String, "tag": pl.String, "value": pl.Float64}, orient="row")
+
+
+@settings(max_examples=60, deadline=None)
+@given(runs=st.lists(st.tuples(stream, st.lists(st.floats(0.5, 80.0), max_size=12), st.booleans()), min_size=1, max_size=5))
+def test_runs_analysed_together_are_what_each_run_analysed_alone_gives(runs):
+    from lossguard.engine import analyse_runs
+
+    rules = default_rules()
+    frames = [_table(values, deltas, extra, tagged) for (values, deltas, _), extra, tagged in runs]
+    names = [f"run{k % 2}" for k in range(len(frames))]  # names need not be unique: runs are told apart by position
+    together = analyse_runs(frames, rules, runs=names)
+    alone = [analyse_runs([f], rules, runs=[n])[0] for f, n in zip(frames, names)]
+    assert repr([a for a, _ in together]) == repr([a for a, _ in alone])
+    for (_, mine), (_, own) in zip(together, alone):
+        assert repr({m: [a.tolist() for a in p] for m, p in mine.items()}) == repr({m: [a.tolist() for a in p] for m, p in own.items()})
+
+
+def test_a_scan_cuts_its_runs_into_batches_in_order_within_the_bytes_a_batch_may_hold():
+    from lossguard.audit import BATCH_BYTES, BATCH_RUNS, batches
+
+    runs = [f"r{k:03d}" for k in range(300)]
+    sizes = {r: 100_000 for r in runs} | {"r010": BATCH_BYTES * 2}
+    cut = batches(runs, sizes, workers=2)
+    assert [r for b in cut for r in b] == runs
+    assert ["r010"] in cut  # a run bigger than a batch is a batch of its own
+    assert all(len(b) <= BATCH_RUNS and (len(b) == 1 or sum(sizes[r] for r in b) <= BATCH_BYTES) for b in cut)
+    assert len(batches(runs[20:36], sizes, workers=2)) == 8  # few runs: still work for every worker to share
