@@ -23,7 +23,7 @@ from . import readmany, table
 from .alerts.lifecycle import decide, stalled
 from .budget import PASS_BUDGET, Budget
 from .causes import RunContext
-from .engine import CONTEXT_TAGS, JUDGED, Seen, context_from, judge_runs
+from .engine import CONTEXT_TAGS, JUDGED, SCAN_NEEDS, Seen, context_from, judge_runs
 from .model import Incident, Notice
 from .plot import picture
 from .reader import ReadOptions, ReadResult, read
@@ -135,10 +135,10 @@ class Follower:
         report = PassReport()
         with self.state.transaction() as tx:
             sightings = self._sightings(tx, changed, report)
-            frames, quiet = self._read(tx, sightings, report)
-            if frames:
-                self._judge_runs(tx, frames, now=now, quiet=quiet, report=report)
-            self._stalls(tx, now, set(frames), report)
+            frames, quiet, last_steps = self._read(tx, sightings, report)
+            if last_steps:
+                self._judge_runs(tx, frames, last_steps, now=now, quiet=quiet, report=report)
+            self._stalls(tx, now, set(last_steps), report)
             if self.state.fresh:
                 tx.settle()
             self.before_commit()
@@ -162,10 +162,13 @@ class Follower:
                 tx.put_file(seen.row)  # new, renamed, replaced or truncated
         return current
 
-    def _read(self, tx: Transaction, sightings: dict[str, Sighting], report: PassReport) -> tuple[dict[str, list[pl.DataFrame]], dict[str, bool]]:
-        """The new rows of each run, and whether all of them are history (quiet). Runs left over from
-        the last pass first, then the cheapest; a run whose file is slow to read waits for it, the
-        others do not (lossguard.budget)."""
+    def _read(
+        self, tx: Transaction, sightings: dict[str, Sighting], report: PassReport
+    ) -> tuple[dict[str, list[pl.DataFrame]], dict[str, bool], dict[str, int]]:
+        """The new rows of each run (only of the tags judging reads: SCAN_NEEDS), whether all of them
+        are history (quiet), and the last step each run's new lines reached, whatever tags they hold.
+        Runs left over from the last pass first, then the cheapest; a run whose file is slow to read
+        waits for it, the others do not (lossguard.budget)."""
         todo: dict[str, list[tuple[str, Sighting]]] = {}
         for path, seen in sightings.items():
             if not (seen.row.dead or seen.unchanged):
@@ -190,11 +193,13 @@ class Follower:
                 if not self._read_file(tx, path, seen, got, report):
                     break  # still reading: the run's later files wait for it, to keep their order
             together[run] = got
+        last_steps: dict[str, int] = {}
         for run in order:
-            for frame, history in together.get(run, ()):
+            for frame, history, span in together.get(run, ()):
                 frames.setdefault(run, []).append(frame)
                 quiet[run] = quiet.get(run, True) and history
-        return frames, quiet
+                last_steps[run] = max(last_steps.get(run, span[1]), span[1])
+        return frames, quiet, last_steps
 
     def _read_together(self, tx: Transaction, order: list[str], todo: dict[str, list[tuple[str, Sighting]]], report: PassReport) -> dict[str, list]:
         """The runs whose files are JSON lines with little new in them, read in one batch
@@ -217,6 +222,7 @@ class Follower:
         results = readmany.read_many(
             [readmany.Job(Path(path), offset_of(seen.row), seen.row.run, _capped(seen.row, self.budget.block(path))) for path, seen in jobs],
             options=self.options,
+            needs=SCAN_NEEDS,
         )
         share = (time.monotonic() - started) / len(jobs)
         got: dict[str, list] = {run: [] for run in chosen}
@@ -244,7 +250,9 @@ class Follower:
         cursor = offset_of(row)
         block = self.budget.block(path)
         if res is None:
-            job = lambda limit: read(Path(path), cursor, run=row.run, fmt=fmt, final=False, options=self.options, limit=_capped(row, limit))  # noqa: E731
+            job = lambda limit: read(  # noqa: E731
+                Path(path), cursor, run=row.run, fmt=fmt, final=False, options=self.options, limit=_capped(row, limit), needs=SCAN_NEEDS
+            )
             res = self.budget.read(path, cursor, seen.size - cursor.offset, job)
         if res is None:
             return False
@@ -254,8 +262,9 @@ class Follower:
         report.files += 1
         if seen.size > cursor.offset + _capped(row, block):  # (the read was cut short: more than a partial line waits)
             report.unfinished.append(path)
-        if res.frame.height:
-            got.append((res.frame, cursor.offset < row.quiet))
+        if res.span is not None:
+            # Lines holding only tags no rule reads give no rows, but their steps still move the run on.
+            got.append((res.frame, cursor.offset < row.quiet, res.span))
         # Quiet until the read passes the size the file had at the first start.
         quiet_until = row.quiet if res.cursor.offset < row.quiet else 0
         updated = FileRow(path, row.run, fmt, row.device, row.inode, row.fingerprint, res.cursor.to_json(), res.dead, quiet_until, seen.mtime)
@@ -263,7 +272,9 @@ class Follower:
             tx.put_file(updated)
         return True
 
-    def _judge_runs(self, tx: Transaction, frames: dict[str, list[pl.DataFrame]], *, now: float, quiet: dict[str, bool], report: PassReport) -> None:
+    def _judge_runs(
+        self, tx: Transaction, frames: dict[str, list[pl.DataFrame]], last_steps: dict[str, int], *, now: float, quiet: dict[str, bool], report: PassReport
+    ) -> None:
         """Every run with new rows, judged together: their tails in one query, their new points split
         into streams by one query, each rule run over all of them at once (engine.judge_runs), their
         tails and positions written in a few statements. Per run only numpy and Python remain, and
@@ -308,7 +319,6 @@ class Follower:
             return (lambda m: int(windows[k][m][2].max()) if windows[k][m][2].size else 0), self._context(runs[k], tag_rows.get((runs[k],)), windows[k], tails)
 
         found = judge_runs(by_run(windows, JUDGED), runs=runs, rules=active, seen=seen, view=view)
-        last_steps = dict(frame.group_by("run", maintain_order=True).agg(pl.col("step").max()).iter_rows())
         positions = self.state.runs_of(runs)
         kept: list[tuple[str, str, Tail]] = []
         moved: list[tuple[str, int]] = []

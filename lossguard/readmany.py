@@ -25,6 +25,7 @@ from . import table
 from .cursor import Cursor
 from .formats.base import BINARY_LINE, SMALL_BLOCK, lines_of
 from .formats.dictlines import STEP_ITEM
+from .needs import Needs
 from .problems import Problem
 from .reader import BUILTIN, ReadOptions, ReadResult
 from .sources.textfile import iter_blocks
@@ -51,9 +52,9 @@ class _File:
     """Where reading goes on after the block."""
 
 
-def read_many(jobs: Sequence[Job], *, options: ReadOptions) -> list[ReadResult | None]:
+def read_many(jobs: Sequence[Job], *, options: ReadOptions, needs: Needs | None = None) -> list[ReadResult | None]:
     """For each job, what `read(path, cursor, run=run, fmt="jsonl", final=False, options=options,
-    limit=limit)` returns, or None where the file must be read on its own."""
+    limit=limit, needs=needs)` returns, or None where the file must be read on its own."""
     out: list[ReadResult | None] = [None] * len(jobs)
     if options.reader(FORMAT) is not BUILTIN[FORMAT]:
         return out  # a user's format of the same name
@@ -69,14 +70,14 @@ def read_many(jobs: Sequence[Job], *, options: ReadOptions) -> list[ReadResult |
     if not files:
         return out
     try:
-        _parse_together(files, options, out)
+        _parse_together(files, options, out, needs)
     except Exception:  # noqa: BLE001 - each file is then read on its own, where read() names the one at fault
         for k, _ in files:
             out[k] = None
     return out
 
 
-def _parse_together(files: list[tuple[int, _File]], options: ReadOptions, out: list[ReadResult | None]) -> None:
+def _parse_together(files: list[tuple[int, _File]], options: ReadOptions, out: list[ReadResult | None], needs: Needs | None) -> None:
     """Fills `out` for the files whose rows the one parse gives exactly."""
     texts = [text for _, f in files for text in f.lines]
     starts = np.cumsum([0] + [len(f.lines) for _, f in files])
@@ -109,6 +110,15 @@ def _parse_together(files: list[tuple[int, _File]], options: ReadOptions, out: l
     )
     steps = rows.get_column("step").fill_null(0).to_numpy()
     nulls = rows.get_column("step").is_null().to_numpy()
+    kept_bounds = bounds
+    if needs is not None:
+        # The projection, after the steps of every row were taken: they are each file's span.
+        keep = needs.keeper(options.aliases)
+        wanted = [t for t in tags if keep(t)]
+        if len(wanted) < len(tags):
+            mask = rows.get_column("tag").cast(pl.String).is_in(wanted).to_numpy()
+            finished = finished.filter(pl.Series(mask[: bounds[-1]]))
+            kept_bounds = np.searchsorted(line_no[: bounds[-1]][mask[: bounds[-1]]], starts)
     for i, (k, f) in enumerate(files):
         if not fine[i]:
             continue
@@ -120,7 +130,9 @@ def _parse_together(files: list[tuple[int, _File]], options: ReadOptions, out: l
         cursor = f.job.cursor.advance(
             index=f.job.cursor.index + records, last_step=last, offset=f.end.offset, line=f.end.line, skipping=f.end.skipping
         )
-        out[k] = ReadResult(finished.slice(lo, hi - lo), cursor)
+        span = (int(steps[lo:hi].min()), int(steps[lo:hi].max())) if hi > lo else None
+        klo, khi = int(kept_bounds[i]), int(kept_bounds[i + 1])
+        out[k] = ReadResult(finished.slice(klo, khi - klo), cursor, span=span)
 
 
 def _block(job: Job) -> _File | ReadResult | None:

@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lossguard.cursor import Cursor
+from lossguard.engine import SCAN_NEEDS
 from lossguard.readmany import Job, read_many
 from lossguard.reader import ReadOptions, read
 from lossguard.rules import default_rules, rule_from
@@ -79,6 +80,7 @@ def test_a_spike_in_one_of_many_runs_is_that_runs_alone():
 line = st.one_of(
     st.builds(lambda s, loss: f'{{"step": {s}, "loss": {loss}, "lr": 1e-4}}', st.integers(0, 10**6), st.floats().map(repr)),
     st.builds(lambda s, v: f'{{"global_step": {s}, "eval_loss": "{v}"}}', st.integers(0, 10**6), st.floats(0, 10).map(repr)),
+    st.builds(lambda s: f'{{"step": {s}, "loss": 2.0, "tokens": {s * 4096}, "epoch": 0.5}}', st.integers(0, 10**6)),  # tags nothing judges
     st.sampled_from([
         '{"loss": 2.5, "lr": 0.1}',  # no step: numbered, or the last step before it
         '{"epoch": 1, "valid_loss": 3.0}',
@@ -97,8 +99,8 @@ log = st.tuples(st.lists(line, max_size=12), st.lists(line, max_size=12), st.boo
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(logs=st.lists(log, min_size=1, max_size=5))
-def test_json_lines_of_many_files_read_together_are_what_each_file_read_alone_gives(tmp_path_factory, logs):
+@given(logs=st.lists(log, min_size=1, max_size=5), needs=st.sampled_from([None, SCAN_NEEDS]))
+def test_json_lines_of_many_files_read_together_are_what_each_file_read_alone_gives(tmp_path_factory, logs, needs):
     options = ReadOptions()
     tmp = tmp_path_factory.mktemp("logs")
     jobs = []
@@ -109,11 +111,11 @@ def test_json_lines_of_many_files_read_together_are_what_each_file_read_alone_gi
         with open(path, "a") as fh:
             fh.write("".join(f"{text}\n" for text in after) + ('{"step": 99, "lo' if torn else ""))  # a line still being written
         jobs.append(Job(path, cursor, f"run{k}"))
-    together = read_many(jobs, options=options)
+    together = read_many(jobs, options=options, needs=needs)
     for job, got in zip(jobs, together):
         if got is not None:
-            alone = read(job.path, job.cursor, run=job.run, fmt="jsonl", final=False, options=options)
-            assert got.cursor == alone.cursor
+            alone = read(job.path, job.cursor, run=job.run, fmt="jsonl", final=False, options=options, needs=needs)
+            assert got.cursor == alone.cursor and got.span == alone.span
             assert got.problems == alone.problems and got.dead == alone.dead
             assert_frame_equal(got.frame, alone.frame)
 

@@ -79,3 +79,23 @@ def test_a_rewritten_lightning_csv_projects_only_the_rows_not_read_before(tmp_pa
     assert second.frame.select("step", "metric", "value").rows() == [(3, "loss", 2.8), (3, "eval_loss", 2.7)]
     assert second.span == full.span == (3, 9)
     assert second.cursor == full.cursor and second.problems == full.problems
+
+
+def test_the_daemon_builds_rows_only_for_what_it_judges_and_the_rest_still_moves_the_run_on(tmp_path):
+    from lossguard.follow import Follower
+    from lossguard.rules import default_rules
+    from lossguard.state import State
+
+    log = tmp_path / "runs" / "exp" / "metrics.csv"
+    log.parent.mkdir(parents=True)
+    log.write_text("epoch,step,train_loss,lr-AdamW,val_acc,tokens\n" + "".join(f"0,{i},{2 + (i % 7) / 100},0.0003,,{i * 512}\n" for i in range(1, 101)))
+    state = State(tmp_path / "state")
+    follower = Follower([tmp_path / "runs"], rules=default_rules(), state=state, log=lambda _: None)
+    report = follower.run_pass(1.0)
+    assert report.rows == 200  # loss and LR of 100 steps; not the epoch, tokens or accuracy
+    with open(log, "a") as fh:
+        fh.write("0,150,,,0.71,\n")  # an evaluation only: no row anything judges, yet the run went on
+    report = follower.run_pass(2.0)
+    assert report.rows == 0
+    assert state.db.execute("SELECT last_step FROM runs").fetchall() == [(150,)]
+    state.close()
