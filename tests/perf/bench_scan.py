@@ -10,6 +10,7 @@ mixing TensorBoard event files, JSON lines, Lightning CSV, Megatron and nanoGPT 
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -56,8 +57,14 @@ def runs_folder(n: int, run_mb: int) -> Path:
     return folder
 
 
-def scan(args: list[str]) -> tuple[float, float, float, str]:
-    seconds, rss, out = measure(SCAN.format(argv=["scan", *args, "--quiet", "--format", "json", "--output", "/dev/null"]))
+def scan(args: list[str], *, code: str | None = None) -> tuple[float, float, float, str]:
+    """(wall seconds, peak RSS of the scan process and of its largest worker, exit code); `code`: an
+    exported older tree to run instead (PYTHONPATH; the workers inherit it)."""
+    env = None
+    if code:
+        env = _common.child_env()
+        env["PYTHONPATH"] = code
+    seconds, rss, out = measure(SCAN.format(argv=["scan", *args, "--quiet", "--format", "json", "--output", "/dev/null"]), env=env)
     code, me, kids, took = out.split()
     return seconds, float(me), float(kids), code
 
@@ -70,8 +77,13 @@ def main() -> None:
     ap.add_argument("--big-mb", type=int, default=1024)
     ap.add_argument("--only", choices=("start", "samples", "small", "big", "folder"), action="append", help="run only these parts")
     ap.add_argument("--repeat", type=int, default=1, help="runs of the 'small' part (its min is printed)")
+    ap.add_argument("--baseline", metavar="DIR", help="also run the 'small' part on an older lossguard, in turns (an exported tree: git archive REV lossguard | tar -x -C DIR)")
     args = ap.parse_args()
     parts = set(args.only or ("start", "samples", "small", "big", "folder"))
+    # Children run `python -c`, which puts the working directory first on sys.path: from the
+    # repository, its lossguard/ would shadow the tree --baseline names.
+    DATA.mkdir(exist_ok=True)
+    os.chdir(DATA)
     print("lossguard scan, whole process (wall time; peak RSS of the scan process and of its largest worker)")
     one = ROOT / "tests/fixtures/runs/megatron-grad-explosion/train.log"
     if "start" in parts:
@@ -91,9 +103,14 @@ def main() -> None:
                 (small / f"run{i:04d}").mkdir(parents=True)
                 shutil.copy(one, small / f"run{i:04d}" / "train.log")
         mb = args.small_runs * one.stat().st_size / 1e6
+        versions = [("", None)] + ([(" [base]", args.baseline)] if args.baseline else [])
         for jobs in ("1", "2"):
-            s, me, kids, _ = min((scan([str(small), "--jobs", jobs]) for _ in range(args.repeat)), key=lambda r: r[0])
-            print(f"  scan {args.small_runs} small runs ({mb:.0f} MB), --jobs {jobs}  {s:7.2f} s  {me:6.0f} MB  workers {kids:.0f} MB  (min of {args.repeat})")
+            # Taken in turns (new, base, new, base...): a burst of load on a shared box falls on both alike.
+            runs = [[scan([str(small), "--jobs", jobs], code=code) for _, code in versions] for _ in range(args.repeat)]
+            for i, (tag, _) in enumerate(versions):
+                s, me, kids, _ = min((r[i] for r in runs), key=lambda r: r[0])
+                label = f"scan {args.small_runs} small runs ({mb:.0f} MB), --jobs {jobs}{tag}"
+                print(f"  {label:<48} {s:7.2f} s  {me:6.0f} MB  workers {kids:.0f} MB  (min of {args.repeat})")
     if not parts & {"big", "folder"}:
         return
     from bench_readers import text_file
