@@ -153,11 +153,21 @@ def _pair_field(
 ) -> tuple[tuple[pl.Expr, ...], _Field]:
     col = _cell(i, strip)
     checks = (col.str.starts_with(literal),) if one_pair_per_field else (col.str.starts_with(literal), col.str.count_matches(cell_re) == 1)
-    # The quick read takes a cell that is the representative's with only the number changed (the
-    # cast takes just what the regex's NUMBER matches whole); anything else (other spacing, a unit, a
-    # wrapper) goes to the regex, which then decides.
-    same = col.str.starts_with(before) & col.str.ends_with(after)
-    number = col.str.strip_prefix(before).str.strip_suffix(after) if after else col.str.strip_prefix(before)
+    # The quick read takes a cell that is the representative's with only the number and the spacing
+    # around the separator changed (the cast takes just what the regex's NUMBER matches whole);
+    # anything else (a unit, a wrapper, another separator) goes to the regex, which then decides.
+    gap = before[len(literal) :]
+    mark = gap.strip()
+    rest = col.str.strip_prefix(literal)
+    spaced = rest.str.strip_chars_start()
+    after_mark = spaced.str.strip_prefix(mark).str.strip_chars_start() if mark else spaced
+    same = col.str.starts_with(literal) & col.str.ends_with(after) & spaced.str.starts_with(mark)
+    if not mark:
+        same = same & (spaced.str.len_bytes() < rest.str.len_bytes())  # `name value`: some space between
+    if not mark.strip(":="):
+        # `key: value`, `key=value`, `key value`: what the separator regexes allow, nothing more.
+        same = same & ~after_mark.str.starts_with(":") & ~after_mark.str.starts_with("=")
+    number = after_mark.str.strip_suffix(after) if after else after_mark
     return checks, _Field(key, pl.when(same).then(number.cast(pl.Float64, strict=False)), col)
 
 
@@ -169,14 +179,14 @@ def _numbers(kept: pl.DataFrame, values: pl.DataFrame, fields: list[_Field], cel
     nulls = values.null_count().row(0)
     if not any(nulls):
         return values, None
-    groups = re.compile(cell_re).groupindex
     still = None
     for i, (field, n) in enumerate(zip(fields, nulls)):
         if n:
             missing = values.get_column(f"v{i}").is_null()
+            pair = field.cell.str.extract_groups(cell_re)  # one regex pass for both groups
             found = kept.filter(missing).select(
-                field.cell.str.extract(cell_re, groups["key"]).str.strip_chars().alias("key"),
-                field.cell.str.extract(cell_re, groups["value"]).cast(pl.Float64, strict=False).alias("value"),
+                pair.struct.field("key").str.strip_chars().alias("key"),
+                pair.struct.field("value").cast(pl.Float64, strict=False).alias("value"),
             )
             values = values.with_columns(values.get_column(f"v{i}").scatter(missing.arg_true(), found.get_column("value")))
             other = (found.get_column("key") != field.key).fill_null(False) & found.get_column("value").is_not_null()
