@@ -8,7 +8,10 @@ import json
 
 import polars as pl
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from lossguard import table
 from lossguard.cursor import Cursor
 from lossguard.formats import base, dictlines, fastpath
 from lossguard.formats.dictlines import parse, parse_json
@@ -148,3 +151,62 @@ def test_a_log_whose_lines_each_bring_new_keys_reads_every_row(tmp_path):
     assert others.height == 20_000 and others.get_column("tag").n_unique() == 20_000
     last = others.filter(pl.col("step") == 2000).sort("tag")
     assert last.select("tag", "value").rows() == [(f"m1999_{j}", 1999 + j / 10) for j in range(10)]
+
+
+# Cells as Megatron prints them, and the odd ones a real log holds: a unit after the number, nan,
+# a field that is no pair, a name that changed, a missing or extra field.
+MEGATRON_CELLS = st.lists(
+    st.sampled_from([
+        "lm loss: 2.5E+00", "lm loss: nan", "lm loss: 3.1E+00s", "lm loss: -", "learning rate: 1.0E-04", "learning rate: 7",
+        "grad norm: 0.95", "grad norm: inf", "loss scale: 4096.0", "consumed samples: 512", "num zeros: 0.0",
+        "elapsed time per iteration (ms): 812.3", "note", "lm loss 2.0", "lm loss: 1 | grad norm: 2",
+    ]),
+    min_size=0, max_size=5,
+)
+TYPICAL = ["consumed samples: 512", "learning rate: 1.0E-04", "lm loss: 2.5E+00", "loss scale: 4096.0", "grad norm: 0.95"]
+# Lines of the typical shape whose numbers are odd or missing: they fit the shape, and a line whose
+# kept fields hold no number is a record only through its other fields.
+VALUES = st.sampled_from(["2.5E+00", "nan", "-inf", "3.1E+00s", "-", "", "1,000", "(7)", "0"])
+TYPICAL_ODD = st.lists(VALUES, min_size=5, max_size=5).map(lambda vs: [c.split(": ")[0] + ": " + v for c, v in zip(TYPICAL, vs)])
+
+
+def _megatron_lines(odd: list[tuple[int, list[str]]], n: int) -> pl.DataFrame:
+    texts = [" | ".join([f" iteration {i:8d}/ 1000", *TYPICAL]) + " |" for i in range(1, n + 1)]
+    for at, cells in odd:
+        texts[at % n] = " | ".join([f" iteration {at % n + 1:8d}/ 1000", *cells]) + " |"
+    return pl.DataFrame({"line_no": range(1, n + 1), "text": texts}, schema={"line_no": pl.Int64, "text": pl.String})
+
+
+KEEPS = {"all": None, "loss and grad norm": lambda k: k in ("lm loss", "grad norm"), "nothing": lambda k: False}
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(odd=st.lists(st.tuples(st.integers(0, 10**6), MEGATRON_CELLS | TYPICAL_ODD), max_size=8), n=st.integers(1, 40), keep=st.sampled_from(sorted(KEEPS)))
+def test_fast_pairs_with_a_projection_give_the_kept_pairs_of_the_regex_path_and_every_line_with_any(odd, n, keep):
+    from lossguard.formats.megatron import CELL, PAIR
+    from lossguard.formats.pairs import merged, pairs_frame
+
+    lines = _megatron_lines(odd, n)
+    kept = KEEPS[keep]
+    fast, rest = fastpath.fast_pairs(lines, sep="|", cell_re=CELL, first_field_free=True, one_pair_per_field=True, keep=kept, min_lines=0)
+    got = merged(fast, pairs_frame(rest, PAIR))
+    want = pairs_frame(lines, PAIR)
+    # Lines that hold pairs are the same lines (each is a record, kept or not)...
+    assert got.get_column("line_no").unique().sort().to_list() == want.get_column("line_no").unique().sort().to_list()
+    # ...and the kept keys' pairs are the same pairs, in the same order.
+    wanted = [k for k in want.get_column("key").unique().to_list() if kept is None or kept(k)]
+    pick = pl.col("key").cast(pl.String).is_in(wanted)
+    assert got.filter(pick).with_columns(pl.col("key").cast(pl.String)).equals(want.filter(pick).with_columns(pl.col("key").cast(pl.String)))
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(odd=st.lists(st.tuples(st.integers(0, 10**6), MEGATRON_CELLS | TYPICAL_ODD), max_size=8), n=st.integers(200, 260), keep=st.sampled_from(sorted(KEEPS)))
+def test_a_megatron_parse_told_what_is_kept_gives_the_kept_rows_of_a_full_parse(odd, n, keep):
+    lines = _megatron_lines(odd, n)
+    cursor = Cursor(index=3, last_step=0)
+    kept = KEEPS[keep] or (lambda k: True)
+    narrow_rows, narrow_cursor = parse_megatron(lines, cursor, None, keep=kept)
+    full_rows, full_cursor = parse_megatron(lines, cursor, None)
+    assert narrow_cursor == full_cursor
+    assert table.span_of(narrow_rows) == table.span_of(full_rows)
+    assert base.kept_rows(narrow_rows, kept).equals(base.kept_rows(full_rows, kept))

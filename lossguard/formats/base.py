@@ -53,6 +53,10 @@ class LineFormat:
     parse: Callable[[pl.DataFrame, Cursor, bytes | None], tuple[pl.DataFrame, Cursor]]
     prefilter: str | None = None
     """A regex a line must match to be worth parsing; cuts the regex work on noisy logs."""
+    narrows: bool = False
+    """`parse` takes the projection (`keep=`) and may leave out rows of tags it does not keep, never
+    all of a record's: what the rows say of the read (its span, its records, lines left unplaced)
+    is the same, and the rest are filtered out here anyway."""
 
     streams = True
     """`each` takes the rows of each block as it is read (reader.read)."""
@@ -81,7 +85,7 @@ class LineFormat:
                 text = lines.filter(~bad)
             kept = text.filter(pl.col("text").str.contains(self.prefilter)) if self.prefilter else text
             raw = block.data if kept.height == lines.height and problem is None else None
-            rows, state = self.parse(kept, cursor, raw)
+            rows, state = self.parse(kept, cursor, raw, keep=keep) if self.narrows and keep is not None else self.parse(kept, cursor, raw)
             if "line_no" in rows.columns:
                 lost = rows.filter(pl.col("step").is_null()).get_column("line_no").unique()
                 unplaced += lost.len()

@@ -13,7 +13,7 @@ from .. import table
 from ..cursor import Cursor
 from .base import Format, LineFormat
 from .fastpath import Wide, fast_pairs, json_wide, long_rows
-from .pairs import NUMBER, pairs_frame, records_to_rows, usable_step
+from .pairs import NUMBER, merged, pairs_frame, records_to_rows, usable_step
 
 PAIR = (
     r"""["'](?P<key>[^"'\n]{1,200})["']\s*:\s*(?:[A-Za-z_][\w.]*\()?["']?(?P<value>"""
@@ -33,12 +33,12 @@ CELL = PAIR.replace(r"""(?:,|\}|\))""", r"""(?:\}|\)|$)""")
 
 
 def parse(lines: pl.DataFrame, cursor: Cursor, raw: bytes | None = None) -> tuple[pl.DataFrame, Cursor]:
-    return rows_of(lines, python_pairs(lines, raw), cursor)
+    return rows_of(lines, python_pairs(lines), cursor)
 
 
-def python_pairs(lines: pl.DataFrame, raw: bytes | None = None) -> pl.DataFrame:
+def python_pairs(lines: pl.DataFrame) -> pl.DataFrame:
     """(line_no, key, value) of Python-repr dicts (`{'loss': 2.3, ...}`), in line order."""
-    fast, rest = fast_pairs(lines, sep=",", cell_re=CELL, strip=" {}", raw=raw, one_pair_per_field=True)
+    fast, rest = fast_pairs(lines, sep=",", cell_re=CELL, strip=" {}", one_pair_per_field=True)
     return _merge(fast, rest)
 
 
@@ -48,7 +48,7 @@ def parse_json(lines: pl.DataFrame, cursor: Cursor, raw: bytes | None = None) ->
         return direct
     fast = wide.pairs()
     if not fast.height:
-        fast, rest = fast_pairs(lines, sep=",", cell_re=CELL, strip=" {}", raw=raw, one_pair_per_field=True)
+        fast, rest = fast_pairs(lines, sep=",", cell_re=CELL, strip=" {}", one_pair_per_field=True)
     pairs = _merge(fast, rest)
     return rows_of(lines, pairs, cursor, unnumbered=_epoch_evals(pairs))
 
@@ -130,13 +130,7 @@ def rows_of(
 
 
 def _merge(fast: pl.DataFrame, rest: pl.DataFrame) -> pl.DataFrame:
-    if not fast.height:
-        return pairs_frame(rest, PAIR)
-    if not rest.height:
-        # Every line took the fast path: already in line order; say so, which lets polars group and
-        # join on line_no without hashing (what the sort did, for free).
-        return fast.with_columns(pl.col("line_no").set_sorted())
-    return pl.concat([fast, pairs_frame(rest, PAIR)]).sort("line_no", maintain_order=True)
+    return merged(fast, pairs_frame(rest, PAIR))
 
 
 JSONL = LineFormat("jsonl", parse_json, prefilter=r"\{")

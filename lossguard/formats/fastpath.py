@@ -1,6 +1,6 @@
 """The fast path for line formats: machine-written logs repeat one line shape millions of times.
 
-Lines are cut into fields by polars' CSV parser (native, multi-threaded) on the format's field
+Lines are cut into fields by polars' native string split on the format's field
 separator (`,` between dict items, `|` between Megatron or build-nanogpt fields). One representative
 line tells which field holds which key; every field column is then checked at once (does each cell
 start with that key? does a field that holds no pair hold none anywhere?) and its numbers parsed
@@ -11,18 +11,19 @@ results: the same cell regex decides what a pair is on both paths.
 
 from __future__ import annotations
 
+import functools
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
 
-MIN_LINES = 2000
-_EMPTY_PAIRS = pl.DataFrame(schema={"line_no": pl.Int64(), "key": pl.Categorical(), "value": pl.Float64()})
+from .pairs import EMPTY_PAIRS
 
-
-def _value_group(cell_re: str) -> int:
-    return re.compile(cell_re).groupindex["value"]
+MIN_LINES = 200
+"""Fewer lines than this take the regex path: below it the fast path's fixed cost (~1.4 ms a call:
+its expressions run over a dozen columns) is more than the regex costs."""
 
 
 def fast_pairs(
@@ -33,54 +34,64 @@ def fast_pairs(
     strip: str = " ",
     first_field_free: bool = False,
     one_pair_per_field: bool = False,
-    raw: bytes | None = None,
+    keep: Callable[[str], bool] | None = None,
     min_lines: int | None = None,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(pairs line_no/key/value of the lines that fit the shape, the lines left for the slow path).
     `cell_re` finds one pair in a field, with the named groups `key` and `value`; with
     `first_field_free` the text before the first separator is never a pair (Megatron's iteration);
     `one_pair_per_field` when the syntax guarantees it (JSON, Megatron), which saves a regex pass.
-    `raw`: the bytes the lines were cut from, when `lines` holds all of them."""
+    `keep` (a projection: key -> is it needed): the pairs of other keys may be left out, never all
+    of a line's (a line with pairs is a record, counted and placed whatever it holds), so only the
+    needed fields' numbers are parsed, and the others' only on lines where no needed one has a value."""
     min_lines = MIN_LINES if min_lines is None else min_lines
     if lines.height < min_lines:
-        return _EMPTY_PAIRS, lines
+        return EMPTY_PAIRS, lines
     texts = lines.get_column("text").fill_null("")
     seps = texts.str.count_matches(sep, literal=True)
-    cells = _cut(texts, seps, sep=sep, raw=raw)
+    cells = _cut(texts, seps, sep=sep)
     if cells is None:
-        return _EMPTY_PAIRS, lines
+        return EMPTY_PAIRS, lines
     shape = _shape(cells, seps, cell_re=cell_re, strip=strip, first_field_free=first_field_free, one_pair_per_field=one_pair_per_field)
     if shape is None:
-        return _EMPTY_PAIRS, lines
+        return EMPTY_PAIRS, lines
     checks, fields = shape
-    fits = cells.select(pl.all_horizontal(checks).fill_null(False)).to_series()
-    fits = (fits & (seps == cells.width - 1)).to_numpy()
-    if not fits.any():
-        return _EMPTY_PAIRS, lines
-    mask = pl.Series(fits)
-    values = _numbers(cells.filter(mask), fields, cell_re)
-    line_nos = lines.get_column("line_no").to_numpy()[fits]
-    return _long_pairs(line_nos, [f.key for f in fields], values), lines.filter(~mask)
+    wanted = [f for f in fields if keep is None or keep(f.key)] or fields
+    # The shape checks and the quick numbers in one pass, each expression on its own thread.
+    read = cells.select(pl.all_horizontal(checks).fill_null(False).alias("fits"), *[f.quick.alias(f"v{i}") for i, f in enumerate(wanted)])
+    fits = read.get_column("fits") & (seps == cells.width - 1)
+    n_fit = int(fits.sum())
+    if not n_fit:
+        return EMPTY_PAIRS, lines
+    every = n_fit == fits.len()
+    values = read.drop("fits") if every else read.filter(fits).drop("fits")
+    kept = cells if every else cells.filter(fits)
+    values, still = _numbers(kept, values, wanted, cell_re)
+    if len(wanted) < len(fields) and values.select(pl.all_horizontal(pl.all().is_null()).any()).item():
+        # A line whose needed fields hold no number: its other pairs make it a record.
+        wanted = fields
+        values, still = _numbers(kept, kept.select([f.quick.alias(f"v{i}") for i, f in enumerate(fields)]), fields, cell_re)
+    line_nos = lines.get_column("line_no").to_numpy()
+    line_nos = line_nos if every else line_nos[fits.to_numpy()]
+    if still is not None:
+        # Lines whose regex found another key's pair: back to the regex path, whole.
+        values, line_nos = values.filter(still), line_nos[still.to_numpy()]
+        fits = fits.scatter(fits.arg_true().filter(~still), False)
+        every = False
+    pairs = _long_pairs(line_nos, [f.key for f in wanted], values)
+    return pairs, lines.clear() if every else lines.filter(~fits)
 
 
-def _cut(texts: pl.Series, seps: pl.Series, *, sep: str, raw: bytes | None) -> pl.DataFrame | None:
+def _cut(texts: pl.Series, seps: pl.Series, *, sep: str) -> pl.DataFrame | None:
     """The lines cut into as many fields as most of them have (a progress bar glued to some lines
-    adds separators to those only); None when there is no such shape or the CSV reader refuses."""
+    adds separators to those only); None when there is no such shape. A line with more separators
+    is cut short and one with fewer padded with nulls: neither fits the shape (`seps` tells)."""
     common = seps.head(1000).mode().sort()
     width = int(common[-1] if common.len() else 0) + 1
     if width < 2:
         return None
-    data = raw if raw is not None else texts.str.join("\n").item().encode("utf-8") + b"\n"
-    try:
-        cells = pl.read_csv(
-            data, has_header=False, separator=sep, quote_char=None, infer_schema=False, truncate_ragged_lines=True,
-            new_columns=[f"c{i}" for i in range(width)], missing_columns="insert", raise_if_empty=False, encoding="utf8-lossy",
-        )
-    except pl.exceptions.PolarsError:
-        return None
-    if cells.height != texts.len() or cells.width != width:
-        return None
-    return cells
+    cells = texts.str.split_exact(sep, width - 1).struct.unnest()
+    return cells.rename(dict(zip(cells.columns, [f"c{i}" for i in range(width)])))
 
 
 @dataclass(frozen=True)
@@ -98,48 +109,91 @@ def _shape(
     """What a line of the common shape holds, read off one such line: the checks every line's fields
     must pass to be of that shape, and the fields holding a pair. None when that line holds no pair
     or a field holding several (not this path's shape)."""
-    rep = cells.head(500).filter(seps.head(500) == cells.width - 1)
-    if not rep.height:
+    first = (seps.head(500) == cells.width - 1).arg_true()
+    if not first.len():
         return None
     pattern = re.compile(cell_re)
     checks: list[pl.Expr] = []
     fields: list[_Field] = []
-    for i, cell in enumerate(rep.row(0)):
+    for i, cell in enumerate(cells.row(int(first[0]))):
         if i == 0 and first_field_free:
             continue
-        col = pl.col(f"c{i}").fill_null("").str.strip_chars(strip)
         text = (cell or "").strip(strip)
         found = list(pattern.finditer(text))
         if len(found) > 1:
             return None
         if not found:
-            checks.append(~col.str.contains(cell_re))
+            checks.append(_no_pair(i, cell_re, strip))
             continue
         m = found[0]
         # Everything before the number must read the same; only the number may change.
         literal = text[: m.start("value")].rstrip(" \t:=\"'(")
         if not literal:
             return None
-        checks.append(col.str.starts_with(literal))
-        if not one_pair_per_field:
-            checks.append(col.str.count_matches(cell_re) == 1)
-        # The number is what follows the literal, give or take quotes, a wrapper's parentheses, a unit.
-        rest = col.str.strip_prefix(literal).str.strip_chars_start(" \t:=\"'(")
-        fields.append(_Field(m.group("key").strip(), rest.str.strip_chars_end(" \"')}").cast(pl.Float64, strict=False), col))
+        field_checks, field = _pair_field(i, literal, text[: m.start("value")], text[m.end("value") :], m.group("key").strip(), cell_re, strip, one_pair_per_field)
+        checks.extend(field_checks)
+        fields.append(field)
     return (checks, fields) if fields else None
 
 
-def _numbers(kept: pl.DataFrame, fields: list[_Field], cell_re: str) -> pl.DataFrame:
-    """Each field's number on the lines of the shape, a column per field; where the quick read
-    fails (a unit after the number, say), the regex decides."""
-    values = kept.select([f.quick.alias(f"v{i}") for i, f in enumerate(fields)])
-    group = _value_group(cell_re)
-    for i, field in enumerate(fields):
-        missing = values.get_column(f"v{i}").is_null()
-        if missing.any():
-            slow = kept.filter(missing).select(field.cell.str.extract(cell_re, group).cast(pl.Float64, strict=False)).to_series()
-            values = values.with_columns(values.get_column(f"v{i}").scatter(missing.arg_true(), slow))
-    return values
+def _cell(i: int, strip: str) -> pl.Expr:
+    return pl.col(f"c{i}").fill_null("").str.strip_chars(strip)
+
+
+# The expressions are built once per shape (a daemon parses the same shape every pass, a scan in
+# every file; building them costs more than running them on a few hundred lines).
+@functools.lru_cache(maxsize=1024)
+def _no_pair(i: int, cell_re: str, strip: str) -> pl.Expr:
+    return ~_cell(i, strip).str.contains(cell_re)
+
+
+@functools.lru_cache(maxsize=1024)
+def _pair_field(
+    i: int, literal: str, before: str, after: str, key: str, cell_re: str, strip: str, one_pair_per_field: bool
+) -> tuple[tuple[pl.Expr, ...], _Field]:
+    col = _cell(i, strip)
+    checks = (col.str.starts_with(literal),) if one_pair_per_field else (col.str.starts_with(literal), col.str.count_matches(cell_re) == 1)
+    # The quick read takes a cell that is the representative's with only the number and the spacing
+    # around the separator changed (the cast takes just what the regex's NUMBER matches whole);
+    # anything else (a unit, a wrapper, another separator) goes to the regex, which then decides.
+    gap = before[len(literal) :]
+    mark = gap.strip()
+    rest = col.str.strip_prefix(literal)
+    spaced = rest.str.strip_chars_start()
+    after_mark = spaced.str.strip_prefix(mark).str.strip_chars_start() if mark else spaced
+    same = col.str.starts_with(literal) & col.str.ends_with(after) & spaced.str.starts_with(mark)
+    if not mark:
+        same = same & (spaced.str.len_bytes() < rest.str.len_bytes())  # `name value`: some space between
+    if not mark.strip(":="):
+        # `key: value`, `key=value`, `key value`: what the separator regexes allow, nothing more.
+        same = same & ~after_mark.str.starts_with(":") & ~after_mark.str.starts_with("=")
+    number = after_mark.str.strip_suffix(after) if after else after_mark
+    return checks, _Field(key, pl.when(same).then(number.cast(pl.Float64, strict=False)), col)
+
+
+def _numbers(kept: pl.DataFrame, values: pl.DataFrame, fields: list[_Field], cell_re: str) -> tuple[pl.DataFrame, pl.Series | None]:
+    """Each field's number on the lines of the shape (`values`: the quick reads, a column per field);
+    where the quick read fails (a unit after the number, say), the regex decides, and where the pair
+    it finds is another key's, the line is not of the shape after all (the second value: which lines
+    still are, or None when all)."""
+    nulls = values.null_count().row(0)
+    if not any(nulls):
+        return values, None
+    still = None
+    for i, (field, n) in enumerate(zip(fields, nulls)):
+        if n:
+            missing = values.get_column(f"v{i}").is_null()
+            pair = field.cell.str.extract_groups(cell_re)  # one regex pass for both groups
+            found = kept.filter(missing).select(
+                pair.struct.field("key").str.strip_chars().alias("key"),
+                pair.struct.field("value").cast(pl.Float64, strict=False).alias("value"),
+            )
+            values = values.with_columns(values.get_column(f"v{i}").scatter(missing.arg_true(), found.get_column("value")))
+            other = (found.get_column("key") != field.key).fill_null(False) & found.get_column("value").is_not_null()
+            if other.any():
+                wrong = pl.Series([False] * kept.height).scatter(missing.arg_true().filter(other), True)
+                still = ~wrong if still is None else still & ~wrong
+    return values, still
 
 
 def _long_pairs(line_nos: np.ndarray, keys: list[str], values: pl.DataFrame) -> pl.DataFrame:
@@ -222,7 +276,7 @@ class Wide:
 
     def pairs(self) -> pl.DataFrame:
         """(line_no, key, value), line by line, each line's pairs in key order."""
-        return _long_pairs(self.line_no, self.keys, self.values) if self.keys else _EMPTY_PAIRS
+        return _long_pairs(self.line_no, self.keys, self.values) if self.keys else EMPTY_PAIRS
 
 
 _NO_WIDE = Wide(np.zeros(0, dtype=np.int64), [], pl.DataFrame())

@@ -46,7 +46,7 @@ PREFILTER = r"\{|\d/\d+\s*\[|Num update steps per epoch|Num Epochs|Total optimiz
 
 
 def parse(lines: pl.DataFrame, cursor: Cursor, raw: bytes | None = None) -> tuple[pl.DataFrame, Cursor]:
-    pairs = python_pairs(lines, raw)
+    pairs = python_pairs(lines)
     line_steps, evals, state = _steps(lines, pairs, cursor)
     # Once a bar or the epoch placed a dict, an evaluation with no step before it is at no step.
     unnumbered = evals if line_steps.height or cursor.last_step is not None else None

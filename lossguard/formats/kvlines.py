@@ -55,7 +55,7 @@ def parse(lines: pl.DataFrame, cursor: Cursor, raw: bytes | None = None) -> tupl
     overflow = lines.filter(pl.col("text").str.contains("OVERFLOW!", literal=True))
     if overflow.height:
         lines = lines.filter(~pl.col("text").str.contains("OVERFLOW!", literal=True))
-    fast, rest = fast_pairs(lines, sep="|", cell_re=PAIR, raw=raw if not overflow.height else None) if _pipe_separated(lines) else (None, lines)
+    fast, rest = fast_pairs(lines, sep="|", cell_re=PAIR) if _pipe_separated(lines) else (None, lines)
     pairs = pairs_frame(rest, PAIR, thousands=True)
     if fast is not None and fast.height:
         pairs = pl.concat([fast, pairs]).sort("line_no", maintain_order=True)

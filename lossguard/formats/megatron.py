@@ -17,9 +17,9 @@ import polars as pl
 
 from .. import table
 from ..cursor import Cursor
-from .base import Format, LineFormat
+from .base import Format, Keep, LineFormat
 from .fastpath import fast_pairs
-from .pairs import NUMBER, pairs_frame, records_to_rows
+from .pairs import NUMBER, merged, pairs_frame, records_to_rows
 
 PAIR = r"\|\s*(?P<key>[A-Za-z][^|:]*?)\s*:\s*(?P<value>" + NUMBER + ")"
 CELL = r"(?P<key>[A-Za-z][^|:]*?)\s*:\s*(?P<value>" + NUMBER + ")"
@@ -45,39 +45,40 @@ def overflow_rows(lines: pl.DataFrame, steps: pl.DataFrame, cursor: Cursor) -> p
     )
 
 
-def parse(lines: pl.DataFrame, cursor: Cursor, raw: bytes | None = None) -> tuple[pl.DataFrame, Cursor]:
+def parse(lines: pl.DataFrame, cursor: Cursor, raw: bytes | None = None, *, keep: Keep | None = None) -> tuple[pl.DataFrame, Cursor]:
+    text = pl.col("text")
     marked = lines.with_columns(
-        pl.col("text").str.extract(ITERATION, 1).cast(pl.Int64, strict=False).alias("it"),
-        pl.col("text").str.extract(VALIDATION, 1).cast(pl.Int64, strict=False).alias("val"),
+        text.str.extract(ITERATION, 1).cast(pl.Int64, strict=False).alias("it"),
+        text.str.extract(VALIDATION, 1).cast(pl.Int64, strict=False).alias("val"),
+        # The OVERFLOW regex only runs on lines holding its word (most logs hold none).
+        text.str.contains("OVERFLOW!", literal=True).alias("overflow"),
     )
     iterations = marked.filter(pl.col("it").is_not_null())
-    # The block's bytes serve the fast path only when every line is an iteration line.
-    whole = raw if iterations.height == lines.height else None
-    fast, rest = fast_pairs(iterations.select("line_no", "text"), sep="|", cell_re=CELL, first_field_free=True, one_pair_per_field=True, raw=whole)
-    pairs = pl.concat([fast, pairs_frame(rest, PAIR)]).sort("line_no", maintain_order=True) if fast.height else pairs_frame(iterations, PAIR)
-    rows, state = records_to_rows(
-        pairs,
-        cursor,
-        line_steps=iterations.select("line_no", pl.col("it").alias("step")),
-        require_step=True,
-    )
+    fast, rest = fast_pairs(iterations.select("line_no", "text"), sep="|", cell_re=CELL, first_field_free=True, one_pair_per_field=True, keep=keep)
+    pairs = merged(fast, pairs_frame(rest, PAIR))
+    line_steps = iterations.select("line_no", pl.col("it").alias("step"))
+    rows, state = records_to_rows(pairs, cursor, line_steps=line_steps, require_step=True)
+    extra = []
     validations = marked.filter(pl.col("val").is_not_null() & pl.col("it").is_null())
-    vrows = (
-        pairs_frame(validations, PAIR)
-        .join(validations.select("line_no", "val"), on="line_no")
-        .select(
-            pl.col("val").alias("step"),
-            (pl.lit("validation ") + pl.col("key").cast(pl.String())).cast(pl.Categorical()).alias("tag"),
-            "value",
-            "line_no",
+    if validations.height:
+        extra.append(
+            pairs_frame(validations, PAIR)
+            .join(validations.select("line_no", "val"), on="line_no")
+            .select(
+                pl.col("val").alias("step"),
+                (pl.lit("validation ") + pl.col("key").cast(pl.String())).cast(pl.Categorical()).alias("tag"),
+                "value",
+                "line_no",
+            )
         )
-    )
-    orows = overflow_rows(lines, iterations.select("line_no", pl.col("it").alias("step")), cursor)
-    if vrows.height or orows.height:
-        rows = pl.concat([rows, vrows, orows], how="diagonal_relaxed").sort("line_no", maintain_order=True)
-    last = iterations.get_column("it").drop_nulls()
+    overflows = marked.filter(pl.col("overflow"))
+    if overflows.height:
+        extra.append(overflow_rows(overflows, line_steps, cursor))
+    if any(frame.height for frame in extra):
+        rows = pl.concat([rows, *extra], how="diagonal_relaxed").sort("line_no", maintain_order=True)
+    last = iterations.get_column("it")
     return table.conform_raw(rows), state.advance(last_step=last[-1] if last.len() else cursor.last_step)
 
 
-MEGATRON = LineFormat("megatron", parse, prefilter=PREFILTER)
+MEGATRON = LineFormat("megatron", parse, prefilter=PREFILTER, narrows=True)
 FORMAT = Format(reader=MEGATRON, line=re.compile(ITERATION + r".*\|.*loss", re.IGNORECASE).search)

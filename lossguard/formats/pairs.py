@@ -22,6 +22,8 @@ def pairs_frame(lines: pl.DataFrame, pair_re: str, *, thousands: bool = False) -
     groups `key` and `value`; `thousands`: the value may hold separators (`1,234`).
     One lazy query rather than ten eager steps: the daemon calls this for every few hundred new
     lines, where polars' cost per call is what counts."""
+    if not lines.height:
+        return EMPTY_PAIRS
     value = pl.col("g").struct.field("value").str.strip_chars()
     if thousands:
         value = value.str.replace_all(",", "", literal=True)
@@ -39,6 +41,20 @@ def pairs_frame(lines: pl.DataFrame, pair_re: str, *, thousands: bool = False) -
         .filter(pl.col("value").is_not_null())
         .collect()
     )
+
+
+EMPTY_PAIRS = pl.DataFrame(schema={"line_no": pl.Int64(), "key": pl.Categorical(), "value": pl.Float64()})
+
+
+def merged(fast: pl.DataFrame, slow: pl.DataFrame) -> pl.DataFrame:
+    """The pairs of a fast path and those of the regex path (its leftover lines) as one frame, in
+    line order. Only one of them, in the usual case, is already in order (and says so: polars then
+    groups and joins on line_no without hashing)."""
+    if not slow.height:
+        return fast.with_columns(pl.col("line_no").set_sorted())
+    if not fast.height:
+        return slow
+    return pl.concat([fast, slow]).sort("line_no", maintain_order=True)
 
 
 STEP_LIMIT = 2.0**63

@@ -33,13 +33,20 @@ def _read_head(path: Path, size: int) -> bytes:
 
 
 _BINARY = re.compile(BINARY_LINE)
+_NOT_BINARY = bytes(b for b in range(256) if not _BINARY.match(chr(b)) or b >= 0x80)
+"""Every byte but those BINARY_LINE names: deleting them leaves a head's binary bytes."""
 
 
 def _text_lines(data: bytes) -> tuple[list[str], int]:
     """The lines of a file's head that are text, and how many lines (cut at newlines, as the readers
     cut them) are binary (base.BINARY_LINE: NUL...). Text lines are then cut as sniffing always cut
     them, at any line break (a tqdm bar's \r too)."""
-    cut = data.decode("utf-8", errors="replace").split("\n")
+    decoded = data.decode("utf-8", errors="replace")
+    # The usual case, no binary byte in the head at all, is settled on the bytes in one C loop (the
+    # class is ASCII, which UTF-8 writes as itself; a byte is on one line, so no line has one).
+    if not data.translate(None, _NOT_BINARY):
+        return decoded.splitlines(), 0
+    cut = decoded.split("\n")
     text = [line for line in cut if not _BINARY.search(line)]
     return "\n".join(text).splitlines(), len(cut) - len(text)
 
