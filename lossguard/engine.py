@@ -7,7 +7,6 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-import numpy as np
 import polars as pl
 
 from .causes import RunContext, Series, label_all
@@ -15,7 +14,7 @@ from .spikes import find_incidents, find_incidents_by_run, held_per_segment
 from .model import Incident, ShortHistory
 from .needs import Needs
 from .rules import Rule, RuleSet
-from .streams import NO_POINTS, Points, as_context, by_run, by_run_and_metric, points_frame, points_of, preferred, single_valued
+from .streams import NO_POINTS, Points, as_context, by_metric, by_run, by_run_and_metric, points_frame, points_of, preferred, single_valued
 from .table import Span, span_of
 
 JUDGED = ("loss", "eval_loss", "lr", "grad_norm", "loss_scale")
@@ -256,39 +255,30 @@ def analyse_run(run_frame: pl.DataFrame, rules: RuleSet, *, run: str) -> RunAnal
 def analyse_runs(
     frames: Sequence[pl.DataFrame], rules: RuleSet, *, runs: Sequence[str], spans: Sequence[Span | None] | None = None
 ) -> list[tuple[RunAnalysis, dict[str, Points]]]:
-    """The audit of whole runs, each with the streams it was judged on (the scan plots them), in one
-    set of queries for all of them: a scan worker takes its small runs many at a time, where a
-    dozen polars calls per run cost more than the rows (1,000 runs of 1,200 steps: ~10 ms a run
-    alone). `frames`: each run's table (at least step, metric, tag, value); `spans`: the steps each
-    run covers, when its frame holds only what judging needs (SCAN_NEEDS); None: read off the frames.
-    Runs are judged as strangers: nothing of one reaches another (tests/test_many_runs.py)."""
-    keys = [str(k) for k in range(len(frames))]  # streams keyed by position: run names need not be unique
-    whole = pl.concat([f.select("step", "metric", "tag", "value") for f in frames], how="vertical_relaxed").with_columns(
-        pl.Series("run", keys, dtype=pl.String()).gather(np.repeat(np.arange(len(frames)), [f.height for f in frames])),
-        pl.col("metric", "tag").cast(pl.String),  # a scan's lean tables hold them as Categorical
-    )
-    points = by_run_and_metric(whole, JUDGED, best={})
-    windows = [{m: points.get((key, m), NO_POINTS) for m in JUDGED} for key in keys]
-    counts = whole.filter(pl.col("metric").is_in(list(JUDGED))).group_by("run", "metric", "tag", maintain_order=True).len()
-    tags: dict[str, dict[str, list[tuple[str, int]]]] = {}
-    for key, metric, tag, n in counts.iter_rows():
-        tags.setdefault(key, {}).setdefault(metric, []).append((tag, n))
+    """The audit of whole runs, each with the streams it was judged on (the scan plots them). Many
+    runs are judged in one set of queries: a scan worker takes its small runs many at a time, where
+    a dozen polars calls per run cost more than the rows (1,000 runs of 1,200 steps: ~10 ms a run
+    alone). A run alone (a large one: a scan batches only small runs) is judged on its own, with no
+    run key to carry over tens of millions of rows. `frames`: each run's table (at least step,
+    metric, tag, value); `spans`: the steps each run covers, when its frame holds only what judging
+    needs (SCAN_NEEDS); None: read off the frames. Runs judged together are judged as strangers:
+    nothing of one reaches another, and each gets what it gets alone (tests/test_many_runs.py)."""
     active = [rules.for_run(run) for run in runs]
-
-    def view(k: int) -> tuple[Callable[[str], int], RunContext]:
-        mine = windows[k]
-        return (lambda m: int(mine[m][2].max()) if mine[m][2].size else 0), context_from(frames[k], mine)
-
-    found = judge_runs(by_run(windows, JUDGED), runs=runs, rules=active, seen=[Seen()] * len(runs), view=view)
+    if len(frames) == 1:
+        streams = by_metric(frames[0], JUDGED)
+        windows = [{m: points_of(s) for m, s in streams.items()}]
+        found = {0: judge(streams, lambda: context_of(frames[0], streams), active[0], run=runs[0])}
+        tags = [tags_used(frames[0])]
+    else:
+        windows, found, tags = _judge_together(frames, active, runs)
     out = []
-    for k, (run, key) in enumerate(zip(runs, keys)):
-        mine = tags.get(key, {})
+    for k, run in enumerate(runs):
         span = span_of(frames[k]) if spans is None else spans[k]
         first, last = span or (None, None)
         loss = windows[k]["loss"]
         analysis = RunAnalysis(
             run=run,
-            metrics={m: preferred(m, mine[m]) for m in JUDGED if m in mine},
+            metrics=tags[k],
             steps=loss[0].size,
             first_step=first,
             last_step=last,
@@ -297,3 +287,26 @@ def analyse_runs(
         )
         out.append((analysis, windows[k]))
     return out
+
+
+def _judge_together(
+    frames: Sequence[pl.DataFrame], active: Sequence[Sequence[Rule]], runs: Sequence[str]
+) -> tuple[list[dict[str, Points]], dict[int, tuple[Incident, ...]], list[dict[str, str]]]:
+    """Each run's streams, its incidents (by position, runs without any left out) and the tags its
+    streams were read from, for many runs in one set of queries."""
+    # Runs told apart by position: names need not be unique.
+    whole = pl.concat([f.select("step", "metric", "tag", "value", pl.lit(k, dtype=pl.UInt32()).alias("run")) for k, f in enumerate(frames)], how="vertical_relaxed")
+    points = by_run_and_metric(whole, JUDGED, best={})
+    windows = [{m: points.get((k, m), NO_POINTS) for m in JUDGED} for k in range(len(frames))]
+    counts = whole.filter(pl.col("metric").is_in(list(JUDGED))).group_by("run", "metric", "tag", maintain_order=True).len()
+    seen: dict[int, dict[str, list[tuple[str, int]]]] = {}
+    for k, metric, tag, n in counts.iter_rows():
+        seen.setdefault(k, {}).setdefault(metric, []).append((tag, n))
+    tags = [{m: preferred(m, mine[m]) for m in JUDGED if m in mine} for mine in (seen.get(k, {}) for k in range(len(frames)))]
+
+    def view(k: int) -> tuple[Callable[[str], int], RunContext]:
+        mine = windows[k]
+        return (lambda m: int(mine[m][2].max()) if mine[m][2].size else 0), context_from(frames[k], mine)
+
+    found = judge_runs(by_run(windows, JUDGED), runs=runs, rules=active, seen=[Seen()] * len(runs), view=view)
+    return windows, found, tags

@@ -121,7 +121,8 @@ def by_run_and_metric(frame: pl.DataFrame, metrics: tuple[str, ...], *, best: di
         chosen.append((run, metric, tag))
     if not chosen:
         return {}
-    keep = pl.DataFrame(chosen, schema={"run": pl.String(), "metric": pl.String(), "tag": pl.String()}, orient="row").with_row_index("stream")
+    # Keys of the frame's own types (a scan's lean tables hold names as Categorical): no cast per row.
+    keep = pl.DataFrame(chosen, schema={c: wanted.schema[c] for c in ("run", "metric", "tag")}, orient="row").with_row_index("stream")
     rows = wanted.join(keep, on=["run", "metric", "tag"], how="inner", maintain_order="left")
     ids = rows.get_column("stream").to_numpy()
     order = np.argsort(ids, kind="stable")  # each stream's rows together, in the order written
