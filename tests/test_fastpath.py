@@ -210,3 +210,25 @@ def test_a_megatron_parse_told_what_is_kept_gives_the_kept_rows_of_a_full_parse(
     assert narrow_cursor == full_cursor
     assert table.span_of(narrow_rows) == table.span_of(full_rows)
     assert base.kept_rows(narrow_rows, kept).equals(base.kept_rows(full_rows, kept))
+
+
+_ITERATION_PARTS = st.sampled_from([
+    "iteration", " iteration", "[default7]: iteration", "xiteration", "é iteration", "iteration\t", "/", " / ", "/ ", "\t/", " ", "   ",
+    "12", "0", "+3", "-4", "٣", "99999999999999999999", " | lm loss: 2.0 |", "validation loss at iteration 5", "a/b", "é",
+])
+
+
+@settings(max_examples=300, deadline=None)
+@given(lines=st.lists(st.lists(_ITERATION_PARTS, max_size=9).map("".join), min_size=1, max_size=30))
+def test_megatron_steps_read_without_the_regex_are_the_regex_steps_or_left_to_it(lines):
+    """The quick read of an iteration line's step gives the ITERATION regex's step, or null (the
+    regex then decides); on a log's usual lines, it gives them all."""
+    from lossguard.formats.megatron import ITERATION, iteration_steps
+
+    usual = [f" iteration {i:8d}/ 1000000 | lm loss: 2.0 |" for i in range(3)]
+    frame = pl.DataFrame({"text": lines + usual})
+    quick = iteration_steps(frame)
+    regex = frame.select(pl.col("text").str.extract(ITERATION, 1).cast(pl.Int64, strict=False)).to_series()
+    read = quick.is_not_null()
+    assert quick.filter(read).to_list() == regex.filter(read).to_list()
+    assert quick.tail(3).to_list() == [0, 1, 2]
