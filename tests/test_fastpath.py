@@ -232,3 +232,44 @@ def test_megatron_steps_read_without_the_regex_are_the_regex_steps_or_left_to_it
     read = quick.is_not_null()
     assert quick.filter(read).to_list() == regex.filter(read).to_list()
     assert quick.tail(3).to_list() == [0, 1, 2]
+
+
+_HF_LINES = st.sampled_from([
+    "  3%|▎         | {n}/300 [00:03<01:30,  3.20it/s]",
+    "  3%|▎         | {n}/300 [00:03<01:30,  3.20it/s]{{'loss': 2.3, 'grad_norm': 1.25, 'learning_rate': 4.9e-05, 'epoch': 0.{n}}}",
+    "{{'loss': 2.{n}, 'learning_rate': 4.9e-05, 'epoch': 0.{n}}}",
+    " 50%|█████     | {n}/20 [00:01<00:01,  9.00it/s]",
+    "{{'eval_loss': 2.05, 'eval_runtime': 1.2, 'epoch': 0.{n}}}",
+    "{{'loss': 2.1, 'epoch': 0.5}}  3%|▎         | {n}/300 [00:03<01:30,  3.20it/s]",
+    "  Num update steps per epoch = 1{n}",
+    "  Num Epochs = 3",
+    "  Total optimization steps = 3{n}0",
+    "{{'train_runtime': 100.1, 'train_loss': 2.0, 'epoch': 1.0}}",
+    "  0%|          | 0/300 [00:00<?, ?it/s]{{'loss': 2.5, 'epoch': 0.0}}",
+])
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    lines=st.lists(st.tuples(_HF_LINES, st.integers(0, 400)), max_size=40),
+    counting=st.booleans(),
+    last=st.one_of(st.none(), st.integers(0, 50)),
+    bar=st.one_of(st.none(), st.integers(0, 50)),
+    total=st.sampled_from([None, 300, 20]),
+)
+def test_hf_steps_read_in_columns_are_the_loops(monkeypatch, lines, counting, last, bar, total):
+    """The training dicts' steps from the bars, read in columns, are the loop's (which settles any
+    block where one dict would not take the bar's count); `counting`: the usual console, each dict
+    after a redraw counting up."""
+    from lossguard.formats import hf_console
+
+    if counting:
+        lines = [(template, 100 + 3 * i) for i, (template, _) in enumerate(lines)]
+    frame = pl.DataFrame({"line_no": list(range(1, len(lines) + 1)), "text": [t.format(n=n) for t, n in lines]}, schema={"line_no": pl.Int64, "text": pl.String})
+    cursor = Cursor().advance(last_step=last, bar=bar, bar_total=total)
+    pairs = dictlines.python_pairs(frame)
+    steps, evals, state = hf_console._steps(frame, pairs, cursor)
+    with monkeypatch.context() as loop:
+        loop.setattr(hf_console, "_placed_by_bars", lambda marked, cursor: None)
+        want_steps, want_evals, want_state = hf_console._steps(frame, pairs, cursor)
+    assert steps.equals(want_steps) and evals.equals(want_evals) and state == want_state
