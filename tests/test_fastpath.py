@@ -273,3 +273,20 @@ def test_hf_steps_read_in_columns_are_the_loops(monkeypatch, lines, counting, la
         loop.setattr(hf_console, "_placed_by_bars", lambda marked, cursor: None)
         want_steps, want_evals, want_state = hf_console._steps(frame, pairs, cursor)
     assert steps.equals(want_steps) and evals.equals(want_evals) and state == want_state
+
+
+_BAR_PARTS = st.sampled_from(["3%", "100%", "%", "|", "▎", "███", " ", "\t", "12", "/", "300", " [", "[", "00:03<01:30", "{'loss': 2.0}", "x", "\u2003"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(texts=st.lists(st.lists(_BAR_PARTS, max_size=14).map("".join), min_size=1, max_size=20))
+def test_hf_bar_counts_cut_by_hand_are_the_bar_regex_groups(texts):
+    from lossguard.formats.hf_console import BAR, _count_and_total, _last_count
+
+    frame = pl.DataFrame({"text": texts + ["  3%|▎         | 10/300 [00:03<01:30,  3.20it/s]"]})
+    by_hand = frame.select(_last_count(pl.col("text")).alias("bar")).select(*_count_and_total("bar"))
+    groups = frame.select(pl.col("text").str.extract_all(BAR).list.last().str.extract_groups(BAR).alias("g")).select(
+        pl.col("g").struct.field("1").cast(pl.Int64).alias("bar_n"), pl.col("g").struct.field("2").cast(pl.Int64).alias("bar_total")
+    )
+    assert by_hand.equals(groups)
+    assert by_hand.row(-1) == (10, 300)
