@@ -172,3 +172,40 @@ def test_reading_ahead_returns_what_the_plain_loop_returned(tmp_path, monkeypatc
     assert ahead_rows.equals(loop_rows)
     assert (ahead.cursor, ahead.problems, ahead.span) == (loop.cursor, loop.problems, loop.span)
     assert not _ahead_threads()
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    lines=st.lists(st.one_of(st.integers(0, 300), st.integers(600, 900)), max_size=40),
+    tail=st.one_of(st.integers(0, 300), st.integers(600, 900)),
+    block=st.integers(16, 1500),
+    final=st.booleans(),
+)
+def test_blocks_number_every_line_they_hold_and_skip_only_the_overlong(tmp_path, lines, tail, block, final):
+    """Whatever the block size: each line is in one block, at its line number in the file, each
+    block's newline count is what it holds, and only lines over MAX_LINE are left out, one problem each."""
+    max_line = 500
+    texts = [b"%d:" % i + b"x" * n for i, n in enumerate(lines)]
+    last = b"t" * tail
+    path = tmp_path / "log"
+    path.write_bytes(b"".join(t + b"\n" for t in texts) + last)
+    problems: list = []
+    got: dict[int, bytes] = {}
+    for b in textfile.iter_blocks(path, Cursor(), final=final, problems=problems, block=block, max_line=max_line):
+        assert b.newlines == b.data.count(b"\n")
+        for k, text in enumerate(b.data.split(b"\n")[:-1]):
+            assert b.first_line + k not in got
+            got[b.first_line + k] = text
+    # A line over MAX_LINE is skipped once the reader has buffered that much of it without its end:
+    # one whose newline comes in the same read may still be kept.
+    lines_in = {k + 1: t for k, t in enumerate(texts)}
+    if final and tail:
+        lines_in[len(texts) + 1] = last
+    for k, t in lines_in.items():
+        if len(t) < max_line:
+            assert got[k] == t
+        elif len(t) > max_line + block:
+            assert k not in got
+    assert set(got) <= set(lines_in) and all(got[k] == lines_in[k] for k in got)
+    skipped = [k for k, t in enumerate(texts, 1) if k not in got] + ([len(texts) + 1] if tail > max_line and len(texts) + 1 not in got else [])
+    assert [p.line for p in problems] == skipped

@@ -156,7 +156,7 @@ class _Lines:
     def of(cls, block: TextBlock, prefilter: str | None, *, source: str, found: list[Problem]) -> _Lines:
         lines, problem = split_lines(block.data, block.first_line, source=source)
         text, binary, first_binary = lines, 0, None
-        bad = binary_lines(block.data, lines)
+        bad = binary_lines(block.data, lines, newlines=block.newlines)
         if bad is not None:
             binary = int(bad.sum())
             first_binary = int(lines.filter(bad).item(0, "line_no"))
@@ -231,12 +231,13 @@ class Format:
         return False
 
 
-def binary_lines(data: bytes, lines: pl.DataFrame) -> pl.Series | None:
+def binary_lines(data: bytes, lines: pl.DataFrame, *, newlines: int | None = None) -> pl.Series | None:
     """Which lines hold binary damage (BINARY_LINE), or None when none does. A block whose only
     control bytes are its newlines (nearly every log) is settled by one count over its bytes: the
-    regex over every line cost a quarter of a JSON lines read."""
+    regex over every line cost a quarter of a JSON lines read. `newlines`: how many the block
+    holds, when its reader counted them already (TextBlock.newlines)."""
     controls = int(np.count_nonzero(np.frombuffer(data, dtype=np.uint8) < 0x20))
-    if controls == data.count(b"\n"):
+    if controls == (data.count(b"\n") if newlines is None else newlines):
         return None
     bad = lines.get_column("text").str.contains(BINARY_LINE)
     return bad if bad.any() else None
