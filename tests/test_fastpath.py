@@ -290,3 +290,53 @@ def test_hf_bar_counts_cut_by_hand_are_the_bar_regex_groups(texts):
     )
     assert by_hand.equals(groups)
     assert by_hand.row(-1) == (10, 300)
+
+
+# nanoGPT / build-nanogpt key-value cells, and odd ones: a unit that eats an `inf`'s word boundary,
+# a bracket the regex allows no space after, spacing, two pairs in a cell, a number that carries on.
+KV_TYPICAL = ["step {i:6d}", "loss: 2.5", "lr 3.0e-04", "norm: 1.05", "dt: 351.23ms", "tok/sec: 1493812.55", "ver: 1.2.3"]
+KV_CELLS = st.sampled_from([
+    "dt: infms", "dt: nanms", "dt: 12ms", "dt:351ms", "dt :  4.5ms", "dt: 1e3ms", "loss: inf", "loss:nan", "loss:  -2",
+    "loss: [ 2", "loss: [2", "loss: [3", "loss: [  4", "lr  1e-3", "lr3", "lr: 5", "norm: 1 x: 2", "norm: 5 dt: 3ms", "norm: 1.5.5", "ver: 5.3",
+    "ver: 7.2.3", "ver: 1.2.3.3", "tok/sec: +5", "tok/sec: Infinity", "tok/sec: 1,234", "loss: 2.5 ", "note", "",
+])
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(odd=st.lists(st.tuples(st.integers(0, 10**6), st.integers(1, 6), KV_CELLS), max_size=12), n=st.integers(1, 40), version=st.booleans(),
+       first=st.lists(st.tuples(st.integers(1, 6), KV_CELLS), max_size=2))
+def test_kv_fast_pairs_give_the_regex_paths_pairs(odd, n, version, first):
+    """(`version`: a field whose unit could carry a number on, which no quick read takes; `first`:
+    odd cells on the first line, the one the shape is read from.)"""
+    from lossguard.formats.kvlines import KEY_SEPARATOR, PAIR
+    from lossguard.formats.pairs import merged, pairs_frame
+
+    typical = KV_TYPICAL if version else KV_TYPICAL[:-1]
+    rows = [[c.format(i=i) for c in typical] for i in range(1, n + 1)]
+    for at, field, cell in [*odd, *((0, field, cell) for field, cell in first)]:
+        rows[at % n][field % len(typical)] = cell
+    lines = pl.DataFrame({"line_no": range(1, n + 1), "text": [" | ".join(r) for r in rows]}, schema={"line_no": pl.Int64, "text": pl.String})
+    fast, rest = fastpath.fast_pairs(lines, sep="|", cell_re=PAIR, separator=KEY_SEPARATOR, min_lines=0)
+    got = merged(fast, pairs_frame(rest, PAIR)).with_columns(pl.col("key").cast(pl.String))
+    want = pairs_frame(lines, PAIR).with_columns(pl.col("key").cast(pl.String))
+    assert got.equals(want)
+
+
+@pytest.mark.parametrize(
+    "first, other",
+    [
+        pytest.param("loss: [2", "loss: [  4", id="a bracket allows no space after it"),
+        pytest.param("ver: 1.2.3", "ver: 5.3", id="a unit that would carry the number on"),
+        pytest.param("dt: 3ms", "dt: infms", id="inf before a unit has no word boundary"),
+        pytest.param("lr 3", "lr  nan", id="spacing alone as the separator"),
+    ],
+)
+def test_kv_fast_pairs_read_the_cells_the_regex_reads_differently_as_it_does(first, other):
+    from lossguard.formats.kvlines import KEY_SEPARATOR, PAIR
+    from lossguard.formats.pairs import merged, pairs_frame
+
+    texts = [f"step {i} | loss: 2.5 | {first if i % 2 else other} | norm: 1.0" for i in range(1, 9)]
+    lines = pl.DataFrame({"line_no": range(1, 9), "text": texts}, schema={"line_no": pl.Int64, "text": pl.String})
+    fast, rest = fastpath.fast_pairs(lines, sep="|", cell_re=PAIR, separator=KEY_SEPARATOR, min_lines=0)
+    assert fast.height  # the lines like the first took the fast path
+    assert merged(fast, pairs_frame(rest, PAIR)).equals(pairs_frame(lines, PAIR))

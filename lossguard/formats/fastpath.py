@@ -34,6 +34,7 @@ def fast_pairs(
     strip: str = " ",
     first_field_free: bool = False,
     one_pair_per_field: bool = False,
+    separator: str | None = None,
     keep: Callable[[str], bool] | None = None,
     min_lines: int | None = None,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -41,6 +42,8 @@ def fast_pairs(
     `cell_re` finds one pair in a field, with the named groups `key` and `value`; with
     `first_field_free` the text before the first separator is never a pair (Megatron's iteration);
     `one_pair_per_field` when the syntax guarantees it (JSON, Megatron), which saves a regex pass.
+    `separator`: what `cell_re` allows between a key and its number (a regex allowing any spacing
+    around its mark), so that a quick read of a cell separated so says the regex finds that one pair.
     `keep` (a projection: key -> is it needed): the pairs of other keys may be left out, never all
     of a line's (a line with pairs is a record, counted and placed whatever it holds), so only the
     needed fields' numbers are parsed, and the others' only on lines where no needed one has a value."""
@@ -52,13 +55,22 @@ def fast_pairs(
     cells = _cut(texts, seps, sep=sep)
     if cells is None:
         return EMPTY_PAIRS, lines
-    shape = _shape(cells, seps, cell_re=cell_re, strip=strip, first_field_free=first_field_free, one_pair_per_field=one_pair_per_field)
+    shape = _shape(cells, seps, cell_re=cell_re, strip=strip, first_field_free=first_field_free, one_pair_per_field=one_pair_per_field, separator=separator)
     if shape is None:
         return EMPTY_PAIRS, lines
     checks, fields = shape
     wanted = [f for f in fields if keep is None or keep(f.key)] or fields
-    read = _quick_read(cells, strip, wanted, checks)
+    counts = [f.count for f in fields if f.count is not None]
+    # A quick read of a field the regex can not read otherwise (_Field.trusted) says its cell holds
+    # one pair: the count, a regex pass a field, is then asked only of lines where a quick read failed.
+    later = bool(counts) and len(wanted) == len(fields) and all(f.trusted for f in fields)
+    read = _quick_read(cells, strip, wanted, checks if later else checks + counts)
     fits = read.get_column("fits") & (seps == cells.width - 1)
+    if later:
+        odd = fits & read.select(pl.any_horizontal(pl.exclude("fits").is_null())).to_series()
+        if odd.any():
+            one = cells.filter(odd).lazy().select([_stripped(i, strip) for i in range(cells.width)]).select(pl.all_horizontal(counts)).collect()
+            fits = fits.scatter(odd.arg_true(), one.to_series().fill_null(False))
     n_fit = int(fits.sum())
     if not n_fit:
         return EMPTY_PAIRS, lines
@@ -98,6 +110,10 @@ class _Field:
     key: str
     stages: tuple[tuple[pl.Expr, ...], ...]
     """The intermediate columns of the quick read, stage by stage (see _quick_read)."""
+    count: pl.Expr | None
+    """Does the cell hold exactly one pair (None when the syntax says so)."""
+    trusted: bool
+    """Where the quick read finds a number, the regex finds that pair and no other in the cell."""
     quick: pl.Expr
     """The field's number, read without a regex (over the stages' columns)."""
     cell: pl.Expr
@@ -119,7 +135,7 @@ def _quick_read(cells: pl.DataFrame, strip: str, fields: list[_Field], checks: l
 
 
 def _shape(
-    cells: pl.DataFrame, seps: pl.Series, *, cell_re: str, strip: str, first_field_free: bool, one_pair_per_field: bool
+    cells: pl.DataFrame, seps: pl.Series, *, cell_re: str, strip: str, first_field_free: bool, one_pair_per_field: bool, separator: str | None = None
 ) -> tuple[list[pl.Expr], list[_Field]] | None:
     """What a line of the common shape holds, read off one such line: the checks every line's fields
     must pass to be of that shape, and the fields holding a pair. None when that line holds no pair
@@ -145,7 +161,9 @@ def _shape(
         literal = text[: m.start("value")].rstrip(" \t:=\"'(")
         if not literal:
             return None
-        field_checks, field = _pair_field(i, literal, text[: m.start("value")], text[m.end("value") :], m.group("key").strip(), cell_re, strip, one_pair_per_field)
+        # The literal is the key, and what follows it the plain separator (no `[`): any spacing reads alike.
+        plain = separator is not None and literal == text[: m.end("key")] and re.fullmatch(separator, text[m.end("key") : m.start("value")]) is not None
+        field_checks, field = _pair_field(i, literal, text[: m.start("value")], text[m.end("value") :], m.group("key").strip(), cell_re, strip, one_pair_per_field, plain)
         checks.extend(field_checks)
         fields.append(field)
     return (checks, fields) if fields else None
@@ -170,10 +188,11 @@ def _no_pair(i: int, cell_re: str, strip: str) -> pl.Expr:
 
 @functools.lru_cache(maxsize=1024)
 def _pair_field(
-    i: int, literal: str, before: str, after: str, key: str, cell_re: str, strip: str, one_pair_per_field: bool
+    i: int, literal: str, before: str, after: str, key: str, cell_re: str, strip: str, one_pair_per_field: bool, plain: bool = False
 ) -> tuple[tuple[pl.Expr, ...], _Field]:
     col = pl.col(f"s{i}")
-    checks = (col.str.starts_with(literal),) if one_pair_per_field else (col.str.starts_with(literal), col.str.count_matches(cell_re) == 1)
+    checks = (col.str.starts_with(literal),)
+    count = None if one_pair_per_field else col.str.count_matches(cell_re) == 1
     # The quick read takes a cell that is the representative's with only the number and the spacing
     # around the separator changed (the cast takes just what the regex's NUMBER matches whole);
     # anything else (a unit, a wrapper, another separator) goes to the regex, which then decides.
@@ -195,7 +214,20 @@ def _pair_field(
         # `key: value`, `key=value`, `key value`: what the separator regexes allow, nothing more.
         same = same & ~after_mark.str.starts_with(":") & ~after_mark.str.starts_with("=")
     number = after_mark.str.strip_suffix(after) if after else after_mark
-    return checks, _Field(key, tuple(stages), pl.when(same).then(number.cast(pl.Float64, strict=False)), _cell(i, strip))
+    stages.append((number.cast(pl.Float64, strict=False).alias(f"n{i}"),))
+    value = pl.col(f"n{i}")
+    # What the literal, the spacing and the number may be and still read as one pair, as the regex
+    # reads it: the key, then the plain separator (`plain`: any spacing reads alike; a `[` allows
+    # none after it); a unit that could carry the number on (`.5`, `e3`, digits) is left to the
+    # regex; and `inf` or `nan` end at a word boundary, which a unit starting with a letter denies
+    # (`infms` is no pair).
+    carries_on = after[:1] in tuple("0123456789.eE")
+    trusted = plain and not carries_on
+    if carries_on:
+        same = pl.lit(False)  # `1.2.3`: the regex reads `5.3` whole where cutting `.3` off would read 5
+    elif re.match(r"\w", after[:1]):
+        same = same & value.is_finite()
+    return checks, _Field(key, tuple(stages), count, trusted, pl.when(same).then(value), _cell(i, strip))
 
 
 def _numbers(kept: pl.DataFrame, values: pl.DataFrame, fields: list[_Field], cell_re: str) -> tuple[pl.DataFrame, pl.Series | None]:
