@@ -210,3 +210,133 @@ def test_a_megatron_parse_told_what_is_kept_gives_the_kept_rows_of_a_full_parse(
     assert narrow_cursor == full_cursor
     assert table.span_of(narrow_rows) == table.span_of(full_rows)
     assert base.kept_rows(narrow_rows, kept).equals(base.kept_rows(full_rows, kept))
+
+
+_ITERATION_PARTS = st.sampled_from([
+    "iteration", " iteration", "[default7]: iteration", "xiteration", "é iteration", "iteration\t", "/", " / ", "/ ", "\t/", " ", "   ",
+    "12", "0", "+3", "-4", "٣", "99999999999999999999", " | lm loss: 2.0 |", "validation loss at iteration 5", "a/b", "é",
+])
+
+
+@settings(max_examples=300, deadline=None)
+@given(lines=st.lists(st.lists(_ITERATION_PARTS, max_size=9).map("".join), min_size=1, max_size=30))
+def test_megatron_steps_read_without_the_regex_are_the_regex_steps_or_left_to_it(lines):
+    """The quick read of an iteration line's step gives the ITERATION regex's step, or null (the
+    regex then decides); on a log's usual lines, it gives them all."""
+    from lossguard.formats.megatron import ITERATION, iteration_steps
+
+    usual = [f" iteration {i:8d}/ 1000000 | lm loss: 2.0 |" for i in range(3)]
+    frame = pl.DataFrame({"text": lines + usual})
+    quick = iteration_steps(frame)
+    regex = frame.select(pl.col("text").str.extract(ITERATION, 1).cast(pl.Int64, strict=False)).to_series()
+    read = quick.is_not_null()
+    assert quick.filter(read).to_list() == regex.filter(read).to_list()
+    assert quick.tail(3).to_list() == [0, 1, 2]
+
+
+_HF_LINES = st.sampled_from([
+    "  3%|▎         | {n}/300 [00:03<01:30,  3.20it/s]",
+    "  3%|▎         | {n}/300 [00:03<01:30,  3.20it/s]{{'loss': 2.3, 'grad_norm': 1.25, 'learning_rate': 4.9e-05, 'epoch': 0.{n}}}",
+    "{{'loss': 2.{n}, 'learning_rate': 4.9e-05, 'epoch': 0.{n}}}",
+    " 50%|█████     | {n}/20 [00:01<00:01,  9.00it/s]",
+    "{{'eval_loss': 2.05, 'eval_runtime': 1.2, 'epoch': 0.{n}}}",
+    "{{'loss': 2.1, 'epoch': 0.5}}  3%|▎         | {n}/300 [00:03<01:30,  3.20it/s]",
+    "  Num update steps per epoch = 1{n}",
+    "  Num Epochs = 3",
+    "  Total optimization steps = 3{n}0",
+    "{{'train_runtime': 100.1, 'train_loss': 2.0, 'epoch': 1.0}}",
+    "  0%|          | 0/300 [00:00<?, ?it/s]{{'loss': 2.5, 'epoch': 0.0}}",
+])
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    lines=st.lists(st.tuples(_HF_LINES, st.integers(0, 400)), max_size=40),
+    counting=st.booleans(),
+    last=st.one_of(st.none(), st.integers(0, 50)),
+    bar=st.one_of(st.none(), st.integers(0, 50)),
+    total=st.sampled_from([None, 300, 20]),
+)
+def test_hf_steps_read_in_columns_are_the_loops(monkeypatch, lines, counting, last, bar, total):
+    """The training dicts' steps from the bars, read in columns, are the loop's (which settles any
+    block where one dict would not take the bar's count); `counting`: the usual console, each dict
+    after a redraw counting up."""
+    from lossguard.formats import hf_console
+
+    if counting:
+        lines = [(template, 100 + 3 * i) for i, (template, _) in enumerate(lines)]
+    frame = pl.DataFrame({"line_no": list(range(1, len(lines) + 1)), "text": [t.format(n=n) for t, n in lines]}, schema={"line_no": pl.Int64, "text": pl.String})
+    cursor = Cursor().advance(last_step=last, bar=bar, bar_total=total)
+    pairs = dictlines.python_pairs(frame)
+    steps, evals, state = hf_console._steps(frame, pairs, cursor)
+    with monkeypatch.context() as loop:
+        loop.setattr(hf_console, "_placed_by_bars", lambda marked, cursor: None)
+        want_steps, want_evals, want_state = hf_console._steps(frame, pairs, cursor)
+    assert steps.equals(want_steps) and evals.equals(want_evals) and state == want_state
+
+
+_BAR_PARTS = st.sampled_from(["3%", "100%", "%", "|", "▎", "███", " ", "\t", "12", "/", "300", " [", "[", "00:03<01:30", "{'loss': 2.0}", "x", "\u2003"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(texts=st.lists(st.lists(_BAR_PARTS, max_size=14).map("".join), min_size=1, max_size=20))
+def test_hf_bar_counts_cut_by_hand_are_the_bar_regex_groups(texts):
+    from lossguard.formats.hf_console import BAR, _count_and_total, _last_count
+
+    frame = pl.DataFrame({"text": texts + ["  3%|▎         | 10/300 [00:03<01:30,  3.20it/s]"]})
+    by_hand = frame.select(_last_count(pl.col("text")).alias("bar")).select(*_count_and_total("bar"))
+    groups = frame.select(pl.col("text").str.extract_all(BAR).list.last().str.extract_groups(BAR).alias("g")).select(
+        pl.col("g").struct.field("1").cast(pl.Int64).alias("bar_n"), pl.col("g").struct.field("2").cast(pl.Int64).alias("bar_total")
+    )
+    assert by_hand.equals(groups)
+    assert by_hand.row(-1) == (10, 300)
+
+
+# nanoGPT / build-nanogpt key-value cells, and odd ones: a unit that eats an `inf`'s word boundary,
+# a bracket the regex allows no space after, spacing, two pairs in a cell, a number that carries on.
+KV_TYPICAL = ["step {i:6d}", "loss: 2.5", "lr 3.0e-04", "norm: 1.05", "dt: 351.23ms", "tok/sec: 1493812.55", "ver: 1.2.3"]
+KV_CELLS = st.sampled_from([
+    "dt: infms", "dt: nanms", "dt: 12ms", "dt:351ms", "dt :  4.5ms", "dt: 1e3ms", "loss: inf", "loss:nan", "loss:  -2",
+    "loss: [ 2", "loss: [2", "loss: [3", "loss: [  4", "lr  1e-3", "lr3", "lr: 5", "norm: 1 x: 2", "norm: 5 dt: 3ms", "norm: 1.5.5", "ver: 5.3",
+    "ver: 7.2.3", "ver: 1.2.3.3", "tok/sec: +5", "tok/sec: Infinity", "tok/sec: 1,234", "loss: 2.5 ", "note", "",
+])
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(odd=st.lists(st.tuples(st.integers(0, 10**6), st.integers(1, 6), KV_CELLS), max_size=12), n=st.integers(1, 40), version=st.booleans(),
+       first=st.lists(st.tuples(st.integers(1, 6), KV_CELLS), max_size=2))
+def test_kv_fast_pairs_give_the_regex_paths_pairs(odd, n, version, first):
+    """(`version`: a field whose unit could carry a number on, which no quick read takes; `first`:
+    odd cells on the first line, the one the shape is read from.)"""
+    from lossguard.formats.kvlines import KEY_SEPARATOR, PAIR
+    from lossguard.formats.pairs import merged, pairs_frame
+
+    typical = KV_TYPICAL if version else KV_TYPICAL[:-1]
+    rows = [[c.format(i=i) for c in typical] for i in range(1, n + 1)]
+    for at, field, cell in [*odd, *((0, field, cell) for field, cell in first)]:
+        rows[at % n][field % len(typical)] = cell
+    lines = pl.DataFrame({"line_no": range(1, n + 1), "text": [" | ".join(r) for r in rows]}, schema={"line_no": pl.Int64, "text": pl.String})
+    fast, rest = fastpath.fast_pairs(lines, sep="|", cell_re=PAIR, separator=KEY_SEPARATOR, min_lines=0)
+    got = merged(fast, pairs_frame(rest, PAIR)).with_columns(pl.col("key").cast(pl.String))
+    want = pairs_frame(lines, PAIR).with_columns(pl.col("key").cast(pl.String))
+    assert got.equals(want)
+
+
+@pytest.mark.parametrize(
+    "first, other",
+    [
+        pytest.param("loss: [2", "loss: [  4", id="a bracket allows no space after it"),
+        pytest.param("ver: 1.2.3", "ver: 5.3", id="a unit that would carry the number on"),
+        pytest.param("dt: 3ms", "dt: infms", id="inf before a unit has no word boundary"),
+        pytest.param("lr 3", "lr  nan", id="spacing alone as the separator"),
+    ],
+)
+def test_kv_fast_pairs_read_the_cells_the_regex_reads_differently_as_it_does(first, other):
+    from lossguard.formats.kvlines import KEY_SEPARATOR, PAIR
+    from lossguard.formats.pairs import merged, pairs_frame
+
+    texts = [f"step {i} | loss: 2.5 | {first if i % 2 else other} | norm: 1.0" for i in range(1, 9)]
+    lines = pl.DataFrame({"line_no": range(1, 9), "text": texts}, schema={"line_no": pl.Int64, "text": pl.String})
+    fast, rest = fastpath.fast_pairs(lines, sep="|", cell_re=PAIR, separator=KEY_SEPARATOR, min_lines=0)
+    assert fast.height  # the lines like the first took the fast path
+    assert merged(fast, pairs_frame(rest, PAIR)).equals(pairs_frame(lines, PAIR))

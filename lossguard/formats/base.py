@@ -9,6 +9,7 @@ read further without guessing (a corrupt record length), so callers stop reopeni
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import closing
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from pathlib import Path
@@ -20,7 +21,9 @@ import polars as pl
 from .. import table
 from ..cursor import Cursor
 from ..problems import Problem
-from ..sources.textfile import STREAMED_BLOCK, iter_blocks, not_utf8
+from ..sources import textfile
+from ..sources.textfile import STREAMED_BLOCK, TextBlock, iter_blocks, not_utf8
+from .ahead import read_ahead
 
 
 @dataclass(frozen=True)
@@ -72,33 +75,49 @@ class LineFormat:
         warned = False
         unplaced, first_unplaced = 0, None
         binary, first_binary = 0, None
-        for block in iter_blocks(path, cursor, final=final, problems=problems, limit=limit, block=STREAMED_BLOCK if each is not None else None):
-            lines, problem = split_lines(block.data, block.first_line, source=source)
-            if problem and not warned:
-                problems.append(problem)
-                warned = True
-            text = lines
-            bad = binary_lines(block.data, lines)
-            if bad is not None:
-                binary += int(bad.sum())
-                first_binary = first_binary if first_binary is not None else int(lines.filter(bad).item(0, "line_no"))
-                text = lines.filter(~bad)
-            kept = text.filter(pl.col("text").str.contains(self.prefilter)) if self.prefilter else text
-            raw = block.data if kept.height == lines.height and problem is None else None
-            rows, state = self.parse(kept, cursor, raw, keep=keep) if self.narrows and keep is not None else self.parse(kept, cursor, raw)
-            if "line_no" in rows.columns:
-                lost = rows.filter(pl.col("step").is_null()).get_column("line_no").unique()
-                unplaced += lost.len()
-                first_unplaced = first_unplaced if first_unplaced is not None else int(lost.min())
-                rows = rows.filter(pl.col("step").is_not_null()).drop("line_no")
-            if keep is not None and rows.height:
-                spans.append(table.span_of(rows))
-                rows = kept_rows(rows, keep)
-            if rows.height:
-                each(rows) if each is not None else frames.append(rows)
-            # Where the block ends is the block's; what the parser carries on (its last step, its
-            # own state) is the parser's.
-            cursor = state.advance(offset=block.cursor.offset, line=block.cursor.line, skipping=block.cursor.skipping)
+        size = STREAMED_BLOCK if each is not None else None
+        # What the blocks' reading says (a line too long) is said in file order, before the block read
+        # after it: the next block is read while this one parses (read_ahead).
+        said: list[Problem] = []
+        blocks = iter_blocks(path, cursor, final=final, problems=said, limit=limit, block=size)
+        told = 0
+
+        def prepare(block: TextBlock) -> _Lines:
+            nonlocal told
+            found, told = said[told:], len(said)
+            return _Lines.of(block, self.prefilter, source=source, found=found)
+
+        def worth_it(first: _Lines) -> bool:
+            # A full first block, and more allowed: more blocks are likely (a daemon's pass reads
+            # a few new lines, and pays for no thread).
+            room = limit is None or first.block.cursor.offset - cursor.offset < limit
+            return room and len(first.block.data) >= min(size or textfile.BLOCK, textfile.BLOCK) // 2
+
+        with closing(read_ahead(blocks, prepare, worth_it=worth_it)) as prepared:
+            for ready in prepared:
+                block = ready.block
+                problems.extend(ready.found)
+                if ready.problem and not warned:
+                    problems.append(ready.problem)
+                    warned = True
+                if ready.binary:
+                    binary += ready.binary
+                    first_binary = first_binary if first_binary is not None else ready.first_binary
+                rows, state = self.parse(ready.kept, cursor, ready.raw, keep=keep) if self.narrows and keep is not None else self.parse(ready.kept, cursor, ready.raw)
+                if "line_no" in rows.columns:
+                    lost = rows.filter(pl.col("step").is_null()).get_column("line_no").unique()
+                    unplaced += lost.len()
+                    first_unplaced = first_unplaced if first_unplaced is not None else int(lost.min())
+                    rows = rows.filter(pl.col("step").is_not_null()).drop("line_no")
+                if keep is not None and rows.height:
+                    spans.append(table.span_of(rows))
+                    rows = kept_rows(rows, keep)
+                if rows.height:
+                    each(rows) if each is not None else frames.append(rows)
+                # Where the block ends is the block's; what the parser carries on (its last step, its
+                # own state) is the parser's.
+                cursor = state.advance(offset=block.cursor.offset, line=block.cursor.line, skipping=block.cursor.skipping)
+        problems.extend(said[told:])
         # Relaxed: a block's tags may be Categorical (fast paths) or String (a parser's odd rows).
         rows = frames[0] if len(frames) == 1 else pl.concat(frames, how="vertical_relaxed", rechunk=False) if frames else table.empty_raw()
         note = STEP_FALLBACKS.get(cursor.steps) if cursor.steps != start.steps else None
@@ -114,6 +133,37 @@ class LineFormat:
             more = f" (and {unplaced - 1:,} more line(s) like it)" if unplaced > 1 else ""
             problems.append(Problem(source, f"step is not a whole number from 0 to 2^63-1; this line's values are skipped{more}", line=first_unplaced))
         return Parsed(rows, cursor, tuple(problems), span=table.joined(spans), projected=keep is not None)
+
+
+@dataclass(frozen=True)
+class _Lines:
+    """A block made ready to parse: what of it needs no cursor (read_ahead does it for the next
+    block while this one parses)."""
+
+    block: TextBlock
+    kept: pl.DataFrame
+    """The lines worth parsing (not binary, passing the prefilter)."""
+    raw: bytes | None
+    """The block's bytes, when `kept` holds every line of them."""
+    problem: Problem | None
+    """Bytes that are not UTF-8 (the first such line)."""
+    binary: int
+    first_binary: int | None
+    found: list[Problem]
+    """What reading the block said before it (iter_blocks: a line too long)."""
+
+    @classmethod
+    def of(cls, block: TextBlock, prefilter: str | None, *, source: str, found: list[Problem]) -> _Lines:
+        lines, problem = split_lines(block.data, block.first_line, source=source)
+        text, binary, first_binary = lines, 0, None
+        bad = binary_lines(block.data, lines, newlines=block.newlines)
+        if bad is not None:
+            binary = int(bad.sum())
+            first_binary = int(lines.filter(bad).item(0, "line_no"))
+            text = lines.filter(~bad)
+        kept = text.filter(pl.col("text").str.contains(prefilter)) if prefilter else text
+        raw = block.data if kept.height == lines.height and problem is None else None
+        return cls(block, kept, raw, problem, binary, first_binary, found)
 
 
 def kept_rows(rows: pl.DataFrame, keep: Keep) -> pl.DataFrame:
@@ -181,12 +231,13 @@ class Format:
         return False
 
 
-def binary_lines(data: bytes, lines: pl.DataFrame) -> pl.Series | None:
+def binary_lines(data: bytes, lines: pl.DataFrame, *, newlines: int | None = None) -> pl.Series | None:
     """Which lines hold binary damage (BINARY_LINE), or None when none does. A block whose only
     control bytes are its newlines (nearly every log) is settled by one count over its bytes: the
-    regex over every line cost a quarter of a JSON lines read."""
+    regex over every line cost a quarter of a JSON lines read. `newlines`: how many the block
+    holds, when its reader counted them already (TextBlock.newlines)."""
     controls = int(np.count_nonzero(np.frombuffer(data, dtype=np.uint8) < 0x20))
-    if controls == data.count(b"\n"):
+    if controls == (data.count(b"\n") if newlines is None else newlines):
         return None
     bad = lines.get_column("text").str.contains(BINARY_LINE)
     return bad if bad.any() else None

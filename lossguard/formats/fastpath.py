@@ -34,6 +34,7 @@ def fast_pairs(
     strip: str = " ",
     first_field_free: bool = False,
     one_pair_per_field: bool = False,
+    separator: str | None = None,
     keep: Callable[[str], bool] | None = None,
     min_lines: int | None = None,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -41,6 +42,8 @@ def fast_pairs(
     `cell_re` finds one pair in a field, with the named groups `key` and `value`; with
     `first_field_free` the text before the first separator is never a pair (Megatron's iteration);
     `one_pair_per_field` when the syntax guarantees it (JSON, Megatron), which saves a regex pass.
+    `separator`: what `cell_re` allows between a key and its number (a regex allowing any spacing
+    around its mark), so that a quick read of a cell separated so says the regex finds that one pair.
     `keep` (a projection: key -> is it needed): the pairs of other keys may be left out, never all
     of a line's (a line with pairs is a record, counted and placed whatever it holds), so only the
     needed fields' numbers are parsed, and the others' only on lines where no needed one has a value."""
@@ -52,14 +55,22 @@ def fast_pairs(
     cells = _cut(texts, seps, sep=sep)
     if cells is None:
         return EMPTY_PAIRS, lines
-    shape = _shape(cells, seps, cell_re=cell_re, strip=strip, first_field_free=first_field_free, one_pair_per_field=one_pair_per_field)
+    shape = _shape(cells, seps, cell_re=cell_re, strip=strip, first_field_free=first_field_free, one_pair_per_field=one_pair_per_field, separator=separator)
     if shape is None:
         return EMPTY_PAIRS, lines
     checks, fields = shape
     wanted = [f for f in fields if keep is None or keep(f.key)] or fields
-    # The shape checks and the quick numbers in one pass, each expression on its own thread.
-    read = cells.select(pl.all_horizontal(checks).fill_null(False).alias("fits"), *[f.quick.alias(f"v{i}") for i, f in enumerate(wanted)])
+    counts = [f.count for f in fields if f.count is not None]
+    # A quick read of a field the regex can not read otherwise (_Field.trusted) says its cell holds
+    # one pair: the count, a regex pass a field, is then asked only of lines where a quick read failed.
+    later = bool(counts) and len(wanted) == len(fields) and all(f.trusted for f in fields)
+    read = _quick_read(cells, strip, wanted, checks if later else checks + counts)
     fits = read.get_column("fits") & (seps == cells.width - 1)
+    if later:
+        odd = fits & read.select(pl.any_horizontal(pl.exclude("fits").is_null())).to_series()
+        if odd.any():
+            one = cells.filter(odd).lazy().select([_stripped(i, strip) for i in range(cells.width)]).select(pl.all_horizontal(counts)).collect()
+            fits = fits.scatter(odd.arg_true(), one.to_series().fill_null(False))
     n_fit = int(fits.sum())
     if not n_fit:
         return EMPTY_PAIRS, lines
@@ -70,7 +81,7 @@ def fast_pairs(
     if len(wanted) < len(fields) and values.select(pl.all_horizontal(pl.all().is_null()).any()).item():
         # A line whose needed fields hold no number: its other pairs make it a record.
         wanted = fields
-        values, still = _numbers(kept, kept.select([f.quick.alias(f"v{i}") for i, f in enumerate(fields)]), fields, cell_re)
+        values, still = _numbers(kept, _quick_read(kept, strip, fields), fields, cell_re)
     line_nos = lines.get_column("line_no").to_numpy()
     line_nos = line_nos if every else line_nos[fits.to_numpy()]
     if still is not None:
@@ -97,14 +108,34 @@ def _cut(texts: pl.Series, seps: pl.Series, *, sep: str) -> pl.DataFrame | None:
 @dataclass(frozen=True)
 class _Field:
     key: str
+    stages: tuple[tuple[pl.Expr, ...], ...]
+    """The intermediate columns of the quick read, stage by stage (see _quick_read)."""
+    count: pl.Expr | None
+    """Does the cell hold exactly one pair (None when the syntax says so)."""
+    trusted: bool
+    """Where the quick read finds a number, the regex finds that pair and no other in the cell."""
     quick: pl.Expr
-    """The field's number, read without a regex."""
+    """The field's number, read without a regex (over the stages' columns)."""
     cell: pl.Expr
     """The field's text, for the regex where the quick read fails."""
 
 
+def _quick_read(cells: pl.DataFrame, strip: str, fields: list[_Field], checks: list[pl.Expr] | None = None) -> pl.DataFrame:
+    """The quick numbers (`v0`, `v1`... one per field) and, given the checks, whether each line
+    fits the shape (`fits`). Every intermediate string (the stripped cell `s{i}`, what follows the
+    key...) is a column computed once, stage by stage: written as one expression per number, the
+    engine recomputed each of them for every test that used it (5x the work on a kv line)."""
+    query = cells.lazy().select([_stripped(i, strip) for i in range(cells.width)])
+    for depth in range(max(len(f.stages) for f in fields)):
+        stage = [e for f in fields if depth < len(f.stages) for e in f.stages[depth]]
+        if stage:
+            query = query.with_columns(stage)
+    fits = [pl.all_horizontal(checks).fill_null(False).alias("fits")] if checks is not None else []
+    return query.select(*fits, *[f.quick.alias(f"v{i}") for i, f in enumerate(fields)]).collect()
+
+
 def _shape(
-    cells: pl.DataFrame, seps: pl.Series, *, cell_re: str, strip: str, first_field_free: bool, one_pair_per_field: bool
+    cells: pl.DataFrame, seps: pl.Series, *, cell_re: str, strip: str, first_field_free: bool, one_pair_per_field: bool, separator: str | None = None
 ) -> tuple[list[pl.Expr], list[_Field]] | None:
     """What a line of the common shape holds, read off one such line: the checks every line's fields
     must pass to be of that shape, and the fields holding a pair. None when that line holds no pair
@@ -130,7 +161,9 @@ def _shape(
         literal = text[: m.start("value")].rstrip(" \t:=\"'(")
         if not literal:
             return None
-        field_checks, field = _pair_field(i, literal, text[: m.start("value")], text[m.end("value") :], m.group("key").strip(), cell_re, strip, one_pair_per_field)
+        # The literal is the key, and what follows it the plain separator (no `[`): any spacing reads alike.
+        plain = separator is not None and literal == text[: m.end("key")] and re.fullmatch(separator, text[m.end("key") : m.start("value")]) is not None
+        field_checks, field = _pair_field(i, literal, text[: m.start("value")], text[m.end("value") :], m.group("key").strip(), cell_re, strip, one_pair_per_field, plain)
         checks.extend(field_checks)
         fields.append(field)
     return (checks, fields) if fields else None
@@ -140,35 +173,61 @@ def _cell(i: int, strip: str) -> pl.Expr:
     return pl.col(f"c{i}").fill_null("").str.strip_chars(strip)
 
 
+@functools.lru_cache(maxsize=1024)
+def _stripped(i: int, strip: str) -> pl.Expr:
+    return _cell(i, strip).alias(f"s{i}")
+
+
 # The expressions are built once per shape (a daemon parses the same shape every pass, a scan in
-# every file; building them costs more than running them on a few hundred lines).
+# every file; building them costs more than running them on a few hundred lines). They read the
+# stripped cells, `s{i}` (_quick_read).
 @functools.lru_cache(maxsize=1024)
 def _no_pair(i: int, cell_re: str, strip: str) -> pl.Expr:
-    return ~_cell(i, strip).str.contains(cell_re)
+    return ~pl.col(f"s{i}").str.contains(cell_re)
 
 
 @functools.lru_cache(maxsize=1024)
 def _pair_field(
-    i: int, literal: str, before: str, after: str, key: str, cell_re: str, strip: str, one_pair_per_field: bool
+    i: int, literal: str, before: str, after: str, key: str, cell_re: str, strip: str, one_pair_per_field: bool, plain: bool = False
 ) -> tuple[tuple[pl.Expr, ...], _Field]:
-    col = _cell(i, strip)
-    checks = (col.str.starts_with(literal),) if one_pair_per_field else (col.str.starts_with(literal), col.str.count_matches(cell_re) == 1)
+    col = pl.col(f"s{i}")
+    checks = (col.str.starts_with(literal),)
+    count = None if one_pair_per_field else col.str.count_matches(cell_re) == 1
     # The quick read takes a cell that is the representative's with only the number and the spacing
     # around the separator changed (the cast takes just what the regex's NUMBER matches whole);
     # anything else (a unit, a wrapper, another separator) goes to the regex, which then decides.
     gap = before[len(literal) :]
     mark = gap.strip()
-    rest = col.str.strip_prefix(literal)
-    spaced = rest.str.strip_chars_start()
-    after_mark = spaced.str.strip_prefix(mark).str.strip_chars_start() if mark else spaced
+    # `spaced`: what follows the key, from its first non-space (`rest` is what follows the key).
+    spaced = pl.col(f"r{i}")
+    stages: list[tuple[pl.Expr, ...]] = [(col.str.strip_prefix(literal).str.strip_chars_start().alias(f"r{i}"),)]
+    if mark:
+        stages.append((spaced.str.strip_prefix(mark).str.strip_chars_start().alias(f"a{i}"),))
+        after_mark = pl.col(f"a{i}")
+    else:
+        after_mark = spaced
     same = col.str.starts_with(literal) & col.str.ends_with(after) & spaced.str.starts_with(mark)
     if not mark:
-        same = same & (spaced.str.len_bytes() < rest.str.len_bytes())  # `name value`: some space between
+        # `name value`: some space between (`rest` is the cell less the literal, where it starts with it).
+        same = same & (spaced.str.len_bytes() < col.str.len_bytes() - len(literal.encode()))
     if not mark.strip(":="):
         # `key: value`, `key=value`, `key value`: what the separator regexes allow, nothing more.
         same = same & ~after_mark.str.starts_with(":") & ~after_mark.str.starts_with("=")
     number = after_mark.str.strip_suffix(after) if after else after_mark
-    return checks, _Field(key, pl.when(same).then(number.cast(pl.Float64, strict=False)), col)
+    stages.append((number.cast(pl.Float64, strict=False).alias(f"n{i}"),))
+    value = pl.col(f"n{i}")
+    # What the literal, the spacing and the number may be and still read as one pair, as the regex
+    # reads it: the key, then the plain separator (`plain`: any spacing reads alike; a `[` allows
+    # none after it); a unit that could carry the number on (`.5`, `e3`, digits) is left to the
+    # regex; and `inf` or `nan` end at a word boundary, which a unit starting with a letter denies
+    # (`infms` is no pair).
+    carries_on = after[:1] in tuple("0123456789.eE")
+    trusted = plain and not carries_on
+    if carries_on:
+        same = pl.lit(False)  # `1.2.3`: the regex reads `5.3` whole where cutting `.3` off would read 5
+    elif re.match(r"\w", after[:1]):
+        same = same & value.is_finite()
+    return checks, _Field(key, tuple(stages), count, trusted, pl.when(same).then(value), _cell(i, strip))
 
 
 def _numbers(kept: pl.DataFrame, values: pl.DataFrame, fields: list[_Field], cell_re: str) -> tuple[pl.DataFrame, pl.Series | None]:

@@ -76,17 +76,25 @@ def _steps(lines: pl.DataFrame, pairs: pl.DataFrame, cursor: Cursor) -> tuple[pl
     banner line or a dict: its state is a few numbers, and what it does per line is easier to
     check read as a loop than as a chain of window expressions."""
     text = pl.col("text")
-    brace = text.str.find("{", literal=True)
+    brace = pl.col("brace")
     # The bars before the dict count for it; any after it, for the next. The last redraw of a line
     # is all that counts (one bar redraws on one line; another's, with tqdm's position, on its own).
-    head = pl.when(brace.is_not_null()).then(text.str.slice(0, brace)).otherwise(text)
-    tail = pl.when(brace.is_not_null()).then(text.str.slice(brace))
-    marked = lines.select(
-        "line_no",
-        *_last_bar(head, "head"),
-        *_last_bar(tail, "tail"),
-        pl.when(text.str.contains("=", literal=True)).then(text).alias("banner"),
+    # Each step a column computed once, in one query.
+    marked = (
+        lines.lazy()
+        .with_columns(text.str.find("{", literal=True).alias("brace"))
+        .select(
+            "line_no",
+            _last_count(pl.when(brace.is_not_null()).then(text.str.slice(0, brace)).otherwise(text)).alias("head"),
+            _last_count(pl.when(brace.is_not_null()).then(text.str.slice(brace))).alias("tail"),
+            pl.when(text.str.contains("=", literal=True)).then(text).alias("banner"),
+        )
+        .select("line_no", *_count_and_total("head"), *_count_and_total("tail"), "banner")
+        .collect()
     ).join(_records(pairs), on="line_no", how="left", maintain_order="left")
+    placed = _placed_by_bars(marked, cursor)
+    if placed is not None:
+        return placed
     bar, bar_total, per_epoch, steps = cursor.bar, cursor.bar_total, cursor.per_epoch, cursor.steps
     last = cursor.last_step
     epochs: int | None = None
@@ -124,13 +132,60 @@ def _steps(lines: pl.DataFrame, pairs: pl.DataFrame, cursor: Cursor) -> tuple[pl
     return line_steps, pl.Series("line_no", eval_lines, dtype=pl.Int64), state
 
 
-def _last_bar(text: pl.Expr, name: str) -> tuple[pl.Expr, pl.Expr]:
-    """The count and total of the last bar drawn in `text`, or nulls."""
-    last = text.str.extract_all(BAR).list.last().str.extract_groups(BAR)
-    return (
-        last.struct.field("1").cast(pl.Int64).alias(f"{name}_n"),
-        last.struct.field("2").cast(pl.Int64).alias(f"{name}_total"),
+def _placed_by_bars(marked: pl.DataFrame, cursor: Cursor) -> tuple[pl.DataFrame, pl.Series, Cursor] | None:
+    """What the loop in _steps gives, in columns, when every training dict of these lines takes its
+    step from the bar (the usual console: each dict after a redraw of a bar counting up); None
+    when one would not (no bar since the dict before, a count not past the last step), which the
+    loop then settles: only there do the epoch, the banners and the last step placed decide.
+
+    The bar a dict reads is the last count of the training bar (its total) drawn since the dict
+    before it, on the lines before or on its own line before the dict; the dict resets it. So after
+    each line the bar is its tail's count, else nothing if it held a dict, else its head's count,
+    else the bar after the line before (a forward fill, a dict's reset written as -1)."""
+    total = cursor.bar_total
+    if total is None:
+        firsts = marked.select(pl.coalesce("head_total", "tail_total").drop_nulls().first()).item()
+        total = firsts
+    head = pl.when(pl.col("head_total") == total).then(pl.col("head_n"))
+    tail = pl.when(pl.col("tail_total") == total).then(pl.col("tail_n"))
+    train = pl.col("train").fill_null(False)
+    after = pl.when(tail.is_not_null()).then(tail).when(train).then(-1).otherwise(head).forward_fill()
+    before = after.shift(1).fill_null(-1 if cursor.bar is None else cursor.bar)
+    bars = marked.select(
+        "line_no",
+        train.alias("train"),
+        (pl.col("eval").fill_null(False) & ~train).alias("eval"),
+        pl.coalesce(head, pl.when(before >= 0).then(before)).alias("bar"),
+        pl.when(after >= 0).then(after).alias("after"),
+        after.is_not_null().alias("drawn"),
     )
+    dicts = bars.filter(pl.col("train")).select("line_no", pl.col("bar").alias("step"))
+    counts = dicts.get_column("step")
+    if counts.null_count() or (counts.len() and (counts.min() < 1 or (cursor.last_step is not None and counts[0] <= cursor.last_step))):
+        return None
+    if counts.len() > 1 and counts.diff().min() <= 0:
+        return None
+    per_epoch, epochs = cursor.per_epoch, None
+    for banner in marked.get_column("banner").drop_nulls():
+        per_epoch, epochs = _banner(banner, per_epoch, epochs)
+    # The bar after the last line: a count, nothing after a dict, or the cursor's when no line drew one.
+    drawn = bars.filter(pl.col("drawn"))
+    bar = drawn.get_column("after")[-1] if drawn.height else cursor.bar
+    evals = bars.filter(pl.col("eval")).get_column("line_no")
+    state = cursor.advance(steps=cursor.steps, bar=bar, bar_total=total, per_epoch=per_epoch)
+    return dicts.cast({"line_no": pl.Int64, "step": pl.Int64}), evals, state
+
+
+def _last_count(text: pl.Expr) -> pl.Expr:
+    """`n/total` of the last bar drawn in `text`, or null. The match is cut by hand rather than by
+    BAR's groups (a capture costs twice the match): it holds two `|`, the count follows the last."""
+    last = text.str.extract_all(BAR).list.last()
+    return last.str.split("|").list.last().str.strip_chars_end("[").str.strip_chars()
+
+
+def _count_and_total(name: str) -> tuple[pl.Expr, pl.Expr]:
+    parts = pl.col(name).str.split_exact("/", 1)
+    return parts.struct.field("field_0").cast(pl.Int64).alias(f"{name}_n"), parts.struct.field("field_1").cast(pl.Int64).alias(f"{name}_total")
 
 
 def _banner(text: str, per_epoch: float | None, epochs: int | None) -> tuple[float | None, int | None]:

@@ -37,8 +37,10 @@ from .pairs import NUMBER, pairs_frame, records_to_rows
 
 GROUPED = r"\d{1,3}(?:,\d{3})+(?:\.\d+)?\b"
 # A name is one word, or two (`train loss`, `val loss`): the qualifier decides which curve it is.
+KEY_SEPARATOR = r"\s*[:=]\s*|\s+"
+"""What stands between a name and its number (then maybe a `[`)."""
 PAIR = (
-    r"(?:^|[\s|,;\[(])(?P<key>(?:[A-Za-z_][\w./-]* )?[A-Za-z_][\w./-]*)(?:\s*[:=]\s*|\s+)\[?(?P<value>"
+    r"(?:^|[\s|,;\[(])(?P<key>(?:[A-Za-z_][\w./-]* )?[A-Za-z_][\w./-]*)(?:" + KEY_SEPARATOR + r")\[?(?P<value>"
     + GROUPED + "|" + NUMBER + ")"
 )
 STEP_KEYS = ("step", "iter", "iteration", "num_updates", "global_step", "_step", "steps", "it", "nupdates", "update")
@@ -55,7 +57,7 @@ def parse(lines: pl.DataFrame, cursor: Cursor, raw: bytes | None = None) -> tupl
     overflow = lines.filter(pl.col("text").str.contains("OVERFLOW!", literal=True))
     if overflow.height:
         lines = lines.filter(~pl.col("text").str.contains("OVERFLOW!", literal=True))
-    fast, rest = fast_pairs(lines, sep="|", cell_re=PAIR) if _pipe_separated(lines) else (None, lines)
+    fast, rest = fast_pairs(lines, sep="|", cell_re=PAIR, separator=KEY_SEPARATOR) if _pipe_separated(lines) else (None, lines)
     pairs = pairs_frame(rest, PAIR, thousands=True)
     if fast is not None and fast.height:
         pairs = pl.concat([fast, pairs]).sort("line_no", maintain_order=True)

@@ -31,6 +31,11 @@ class TextBlock:
     cursor: Cursor
     """Where reading continues after this block."""
 
+    @property
+    def newlines(self) -> int:
+        """How many newlines `data` holds (one a line), as counted to number the lines."""
+        return self.cursor.line - self.first_line + 1
+
 
 def not_utf8(data: bytes, *, first_line: int, source: str) -> Problem | None:
     """The problem to report for bytes that are not UTF-8 (they are read as U+FFFD), naming the line."""
@@ -94,7 +99,10 @@ def iter_blocks(
                 else:
                     carry = buf
                 continue
-            complete, carry = buf[: cut + 1], buf[cut + 1 :]
+            # The part line after the cut is read again with what follows it (seeking back costs
+            # less than copying the block onto it).
+            tail = len(buf) - cut - 1
+            complete = buf[: cut + 1] if tail else buf
             offset += len(complete)
             first = line + 1
             line += complete.count(b"\n")
@@ -102,11 +110,12 @@ def iter_blocks(
             yield TextBlock(complete, first, last)
             if limit is not None and offset - cursor.offset >= limit:
                 return
-            if len(carry) > max_line:
+            if tail > max_line:
                 problems.append(Problem(source, f"line longer than {max_line >> 20} MiB skipped", line=line + 1))
-                offset += len(carry)
-                carry = b""
+                offset += tail
                 skipping = True
+            elif tail:
+                fh.seek(-tail, os.SEEK_CUR)
     if final and carry and not skipping:
         offset += len(carry)
         line += 1
