@@ -146,8 +146,10 @@ def _placed_by_bars(marked: pl.DataFrame, cursor: Cursor) -> tuple[pl.DataFrame,
     if total is None:
         firsts = marked.select(pl.coalesce("head_total", "tail_total").drop_nulls().first()).item()
         total = firsts
-    head = pl.when(pl.col("head_total") == total).then(pl.col("head_n"))
-    tail = pl.when(pl.col("tail_total") == total).then(pl.col("tail_n"))
+    # No bar anywhere (total None): no count is the training bar's (a null comparison, said as one).
+    this_bar = (lambda c: pl.col(c) == total) if total is not None else (lambda c: pl.lit(None, dtype=pl.Boolean))
+    head = pl.when(this_bar("head_total")).then(pl.col("head_n"))
+    tail = pl.when(this_bar("tail_total")).then(pl.col("tail_n"))
     train = pl.col("train").fill_null(False)
     after = pl.when(tail.is_not_null()).then(tail).when(train).then(-1).otherwise(head).forward_fill()
     before = after.shift(1).fill_null(-1 if cursor.bar is None else cursor.bar)
