@@ -4,8 +4,10 @@ JSON lines: names exact)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
-from typing import TextIO
+import queue
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from typing import NamedTuple, TextIO
 
 import polars as pl
 
@@ -23,67 +25,186 @@ SLICE = 200_000
 
 class BlockWriter:
     """CSV or JSON lines of the canonical table, written a block at a time as the blocks are read,
-    byte for byte what writing the whole table at once writes (the CSV header once, at the top)."""
+    byte for byte what writing the whole table at once writes (the CSV header once, at the top).
 
-    def __init__(self, fmt: str, out: TextIO, *, metrics: Sequence[str] | None = None) -> None:
+    Run and source are the same on every row of a file's block, and written out on every row they
+    were most of the work: polars' CSV writer is given the other columns only, and the text before
+    them (`run,source,` or `{"run": ..., "step": `) once per line as its line terminator. With
+    `behind`, blocks are written on a thread of their own while the next one is read (polars
+    releases the GIL in both): a read then costs about the longer of the two, not their sum. Use it
+    as a context manager then, so the thread is stopped on every way out."""
+
+    def __init__(self, fmt: str, out: TextIO, *, metrics: Sequence[str] | None = None, behind: bool = False) -> None:
         self.fmt = fmt
         self.out = out
         self.metrics = list(metrics) if metrics else None
         self.rows = 0
         """Rows read (before the metric filter)."""
         self._header = fmt == "csv"
+        self._behind = behind
+        self._queue: queue.Queue[pl.DataFrame | None] = queue.Queue(maxsize=1)
+        self._thread: threading.Thread | None = None
+        self._failed: BaseException | None = None
 
     def write(self, frame: pl.DataFrame) -> None:
         if not frame.height:
             return
         self.rows += frame.height
+        if not self._behind:
+            self._write(frame)
+            return
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._drain, name="lossguard-read-writer", daemon=True)
+            self._thread.start()
+        self._raise_failure()
+        self._queue.put(frame)
+
+    def close(self) -> None:
+        """The blocks still queued; then the header of a table with no rows, if no block wrote one."""
+        self._stop()
+        self._raise_failure()
+        if self._header:
+            self.out.write(pl.DataFrame(schema=table.SCHEMA).write_csv())
+            self._header = False
+
+    def __enter__(self) -> BlockWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop()
+
+    def _stop(self) -> None:
+        if self._thread is not None:
+            self._queue.put(None)
+            self._thread.join()
+            self._thread = None
+
+    def _drain(self) -> None:
+        while (frame := self._queue.get()) is not None:
+            if self._failed is None:
+                try:
+                    self._write(frame)
+                except BaseException as exc:  # noqa: BLE001 - handed to the reading thread (a closed pipe, a full disk)
+                    self._failed = exc
+
+    def _raise_failure(self) -> None:
+        if self._failed is not None:
+            failed, self._failed = self._failed, None
+            raise failed
+
+    def _write(self, frame: pl.DataFrame) -> None:
         if self.metrics is not None:
             frame = frame.filter(pl.col("metric").is_in(self.metrics) | pl.col("tag").is_in(self.metrics))
+            if not frame.height:
+                return
         # Bytes straight to the binary stream under `out` when it has one (polars writes them itself:
         # no text of the block is built in Python), in slices either way (the text of a whole block, a
         # few million rows, would be several times its table).
         binary = getattr(self.out, "buffer", None)
         if binary is not None:
             self.out.flush()
-        for start in range(0, frame.height, SLICE):
-            part = frame.slice(start, SLICE)
-            if self.fmt == "json":
-                part = part.select(json_line_expr(part).alias("line"))
-            csv = {"include_header": self._header, "float_precision": None} if self.fmt == "csv" else {"include_header": False, "quote_style": "never"}
-            if binary is not None:
-                part.write_csv(binary, **csv)
-            else:
-                self.out.write(part.write_csv(**csv))
-            self._header = False
-
-    def close(self) -> None:
-        """The header of a table with no rows, if no block wrote one."""
         if self._header:
-            self.out.write(pl.DataFrame(schema=table.SCHEMA).write_csv())
+            self._text(binary, pl.DataFrame(schema=frame.schema).write_csv())
             self._header = False
+        for part in _same_file(frame):
+            lines = _csv_lines(part) if self.fmt == "csv" else _json_lines(part)
+            # Each line ends in the next one's lead; the last one in the bare terminator.
+            self._text(binary, lines.lead)
+            last = part.height - 1
+            for start in range(0, last, SLICE):
+                self._rows(binary, lines.columns(part.slice(start, min(SLICE, last - start))), line_terminator=lines.end + lines.lead, **lines.options)
+            self._rows(binary, lines.columns(part.slice(last)), line_terminator=lines.end, **lines.options)
 
+    def _text(self, binary, text: str) -> None:  # noqa: ANN001
+        binary.write(text.encode()) if binary is not None else self.out.write(text)
 
-def json_line_expr(frame: pl.DataFrame) -> pl.Expr:
-    """Each row as `json.dumps(row)` writes it, NaN and infinities as json_number's strings, built
-    column-wise: a Python dict per row made JSON output 6x slower than the read. Names are encoded by
-    json.dumps itself (the few distinct ones); numbers as Python's repr, which polars' shortest
-    float form matches except below 1e-4, where Python switches to an exponent (those few by repr)."""
-    parts: list[pl.Expr] = []
-    for i, (name, dtype) in enumerate(frame.schema.items()):
-        parts.append(pl.lit(("{" if i == 0 else ", ") + json.dumps(name) + ": "))
-        col = pl.col(name)
-        if dtype == pl.String or dtype == pl.Categorical:
-            names = frame.get_column(name).cast(pl.String).unique().drop_nulls().to_list()
-            parts.append(col.cast(pl.String).replace_strict(names, [json.dumps(n) for n in names], default=None).fill_null("null"))
-        elif dtype.is_float():
-            parts.append(_json_float(frame.get_column(name)))
+    def _rows(self, binary, rows: pl.DataFrame, **kwargs) -> None:  # noqa: ANN001, ANN003
+        if binary is not None:
+            rows.write_csv(binary, include_header=False, **kwargs)
         else:
-            parts.append(col.cast(pl.String).fill_null("null"))
-    parts.append(pl.lit("}"))
-    return pl.concat_str(parts)
+            self.out.write(rows.write_csv(include_header=False, **kwargs))
+
+
+def _same_file(frame: pl.DataFrame) -> Iterator[pl.DataFrame]:
+    """The frame in stretches of one run and source (a block always is one)."""
+    same = frame.select(pl.all_horizontal(pl.col(c).eq_missing(pl.col(c).first()).all() for c in ("run", "source"))).item()
+    if same:
+        yield frame
+        return
+    start = 0
+    for length in frame.select(pl.struct("run", "source").rle().struct.field("len")).to_series().to_list():
+        yield frame.slice(start, length)
+        start += length
+
+
+class _Lines(NamedTuple):
+    """How a stretch of one file's rows is written: `lead`, the text every line starts with, once;
+    `columns(rows)`, what polars writes after it (with `options`); `end`, what ends each line."""
+
+    lead: str
+    columns: Callable[[pl.DataFrame], pl.DataFrame]
+    end: str
+    options: dict
+
+
+def _csv_lines(part: pl.DataFrame) -> _Lines:
+    """Run and source as polars writes them (its own quoting, taken from a one-row write), then the
+    other columns, never quoted when polars would quote none of their names."""
+    lead = part.head(1).select("run", "source").write_csv(include_header=False)[:-1] + ","
+    plain = all(_csv_as_is(part.get_column(c).unique()) for c in ("metric", "tag"))
+    return _Lines(lead, lambda rows: rows.drop("run", "source"), "\n", {"float_precision": None, "quote_style": "never" if plain else "necessary"})
+
+
+def _csv_as_is(names: pl.Series) -> bool:
+    """Polars writes none of these names quoted (asked of polars itself: writing them either way)."""
+    one = names.to_frame()
+    return one.write_csv(include_header=False) == one.write_csv(include_header=False, quote_style="never")
+
+
+def _json_lines(part: pl.DataFrame) -> _Lines:
+    """Each row as `json.dumps(row)` writes it, NaN and infinities as json_number's strings: the step
+    as polars writes it, the rest of the line built column-wise (a Python dict per row made JSON
+    output 6x slower than the read). Names are encoded by json.dumps itself (the few distinct ones;
+    plain ones, nearly all, only need quotes around them); numbers as Python's repr (_json_float)."""
+    run, source = part.get_column("run").item(0), part.get_column("source").item(0)
+    lead = f'{{"run": {json.dumps(run)}, "source": {json.dumps(source)}, "step": '
+    # The separator polars writes after the step is JSON's comma.
+    names = [' "metric": ', *_json_name(part, "metric"), ', "tag": ', *_json_name(part, "tag"), ', "value": ']
+    wall = part.get_column("wall_time")
+    timed = wall.null_count() < wall.len()
+
+    def columns(rows: pl.DataFrame) -> pl.DataFrame:
+        pieces = [*names, pl.lit(_json_float(rows.get_column("value")))]
+        if timed:
+            pieces += [', "wall_time": ', pl.lit(_json_float(rows.get_column("wall_time")))]
+        return rows.select("step", pl.concat_str([pl.lit(p) if isinstance(p, str) else p for p in _joined(pieces)]).alias("rest"))
+
+    end = "}\n" if timed else ', "wall_time": null}\n'
+    return _Lines(lead, columns, end, {"quote_style": "never", "null_value": "null"})
+
+
+def _json_name(part: pl.DataFrame, column: str) -> list[str | pl.Expr]:
+    names = part.get_column(column).unique()
+    listed = names.drop_nulls().to_list()
+    if len(listed) == names.len() and all(json.dumps(n) == f'"{n}"' for n in listed):
+        return ['"', pl.col(column), '"']
+    return [pl.col(column).replace_strict(listed, [json.dumps(n) for n in listed], default=None).fill_null("null")]
+
+
+def _joined(pieces: list[str | pl.Expr]) -> list[str | pl.Expr]:
+    """Neighbouring literal pieces as one (fewer columns for concat_str to walk)."""
+    out: list[str | pl.Expr] = []
+    for p in pieces:
+        if isinstance(p, str) and out and isinstance(out[-1], str):
+            out[-1] += p
+        else:
+            out.append(p)
+    return out
 
 
 def _json_float(column: pl.Series) -> pl.Series:
+    """polars' shortest float form is Python's repr except below 1e-4, where Python switches to an
+    exponent (those few by repr)."""
     text = column.cast(pl.String)
     small = (column.abs() < 1e-4) & (column != 0)
     if small.any():
