@@ -4,7 +4,9 @@ JSON lines: names exact)."""
 from __future__ import annotations
 
 import json
+import os
 import queue
+import re
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import NamedTuple, TextIO
@@ -56,13 +58,15 @@ class BlockWriter:
         if self._thread is None:
             self._thread = threading.Thread(target=self._drain, name="lossguard-read-writer", daemon=True)
             self._thread.start()
-        self._raise_failure()
+        if self._failed is not None:
+            raise self._failed
         self._queue.put(frame)
 
     def close(self) -> None:
         """The blocks still queued; then the header of a table with no rows, if no block wrote one."""
         self._stop()
-        self._raise_failure()
+        if self._failed is not None:
+            raise self._failed
         if self._header:
             self.out.write(pl.DataFrame(schema=table.SCHEMA).write_csv())
             self._header = False
@@ -85,12 +89,7 @@ class BlockWriter:
                 try:
                     self._write(frame)
                 except BaseException as exc:  # noqa: BLE001 - handed to the reading thread (a closed pipe, a full disk)
-                    self._failed = exc
-
-    def _raise_failure(self) -> None:
-        if self._failed is not None:
-            failed, self._failed = self._failed, None
-            raise failed
+                    self._failed = _as_raised(exc)
 
     def _write(self, frame: pl.DataFrame) -> None:
         if self.metrics is not None:
@@ -125,6 +124,18 @@ class BlockWriter:
             self.out.write(rows.write_csv(include_header=False, **kwargs))
 
 
+def _as_raised(exc: BaseException) -> BaseException:
+    """A write's failure as Python raises it. Polars reports an OS error as a plain OSError, with the
+    code at most in its text (Rust's `(os error 32)`, Python's `[Errno 32]` when the error came from
+    the Python file it wrote to); a closed pipe must be Python's BrokenPipeError,
+    which the CLI takes for the reader of its output going away (`| head`), not for a bug."""
+    if type(exc) is not OSError:
+        return exc
+    found = re.search(r"\(os error (\d+)\)|\[Errno (\d+)\]", str(exc))
+    code = exc.errno or (int(found.group(1) or found.group(2)) if found else None)
+    return OSError(code, os.strerror(code)) if code else exc  # the subclass for the code (BrokenPipeError...)
+
+
 def _same_file(frame: pl.DataFrame) -> Iterator[pl.DataFrame]:
     """The frame in stretches of one run and source (a block always is one)."""
     same = frame.select(pl.all_horizontal(pl.col(c).eq_missing(pl.col(c).first()).all() for c in ("run", "source"))).item()
@@ -152,7 +163,14 @@ def _csv_lines(part: pl.DataFrame) -> _Lines:
     other columns, never quoted when polars would quote none of their names."""
     lead = part.head(1).select("run", "source").write_csv(include_header=False)[:-1] + ","
     plain = all(_csv_as_is(part.get_column(c).unique()) for c in ("metric", "tag"))
-    return _Lines(lead, lambda rows: rows.drop("run", "source"), "\n", {"float_precision": None, "quote_style": "never" if plain else "necessary"})
+    # No wall time (most text logs): its empty field ends the line too.
+    timed = _any_value(part.get_column("wall_time"))
+    dropped = ["run", "source"] if timed else ["run", "source", "wall_time"]
+    return _Lines(lead, lambda rows: rows.drop(dropped), "\n" if timed else ",\n", {"float_precision": None, "quote_style": "never" if plain else "necessary"})
+
+
+def _any_value(column: pl.Series) -> bool:
+    return column.null_count() < column.len()
 
 
 def _csv_as_is(names: pl.Series) -> bool:
@@ -170,8 +188,7 @@ def _json_lines(part: pl.DataFrame) -> _Lines:
     lead = f'{{"run": {json.dumps(run)}, "source": {json.dumps(source)}, "step": '
     # The separator polars writes after the step is JSON's comma.
     names = [' "metric": ', *_json_name(part, "metric"), ', "tag": ', *_json_name(part, "tag"), ', "value": ']
-    wall = part.get_column("wall_time")
-    timed = wall.null_count() < wall.len()
+    timed = _any_value(part.get_column("wall_time"))
 
     def columns(rows: pl.DataFrame) -> pl.DataFrame:
         pieces = [*names, pl.lit(_json_float(rows.get_column("value")))]
