@@ -194,7 +194,7 @@ def _json_lines(part: pl.DataFrame) -> _Lines:
         pieces = [*names, pl.lit(_json_float(rows.get_column("value")))]
         if timed:
             pieces += [', "wall_time": ', pl.lit(_json_float(rows.get_column("wall_time")))]
-        return rows.select("step", pl.concat_str([pl.lit(p) if isinstance(p, str) else p for p in _joined(pieces)]).alias("rest"))
+        return rows.select("step", _formatted(pieces).alias("rest"))
 
     end = "}\n" if timed else ', "wall_time": null}\n'
     return _Lines(lead, columns, end, {"quote_style": "never", "null_value": "null"})
@@ -208,15 +208,11 @@ def _json_name(part: pl.DataFrame, column: str) -> list[str | pl.Expr]:
     return [pl.col(column).replace_strict(listed, [json.dumps(n) for n in listed], default=None).fill_null("null")]
 
 
-def _joined(pieces: list[str | pl.Expr]) -> list[str | pl.Expr]:
-    """Neighbouring literal pieces as one (fewer columns for concat_str to walk)."""
-    out: list[str | pl.Expr] = []
-    for p in pieces:
-        if isinstance(p, str) and out and isinstance(out[-1], str):
-            out[-1] += p
-        else:
-            out.append(p)
-    return out
+def _formatted(pieces: list[str | pl.Expr]) -> pl.Expr:
+    """The pieces (text as is, columns' values) joined on each row: `pl.format` does it in two thirds
+    of concat_str's time. The text is lossguard's own JSON punctuation, which holds no braces."""
+    assert not any(isinstance(p, str) and ("{" in p or "}" in p) for p in pieces)
+    return pl.format("".join(p if isinstance(p, str) else "{}" for p in pieces), *(p for p in pieces if not isinstance(p, str)))
 
 
 def _json_float(column: pl.Series) -> pl.Series:
