@@ -89,7 +89,7 @@ class BlockWriter:
                 try:
                     self._write(frame)
                 except BaseException as exc:  # noqa: BLE001 - handed to the reading thread (a closed pipe, a full disk)
-                    self._failed = _as_raised(exc)
+                    self._failed = exc
 
     def _write(self, frame: pl.DataFrame) -> None:
         if self.metrics is not None:
@@ -118,22 +118,23 @@ class BlockWriter:
         binary.write(text.encode()) if binary is not None else self.out.write(text)
 
     def _rows(self, binary, rows: pl.DataFrame, **kwargs) -> None:  # noqa: ANN001, ANN003
-        if binary is not None:
-            rows.write_csv(binary, include_header=False, **kwargs)
-        else:
-            self.out.write(rows.write_csv(include_header=False, **kwargs))
+        try:
+            if binary is not None:
+                rows.write_csv(binary, include_header=False, **kwargs)
+            else:
+                self.out.write(rows.write_csv(include_header=False, **kwargs))
+        except OSError as exc:
+            raise _as_raised(exc) from None
 
 
-def _as_raised(exc: BaseException) -> BaseException:
+def _as_raised(exc: OSError) -> OSError:
     """A write's failure as Python raises it. Polars reports an OS error as a plain OSError, with the
-    code at most in its text (Rust's `(os error 32)`, Python's `[Errno 32]` when the error came from
-    the Python file it wrote to); a closed pipe must be Python's BrokenPipeError,
-    which the CLI takes for the reader of its output going away (`| head`), not for a bug."""
-    if type(exc) is not OSError:
-        return exc
-    found = re.search(r"\(os error (\d+)\)|\[Errno (\d+)\]", str(exc))
+    code at most in its text (Rust's `(os error 32)`, or Python's `[Errno 32]` when it came from the
+    Python file polars wrote to); a closed pipe must be BrokenPipeError, which the CLI takes for the
+    reader of its output going away (`| head`), not for a bug."""
+    found = re.search(r"\(os error (\d+)\)|\[Errno (\d+)\]", str(exc)) if type(exc) is OSError else None
     code = exc.errno or (int(found.group(1) or found.group(2)) if found else None)
-    return OSError(code, os.strerror(code)) if code else exc  # the subclass for the code (BrokenPipeError...)
+    return OSError(code, os.strerror(code)) if code and type(exc) is OSError else exc  # the subclass for the code
 
 
 def _same_file(frame: pl.DataFrame) -> Iterator[pl.DataFrame]:

@@ -154,12 +154,13 @@ def test_json_lines_write_any_float_as_json_dumps_did(values, timed):
     assert _written([frame], "csv", binary=True, behind=False) == _one_go(frame, "csv")
 
 
-def test_a_closed_output_stops_the_writers_thread_and_is_raised_as_a_broken_pipe():
+@pytest.mark.parametrize("behind", [True, False], ids=["on the writer's thread", "in the reading thread"])
+def test_a_closed_output_is_raised_as_a_broken_pipe_and_stops_the_writers_thread(behind):
     read_end, write_end = os.pipe()
     os.close(read_end)
     frame = _table([("r", "s", i, "loss", "loss", 1.0, None) for i in range(1000)])
     with open(write_end, "w", encoding="utf-8") as out:
-        with pytest.raises(BrokenPipeError), BlockWriter("csv", out, behind=True) as writer:
+        with pytest.raises(BrokenPipeError), BlockWriter("csv", out, behind=behind) as writer:
             for _ in range(100):
                 writer.write(frame)
             writer.close()
