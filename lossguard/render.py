@@ -8,7 +8,7 @@ import os
 import queue
 import re
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import NamedTuple, TextIO
 
 import polars as pl
@@ -44,7 +44,7 @@ class BlockWriter:
         """Rows read (before the metric filter)."""
         self._header = fmt == "csv"
         self._behind = behind
-        self._queue: queue.Queue[pl.DataFrame | None] = queue.Queue(maxsize=1)
+        self._queue: queue.Queue[list[_Stretch] | None] = queue.Queue(maxsize=1)
         self._thread: threading.Thread | None = None
         self._failed: BaseException | None = None
 
@@ -52,15 +52,16 @@ class BlockWriter:
         if not frame.height:
             return
         self.rows += frame.height
+        stretches = _stretches(frame)
         if not self._behind:
-            self._write(frame)
+            self._write(stretches)
             return
         if self._thread is None:
             self._thread = threading.Thread(target=self._drain, name="lossguard-read-writer", daemon=True)
             self._thread.start()
         if self._failed is not None:
             raise self._failed
-        self._queue.put(frame)
+        self._queue.put(stretches)
 
     def close(self) -> None:
         """The blocks still queued; then the header of a table with no rows, if no block wrote one."""
@@ -84,35 +85,36 @@ class BlockWriter:
             self._thread = None
 
     def _drain(self) -> None:
-        while (frame := self._queue.get()) is not None:
+        while (stretches := self._queue.get()) is not None:
             if self._failed is None:
                 try:
-                    self._write(frame)
+                    self._write(stretches)
                 except BaseException as exc:  # noqa: BLE001 - handed to the reading thread (a closed pipe, a full disk)
                     self._failed = exc
 
-    def _write(self, frame: pl.DataFrame) -> None:
-        if self.metrics is not None:
-            frame = frame.filter(pl.col("metric").is_in(self.metrics) | pl.col("tag").is_in(self.metrics))
-            if not frame.height:
-                return
+    def _write(self, stretches: list[_Stretch]) -> None:
         # Bytes straight to the binary stream under `out` when it has one (polars writes them itself:
         # no text of the block is built in Python), in slices either way (the text of a whole block, a
         # few million rows, would be several times its table).
         binary = getattr(self.out, "buffer", None)
         if binary is not None:
             self.out.flush()
-        if self._header:
-            self._text(binary, pl.DataFrame(schema=frame.schema).write_csv())
-            self._header = False
-        for part in _same_file(frame):
-            lines = _csv_lines(part) if self.fmt == "csv" else _json_lines(part)
+        for stretch in stretches:
+            rows = stretch.rows
+            if self.metrics is not None:
+                rows = rows.filter(pl.col("metric").is_in(self.metrics) | pl.col("tag").is_in(self.metrics))
+            if not rows.height:
+                continue
+            if self._header:
+                self._text(binary, pl.DataFrame(schema=table.SCHEMA).write_csv())
+                self._header = False
+            lines = _csv_lines(stretch.run, stretch.source, rows) if self.fmt == "csv" else _json_lines(stretch.run, stretch.source, rows)
             # Each line ends in the next one's lead; the last one in the bare terminator.
             self._text(binary, lines.lead)
-            last = part.height - 1
+            last = rows.height - 1
             for start in range(0, last, SLICE):
-                self._rows(binary, lines.columns(part.slice(start, min(SLICE, last - start))), line_terminator=lines.end + lines.lead, **lines.options)
-            self._rows(binary, lines.columns(part.slice(last)), line_terminator=lines.end, **lines.options)
+                self._rows(binary, lines.columns(rows.slice(start, min(SLICE, last - start))), line_terminator=lines.end + lines.lead, **lines.options)
+            self._rows(binary, lines.columns(rows.slice(last)), line_terminator=lines.end, **lines.options)
 
     def _text(self, binary, text: str) -> None:  # noqa: ANN001
         binary.write(text.encode()) if binary is not None else self.out.write(text)
@@ -137,16 +139,24 @@ def _as_raised(exc: OSError) -> OSError:
     return OSError(code, os.strerror(code)) if code and type(exc) is OSError else exc  # the subclass for the code
 
 
-def _same_file(frame: pl.DataFrame) -> Iterator[pl.DataFrame]:
-    """The frame in stretches of one run and source (a block always is one)."""
+class _Stretch(NamedTuple):
+    """Rows of one run and source, less those two columns: what a block costs on the writer's queue."""
+
+    run: str | None
+    source: str | None
+    rows: pl.DataFrame
+
+
+def _stretches(frame: pl.DataFrame) -> list[_Stretch]:
+    """The frame in stretches of one run and source (a block from a read always is one)."""
     same = frame.select(pl.all_horizontal(pl.col(c).eq_missing(pl.col(c).first()).all() for c in ("run", "source"))).item()
-    if same:
-        yield frame
-        return
-    start = 0
-    for length in frame.select(pl.struct("run", "source").rle().struct.field("len")).to_series().to_list():
-        yield frame.slice(start, length)
+    lengths = [frame.height] if same else frame.select(pl.struct("run", "source").rle().struct.field("len")).to_series().to_list()
+    stretches, start = [], 0
+    for length in lengths:
+        part = frame.slice(start, length)
+        stretches.append(_Stretch(part.get_column("run").item(0), part.get_column("source").item(0), part.drop("run", "source")))
         start += length
+    return stretches
 
 
 class _Lines(NamedTuple):
@@ -159,15 +169,15 @@ class _Lines(NamedTuple):
     options: dict
 
 
-def _csv_lines(part: pl.DataFrame) -> _Lines:
+def _csv_lines(run: str | None, source: str | None, rows: pl.DataFrame) -> _Lines:
     """Run and source as polars writes them (its own quoting, taken from a one-row write), then the
     other columns, never quoted when polars would quote none of their names."""
-    lead = part.head(1).select("run", "source").write_csv(include_header=False)[:-1] + ","
-    plain = all(_csv_as_is(part.get_column(c).unique()) for c in ("metric", "tag"))
+    lead = pl.DataFrame({"run": [run], "source": [source]}, schema={"run": pl.String(), "source": pl.String()}).write_csv(include_header=False)[:-1] + ","
+    plain = all(_csv_as_is(rows.get_column(c).unique()) for c in ("metric", "tag"))
     # No wall time (most text logs): its empty field ends the line too.
-    timed = _any_value(part.get_column("wall_time"))
-    dropped = ["run", "source"] if timed else ["run", "source", "wall_time"]
-    return _Lines(lead, lambda rows: rows.drop(dropped), "\n" if timed else ",\n", {"float_precision": None, "quote_style": "never" if plain else "necessary"})
+    timed = _any_value(rows.get_column("wall_time"))
+    columns = (lambda part: part) if timed else (lambda part: part.drop("wall_time"))
+    return _Lines(lead, columns, "\n" if timed else ",\n", {"float_precision": None, "quote_style": "never" if plain else "necessary"})
 
 
 def _any_value(column: pl.Series) -> bool:
@@ -180,29 +190,28 @@ def _csv_as_is(names: pl.Series) -> bool:
     return one.write_csv(include_header=False) == one.write_csv(include_header=False, quote_style="never")
 
 
-def _json_lines(part: pl.DataFrame) -> _Lines:
+def _json_lines(run: str | None, source: str | None, rows: pl.DataFrame) -> _Lines:
     """Each row as `json.dumps(row)` writes it, NaN and infinities as json_number's strings: the step
     as polars writes it, the rest of the line built column-wise (a Python dict per row made JSON
     output 6x slower than the read). Names are encoded by json.dumps itself (the few distinct ones;
     plain ones, nearly all, only need quotes around them); numbers as Python's repr (_json_float)."""
-    run, source = part.get_column("run").item(0), part.get_column("source").item(0)
     lead = f'{{"run": {json.dumps(run)}, "source": {json.dumps(source)}, "step": '
     # The separator polars writes after the step is JSON's comma.
-    names = [' "metric": ', *_json_name(part, "metric"), ', "tag": ', *_json_name(part, "tag"), ', "value": ']
-    timed = _any_value(part.get_column("wall_time"))
+    names = [' "metric": ', *_json_name(rows, "metric"), ', "tag": ', *_json_name(rows, "tag"), ', "value": ']
+    timed = _any_value(rows.get_column("wall_time"))
 
-    def columns(rows: pl.DataFrame) -> pl.DataFrame:
-        pieces = [*names, pl.lit(_json_float(rows.get_column("value")))]
+    def columns(part: pl.DataFrame) -> pl.DataFrame:
+        pieces = [*names, pl.lit(_json_float(part.get_column("value")))]
         if timed:
-            pieces += [', "wall_time": ', pl.lit(_json_float(rows.get_column("wall_time")))]
-        return rows.select("step", _formatted(pieces).alias("rest"))
+            pieces += [', "wall_time": ', pl.lit(_json_float(part.get_column("wall_time")))]
+        return part.select("step", _formatted(pieces).alias("rest"))
 
     end = "}\n" if timed else ', "wall_time": null}\n'
     return _Lines(lead, columns, end, {"quote_style": "never", "null_value": "null"})
 
 
-def _json_name(part: pl.DataFrame, column: str) -> list[str | pl.Expr]:
-    names = part.get_column(column).unique()
+def _json_name(rows: pl.DataFrame, column: str) -> list[str | pl.Expr]:
+    names = rows.get_column(column).unique()
     listed = names.drop_nulls().to_list()
     if len(listed) == names.len() and all(json.dumps(n) == f'"{n}"' for n in listed):
         return ['"', pl.col(column), '"']
