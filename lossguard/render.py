@@ -154,7 +154,10 @@ def _stretches(frame: pl.DataFrame) -> list[_Stretch]:
     stretches, start = [], 0
     for length in lengths:
         part = frame.slice(start, length)
-        stretches.append(_Stretch(part.get_column("run").item(0), part.get_column("source").item(0), part.drop("run", "source")))
+        # From a one-row frame: run and source are usually polars' constant columns, which a Series
+        # of them would spell out on every row (tens of MB for a big table).
+        run, source = part.head(1).select("run", "source").row(0)
+        stretches.append(_Stretch(run, source, part.drop("run", "source")))
         start += length
     return stretches
 
