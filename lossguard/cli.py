@@ -48,9 +48,12 @@ def _cmd_read(args: argparse.Namespace) -> int:
     if args.log_format:
         options.reader(args.log_format)
     if args.format in BLOCKWISE:
-        # Written as it is read, a block at a time: memory bounded by a block, not by the logs.
-        writer = BlockWriter(args.format, sys.stdout, metrics=args.metric)
-        _, _, problems = read_paths(args.paths, options, each=writer.write)
+        # Written as it is read, a block at a time (memory bounded by a block, not by the logs), on a
+        # thread of its own while the next block is read.
+        with BlockWriter(args.format, sys.stdout, metrics=args.metric, behind=True) as writer:
+            _, _, problems = read_paths(args.paths, options, each=writer.write)
+            if writer.rows or not problems:
+                writer.close()
         rows = writer.rows
     else:
         frame, _, problems = read_paths(args.paths, options)
@@ -59,9 +62,7 @@ def _cmd_read(args: argparse.Namespace) -> int:
         for problem in problems:
             print(f"warning: {printable(str(problem))}", file=sys.stderr)
         raise UsageError(f"nothing readable under {', '.join(printable(str(p)) for p in args.paths)}")
-    if args.format in BLOCKWISE:
-        writer.close()
-    else:
+    if args.format not in BLOCKWISE:
         if frame.height:
             write_mapping(frame, sys.stdout)
         if args.metric:

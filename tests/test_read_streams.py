@@ -7,9 +7,15 @@ from __future__ import annotations
 import io
 import json
 import math
+import os
+import subprocess
+import sys
+import threading
 
 import polars as pl
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from lossguard import render
 from lossguard.cli import main
@@ -17,6 +23,7 @@ from lossguard.model import json_number
 from lossguard.reader import read_paths
 from lossguard.render import BlockWriter
 from lossguard.sources import textfile
+from lossguard.table import SCHEMA
 
 from .conftest import FIXTURES
 
@@ -81,3 +88,90 @@ def test_a_log_with_no_readable_rows_writes_nothing_and_fails(tmp_path, capsys):
     log.write_text("not json at all\n")
     assert main(["read", str(log), "--format", "csv"]) == 2
     assert capsys.readouterr().out == ""
+
+
+HOSTILE = ["r\u00e9\"x", "a,b", 'say "hi"', "new\nline", "cr\rlf", "\x1b[2J", "tab\there", "l\u2028s", "", " lead", "back\\slash", "\x00nul"]
+"""Names from disk that each output's own quoting must carry exactly (Linux allows them all)."""
+
+
+def _table(rows: list[tuple]) -> pl.DataFrame:
+    return pl.DataFrame(rows, schema=SCHEMA, orient="row")
+
+
+def _written(frames: list[pl.DataFrame], fmt: str, *, binary: bool, behind: bool) -> str:
+    out = io.TextIOWrapper(io.BytesIO(), encoding="utf-8", newline="") if binary else io.StringIO()
+    with BlockWriter(fmt, out, behind=behind) as writer:
+        for frame in frames:
+            writer.write(frame)
+        writer.close()
+    out.flush()
+    return out.buffer.getvalue().decode() if binary else out.getvalue()
+
+
+WAYS = [
+    pytest.param(True, False, id="to the bytes under stdout"),
+    pytest.param(False, False, id="to a text stream"),
+    pytest.param(True, True, id="on the writer's thread"),
+]
+
+
+@pytest.mark.parametrize("fmt", ["csv", "json"])
+@pytest.mark.parametrize(("binary", "behind"), WAYS)
+def test_hostile_run_source_and_tag_names_are_escaped_as_the_whole_table_wrote_them(fmt, binary, behind):
+    # Each name as run, as source and as metric and tag; a file with wall times and one without.
+    rows = []
+    for i, name in enumerate(HOSTILE):
+        rows += [(name, f"{name}/metrics.jsonl", i, "loss", name, 1.5, None), (name, f"{name}/metrics.jsonl", i, name, "x", -2.0, None)]
+        rows += [("run", name, i, name, name, 0.25, 1.7e9 + i), ("run", name, i + 1, "lr", "lr", 3e-05, None)]
+    frame = _table(rows)
+    expected = _one_go(frame, fmt)
+    # The whole table at once (stretches of one run and source) and one file's rows at a time.
+    assert _written([frame], fmt, binary=binary, behind=behind) == expected
+    assert _written(frame.partition_by("run", "source", maintain_order=True), fmt, binary=binary, behind=behind) == expected
+
+
+def test_hostile_names_from_real_files_reach_csv_and_json_exactly(tmp_path, capsys):
+    run = tmp_path / 'run,"q"\n\x1b[2J \u00e9'
+    run.mkdir()
+    (run / "metrics.csv").write_text('step,"lo,ss","gr""ad\nnorm",lr\n1,1.5,0.2,0.1\n2,1.6,0.3,1e-6\n')
+    (run / "metrics.jsonl").write_text("".join(json.dumps({"step": i, "loss": 2.0 / i, "tab\tbed": 1e-5 * i, "grad norm": math.nan if i == 2 else 0.5}) + "\n" for i in range(1, 6)))
+    frame, _, problems = read_paths([tmp_path])
+    assert not problems
+    assert {"lo,ss", 'gr""ad\nnorm'} <= set(frame.get_column("tag").to_list())
+    for fmt in ("csv", "json"):
+        assert main(["read", str(tmp_path), "--format", fmt]) == 0
+        assert capsys.readouterr().out == _one_go(frame, fmt)
+
+
+finite = st.floats(allow_nan=False, allow_infinity=False)
+
+
+@settings(max_examples=200)
+@given(values=st.lists(st.one_of(finite, st.floats(), st.none(), st.sampled_from([1e-4, 1e16, 5e-324, -0.0])), min_size=1, max_size=30), timed=st.booleans())
+def test_json_lines_write_any_float_as_json_dumps_did(values, timed):
+    frame = _table([("r", "s", i, "loss", "loss", v, (1.7e9 + v if v is not None and math.isfinite(v) else v) if timed else None) for i, v in enumerate(values)])
+    assert _written([frame], "json", binary=True, behind=False) == _one_go(frame, "json")
+    assert _written([frame], "csv", binary=True, behind=False) == _one_go(frame, "csv")
+
+
+@pytest.mark.parametrize("behind", [True, False], ids=["on the writer's thread", "in the reading thread"])
+def test_a_closed_output_is_raised_as_a_broken_pipe_and_stops_the_writers_thread(behind):
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    frame = _table([("r", "s", i, "loss", "loss", 1.0, None) for i in range(1000)])
+    with open(write_end, "w", encoding="utf-8") as out:
+        with pytest.raises(BrokenPipeError), BlockWriter("csv", out, behind=behind) as writer:
+            for _ in range(100):
+                writer.write(frame)
+            writer.close()
+        assert not [t for t in threading.enumerate() if t.name == "lossguard-read-writer"]
+        out.buffer.raw.close()  # nothing left to flush into the closed pipe
+
+
+def test_read_piped_into_head_exits_quietly():
+    proc = subprocess.Popen([sys.executable, "-m", "lossguard", "read", str(FIXTURES / "runs"), "--format", "json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    first = proc.stdout.read(100)
+    proc.stdout.close()
+    assert proc.wait(timeout=60) == 0
+    assert first.startswith(b'{"run": ')
+    assert proc.stderr.read() == b""
