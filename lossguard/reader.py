@@ -91,9 +91,11 @@ def read(
         extra["keep"] = keep
     streamed = each is not None and getattr(reader, "streams", False)
     if streamed:
-        extra["each"] = lambda rows: each(finished(rows))
+        extra["each"] = lambda rows: _handed(each, finished(rows))
     try:
         parsed: Parsed = reader.read(path, cursor, final=final, limit=limit, **extra)
+    except _SinkFailed as failed:
+        raise failed.__cause__ from None  # the output's own failure (a closed pipe), not the file's
     except FileNotFoundError:
         return ReadResult(table.empty(lean=lean), cursor, (Problem(str(path), "file vanished before it could be read"),))
     except PermissionError:
@@ -116,6 +118,18 @@ def read(
         frame = frame.clear()
     span = parsed.span if parsed.projected else table.joined(spans)
     return ReadResult(frame, parsed.cursor, parsed.problems, parsed.dead, span)
+
+
+class _SinkFailed(Exception):
+    """What `each` raised, carried past the boundary that turns a reader's failures into the file's
+    problems: `lossguard read DIR | head` must stop at the closed pipe, not warn of every file."""
+
+
+def _handed(each: Sink, rows: pl.DataFrame) -> None:
+    try:
+        each(rows)
+    except Exception as exc:
+        raise _SinkFailed from exc
 
 
 def _finish(rows: pl.DataFrame, *, keep: Keep | None, run: str, source: str, options: ReadOptions, lean: bool) -> pl.DataFrame:

@@ -175,3 +175,20 @@ def test_read_piped_into_head_exits_quietly():
     assert proc.wait(timeout=60) == 0
     assert first.startswith(b'{"run": ')
     assert proc.stderr.read() == b""
+
+
+def test_an_output_that_fails_stops_the_read_and_is_not_blamed_on_the_file(tmp_path):
+    from lossguard.reader import read_paths
+
+    for k in range(3):
+        (tmp_path / f"r{k}").mkdir()
+        (tmp_path / f"r{k}" / "metrics.jsonl").write_text("".join(f'{{"step": {i}, "loss": 2.0}}\n' for i in range(50)))
+    handed = []
+
+    def each(rows: pl.DataFrame) -> None:
+        handed.append(rows.height)
+        raise BrokenPipeError(32, "Broken pipe")
+
+    with pytest.raises(BrokenPipeError):
+        read_paths([tmp_path], each=each)
+    assert handed == [50]  # the other files are not opened, each to fail on the same closed pipe
