@@ -192,3 +192,24 @@ def test_an_output_that_fails_stops_the_read_and_is_not_blamed_on_the_file(tmp_p
     with pytest.raises(BrokenPipeError):
         read_paths([tmp_path], each=each)
     assert handed == [50]  # the other files are not opened, each to fail on the same closed pipe
+
+
+def test_an_event_file_streams_a_chunk_at_a_time_and_projects_as_it_decodes(tmp_path, monkeypatch):
+    from lossguard.engine import SCAN_NEEDS
+    from lossguard.formats import tfevents
+    from lossguard.reader import ReadOptions, read
+
+    from .writers import write_tb1
+
+    points = [(s, tag, 2.0 + (s % 13) / 100) for s in range(1, 400) for tag in ("train/loss", "lr", "eval/accuracy", "throughput")]
+    path = write_tb1(tmp_path / "run", points)
+    whole = read(path, run="r", fmt="tfevents", final=True, options=ReadOptions())
+    monkeypatch.setattr(tfevents, "CHUNK", 4096)
+    handed: list[pl.DataFrame] = []
+    streamed = read(path, run="r", fmt="tfevents", final=True, options=ReadOptions(), each=handed.append)
+    assert len(handed) > 5 and not streamed.frame.height  # a chunk's rows at a time, none held back
+    assert pl.concat(handed).equals(whole.frame)
+    assert streamed.cursor == whole.cursor and streamed.span == whole.span
+    projected = read(path, run="r", fmt="tfevents", final=True, options=ReadOptions(), needs=SCAN_NEEDS)
+    assert projected.frame.equals(whole.frame.filter(pl.col("tag").is_in(["train/loss", "lr"])))
+    assert projected.span == whole.span == (1, 399)

@@ -22,7 +22,7 @@ from .. import table
 from ..cursor import Cursor
 from ..problems import Problem
 from ..sources.tfrecord import data_checksums_ok, frame, rows_at
-from .base import Format, Parsed
+from .base import Format, Keep, Parsed, Sink, kept_rows
 
 CHUNK = 16 << 20
 MAX_TEMPLATES = 64
@@ -369,12 +369,22 @@ def _assemble(parts: list[dict[str, np.ndarray]], slow: list[tuple[int, int, flo
 
 
 class TfEventsFormat:
-    name = "tfevents"
+    """Event files are decoded a chunk (CHUNK) at a time: each chunk's rows go to `each` as they are
+    decoded (`lossguard read` writes them while the next is decoded), and `keep` leaves out the tags
+    nobody needs chunk by chunk (TensorBoard logs often hold dozens of tags; judging reads a few)."""
 
-    def read(self, path: Path, cursor: Cursor, *, final: bool, chunk: int = CHUNK, limit: int | None = None) -> Parsed:
+    name = "tfevents"
+    streams = True
+    projects = True
+
+    def read(
+        self, path: Path, cursor: Cursor, *, final: bool, chunk: int | None = None, limit: int | None = None, each: Sink | None = None, keep: Keep | None = None
+    ) -> Parsed:
+        chunk = chunk or CHUNK
         source = str(path)
         problems: list[Problem] = []
         frames: list[pl.DataFrame] = []
+        spans: list[table.Span | None] = []
         offset = cursor.offset
         dead = False
         chunk = min(chunk, limit) if limit else chunk
@@ -397,8 +407,11 @@ class TfEventsFormat:
                 if framing.starts.size:
                     rows, found = decode(buf, framing.starts, framing.lengths, source=source, base_offset=offset)
                     problems.extend(found)
+                    if rows.height and keep is not None:
+                        spans.append(table.span_of(rows))
+                        rows = kept_rows(rows, keep)
                     if rows.height:
-                        frames.append(rows)
+                        each(rows) if each is not None else frames.append(rows)
                 offset += framing.consumed
                 if framing.dead:
                     dead = True
@@ -420,7 +433,7 @@ class TfEventsFormat:
             if size > offset:
                 problems.append(Problem(source, f"last event record is incomplete ({size - offset} bytes; file cut off or still being written)", offset=offset))
         rows = pl.concat(frames, rechunk=False) if frames else table.empty_raw()
-        return Parsed(rows, cursor.advance(offset=offset), tuple(problems), dead=dead)
+        return Parsed(rows, cursor.advance(offset=offset), tuple(problems), dead=dead, span=table.joined(spans), projected=keep is not None)
 
 
 TFEVENTS = TfEventsFormat()
