@@ -293,3 +293,28 @@ def test_a_format_only_python_can_compile_stops_the_command_with_one_line(tmp_pa
     log.write_text("step 1 loss=2.5\n")
     res = run_lossguard(command, str(log), "--config", str(config), timeout=30)
     assert_one_error_line(res, str(config), "[[formats]] after", "look-around")
+
+
+def test_hf_console_bars_drawn_with_block_glyphs_place_dicts_as_ascii_bars_do(tmp_path):
+    """A bar redrawn after a short dict on its line counts for the next dict. tqdm draws with `█`, three
+    bytes to a character: the line is cut at its `{` by characters, not by byte offsets."""
+    from .samples import _bar
+
+    def log(glyph: str) -> str:
+        bar = lambda n: _bar(n).replace("█", glyph)  # noqa: E731
+        return (
+            "***** Running training *****\n  Total optimization steps = 300\n"
+            # Three redraws of a nearly full bar before the dict (54 bytes more than characters), the
+            # dict at 290; the bar drawn after it, 295, is the next dict's.
+            f"{bar(270)}{bar(280)}{bar(290)}{{'loss': 2.3}}{bar(295)}\n"
+            "{'loss': 2.1}\n"
+            f"{bar(300)}{{'loss': 2.0}}\n"
+        )
+
+    steps = {}
+    for glyph in ("█", "#"):
+        path = tmp_path / f"{ord(glyph)}.log"
+        path.write_text(log(glyph))
+        frame = read(path, run="r", fmt="hf_console", final=True, options=ReadOptions()).frame
+        steps[glyph] = frame.filter(pl.col("metric") == "loss").get_column("step").to_list()
+    assert steps["█"] == steps["#"] == [290, 295, 300]

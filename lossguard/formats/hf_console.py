@@ -76,17 +76,18 @@ def _steps(lines: pl.DataFrame, pairs: pl.DataFrame, cursor: Cursor) -> tuple[pl
     banner line or a dict: its state is a few numbers, and what it does per line is easier to
     check read as a loop than as a chain of window expressions."""
     text = pl.col("text")
-    brace = pl.col("brace")
+    # Cut at the first `{` by characters: tqdm's `█` is three bytes, and a byte offset (str.find)
+    # taken as a character count (str.slice) ran the head into the dict and past the bar after it.
+    cut = text.str.splitn("{", 2)
     # The bars before the dict count for it; any after it, for the next. The last redraw of a line
     # is all that counts (one bar redraws on one line; another's, with tqdm's position, on its own).
     # Each step a column computed once, in one query.
     marked = (
         lines.lazy()
-        .with_columns(text.str.find("{", literal=True).alias("brace"))
         .select(
             "line_no",
-            _last_count(pl.when(brace.is_not_null()).then(text.str.slice(0, brace)).otherwise(text)).alias("head"),
-            _last_count(pl.when(brace.is_not_null()).then(text.str.slice(brace))).alias("tail"),
+            _last_count(cut.struct.field("field_0")).alias("head"),
+            _last_count(pl.lit("{") + cut.struct.field("field_1")).alias("tail"),
             pl.when(text.str.contains("=", literal=True)).then(text).alias("banner"),
         )
         .select("line_no", *_count_and_total("head"), *_count_and_total("tail"), "banner")
