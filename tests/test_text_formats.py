@@ -318,3 +318,14 @@ def test_hf_console_bars_drawn_with_block_glyphs_place_dicts_as_ascii_bars_do(tm
         frame = read(path, run="r", fmt="hf_console", final=True, options=ReadOptions()).frame
         steps[glyph] = frame.filter(pl.col("metric") == "loss").get_column("step").to_list()
     assert steps["█"] == steps["#"] == [290, 295, 300]
+
+
+@pytest.mark.parametrize("lines", [10, 3000], ids=["a few lines (regex path)", "many lines (NDJSON path)"])
+def test_a_json_key_written_with_escapes_names_its_tag_as_json_means_it(tmp_path, lines):
+    """Some writers escape `/` (`"train\\/loss"`); the tag is `train/loss` whichever path reads the
+    lines, or a daemon reading a few new lines and a scan of the whole file would name it apart."""
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("".join(f'{{"step": {i}, "train\\/loss": 2.0, "caf\\u00e9": 1.0, "a\\\\b": 0.5}}\n' for i in range(1, lines + 1)))
+    frame = read(path, run="r", fmt="jsonl", final=True, options=ReadOptions()).frame
+    assert sorted(frame.get_column("tag").unique().to_list()) == ["a\\b", "café", "train/loss"]
+    assert set(frame.filter(pl.col("tag") == "train/loss").get_column("metric").to_list()) == {"loss"}

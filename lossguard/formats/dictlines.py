@@ -5,6 +5,7 @@ Values may be NaN/Infinity, quoted numbers ("7.21" in fairseq's JSON log) or wra
 
 from __future__ import annotations
 
+import json
 import re
 
 import polars as pl
@@ -49,8 +50,26 @@ def parse_json(lines: pl.DataFrame, cursor: Cursor, raw: bytes | None = None) ->
     fast = wide.pairs()
     if not fast.height:
         fast, rest = fast_pairs(lines, sep=",", cell_re=CELL, strip=" {}", one_pair_per_field=True)
-    pairs = _merge(fast, rest)
+        fast = _as_json_keys(fast)
+    pairs = merged(fast, _as_json_keys(pairs_frame(rest, PAIR)))
     return rows_of(lines, pairs, cursor, unnumbered=_epoch_evals(pairs))
+
+
+def _as_json_keys(pairs: pl.DataFrame) -> pl.DataFrame:
+    """Keys as JSON means them (`"train\\/loss"` is `train/loss`): the regex paths see a key's text as
+    written, escapes and all, where polars' NDJSON reader decodes it, and a log must name its tags
+    the same whichever path a read takes (a daemon's few new lines go the regex way, the scan of the
+    whole file the NDJSON way). Decoded on the few distinct names."""
+    decoded = {}
+    for key in pairs.get_column("key").unique().to_list():
+        if key is not None and "\\" in key:
+            try:
+                decoded[key] = json.loads(f'"{key}"')
+            except ValueError:
+                pass  # not a JSON string's text: kept as written
+    if not decoded:
+        return pairs
+    return pairs.with_columns(pl.col("key").cast(pl.String).replace(decoded).cast(pl.Categorical))
 
 
 def stepped_rows(wide: Wide, cursor: Cursor) -> tuple[pl.DataFrame, Cursor] | None:
