@@ -8,8 +8,10 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import subprocess
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -258,5 +260,30 @@ def test_a_picture_follows_the_report_of_an_alert_a_silence_held_and_is_dropped_
         assert due.alert_key == f"{state.id}-3"  # the report is the alert it follows
         gone = state.db.execute("SELECT done_at IS NOT NULL FROM plots WHERE incident_id=?", (row.id,)).fetchone()[0]
         assert gone == 1
+    finally:
+        state.close()
+
+
+def test_pictures_older_than_the_retention_are_removed_and_one_still_due_is_drawn_again(tmp_path):
+    from lossguard.alerts.plots import KEEP_DAYS
+
+    state = State(tmp_path / "state")
+    try:
+        plots = tmp_path / "state" / "plots"
+        plots.mkdir(parents=True, mode=0o700)
+        now = time.time()
+        old, recent, other = plots / "old-1.png", plots / "recent-2.png", plots / "notes.txt"
+        for path in (old, recent, other):
+            path.write_bytes(b"x")
+        os.utime(old, (now - KEEP_DAYS * 86400 - 60,) * 2)
+        os.utime(other, (now - KEEP_DAYS * 86400 - 60,) * 2)  # not a picture: not ours to remove
+        ident = _alerted(state, "jsonl")
+        plotter = Plotter(state, {"jsonl": JsonlSink(tmp_path / "out.jsonl")}, directory=plots, wall=lambda: now)
+        due = plotter.path_of(ident)
+        due.write_bytes(b"stale")
+        os.utime(due, (now - KEEP_DAYS * 86400 - 60,) * 2)  # drawn long ago, its sink not reached since
+        assert plotter.round() == 1
+        assert not old.exists() and recent.exists() and other.exists()
+        assert png_size(due.read_bytes()) == (1000, 100 + 3 * PANEL_HEIGHT)  # drawn again, whole
     finally:
         state.close()

@@ -32,6 +32,10 @@ log = logging.getLogger("lossguard")
 PER_ROUND = 10
 """Pictures taken from the state at a time."""
 ATTEMPTS = 3
+KEEP_DAYS = 30
+"""A picture is kept this long after it was drawn (the JSONL sink names the file; a picture still
+due after that is drawn again from the state): a daemon running for months must not fill its disk."""
+PRUNE_EVERY = 3600.0
 
 
 @dataclass(frozen=True)
@@ -73,12 +77,16 @@ class Plotter:
         self.sinks = dict(sinks)
         self.directory = directory
         self.wall = wall
+        self._pruned = 0.0
 
     def path_of(self, incident_id: int) -> Path:
         """The PNG's name: the state's id and the incident's (never a name from disk)."""
         return self.directory / f"{self.state.id}-{incident_id}.png"
 
     def round(self) -> int:
+        if self.wall() - self._pruned >= PRUNE_EVERY:
+            self._pruned = self.wall()
+            self.prune()
         shown, undrawable = 0, set()
         for row in self.state.due_plots(PER_ROUND):
             if row.incident_id in undrawable:  # (given up for every sink just now)
@@ -106,6 +114,22 @@ class Plotter:
                 self.state.plot_failed(row.incident_id, row.sink, delivery.describe())
                 break  # (the sink is struggling: the next round tries again)
         return shown
+
+    def prune(self) -> int:
+        """Removes the pictures drawn more than KEEP_DAYS ago; how many."""
+        oldest, gone = self.wall() - KEEP_DAYS * 86400, 0
+        try:
+            entries = list(os.scandir(self.directory))
+        except OSError:
+            return 0  # none drawn yet (or the folder went): nothing to keep small
+        for entry in entries:
+            try:
+                if entry.name.endswith(".png") and entry.is_file(follow_symlinks=False) and entry.stat(follow_symlinks=False).st_mtime < oldest:
+                    os.unlink(entry.path)
+                    gone += 1
+            except OSError as exc:
+                log.warning("cannot remove the old picture %s: %s", printable(entry.path), exc.strerror or exc)
+        return gone
 
     def _drawn(self, incident_id: int, pic: Picture) -> Path:
         """The incident's PNG, drawn the first time a sink asks for it (written whole: if it is
