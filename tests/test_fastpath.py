@@ -23,8 +23,14 @@ from lossguard.reader import ReadOptions, read
 
 ODD = {
     "jsonl": ['{"step": 7, "loss": 1.5, "note": "a, b", "lr": 0.1}', '{"step": 8, "nested": {"loss": 2.0}, "lr": 0.2}', '{"step": 9, "loss": null, "lr": NaN}'],
-    "hf_console": ["{'eval_loss': 2.0, 'epoch': 0.5}", "{'loss': nan, 'grad_norm': np.float64(3.5), 'learning_rate': 1e-05, 'epoch': 0.6}"],
-    "kv": ["step 12 | loss: 9.1 | lr 9e-06 | norm: 3.1 | dt: 412.1ms | note", "step 13 | val loss: 8.8"],
+    "hf_console": [
+        "{'eval_loss': 2.0, 'epoch': 0.5}", "{'loss': nan, 'grad_norm': np.float64(3.5), 'learning_rate': 1e-05, 'epoch': 0.6}",
+        "{'loss': 1.5, 'grad_norm': 2.5, 'learning_rate': 4.9e-05, 'epoch': 3, 'extra': 4.0}",
+    ],
+    "kv": [
+        "step 12 | loss: 9.1 | lr 9e-06 | norm: 3.1 | dt: 412.1ms | note", "step 13 | val loss: 8.8",
+        "step 14 | loss: 9.0 | lr 9.2e-06 | norm: 1.0 | dt: 412.1ms | tok/sec: 1493812.55 | mfu: 40.1",
+    ],
     "megatron": [" iteration      300/   1000 | lm loss: 5.0E+00 | grad norm: 1.5 | extra field: 3 |"],
 }
 BASE = {

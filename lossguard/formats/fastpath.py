@@ -51,7 +51,9 @@ def fast_pairs(
     if lines.height < min_lines:
         return EMPTY_PAIRS, lines
     texts = lines.get_column("text").fill_null("")
-    seps = texts.str.count_matches(sep, literal=True)
+    # Separators are counted on the first lines only (which say the shape); every line's count is
+    # read off its cut (_cut), without a pass over the whole text.
+    seps = texts.head(1000).str.count_matches(sep, literal=True)
     cells = _cut(texts, seps, sep=sep)
     if cells is None:
         return EMPTY_PAIRS, lines
@@ -75,7 +77,8 @@ def fast_pairs(
     checks = [c for _, c in free] + [c for f in fields if id(f) not in skipped for c in f.checks] + loose
     also = [i for i, _ in free] + [f.index for f in fields if id(f) not in skipped]
     read = _quick_read(cells, strip, wanted, checks if later else checks + counts, also=also)
-    whole = seps == cells.width - 1
+    last = pl.col(cells.columns[-1])
+    whole = cells.select(last.is_not_null() & ~last.str.contains(sep, literal=True)).to_series()
     fits = read.get_column("fits") & whole
     if loose:
         odd = ~fits & whole
@@ -111,14 +114,15 @@ def fast_pairs(
 
 
 def _cut(texts: pl.Series, seps: pl.Series, *, sep: str) -> pl.DataFrame | None:
-    """The lines cut into as many fields as most of them have (a progress bar glued to some lines
-    adds separators to those only); None when there is no such shape. A line with more separators
-    is cut short and one with fewer padded with nulls: neither fits the shape (`seps` tells)."""
+    """The lines cut into as many fields as most of the first ones have (`seps`: their separators;
+    a progress bar glued to some lines adds separators to those only); None when there is no such
+    shape. A line with more separators keeps them in its last field and one with fewer is padded
+    with nulls: the last field tells that neither fits the shape."""
     common = seps.head(1000).mode().sort()
     width = int(common[-1] if common.len() else 0) + 1
     if width < 2:
         return None
-    cells = texts.str.split_exact(sep, width - 1).struct.unnest()
+    cells = texts.str.splitn(sep, width).struct.unnest()
     return cells.rename(dict(zip(cells.columns, [f"c{i}" for i in range(width)])))
 
 
