@@ -16,14 +16,21 @@ from lossguard.cursor import Cursor
 from lossguard.formats import base, dictlines, fastpath
 from lossguard.formats.dictlines import parse, parse_json
 from lossguard.formats.kvlines import parse as parse_kv
+from lossguard.formats.megatron import CELL
 from lossguard.formats.megatron import parse as parse_megatron
 from lossguard.reader import ReadOptions, read
 
 
 ODD = {
     "jsonl": ['{"step": 7, "loss": 1.5, "note": "a, b", "lr": 0.1}', '{"step": 8, "nested": {"loss": 2.0}, "lr": 0.2}', '{"step": 9, "loss": null, "lr": NaN}'],
-    "hf_console": ["{'eval_loss': 2.0, 'epoch': 0.5}", "{'loss': nan, 'grad_norm': np.float64(3.5), 'learning_rate': 1e-05, 'epoch': 0.6}"],
-    "kv": ["step 12 | loss: 9.1 | lr 9e-06 | norm: 3.1 | dt: 412.1ms | note", "step 13 | val loss: 8.8"],
+    "hf_console": [
+        "{'eval_loss': 2.0, 'epoch': 0.5}", "{'loss': nan, 'grad_norm': np.float64(3.5), 'learning_rate': 1e-05, 'epoch': 0.6}",
+        "{'loss': 1.5, 'grad_norm': 2.5, 'learning_rate': 4.9e-05, 'epoch': 3, 'extra': 4.0}",
+    ],
+    "kv": [
+        "step 12 | loss: 9.1 | lr 9e-06 | norm: 3.1 | dt: 412.1ms | note", "step 13 | val loss: 8.8",
+        "step 14 | loss: 9.0 | lr 9.2e-06 | norm: 1.0 | dt: 412.1ms | tok/sec: 1493812.55 | mfu: 40.1",
+    ],
     "megatron": [" iteration      300/   1000 | lm loss: 5.0E+00 | grad norm: 1.5 | extra field: 3 |"],
 }
 BASE = {
@@ -168,6 +175,16 @@ TYPICAL = ["consumed samples: 512", "learning rate: 1.0E-04", "lm loss: 2.5E+00"
 # kept fields hold no number is a record only through its other fields.
 VALUES = st.sampled_from(["2.5E+00", "nan", "-inf", "3.1E+00s", "-", "", "1,000", "(7)", "0"])
 TYPICAL_ODD = st.lists(VALUES, min_size=5, max_size=5).map(lambda vs: [c.split(": ")[0] + ": " + v for c, v in zip(TYPICAL, vs)])
+# Lines of the typical shape whose cells are spaced otherwise (a field left out is first checked on
+# its cell as cut, for the representative's spacing), or whose key runs on past the typical one.
+TYPICAL_SPACED = st.lists(st.sampled_from(["", " ", "   ", "\t", "x"]), min_size=5, max_size=5).map(
+    lambda pads: [(c.replace(":", p + ":") if p == "x" else p + c + p[:1]) for p, c in zip(pads, TYPICAL)]
+)
+# Lines of the typical shape where a field a projection leaves out holds a kept key instead: the
+# regex path finds that pair too, so the line is not of the shape.
+TYPICAL_SWAPPED = st.tuples(st.sampled_from([0, 1, 3]), st.sampled_from(["lm loss: 9.0", " grad norm: 1.5", "lm loss: x"])).map(
+    lambda swap: [swap[1] if i == swap[0] else c for i, c in enumerate(TYPICAL)]
+)
 
 
 def _megatron_lines(odd: list[tuple[int, list[str]]], n: int) -> pl.DataFrame:
@@ -181,7 +198,7 @@ KEEPS = {"all": None, "loss and grad norm": lambda k: k in ("lm loss", "grad nor
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(odd=st.lists(st.tuples(st.integers(0, 10**6), MEGATRON_CELLS | TYPICAL_ODD), max_size=8), n=st.integers(1, 40), keep=st.sampled_from(sorted(KEEPS)))
+@given(odd=st.lists(st.tuples(st.integers(0, 10**6), MEGATRON_CELLS | TYPICAL_ODD | TYPICAL_SPACED | TYPICAL_SWAPPED), max_size=8), n=st.integers(1, 40), keep=st.sampled_from(sorted(KEEPS)))
 def test_fast_pairs_with_a_projection_give_the_kept_pairs_of_the_regex_path_and_every_line_with_any(odd, n, keep):
     from lossguard.formats.megatron import CELL, PAIR
     from lossguard.formats.pairs import merged, pairs_frame
@@ -199,8 +216,23 @@ def test_fast_pairs_with_a_projection_give_the_kept_pairs_of_the_regex_path_and_
     assert got.filter(pick).with_columns(pl.col("key").cast(pl.String)).equals(want.filter(pick).with_columns(pl.col("key").cast(pl.String)))
 
 
+def test_a_field_left_out_holding_a_kept_key_sends_its_line_to_the_regex_path():
+    lines = _megatron_lines([(7, ["grad norm: 1.5", *TYPICAL[1:]]), (9, ["lm loss: 9.0", *TYPICAL[1:]])], 20)
+    fast, rest = fastpath.fast_pairs(lines, sep="|", cell_re=CELL, first_field_free=True, one_pair_per_field=True, keep=KEEPS["loss and grad norm"], min_lines=0)
+    assert rest.get_column("line_no").to_list() == [8, 10]
+    assert fast.get_column("line_no").unique().sort().to_list() == [i for i in range(1, 21) if i not in (8, 10)]
+
+
+def test_lines_spaced_otherwise_in_a_field_left_out_stay_on_the_fast_path():
+    spaced = [[pad + c + pad for c in TYPICAL] for pad in ("", "   ")]
+    lines = _megatron_lines([(3, spaced[0]), (5, spaced[1])], 20)
+    fast, rest = fastpath.fast_pairs(lines, sep="|", cell_re=CELL, first_field_free=True, one_pair_per_field=True, keep=KEEPS["loss and grad norm"], min_lines=0)
+    assert rest.height == 0
+    assert fast.filter(pl.col("line_no").is_in([4, 6])).select(pl.col("key").cast(pl.String), "value").rows() == [("lm loss", 2.5), ("grad norm", 0.95)] * 2
+
+
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(odd=st.lists(st.tuples(st.integers(0, 10**6), MEGATRON_CELLS | TYPICAL_ODD), max_size=8), n=st.integers(200, 260), keep=st.sampled_from(sorted(KEEPS)))
+@given(odd=st.lists(st.tuples(st.integers(0, 10**6), MEGATRON_CELLS | TYPICAL_ODD | TYPICAL_SPACED | TYPICAL_SWAPPED), max_size=8), n=st.integers(200, 260), keep=st.sampled_from(sorted(KEEPS)))
 def test_a_megatron_parse_told_what_is_kept_gives_the_kept_rows_of_a_full_parse(odd, n, keep):
     lines = _megatron_lines(odd, n)
     cursor = Cursor(index=3, last_step=0)

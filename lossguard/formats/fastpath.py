@@ -51,21 +51,41 @@ def fast_pairs(
     if lines.height < min_lines:
         return EMPTY_PAIRS, lines
     texts = lines.get_column("text").fill_null("")
-    seps = texts.str.count_matches(sep, literal=True)
+    # Separators are counted on the first lines only (which say the shape); every line's count is
+    # read off its cut (_cut), without a pass over the whole text.
+    seps = texts.head(1000).str.count_matches(sep, literal=True)
     cells = _cut(texts, seps, sep=sep)
     if cells is None:
         return EMPTY_PAIRS, lines
     shape = _shape(cells, seps, cell_re=cell_re, strip=strip, first_field_free=first_field_free, one_pair_per_field=one_pair_per_field, separator=separator)
     if shape is None:
         return EMPTY_PAIRS, lines
-    checks, fields = shape
+    free, fields = shape
     wanted = [f for f in fields if keep is None or keep(f.key)] or fields
     counts = [f.count for f in fields if f.count is not None]
     # A quick read of a field the regex can not read otherwise (_Field.trusted) says its cell holds
     # one pair: the count, a regex pass a field, is then asked only of lines where a quick read failed.
     later = bool(counts) and len(wanted) == len(fields) and all(f.trusted for f in fields)
-    read = _quick_read(cells, strip, wanted, checks if later else checks + counts)
-    fits = read.get_column("fits") & (seps == cells.width - 1)
+    # A field left out is only checked for its key, on its cell as cut (_Field.loose: no stripped
+    # copy of the cell); a line failing that is asked the exact check below. (A count reads the
+    # stripped cell anyway.)
+    chosen = {id(f) for f in wanted}
+    loosely = [f for f in fields if id(f) not in chosen and f.loose is not None] if not counts else []
+    skipped = {id(f) for f in loosely}
+    loose = [f.loose for f in loosely]
+    exact = [c for _, c in free] + [c for f in fields for c in f.checks]
+    checks = [c for _, c in free] + [c for f in fields if id(f) not in skipped for c in f.checks] + loose
+    also = [i for i, _ in free] + [f.index for f in fields if id(f) not in skipped]
+    read = _quick_read(cells, strip, wanted, checks if later else checks + counts, also=also)
+    last = pl.col(cells.columns[-1])
+    whole = cells.select(last.is_not_null() & ~last.str.contains(sep, literal=True)).to_series()
+    fits = read.get_column("fits") & whole
+    if loose:
+        odd = ~fits & whole
+        if odd.any():
+            again = _stripped_cells(cells.filter(odd), strip, [i for i, _ in free] + [f.index for f in fields])
+            one = again.select(pl.all_horizontal(exact + counts).fill_null(False)).collect()
+            fits = fits.scatter(odd.arg_true(), one.to_series())
     if later:
         odd = fits & read.select(pl.any_horizontal(pl.exclude("fits").is_null())).to_series()
         if odd.any():
@@ -94,20 +114,28 @@ def fast_pairs(
 
 
 def _cut(texts: pl.Series, seps: pl.Series, *, sep: str) -> pl.DataFrame | None:
-    """The lines cut into as many fields as most of them have (a progress bar glued to some lines
-    adds separators to those only); None when there is no such shape. A line with more separators
-    is cut short and one with fewer padded with nulls: neither fits the shape (`seps` tells)."""
+    """The lines cut into as many fields as most of the first ones have (`seps`: their separators;
+    a progress bar glued to some lines adds separators to those only); None when there is no such
+    shape. A line with more separators keeps them in its last field and one with fewer is padded
+    with nulls: the last field tells that neither fits the shape."""
     common = seps.head(1000).mode().sort()
     width = int(common[-1] if common.len() else 0) + 1
     if width < 2:
         return None
-    cells = texts.str.split_exact(sep, width - 1).struct.unnest()
+    cells = texts.str.splitn(sep, width).struct.unnest()
     return cells.rename(dict(zip(cells.columns, [f"c{i}" for i in range(width)])))
 
 
 @dataclass(frozen=True)
 class _Field:
     key: str
+    index: int
+    """Which cell holds it."""
+    checks: tuple[pl.Expr, ...]
+    """What its stripped cell must pass for the line to be of the shape."""
+    loose: pl.Expr | None
+    """A cheaper test on the cell as cut that passes only where `checks` pass (it may fail where they
+    pass: a line failing it is asked `checks`); None where no such test is known."""
     stages: tuple[tuple[pl.Expr, ...], ...]
     """The intermediate columns of the quick read, stage by stage (see _quick_read)."""
     count: pl.Expr | None
@@ -120,12 +148,19 @@ class _Field:
     """The field's text, for the regex where the quick read fails."""
 
 
-def _quick_read(cells: pl.DataFrame, strip: str, fields: list[_Field], checks: list[pl.Expr] | None = None) -> pl.DataFrame:
+def _stripped_cells(cells: pl.DataFrame, strip: str, used: list[int]) -> pl.LazyFrame:
+    """The cells as cut (`c{i}`) and, for the `used` ones, stripped (`s{i}`): a cell no field or
+    check reads (the free first field, a field left out) is not copied."""
+    return cells.lazy().with_columns([_stripped(i, strip) for i in sorted(set(used))])
+
+
+def _quick_read(cells: pl.DataFrame, strip: str, fields: list[_Field], checks: list[pl.Expr] | None = None, also: list[int] = ()) -> pl.DataFrame:
     """The quick numbers (`v0`, `v1`... one per field) and, given the checks, whether each line
-    fits the shape (`fits`). Every intermediate string (the stripped cell `s{i}`, what follows the
-    key...) is a column computed once, stage by stage: written as one expression per number, the
-    engine recomputed each of them for every test that used it (5x the work on a kv line)."""
-    query = cells.lazy().select([_stripped(i, strip) for i in range(cells.width)])
+    fits the shape (`fits`); `also`: other cells the checks read stripped. Every intermediate string
+    (the stripped cell `s{i}`, what follows the key...) is a column computed once, stage by stage:
+    written as one expression per number, the engine recomputed each of them for every test that
+    used it (5x the work on a kv line)."""
+    query = _stripped_cells(cells, strip, [f.index for f in fields] + list(also))
     for depth in range(max(len(f.stages) for f in fields)):
         stage = [e for f in fields if depth < len(f.stages) for e in f.stages[depth]]
         if stage:
@@ -136,15 +171,16 @@ def _quick_read(cells: pl.DataFrame, strip: str, fields: list[_Field], checks: l
 
 def _shape(
     cells: pl.DataFrame, seps: pl.Series, *, cell_re: str, strip: str, first_field_free: bool, one_pair_per_field: bool, separator: str | None = None
-) -> tuple[list[pl.Expr], list[_Field]] | None:
+) -> tuple[list[tuple[int, pl.Expr]], list[_Field]] | None:
     """What a line of the common shape holds, read off one such line: the checks every line's fields
-    must pass to be of that shape, and the fields holding a pair. None when that line holds no pair
-    or a field holding several (not this path's shape)."""
+    holding no pair must pass to be of that shape (with the cell each reads), and the fields holding
+    a pair (with their own checks). None when that line holds no pair or a field holding several
+    (not this path's shape)."""
     first = (seps.head(500) == cells.width - 1).arg_true()
     if not first.len():
         return None
     pattern = re.compile(cell_re)
-    checks: list[pl.Expr] = []
+    checks: list[tuple[int, pl.Expr]] = []
     fields: list[_Field] = []
     for i, cell in enumerate(cells.row(int(first[0]))):
         if i == 0 and first_field_free:
@@ -154,7 +190,7 @@ def _shape(
         if len(found) > 1:
             return None
         if not found:
-            checks.append(_no_pair(i, cell_re, strip))
+            checks.append((i, _no_pair(i, cell_re, strip)))
             continue
         m = found[0]
         # Everything before the number must read the same; only the number may change.
@@ -163,9 +199,8 @@ def _shape(
             return None
         # The literal is the key, and what follows it the plain separator (no `[`): any spacing reads alike.
         plain = separator is not None and literal == text[: m.end("key")] and re.fullmatch(separator, text[m.end("key") : m.start("value")]) is not None
-        field_checks, field = _pair_field(i, literal, text[: m.start("value")], text[m.end("value") :], m.group("key").strip(), cell_re, strip, one_pair_per_field, plain)
-        checks.extend(field_checks)
-        fields.append(field)
+        lead = (cell or "")[: len(cell or "") - len((cell or "").lstrip(strip))]
+        fields.append(_pair_field(i, literal, text[: m.start("value")], text[m.end("value") :], m.group("key").strip(), cell_re, strip, one_pair_per_field, plain, lead))
     return (checks, fields) if fields else None
 
 
@@ -188,10 +223,14 @@ def _no_pair(i: int, cell_re: str, strip: str) -> pl.Expr:
 
 @functools.lru_cache(maxsize=1024)
 def _pair_field(
-    i: int, literal: str, before: str, after: str, key: str, cell_re: str, strip: str, one_pair_per_field: bool, plain: bool = False
-) -> tuple[tuple[pl.Expr, ...], _Field]:
+    i: int, literal: str, before: str, after: str, key: str, cell_re: str, strip: str, one_pair_per_field: bool, plain: bool = False, lead: str = ""
+) -> _Field:
     col = pl.col(f"s{i}")
     checks = (col.str.starts_with(literal),)
+    # The cell as cut starting with the representative's lead (strip characters only) and the literal
+    # (which starts with none) is, stripped, the literal's start, unless stripping the end eats into
+    # the literal (which the literal ending in no strip character rules out).
+    loose = pl.col(f"c{i}").str.starts_with(lead + literal) if literal[-1] not in strip else None
     count = None if one_pair_per_field else col.str.count_matches(cell_re) == 1
     # The quick read takes a cell that is the representative's with only the number and the spacing
     # around the separator changed (the cast takes just what the regex's NUMBER matches whole);
@@ -227,7 +266,7 @@ def _pair_field(
         same = pl.lit(False)  # `1.2.3`: the regex reads `5.3` whole where cutting `.3` off would read 5
     elif re.match(r"\w", after[:1]):
         same = same & value.is_finite()
-    return checks, _Field(key, tuple(stages), count, trusted, pl.when(same).then(value), _cell(i, strip))
+    return _Field(key, i, checks, loose, tuple(stages), count, trusted, pl.when(same).then(value), _cell(i, strip))
 
 
 def _numbers(kept: pl.DataFrame, values: pl.DataFrame, fields: list[_Field], cell_re: str) -> tuple[pl.DataFrame, pl.Series | None]:
