@@ -14,7 +14,7 @@ from .spikes import find_incidents, find_incidents_by_run, held_per_segment
 from .model import Incident, ShortHistory
 from .needs import Needs
 from .rules import Rule, RuleSet
-from .streams import NO_POINTS, Points, as_context, by_metric, by_run, by_run_and_metric, points_frame, points_of, preferred, single_valued
+from .streams import NO_POINTS, Points, as_context, by_metric, by_run, by_run_and_metric, increasing, points_frame, points_of, preferred, single_valued
 from .table import Span, span_of
 
 JUDGED = ("loss", "eval_loss", "lr", "grad_norm", "loss_scale")
@@ -62,7 +62,7 @@ def _tag_series(rows: pl.DataFrame | None) -> Series | None:
     if rows is None or not rows.height:
         return None
     steps = rows.get_column("step").to_numpy()
-    if steps.size < 2 or bool((steps[1:] > steps[:-1]).all()):
+    if increasing(steps):
         return Series(steps, rows.get_column("value").to_numpy())  # in order already, nothing written twice
     return Series.of(rows.unique(subset=["step"], keep="last", maintain_order=True).sort("step"))
 
@@ -296,13 +296,9 @@ def _judge_together(
     streams were read from, for many runs in one set of queries."""
     # Runs told apart by position: names need not be unique.
     whole = pl.concat([f.select("step", "metric", "tag", "value", pl.lit(k, dtype=pl.UInt32()).alias("run")) for k, f in enumerate(frames)], how="vertical_relaxed")
-    points = by_run_and_metric(whole, JUDGED, best={})
+    points, chosen = by_run_and_metric(whole, JUDGED, best={})
     windows = [{m: points.get((k, m), NO_POINTS) for m in JUDGED} for k in range(len(frames))]
-    counts = whole.filter(pl.col("metric").is_in(list(JUDGED))).group_by("run", "metric", "tag", maintain_order=True).len()
-    seen: dict[int, dict[str, list[tuple[str, int]]]] = {}
-    for k, metric, tag, n in counts.iter_rows():
-        seen.setdefault(k, {}).setdefault(metric, []).append((tag, n))
-    tags = [{m: preferred(m, mine[m]) for m in JUDGED if m in mine} for mine in (seen.get(k, {}) for k in range(len(frames)))]
+    tags = [{m: chosen[(k, m)] for m in JUDGED if (k, m) in chosen} for k in range(len(frames))]
 
     def view(k: int) -> tuple[Callable[[str], int], RunContext]:
         mine = windows[k]

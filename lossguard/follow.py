@@ -285,7 +285,7 @@ class Follower:
         report.rows += frame.height
         keys = [*JUDGED, *(f"tag:{tag}" for tag in CONTEXT_TAGS)]
         tails = self.state.tails_of(runs, keys)
-        new = by_run_and_metric(frame, JUDGED, best=self._best)
+        new, _ = by_run_and_metric(frame, JUDGED, best=self._best)
         empty = Tail.empty()
         windows: list[dict[str, Points]] = []
         seen: list[Seen] = []

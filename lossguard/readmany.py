@@ -116,9 +116,9 @@ def _parse_together(files: list[tuple[int, _File]], options: ReadOptions, out: l
         keep = needs.keeper(options.aliases)
         wanted = [t for t in tags if keep(t)]
         if len(wanted) < len(tags):
-            mask = rows.get_column("tag").cast(pl.String).is_in(wanted).to_numpy()
-            finished = finished.filter(pl.Series(mask[: bounds[-1]]))
-            kept_bounds = np.searchsorted(line_no[: bounds[-1]][mask[: bounds[-1]]], starts)
+            mask = rows.get_column("tag").cast(pl.String).is_in(wanted).to_numpy()[: bounds[-1]]
+            finished = finished.filter(pl.Series(mask))
+            kept_bounds = np.searchsorted(line_no[: bounds[-1]][mask], starts)
     for i, (k, f) in enumerate(files):
         if not fine[i]:
             continue

@@ -27,9 +27,10 @@ def single_valued(column: pl.Series) -> bool:
     return column.len() == 0 or column.min() == column.max()
 
 
-def _increasing(steps: pl.Series) -> bool:
-    s = steps.to_numpy()
-    return bool((s[1:] > s[:-1]).all())
+def increasing(steps: np.ndarray) -> bool:
+    """Steps strictly increasing (one segment, no step written twice): the common case, which needs
+    no polars call to collapse or put in order."""
+    return steps.size < 2 or bool((steps[1:] > steps[:-1]).all())
 
 
 def _constant(name: str, value: object, n: int, dtype: pl.DataType) -> pl.Series:
@@ -37,8 +38,7 @@ def _constant(name: str, value: object, n: int, dtype: pl.DataType) -> pl.Series
 
 
 def collapse(points: pl.DataFrame) -> pl.DataFrame:
-    steps = points.get_column("step")
-    if steps.len() < 2 or _increasing(steps):
+    if increasing(points.get_column("step").to_numpy()):
         # The common case, strictly increasing steps: one segment, nothing to collapse. (A column
         # added by hstack, not a query: the daemon runs this for every stream of every pass.)
         return points.hstack([_constant("segment", 0, points.height, pl.Int64())])
@@ -94,18 +94,21 @@ def points_frame(points: Points) -> pl.DataFrame:
 def collapse_points(steps: np.ndarray, values: np.ndarray) -> Points:
     """`collapse`, on arrays: strictly increasing steps (nearly every pass of a daemon over busy
     runs) cost no polars call."""
-    if steps.size < 2 or bool((steps[1:] > steps[:-1]).all()):
+    if increasing(steps):
         return steps, values, np.zeros(steps.size, np.int64)
     return points_of(collapse(pl.DataFrame([pl.Series("step", steps, dtype=pl.Int64()), pl.Series("value", values, dtype=pl.Float64())])))
 
 
-def by_run_and_metric(frame: pl.DataFrame, metrics: tuple[str, ...], *, best: dict[str, dict[str, int]]) -> dict[tuple[str, str], Points]:
+def by_run_and_metric(
+    frame: pl.DataFrame, metrics: tuple[str, ...], *, best: dict[str, dict[str, int]]
+) -> tuple[dict[tuple[str, str], Points], dict[tuple[str, str], str]]:
     """`by_metric` of every run in `frame` (a daemon pass's new rows; each run's rows together, in
     the order written) in a few polars calls for all of them: (run, metric) -> its stream, for the
-    streams with points. `best`: by_metric's memory, per run."""
+    streams with points, and (run, metric) -> the tag it was read from (what `tags_used` says of a
+    run's table). `best`: by_metric's memory, per run."""
     wanted = frame.select("run", "metric", "tag", "step", "value").filter(pl.col("metric").is_in(list(metrics)))
     if not wanted.height:
-        return {}
+        return {}, {}
     counts = wanted.group_by("run", "metric", "tag", maintain_order=True).len()
     tags: dict[tuple[str, str], list[tuple[str, int]]] = {}
     for run, metric, tag, n in counts.iter_rows():
@@ -120,7 +123,7 @@ def by_run_and_metric(frame: pl.DataFrame, metrics: tuple[str, ...], *, best: di
         mine[metric] = rank
         chosen.append((run, metric, tag))
     if not chosen:
-        return {}
+        return {}, {}
     # Keys of the frame's own types (a scan's lean tables hold names as Categorical): no cast per row.
     keep = pl.DataFrame(chosen, schema={c: wanted.schema[c] for c in ("run", "metric", "tag")}, orient="row").with_row_index("stream")
     rows = wanted.join(keep, on=["run", "metric", "tag"], how="inner", maintain_order="left")
@@ -132,7 +135,7 @@ def by_run_and_metric(frame: pl.DataFrame, metrics: tuple[str, ...], *, best: di
     for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
         run, metric, _ = chosen[int(ids[lo])]
         out[(run, metric)] = collapse_points(steps[lo:hi], values[lo:hi])
-    return out
+    return out, {(run, metric): tag for run, metric, tag in chosen}
 
 
 def by_run(windows: Sequence[Mapping[str, Points]], metrics: Sequence[str]) -> dict[str, pl.DataFrame]:

@@ -40,7 +40,7 @@ def parse(lines: pl.DataFrame, cursor: Cursor, raw: bytes | None = None) -> tupl
 def python_pairs(lines: pl.DataFrame) -> pl.DataFrame:
     """(line_no, key, value) of Python-repr dicts (`{'loss': 2.3, ...}`), in line order."""
     fast, rest = fast_pairs(lines, sep=",", cell_re=CELL, strip=" {}", one_pair_per_field=True)
-    return _merge(fast, rest)
+    return merged(fast, pairs_frame(rest, PAIR))
 
 
 def parse_json(lines: pl.DataFrame, cursor: Cursor, raw: bytes | None = None) -> tuple[pl.DataFrame, Cursor]:
@@ -146,10 +146,6 @@ def rows_of(
         pairs, cursor, step_keys=STEP_KEYS, drop_record_keys=SUMMARY_KEYS, unreadable_steps=unreadable, unnumbered=unnumbered, line_steps=line_steps
     )
     return table.conform_raw(rows), state
-
-
-def _merge(fast: pl.DataFrame, rest: pl.DataFrame) -> pl.DataFrame:
-    return merged(fast, pairs_frame(rest, PAIR))
 
 
 JSONL = LineFormat("jsonl", parse_json, prefilter=r"\{")
