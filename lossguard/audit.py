@@ -20,11 +20,13 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from . import table
+from . import readmany, table
+from .cursor import Cursor
 from .engine import SCAN_NEEDS, RunAnalysis, analyse_runs
 from .model import Incident
 from .problems import Problem, summarised
-from .reader import ReadOptions, read_found, unrecognised
+from .readmany import Job
+from .reader import FileResult, ReadOptions, read_found, unrecognised
 from .rules import RuleSet
 from .sources.discover import Found, collect
 from .streams import Points, context, context_points
@@ -115,12 +117,48 @@ class _Read:
     span: table.Span | None
 
 
-def _read_run(run: str, paths: Sequence[str], options: ReadOptions, explicit: frozenset[str]) -> _Read | RunReport:
-    """The run's files read; a report already when none of them could be."""
+TOGETHER_BYTES = 2 << 20
+"""Files below this size are read together with the batch's other small files of their format
+(lossguard.readmany): a read's fixed cost, a few dozen polars queries, is most of a small file's."""
+
+
+def _read_together(batch: Sequence[tuple[str, Sequence[str]]], options: ReadOptions) -> dict[str, FileResult | str | None]:
+    """The batch's small files that can be read together, read (path -> result); any other file's
+    format as sniffed here (path -> name, or None: no format claims it), so it is not sniffed twice."""
+    out: dict[str, FileResult | str | None] = {}
+    jobs: dict[str, list[Job]] = {}
+    for run, paths in batch:
+        for path in paths:
+            try:
+                size = os.stat(path).st_size
+            except OSError:
+                continue  # read_found says what went wrong
+            if not 0 < size < TOGETHER_BYTES:
+                continue
+            fmt = out[path] = options.format_of(Path(path))
+            if readmany.batched(fmt, options):
+                jobs.setdefault(fmt, []).append(Job(Path(path), Cursor(), run, final=True))
+    for fmt, group in jobs.items():
+        results = readmany.read_many(group, options=options, fmt=fmt, needs=SCAN_NEEDS, lean=True, largest=TOGETHER_BYTES)
+        for job, res in zip(group, results):
+            if res is not None:
+                out[str(job.path)] = FileResult(Found(job.run, job.path), fmt, res)
+    return out
+
+
+def _read_run(run: str, paths: Sequence[str], options: ReadOptions, explicit: frozenset[str], ready: dict[str, FileResult | str | None]) -> _Read | RunReport:
+    """The run's files read (`ready`: those read together already, or sniffed); a report already
+    when none of them could be."""
     frames, formats, problems, spans = [], [], [], []
     for path in paths:
-        # Only what judging reads (SCAN_NEEDS): the other metrics' rows are never built.
-        res = read_found(Found(run, Path(path)), options, lean=True, explicit=path in explicit, needs=SCAN_NEEDS)
+        got = ready.get(path, "")  # "": neither read nor sniffed yet
+        if isinstance(got, FileResult):
+            res = got
+        elif got is None:
+            res = FileResult(Found(run, Path(path)), None, None)  # sniffed: no format claims it
+        else:
+            # Only what judging reads (SCAN_NEEDS): the other metrics' rows are never built.
+            res = read_found(Found(run, Path(path)), options, lean=True, explicit=path in explicit, needs=SCAN_NEEDS, fmt=got or None)
         if res.result is None:
             problem = unrecognised(Path(path), explicit=path in explicit)
             if problem:
@@ -161,7 +199,8 @@ def _report(read: _Read, analysis: RunAnalysis, streams: dict[str, Points]) -> R
 def scan_runs(batch: Sequence[tuple[str, Sequence[str]]], rules: RuleSet, options: ReadOptions, explicit: frozenset[str] = frozenset()) -> list[RunReport]:
     """Read and analyse runs, each file on its own and all the runs' analysis at once (a worker takes
     many small runs at a time); a module-level function so worker processes can run it."""
-    read = [_read_run(run, paths, options, explicit) for run, paths in batch]
+    ready = _read_together(batch, options)
+    read = [_read_run(run, paths, options, explicit, ready) for run, paths in batch]
     todo = [r for r in read if isinstance(r, _Read)]
     analysed = iter(analyse_runs([r.frame for r in todo], rules, runs=[r.run for r in todo], spans=[r.span for r in todo]) if todo else ())
     return [r if isinstance(r, RunReport) else _report(r, *next(analysed)) for r in read]

@@ -152,15 +152,16 @@ EMPTY = "empty file: no records"
 
 
 def read_found(
-    found: Found, options: ReadOptions, *, lean: bool = False, explicit: bool = False, needs: Needs | None = None, each: Sink | None = None
+    found: Found, options: ReadOptions, *, lean: bool = False, explicit: bool = False, needs: Needs | None = None, each: Sink | None = None,
+    fmt: str | None = None,
 ) -> FileResult:
     """One file of an audit, completely. An empty file is not sniffed or parsed (a folder can hold
     thousands): it is a problem when its name promises records (an event file), or when a file of
     unknown name would be one (`unrecognised`); `explicit`: the user named this file; `needs` and
-    `each`: as `read` takes them."""
+    `each`: as `read` takes them; `fmt`: its format, when the caller sniffed it already."""
     try:
         empty = found.path.stat().st_size == 0
-        fmt = None if empty else options.format_of(found.path)
+        fmt = None if empty else fmt or options.format_of(found.path)
     except OSError as exc:
         problem = Problem(str(found.path), f"cannot read: {exc.strerror or exc}")
         return FileResult(found, None, ReadResult(table.empty(lean=lean), Cursor(), (problem,)))

@@ -1,19 +1,22 @@
-"""The new lines of many JSON-lines logs parsed in one call: what a daemon pass over hundreds of busy
-runs reads (a few lines from each file). `reader.read` costs ~4 ms a file whatever it reads (a
-dozen polars queries), which held a pass over 300 runs to over a second; here the queries run
-once over all the files' lines.
+"""The lines of many small logs of one format parsed in one call: what a daemon pass over hundreds of
+busy runs reads (a few new lines from each file), and what a scan of a thousand small runs reads.
+`reader.read` costs 4-15 ms a file whatever it reads (a few dozen polars queries), which held a pass
+over 300 runs to over a second and a scan of 1,000 runs to 10 s; here the queries run once over all
+the files' lines.
 
-Only where the answer cannot differ from reading each file alone: a JSON line's rows depend on the
-lines before it (and on the file's cursor) only when it carries no step of its own, so a file is
-taken into the batch only if every line it brings names a step key (STEP_ITEM), its bytes are one
-clean block (UTF-8, no binary damage, no over-long line) and its rows all have a usable step. Any
-other file is left for `reader.read` (the result says which), and so is everything when the parser
-does not give back the line each row came from. Each file's cursor goes on as the parser moves it
-(its records counted, its last step kept). tests/test_many_runs.py pins all of it to `read`.
+Only where the answer cannot differ from reading each file alone. A format says which of its lines
+depend on the lines before them in their file, or on the cursor (`Together.alone`: a JSON line
+naming no step; a Megatron OVERFLOW line before any iteration line of its file): a file holding one
+is left for `reader.read`, as is one whose bytes are not one clean block (UTF-8, no binary damage,
+no over-long line, no byte-order mark) or whose rows are not all at a usable step, and everything
+when the parser does not give back the line each row came from. Each file's cursor goes on as the
+parser moves it (its records counted, its last step kept). tests/test_many_runs.py pins all of it
+to `read`.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,17 +26,14 @@ import polars as pl
 
 from . import table
 from .cursor import Cursor
-from .formats.base import BINARY_LINE, SMALL_BLOCK, lines_of
-from .formats.dictlines import STEP_ITEM
+from .formats.base import BINARY_LINE, SMALL_BLOCK, LineFormat, lines_of
 from .needs import Needs
 from .problems import Problem
 from .reader import BUILTIN, ReadOptions, ReadResult
 from .sources.textfile import iter_blocks
 
 FORMAT = "jsonl"
-PROBE = '{"step": true, "lossguard batch probe": 0}'
-"""A last line whose step holds no number: its row has no step, which makes the parser keep the
-`line_no` column (it drops it when every row has a step), the only way to split the rows by file."""
+"""The format the daemon's passes read together (its busy runs' logs are JSON lines)."""
 
 
 @dataclass(frozen=True)
@@ -42,6 +42,8 @@ class Job:
     cursor: Cursor
     run: str
     limit: int | None = None
+    final: bool = False
+    """As `read` takes it: the file is complete (a scan), so a last line without its newline is read."""
 
 
 @dataclass
@@ -52,15 +54,26 @@ class _File:
     """Where reading goes on after the block."""
 
 
-def read_many(jobs: Sequence[Job], *, options: ReadOptions, needs: Needs | None = None) -> list[ReadResult | None]:
-    """For each job, what `read(path, cursor, run=run, fmt="jsonl", final=False, options=options,
-    limit=limit, needs=needs)` returns, or None where the file must be read on its own."""
+def batched(fmt: str | None, options: ReadOptions) -> bool:
+    """Whether files of `fmt` can be read together (a user's format of the same name can not)."""
+    reader = BUILTIN.get(fmt) if fmt else None
+    return isinstance(reader, LineFormat) and reader.together is not None and options.reader(fmt) is reader
+
+
+def read_many(
+    jobs: Sequence[Job], *, options: ReadOptions, fmt: str = FORMAT, needs: Needs | None = None, lean: bool = False, largest: int = SMALL_BLOCK
+) -> list[ReadResult | None]:
+    """For each job, what `read(path, cursor, run=run, fmt=fmt, final=final, options=options,
+    limit=limit, needs=needs, lean=lean)` returns, or None where the file must be read on its own
+    (also any file with `largest` bytes or more to read)."""
     out: list[ReadResult | None] = [None] * len(jobs)
-    if options.reader(FORMAT) is not BUILTIN[FORMAT]:
-        return out  # a user's format of the same name
+    if not batched(fmt, options):
+        return out
+    reader = BUILTIN[fmt]
+    assert isinstance(reader, LineFormat)
     files: list[tuple[int, _File]] = []
     for k, job in enumerate(jobs):
-        got = _block(job)
+        got = _block(job, largest, lean)
         if got is None:
             continue
         if isinstance(got, ReadResult):
@@ -70,30 +83,38 @@ def read_many(jobs: Sequence[Job], *, options: ReadOptions, needs: Needs | None 
     if not files:
         return out
     try:
-        _parse_together(files, options, out, needs)
+        _parse_together(reader, files, options, out, needs, lean)
     except Exception:  # noqa: BLE001 - each file is then read on its own, where read() names the one at fault
         for k, _ in files:
             out[k] = None
     return out
 
 
-def _parse_together(files: list[tuple[int, _File]], options: ReadOptions, out: list[ReadResult | None], needs: Needs | None) -> None:
+def _parse_together(reader: LineFormat, files: list[tuple[int, _File]], options: ReadOptions, out: list[ReadResult | None], needs: Needs | None, lean: bool) -> None:
     """Fills `out` for the files whose rows the one parse gives exactly."""
+    together = reader.together
+    assert together is not None
     texts = [text for _, f in files for text in f.lines]
-    starts = np.cumsum([0] + [len(f.lines) for _, f in files])
-    lines = pl.DataFrame({"line_no": pl.Series(np.arange(len(texts) + 1), dtype=pl.Int64()), "text": pl.Series([*texts, PROBE], dtype=pl.String())})
-    checks = lines.select(
-        pl.col("text").str.contains(BINARY_LINE).alias("binary"),
-        pl.col("text").str.contains(BUILTIN[FORMAT].prefilter).alias("kept"),
-        pl.col("text").str.contains(STEP_ITEM).alias("stepped"),
-    )
-    binary, kept, stepped = (checks.get_column(c).to_numpy()[:-1] for c in ("binary", "kept", "stepped"))
-    fine = [not binary[lo:hi].any() and bool(stepped[lo:hi][kept[lo:hi]].all()) for lo, hi in zip(starts[:-1], starts[1:])]
+    counts = [len(f.lines) for _, f in files]
+    starts = np.cumsum([0, *counts])
+    lines = pl.DataFrame({
+        "line_no": pl.Series(np.arange(len(texts)), dtype=pl.Int64()),
+        "text": pl.Series(texts, dtype=pl.String()),
+        "file": pl.Series(np.repeat(np.arange(len(files)), counts), dtype=pl.Int64()),
+    })
+    kept = lines
+    if reader.prefilter:
+        kept = kept.filter(pl.col("text").str.contains(reader.prefilter))
+    marks = together.marks(kept).with_columns(kept.get_column("line_no"), kept.get_column("file"))
+    alone = set(marks.filter(pl.col("alone")).get_column("file").unique().to_list())
+    fine = [i not in alone for i in range(len(files))]
     if not any(fine):
         return
-    use = np.repeat(np.array(fine), np.diff(starts))
-    lines = lines.filter(pl.Series(np.r_[use & kept, True]))
-    rows, _ = BUILTIN[FORMAT].parse(lines, Cursor(), None)
+    if alone:
+        kept = kept.filter(~pl.col("file").is_in(list(alone)))
+    keep = needs.keeper(options.aliases) if needs is not None else None
+    lines_in = kept.select("line_no", "text")
+    rows, _ = reader.parse(lines_in, Cursor(), None, keep=keep) if reader.narrows and keep is not None else reader.parse(lines_in, Cursor(), None)
     if "line_no" not in rows.columns:
         return
     line_no = rows.get_column("line_no").to_numpy()
@@ -102,31 +123,44 @@ def _parse_together(files: list[tuple[int, _File]], options: ReadOptions, out: l
     rows = rows.drop("line_no")
     tags = rows.get_column("tag").cast(pl.String).unique().to_list()
     bounds = np.searchsorted(line_no, starts)
-    # Each row's run and source, from the file its line came from (one gather for all files).
-    owner = pl.Series(np.repeat(np.arange(len(files)), np.diff(bounds)), dtype=pl.Int64())
-    finished = table.finish(rows.head(bounds[-1]), run="", source="", metric_of=options.aliases.mapping(tags)).with_columns(
-        pl.Series("run", [f.job.run for _, f in files], dtype=pl.String()).gather(owner),
-        pl.Series("source", [str(f.job.path) for _, f in files], dtype=pl.String()).gather(owner),
-    )
+    finished = table.finish(rows, run="", source="", metric_of=options.aliases.mapping(tags), lean=lean)
+    if not lean:
+        # Each row's run and source, from the file its line came from (one gather for all files).
+        owner = pl.Series(np.repeat(np.arange(len(files)), np.diff(bounds)), dtype=pl.Int64())
+        finished = finished.with_columns(
+            pl.Series("run", [f.job.run for _, f in files], dtype=pl.String()).gather(owner),
+            pl.Series("source", [str(f.job.path) for _, f in files], dtype=pl.String()).gather(owner),
+        )
     steps = rows.get_column("step").fill_null(0).to_numpy()
     nulls = rows.get_column("step").is_null().to_numpy()
     kept_bounds = bounds
-    if needs is not None:
+    if keep is not None:
         # The projection, after the steps of every row were taken: they are each file's span.
-        keep = needs.keeper(options.aliases)
         wanted = [t for t in tags if keep(t)]
         if len(wanted) < len(tags):
-            mask = rows.get_column("tag").cast(pl.String).is_in(wanted).to_numpy()[: bounds[-1]]
+            mask = rows.get_column("tag").cast(pl.String).is_in(wanted).to_numpy()
             finished = finished.filter(pl.Series(mask))
-            kept_bounds = np.searchsorted(line_no[: bounds[-1]][mask], starts)
+            kept_bounds = np.searchsorted(line_no[mask], starts)
+    record = None
+    if "record" in marks.columns:
+        record = np.zeros(len(texts), dtype=bool)
+        record[marks.filter(pl.col("record")).get_column("line_no").to_numpy()] = True
+    last_steps: dict[int, int] = {}
+    if "last_step" in marks.columns:
+        stepped = marks.filter(pl.col("last_step").is_not_null()).group_by("file").agg(pl.col("last_step").last())
+        last_steps = dict(zip(stepped.get_column("file").to_list(), stepped.get_column("last_step").to_list()))
     for i, (k, f) in enumerate(files):
         if not fine[i]:
             continue
         lo, hi = int(bounds[i]), int(bounds[i + 1])
         if nulls[lo:hi].any():
             continue  # a step that is no whole number: read() says so, naming the line
-        records = int(np.unique(line_no[lo:hi]).size)
-        last = int(steps[hi - 1]) if hi > lo else f.job.cursor.last_step
+        mine = line_no[lo:hi]
+        records = int(np.unique(mine if record is None else mine[record[mine]]).size)
+        if "last_step" in marks.columns:
+            last = last_steps.get(i, f.job.cursor.last_step)
+        else:
+            last = int(steps[hi - 1]) if hi > lo else f.job.cursor.last_step
         cursor = f.job.cursor.advance(
             index=f.job.cursor.index + records, last_step=last, offset=f.end.offset, line=f.end.line, skipping=f.end.skipping
         )
@@ -135,19 +169,19 @@ def _parse_together(files: list[tuple[int, _File]], options: ReadOptions, out: l
         out[k] = ReadResult(finished.slice(klo, khi - klo), cursor, span=span)
 
 
-def _block(job: Job) -> _File | ReadResult | None:
+def _block(job: Job, largest: int, lean: bool) -> _File | ReadResult | None:
     """The file's new lines, if they are one clean block; a result when there is nothing new."""
     problems: list[Problem] = []
     try:
-        blocks = list(iter_blocks(job.path, job.cursor, final=False, problems=problems, limit=job.limit))
+        blocks = list(iter_blocks(job.path, job.cursor, final=job.final, problems=problems, limit=job.limit))
     except OSError:
         return None  # read() names the problem
     if problems or len(blocks) > 1:
         return None
     if not blocks:
-        return ReadResult(table.empty(), job.cursor)
+        return ReadResult(table.empty(lean=lean), job.cursor)
     block = blocks[0]
-    if len(block.data) >= SMALL_BLOCK or b"\x00" in block.data:
+    if len(block.data) >= largest or b"\x00" in block.data:
         return None
     try:
         text = block.data.decode("utf-8")
@@ -155,4 +189,12 @@ def _block(job: Job) -> _File | ReadResult | None:
         return None
     if text.startswith("\ufeff") or not text:
         return None
+    # Binary damage (BINARY_LINE): read() skips those lines and says so. Settled on the bytes when
+    # newlines are their only control bytes, as nearly always.
+    controls = int(np.count_nonzero(np.frombuffer(block.data, dtype=np.uint8) < 0x20))
+    if controls != block.data.count(b"\n") and _BINARY.search(text):
+        return None
     return _File(job, lines_of(text), block.cursor)
+
+
+_BINARY = re.compile(BINARY_LINE)

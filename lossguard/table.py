@@ -63,8 +63,9 @@ def conform_raw(frame: pl.DataFrame) -> pl.DataFrame:
         frame = frame.with_columns(pl.lit(None, dtype=pl.Float64).alias("wall_time"))
     keep = {"tag"} if frame.schema.get("tag") == pl.Categorical() else set()
     columns = [pl.col(c) if c in keep else pl.col(c).cast(t) for c, t in RAW_SCHEMA.items()]
-    if "line_no" in frame.columns and frame.get_column("step").null_count():
-        # Rows no step could be found for: the line formats' reader names their first line.
+    if "line_no" in frame.columns:
+        # The line each row came from: the line formats' reader names the first line of rows no step
+        # could be found for, and splits a batch of many files' lines by file (readmany).
         columns.append(pl.col("line_no").cast(pl.Int64))
     return frame.select(columns)
 

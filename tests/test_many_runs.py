@@ -203,3 +203,69 @@ def test_a_scan_cuts_its_runs_into_batches_in_order_within_the_bytes_a_batch_may
     assert ["r010"] in cut  # a run bigger than a batch is a batch of its own
     assert all(len(b) <= BATCH_RUNS and (len(b) == 1 or sum(sizes[r] for r in b) <= BATCH_BYTES) for b in cut)
     assert len(batches(runs[20:36], sizes, workers=2)) == 8  # few runs: still work for every worker to share
+
+
+megatron_line = st.one_of(
+    st.builds(
+        lambda s, loss, lr: f" iteration {s:8d}/  100000 | consumed samples: {s * 512} | learning rate: {lr:.3E} | lm loss: {loss} | loss scale: 4096.0 | grad norm: 0.95 | number of skipped iterations:   0 |",
+        st.integers(0, 10**6), st.floats(allow_infinity=True, allow_nan=True).map(repr), st.floats(0, 1),
+    ),
+    st.builds(lambda s, v: f" validation loss at iteration {s} | lm loss value: {v:.6E} | lm loss PPL: 2.4E+01 |", st.integers(0, 10**6), st.floats(0, 10)),
+    st.builds(lambda a: f"[deepscale] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: {a}, reducing to {a // 2}", st.sampled_from([1048576, 65536, 4096])),
+    st.sampled_from([
+        "[default7]: iteration      300/    1200 | lm loss: 2.5E+00 | grad norm: 1.1 |",  # a launcher's prefix
+        " iteration 99999999999999999999/ 10 | lm loss: 1.0 |",  # a step past Int64
+        " iteration        5/    1200 | lm loss: nan | grad norm: inf | loss scale: 1.0 |",
+        "using world size: 64, data-parallel size: 8",
+        "> building GPT2BPETokenizer tokenizer ...",
+        " iteration 7/ 10 | elapsed time per iteration (ms): 812.3 | tokens: 4096 |",  # nothing judged
+        "\x00\x00",
+        "",
+    ]),
+)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    logs=st.lists(st.tuples(st.lists(megatron_line, max_size=10), st.lists(megatron_line, max_size=10), st.booleans()), min_size=1, max_size=5),
+    needs=st.sampled_from([None, SCAN_NEEDS]),
+    final=st.booleans(),
+    lean=st.booleans(),
+)
+def test_megatron_logs_read_together_are_what_each_file_read_alone_gives(tmp_path_factory, logs, needs, final, lean):
+    """OVERFLOW lines take the step after the iteration line before them: in a batch, only one from
+    their own file may give it."""
+    options = ReadOptions()
+    tmp = tmp_path_factory.mktemp("logs")
+    jobs = []
+    for k, (before, after, torn) in enumerate(logs):
+        path = tmp / f"run{k}.log"
+        path.write_text("".join(f"{text}\n" for text in before))
+        cursor = read(path, run=f"run{k}", fmt="megatron", final=False, options=options).cursor
+        with open(path, "a") as fh:
+            fh.write("".join(f"{text}\n" for text in after) + (" iteration 9/ 10 | lm loss: 3.0" if torn else ""))
+        jobs.append(Job(path, cursor, f"run{k}", final=final))
+    together = read_many(jobs, options=options, fmt="megatron", needs=needs, lean=lean)
+    for job, got in zip(jobs, together):
+        if got is not None:
+            alone = read(job.path, job.cursor, run=job.run, fmt="megatron", final=final, options=options, needs=needs, lean=lean)
+            assert got.cursor == alone.cursor and got.span == alone.span
+            assert got.problems == alone.problems and got.dead == alone.dead
+            assert_frame_equal(got.frame, alone.frame)
+
+
+def test_a_megatron_overflow_before_its_files_first_iteration_is_read_alone(tmp_path):
+    """Alone it is at step 1 (no iteration before it); in a batch the previous file's last iteration
+    would place it."""
+    first, second = tmp_path / "a.log", tmp_path / "b.log"
+    first.write_text("".join(f" iteration {s:8d}/    1200 | lm loss: 2.0 | loss scale: 4096.0 |\n" for s in range(1, 40)))
+    second.write_text(
+        "[deepscale] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 4096, reducing to 2048\n"
+        + "".join(f" iteration {s:8d}/    1200 | lm loss: 2.0 | loss scale: 2048.0 |\n" for s in range(1, 40))
+    )
+    jobs = [Job(first, Cursor(), "a", final=True), Job(second, Cursor(), "b", final=True)]
+    together = read_many(jobs, options=ReadOptions(), fmt="megatron")
+    assert together[0] is not None and together[1] is None
+    alone = read(second, run="b", fmt="megatron", final=True, options=ReadOptions())
+    overflow = alone.frame.filter(pl.col("tag") == "OVERFLOW loss scale")
+    assert overflow.select("step", "value").rows() == [(1, 2048.0)]

@@ -223,3 +223,38 @@ def test_steps_is_the_span_a_run_covers_and_points_what_it_logged(capsys):
     main(["scan", str(t5), "--compare-rules", "rules/default.toml", "olmo-core", "--format", "json", "--quiet"])
     (run,) = json.loads(capsys.readouterr().out)["runs"]
     assert (run["steps"], run["points"], run["a"]) == (214501, 430, 1) and run["a_per_10k_steps"] == round(1 / 214501 * 1e4, 4)
+
+
+def test_small_files_read_together_report_what_each_read_alone_reports(tmp_path, capsys, monkeypatch):
+    """A worker reads its batch's small JSON lines and Megatron logs in one parse (readmany); the
+    report is the one reading each file alone gives, runs whose lines depend on their file's earlier
+    lines (an OVERFLOW before any iteration, JSON lines with no step) included."""
+    from lossguard import audit
+
+    shutil.copytree(RUNS, tmp_path / "runs")
+    shutil.copytree(FIXTURES / "corpus", tmp_path / "corpus")
+    for k in range(6):
+        run = tmp_path / f"sweep-{k}"
+        run.mkdir()
+        lines = [f" iteration {s:8d}/    1200 | learning rate: 3.0E-04 | lm loss: {2.0 + 0.01 * ((s * (k + 3)) % 7) + (9.0 if s == 20 + k else 0.0)} | loss scale: 4096.0 | grad norm: {0.5 + k / 10} |" for s in range(1, 60)]
+        if k % 2:
+            lines.insert(0, "[deepscale] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 8192, reducing to 4096")
+        (run / "train.log").write_text("\n".join(lines) + "\n")
+        (run / "metrics.jsonl").write_text("".join(f'{{"loss": {1.5 + (9.0 if s == 30 else 0.0)}, "lr": 1e-4}}\n' if k == 5 else f'{{"step": {s}, "loss": {1.5 + (9.0 if s == 30 + k else 0.0)}}}\n' for s in range(50)))
+    read_together = []
+    real = audit.readmany.read_many
+
+    def counted(jobs, **kw):
+        got = real(jobs, **kw)
+        read_together.extend(job.path.parent.name for job, res in zip(jobs, got) if res is not None)
+        return got
+
+    monkeypatch.setattr(audit.readmany, "read_many", counted)
+    code, together = scan_json(capsys, str(tmp_path), "--jobs", "1")
+    # The sweep's files but the three OVERFLOW-first logs and the stepless JSON lines; the fixtures' small logs.
+    assert sorted(r for r in read_together if r.startswith("sweep")) == sorted(["sweep-0", "sweep-0", "sweep-1", "sweep-2", "sweep-2", "sweep-3", "sweep-4", "sweep-4"])
+    assert len(read_together) > 8
+    monkeypatch.setattr(audit, "TOGETHER_BYTES", 0)
+    code_alone, alone = scan_json(capsys, str(tmp_path), "--jobs", "1")
+    assert (code, together) == (code_alone, alone)
+    assert {r["run"] for r in together["runs"] if r["spikes"]} >= {f"sweep-{k}" for k in range(6)}

@@ -4,8 +4,13 @@ files of another, and these tables say at once when one does."""
 
 from __future__ import annotations
 
-import pytest
+import re
 
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lossguard.formats import megatron
 from lossguard.formats.sniff import format_of
 
 from . import samples
@@ -106,3 +111,26 @@ def test_sniffing_edge_cases(tmp_path, name, text, expected):
     path = tmp_path / name
     path.write_text(text)
     assert format_of(path) == expected
+
+
+_piece = st.sampled_from
+_MEGATRON_LINES = st.tuples(
+    _piece(["", " ", "x", "|", "| loss |", "loss", "xiteration 1/2 ", "iteration 3/4 ", "ITERATION 5/ 6 | "]),  # what comes before
+    _piece(["iteration", "ITERATION", "Iteration", "iteratio", "iterations"]),
+    _piece([" ", "  ", "\t", ""]),
+    _piece(["12", "7", "", "x"]),
+    _piece(["/", " / ", "/ ", " /", ""]),
+    _piece(["1200", "9", "", " "]),
+    _piece(["", " ", " | ", "|", " x ", " | x | "]),
+    _piece(["", "lm ", "LM "]),
+    _piece(["loss", "LOSS", "Loss", "los", "ſ", "loſs", ""]),
+    _piece(["", " |", ": 2.0", " | loss", "|LOSS"]),
+).map("".join)
+
+
+@settings(max_examples=3000, deadline=None)
+@given(_MEGATRON_LINES)
+def test_the_megatron_line_test_claims_what_its_regex_claims(line):
+    """The line test is the regex `ITERATION.*\\|.*loss` (case-blind) without its backtracking."""
+    regex = re.compile(megatron.ITERATION + r".*\|.*loss", re.IGNORECASE)
+    assert bool(megatron.FORMAT.line(line)) == bool(regex.search(line))

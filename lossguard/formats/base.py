@@ -46,6 +46,20 @@ Sink = Callable[[pl.DataFrame], None]
 
 
 @dataclass(frozen=True)
+class Together:
+    """What lets the lines of many files be parsed in one call (lossguard.readmany), where a parse's
+    fixed cost, a few dozen polars queries, is most of a small file's read."""
+
+    marks: Callable[[pl.DataFrame], pl.DataFrame]
+    """A batch's lines worth parsing (`line_no`, `text`, and `file`: which of the batch's files each
+    is from) -> a row per line: `alone`, true where the line's rows depend on lines before it in its
+    file, or on the cursor, in a way the batch can not keep apart (its file is then read on its own);
+    optionally `record`, whether the line's rows count as a record of the cursor's `index` (else
+    every line with rows does), and `last_step`, the step the line leaves its file's cursor at, null
+    where it leaves it as it was (else the step of the file's last row does)."""
+
+
+@dataclass(frozen=True)
 class LineFormat:
     """A format whose records are lines. `parse` turns a frame of lines (columns `line_no`, `text`) and
     the cursor into raw rows plus the cursor fields it changed (index, last_step). It also gets the
@@ -60,6 +74,8 @@ class LineFormat:
     """`parse` takes the projection (`keep=`) and may leave out rows of tags it does not keep, never
     all of a record's: what the rows say of the read (its span, its records, lines left unplaced)
     is the same, and the rest are filtered out here anyway."""
+    together: Together | None = None
+    """How lines of many files are parsed in one call; None: each file is read on its own."""
 
     streams = True
     """`each` takes the rows of each block as it is read (reader.read)."""
@@ -105,10 +121,12 @@ class LineFormat:
                     first_binary = first_binary if first_binary is not None else ready.first_binary
                 rows, state = self.parse(ready.kept, cursor, ready.raw, keep=keep) if self.narrows and keep is not None else self.parse(ready.kept, cursor, ready.raw)
                 if "line_no" in rows.columns:
-                    lost = rows.filter(pl.col("step").is_null()).get_column("line_no").unique()
-                    unplaced += lost.len()
-                    first_unplaced = first_unplaced if first_unplaced is not None else int(lost.min())
-                    rows = rows.filter(pl.col("step").is_not_null()).drop("line_no")
+                    if rows.get_column("step").null_count():
+                        lost = rows.filter(pl.col("step").is_null()).get_column("line_no").unique()
+                        unplaced += lost.len()
+                        first_unplaced = first_unplaced if first_unplaced is not None else int(lost.min())
+                        rows = rows.filter(pl.col("step").is_not_null())
+                    rows = rows.drop("line_no")
                 if keep is not None and rows.height:
                     spans.append(table.span_of(rows))
                     rows = kept_rows(rows, keep)

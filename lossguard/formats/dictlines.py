@@ -12,7 +12,7 @@ import polars as pl
 
 from .. import table
 from ..cursor import Cursor
-from .base import Format, LineFormat
+from .base import Format, LineFormat, Together
 from .fastpath import Wide, fast_pairs, json_wide, long_rows
 from .pairs import NUMBER, merged, pairs_frame, records_to_rows, usable_step
 
@@ -92,7 +92,7 @@ def stepped_rows(wide: Wide, cursor: Cursor) -> tuple[pl.DataFrame, Cursor] | No
     n = int(record.sum())
     if not n:
         return None
-    rows = long_rows(steps.to_numpy(), metrics, values)
+    rows = long_rows(steps.to_numpy(), metrics, values, wide.line_no)
     last = int(steps.filter(record)[-1])
     return rows, cursor.advance(index=cursor.index + n, last_step=last)
 
@@ -148,7 +148,12 @@ def rows_of(
     return table.conform_raw(rows), state
 
 
-JSONL = LineFormat("jsonl", parse_json, prefilter=r"\{")
+JSONL = LineFormat(
+    "jsonl", parse_json, prefilter=r"\{",
+    # A line's rows depend on the lines before it (and the cursor) only when it names no step: it then
+    # takes the last step before it, or the next record number.
+    together=Together(lambda lines: lines.select((~pl.col("text").str.contains(STEP_ITEM)).alias("alone"))),
+)
 
 METRIC_ITEM = re.compile(r"""["'](?:[^"'\n]*loss[^"'\n]*|learning_rate|lr|grad_norm)["']\s*:\s*[-+\d.'"nNiI]""")
 """A dict item naming a metric. A line holding one is a dict's, even without the brace that opens

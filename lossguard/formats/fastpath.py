@@ -297,32 +297,35 @@ def _numbers(kept: pl.DataFrame, values: pl.DataFrame, fields: list[_Field], cel
 def _long_pairs(line_nos: np.ndarray, keys: list[str], values: pl.DataFrame) -> pl.DataFrame:
     """(line_no, key, value) from a frame of values, a row per line and a column per key, row by
     row as the file reads; a missing value is no pair."""
-    index, key, value = _melted(line_nos, keys, values)
+    index, key, value, _ = _melted(line_nos, keys, values)
     return pl.DataFrame(
         {"line_no": pl.Series(index, dtype=pl.Int64()).set_sorted(), "key": key, "value": value},
         schema={"line_no": pl.Int64(), "key": pl.Categorical(), "value": pl.Float64()},
     )
 
 
-def long_rows(steps: np.ndarray, keys: list[str], values: pl.DataFrame) -> pl.DataFrame:
-    """Raw rows (step, tag, value, wall_time) from a frame of values, a row per line (at `steps`) and
-    a column per key, row by row as the file reads; a missing value is no row."""
-    index, key, value = _melted(steps, keys, values)
+def long_rows(steps: np.ndarray, keys: list[str], values: pl.DataFrame, line_nos: np.ndarray) -> pl.DataFrame:
+    """Raw rows (step, tag, value, wall_time, line_no) from a frame of values, a row per line (at
+    `steps`, from `line_nos`) and a column per key, row by row as the file reads; a missing value is no row."""
+    index, key, value, valid = _melted(steps, keys, values)
+    lines = np.repeat(line_nos, len(keys))
     return pl.DataFrame(
         {"step": index, "tag": key, "value": value}, schema={"step": pl.Int64(), "tag": pl.Categorical(), "value": pl.Float64()}
-    ).with_columns(pl.lit(None, dtype=pl.Float64()).alias("wall_time"))
+    ).with_columns(pl.lit(None, dtype=pl.Float64()).alias("wall_time"), pl.Series("line_no", lines if valid is None else lines[valid], dtype=pl.Int64()))
 
 
-def _melted(index: np.ndarray, keys: list[str], values: pl.DataFrame) -> tuple[np.ndarray, pl.Series, np.ndarray]:
-    """Row-major (index, key, value) of the non-null cells of `values`."""
+def _melted(index: np.ndarray, keys: list[str], values: pl.DataFrame) -> tuple[np.ndarray, pl.Series, np.ndarray, np.ndarray | None]:
+    """Row-major (index, key, value) of the non-null cells of `values`, and which cells those are
+    (None: all)."""
     k = len(keys)
     matrix = values.to_numpy().astype(np.float64, copy=False).ravel()
     codes = np.tile(np.arange(k, dtype=np.uint32), index.size)
     index = np.repeat(index, k)
+    valid = None
     if any(values.null_count().row(0)):
         valid = values.select(pl.all().is_not_null()).to_numpy().ravel()
         index, codes, matrix = index[valid], codes[valid], matrix[valid]
-    return index, pl.Series(keys, dtype=pl.Categorical()).gather(pl.Series(codes)), matrix
+    return index, pl.Series(keys, dtype=pl.Categorical()).gather(pl.Series(codes)), matrix, valid
 
 
 _NESTED = (pl.Struct, pl.List, pl.Array, pl.Object)

@@ -17,7 +17,7 @@ import polars as pl
 
 from .. import table
 from ..cursor import Cursor
-from .base import Format, Keep, LineFormat
+from .base import Format, Keep, LineFormat, Together
 from .fastpath import fast_pairs
 from .pairs import NUMBER, merged, pairs_frame, records_to_rows
 
@@ -82,7 +82,9 @@ def iteration_steps(lines: pl.DataFrame) -> pl.Series:
     )
 
 
-def parse(lines: pl.DataFrame, cursor: Cursor, raw: bytes | None = None, *, keep: Keep | None = None) -> tuple[pl.DataFrame, Cursor]:
+def _marked(lines: pl.DataFrame) -> pl.DataFrame:
+    """The lines with what each is: `it`, its iteration step (ITERATION's capture), `val`, the
+    validation's step of a line that is no iteration line, and `overflow`, whether it holds the word."""
     text = pl.col("text")
     marked = lines.with_columns(
         iteration_steps(lines),
@@ -101,6 +103,25 @@ def parse(lines: pl.DataFrame, cursor: Cursor, raw: bytes | None = None, *, keep
         marked.get_column("it").scatter(where, regexed.get_column("it")),
         pl.repeat(None, marked.height, dtype=pl.Int64, eager=True).alias("val").scatter(where, regexed.get_column("val")),
     )
+    return marked
+
+
+def _together(lines: pl.DataFrame) -> pl.DataFrame:
+    """How a batch of many files' lines may be parsed in one call (base.Together.marks): iteration
+    and validation lines carry their steps; an OVERFLOW line takes the step after the iteration line
+    before it, which must then be in its own file (not the cursor's, nor the previous file's).
+    Iteration lines are the records and leave the cursor at their step."""
+    marked = _marked(lines)
+    stepped = pl.col("it").is_not_null().cast(pl.UInt32)
+    return marked.select(
+        (pl.col("overflow") & ((stepped.cum_sum() - stepped).over("file") == 0)).alias("alone"),
+        pl.col("it").is_not_null().alias("record"),
+        pl.col("it").alias("last_step"),
+    )
+
+
+def parse(lines: pl.DataFrame, cursor: Cursor, raw: bytes | None = None, *, keep: Keep | None = None) -> tuple[pl.DataFrame, Cursor]:
+    marked = _marked(lines)
     iterations = marked.filter(pl.col("it").is_not_null())
     fast, rest = fast_pairs(iterations.select("line_no", "text"), sep="|", cell_re=CELL, first_field_free=True, one_pair_per_field=True, keep=keep)
     pairs = merged(fast, pairs_frame(rest, PAIR))
@@ -128,5 +149,23 @@ def parse(lines: pl.DataFrame, cursor: Cursor, raw: bytes | None = None, *, keep
     return table.conform_raw(rows), state.advance(last_step=last[-1] if last.len() else cursor.last_step)
 
 
-MEGATRON = LineFormat("megatron", parse, prefilter=PREFILTER, narrows=True)
-FORMAT = Format(reader=MEGATRON, line=re.compile(ITERATION + r".*\|.*loss", re.IGNORECASE).search)
+MEGATRON = LineFormat("megatron", parse, prefilter=PREFILTER, narrows=True, together=Together(_together))
+
+_ITERATION_ANY_CASE = re.compile(ITERATION, re.IGNORECASE)
+_LOSS_ANY_CASE = re.compile("loss", re.IGNORECASE)
+
+
+def _megatron_line(line: str) -> bool:
+    """`ITERATION.*\\|.*loss`, case-blind, without the regex's backtracking (3.5 us a line, most of
+    sniffing a Megatron log; now ~0.5 us): after the first iteration match, its first bar, then `loss`. A later
+    iteration match could only start after the first one's end, and after its shortest end only
+    digits could differ, so the first match and the first bar after it decide."""
+    found = _ITERATION_ANY_CASE.search(line)
+    if found is None:
+        return False
+    bar = line.find("|", found.end())
+    # The literal first: a case-blind regex scans a long line ten times slower.
+    return bar >= 0 and (line.find("loss", bar + 1) >= 0 or _LOSS_ANY_CASE.search(line, bar + 1) is not None)
+
+
+FORMAT = Format(reader=MEGATRON, line=_megatron_line)
