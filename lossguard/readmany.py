@@ -32,10 +32,6 @@ from .problems import Problem
 from .reader import BUILTIN, ReadOptions, ReadResult
 from .sources.textfile import iter_blocks
 
-FORMAT = "jsonl"
-"""The format the daemon's passes read together (its busy runs' logs are JSON lines)."""
-
-
 @dataclass(frozen=True)
 class Job:
     path: Path
@@ -61,7 +57,7 @@ def batched(fmt: str | None, options: ReadOptions) -> bool:
 
 
 def read_many(
-    jobs: Sequence[Job], *, options: ReadOptions, fmt: str = FORMAT, needs: Needs | None = None, lean: bool = False, largest: int = SMALL_BLOCK
+    jobs: Sequence[Job], *, options: ReadOptions, fmt: str, needs: Needs | None = None, lean: bool = False, largest: int = SMALL_BLOCK
 ) -> list[ReadResult | None]:
     """For each job, what `read(path, cursor, run=run, fmt=fmt, final=final, options=options,
     limit=limit, needs=needs, lean=lean)` returns, or None where the file must be read on its own

@@ -271,3 +271,60 @@ def test_an_alert_carries_the_curve_around_its_spike_for_the_messages_sparkline(
     back = Notice.from_json("opened", json.loads(json.dumps(Notice("opened", "r", opened.incident, spark=(1.0, float("nan"))).to_json())))
     assert back.spark[0] == 1.0 and back.spark[1] != back.spark[1]  # NaN survives as NaN
     state.close()
+
+
+def _megatron(steps, spike_at=(), overflow_first=False) -> str:  # noqa: ANN001
+    lines = ["[deepscale] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 8192, reducing to 4096\n"] if overflow_first else []
+    for s in steps:
+        loss = 9.0 if s in spike_at else 2.0 + (s % 5) * 0.01
+        lines.append(f" iteration {s:8d}/    1200 | learning rate: 3.0E-04 | lm loss: {loss:.6E} | loss scale: 4096.0 | grad norm: {0.4 + (s % 3) * 0.01:.3f} |\n")
+        if s in spike_at:
+            lines.append("[deepscale] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 4096, reducing to 2048\n")
+    return "".join(lines)
+
+
+def _said(inc) -> tuple:  # noqa: ANN001
+    """An incident's place and causes, with what the OVERFLOW lines around it told (a scan also knows
+    the spikes that came later, which an alert can not)."""
+    return inc.run, inc.rule, inc.step, tuple((c.cause, c.evidence if c.cause == "numerical_instability" else "") for c in inc.causes)
+
+
+def test_megatron_runs_read_together_pass_by_pass_alert_what_a_scan_of_their_logs_reports(tmp_path, monkeypatch):
+    """A pass reads the new lines of many runs' Megatron logs in one parse (readmany); OVERFLOW
+    lines that open a pass's piece take their step from the iteration before them, which the batch
+    must not take from another run's file."""
+    from lossguard import audit, readmany
+    from lossguard.reader import ReadOptions
+
+    root = tmp_path / "runs"
+    logs = []
+    for k in range(6):
+        log = root / f"run{k}" / "train.log"
+        log.parent.mkdir(parents=True)
+        log.write_text(_megatron(range(1000 * k + 1, 1000 * k + 30)))  # each run at steps of its own
+        logs.append(log)
+    together = []
+    real = readmany.read_many
+
+    def counted(jobs, **kw):  # noqa: ANN001, ANN003
+        got = real(jobs, **kw)
+        together.extend(kw["fmt"] for res in got if res is not None)
+        return got
+
+    monkeypatch.setattr(readmany, "read_many", counted)
+    state = State(tmp_path / "state")
+    follower = Follower([root], rules=default_rules(), state=state, log=lambda _: None)
+    follower.run_pass(1.0)  # history
+    opened = set()
+    for p, (lo, hi) in enumerate([(30, 45), (45, 61), (61, 80)]):
+        for k, log in enumerate(logs):
+            with open(log, "a") as fh:
+                at = 1000 * k
+                fh.write(_megatron(range(at + lo, at + hi), spike_at={at + lo + 3} if (k + p) % 2 or k % 3 == 0 else (), overflow_first=k % 3 == 0))
+        report = follower.run_pass(2.0 + p, {str(log) for log in logs})
+        opened |= {_said(n.incident) for n in report.notices if n.kind == "opened"}
+    state.close()
+    assert together.count("megatron") >= 12  # most files' pieces were read together
+    scanned = audit.scan([root], rules=default_rules(), options=ReadOptions())
+    reported = {_said(i) for i in scanned.incidents if i.step % 1000 >= 30}
+    assert opened == reported and len({step for _, _, step, _ in reported}) >= 6

@@ -111,7 +111,7 @@ def test_json_lines_of_many_files_read_together_are_what_each_file_read_alone_gi
         with open(path, "a") as fh:
             fh.write("".join(f"{text}\n" for text in after) + ('{"step": 99, "lo' if torn else ""))  # a line still being written
         jobs.append(Job(path, cursor, f"run{k}"))
-    together = read_many(jobs, options=options, needs=needs)
+    together = read_many(jobs, options=options, fmt="jsonl", needs=needs)
     for job, got in zip(jobs, together):
         if got is not None:
             alone = read(job.path, job.cursor, run=job.run, fmt="jsonl", final=False, options=options, needs=needs)
@@ -127,7 +127,7 @@ def test_a_batch_too_big_for_one_file_alone_reads_what_each_file_gives(tmp_path)
         path = tmp_path / f"run{k}.jsonl"
         path.write_text("".join(f'{{"step": {s}, "loss": {2.0 + (s % 7) * 0.013}, "lr": 3e-4, "grad_norm": {0.1 * k}}}\n' for s in range(100)))
         jobs.append(Job(path, Cursor(), f"run{k}"))
-    together = read_many(jobs, options=ReadOptions())
+    together = read_many(jobs, options=ReadOptions(), fmt="jsonl")
     assert all(got is not None for got in together)
     for job, got in zip(jobs, together):
         alone = read(job.path, job.cursor, run=job.run, fmt="jsonl", final=False, options=ReadOptions())
