@@ -26,7 +26,7 @@ import polars as pl
 
 from . import table
 from .cursor import Cursor
-from .formats.base import BINARY_LINE, SMALL_BLOCK, LineFormat, lines_of
+from .formats.base import BINARY_LINE, SMALL_BLOCK, LineFormat, split_lines
 from .needs import Needs
 from .problems import Problem
 from .reader import BUILTIN, ReadOptions, ReadResult
@@ -45,7 +45,9 @@ class Job:
 @dataclass
 class _File:
     job: Job
-    lines: list[str]
+    data: bytes
+    """The new lines' bytes (UTF-8), ending in a newline."""
+    lines: int
     end: Cursor
     """Where reading goes on after the block."""
 
@@ -90,14 +92,13 @@ def _parse_together(reader: LineFormat, files: list[tuple[int, _File]], options:
     """Fills `out` for the files whose rows the one parse gives exactly."""
     together = reader.together
     assert together is not None
-    texts = [text for _, f in files for text in f.lines]
-    counts = [len(f.lines) for _, f in files]
+    counts = [f.lines for _, f in files]
     starts = np.cumsum([0, *counts])
-    lines = pl.DataFrame({
-        "line_no": pl.Series(np.arange(len(texts)), dtype=pl.Int64()),
-        "text": pl.Series(texts, dtype=pl.String()),
-        "file": pl.Series(np.repeat(np.arange(len(files)), counts), dtype=pl.Int64()),
-    })
+    # Cut as one block: the files' lines, numbered on across them (a row's line says its file).
+    lines, _ = split_lines(b"".join(f.data for _, f in files), 0, source="")
+    if lines.height != starts[-1]:
+        return
+    lines = lines.with_columns(pl.Series("file", np.repeat(np.arange(len(files)), counts), dtype=pl.Int64()))
     kept = lines
     if reader.prefilter:
         kept = kept.filter(pl.col("text").str.contains(reader.prefilter))
@@ -139,7 +140,7 @@ def _parse_together(reader: LineFormat, files: list[tuple[int, _File]], options:
             kept_bounds = np.searchsorted(line_no[mask], starts)
     record = None
     if "record" in marks.columns:
-        record = np.zeros(len(texts), dtype=bool)
+        record = np.zeros(lines.height, dtype=bool)
         record[marks.filter(pl.col("record")).get_column("line_no").to_numpy()] = True
     last_steps: dict[int, int] = {}
     if "last_step" in marks.columns:
@@ -184,13 +185,14 @@ def _block(job: Job, largest: int, lean: bool) -> _File | ReadResult | None:
     except UnicodeDecodeError:
         return None
     if text.startswith("\ufeff") or not text:
-        return None
+        return None  # a byte-order mark is dropped only at a block's start
     # Binary damage (BINARY_LINE): read() skips those lines and says so. Settled on the bytes when
     # newlines are their only control bytes, as nearly always.
     controls = int(np.count_nonzero(np.frombuffer(block.data, dtype=np.uint8) < 0x20))
     if controls != block.data.count(b"\n") and _BINARY.search(text):
         return None
-    return _File(job, lines_of(text), block.cursor)
+    data = block.data if block.data.endswith(b"\n") else block.data + b"\n"  # a complete file's last line
+    return _File(job, data, data.count(b"\n"), block.cursor)
 
 
 _BINARY = re.compile(BINARY_LINE)
