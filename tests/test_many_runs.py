@@ -98,26 +98,31 @@ line = st.one_of(
 log = st.tuples(st.lists(line, max_size=12), st.lists(line, max_size=12), st.booleans())
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(logs=st.lists(log, min_size=1, max_size=5), needs=st.sampled_from([None, SCAN_NEEDS]))
-def test_json_lines_of_many_files_read_together_are_what_each_file_read_alone_gives(tmp_path_factory, logs, needs):
+def _read_together_as_alone(tmp, logs, *, fmt: str, torn: str, needs, final: bool, lean: bool) -> None:  # noqa: ANN001
+    """Each log written as `before`, read as a daemon would, then grown by `after` (and a line still
+    being written): what the batch reads of each is what reading it alone gives."""
     options = ReadOptions()
-    tmp = tmp_path_factory.mktemp("logs")
     jobs = []
-    for k, (before, after, torn) in enumerate(logs):
-        path = tmp / f"run{k}.jsonl"
+    for k, (before, after, torn_at_end) in enumerate(logs):
+        path = tmp / f"run{k}.{fmt}"
         path.write_text("".join(f"{text}\n" for text in before))
-        cursor = read(path, run=f"run{k}", fmt="jsonl", final=False, options=options).cursor
+        cursor = read(path, run=f"run{k}", fmt=fmt, final=False, options=options).cursor
         with open(path, "a") as fh:
-            fh.write("".join(f"{text}\n" for text in after) + ('{"step": 99, "lo' if torn else ""))  # a line still being written
-        jobs.append(Job(path, cursor, f"run{k}"))
-    together = read_many(jobs, options=options, fmt="jsonl", needs=needs)
+            fh.write("".join(f"{text}\n" for text in after) + (torn if torn_at_end else ""))
+        jobs.append(Job(path, cursor, f"run{k}", final=final))
+    together = read_many(jobs, options=options, fmt=fmt, needs=needs, lean=lean)
     for job, got in zip(jobs, together):
         if got is not None:
-            alone = read(job.path, job.cursor, run=job.run, fmt="jsonl", final=False, options=options, needs=needs)
+            alone = read(job.path, job.cursor, run=job.run, fmt=fmt, final=final, options=options, needs=needs, lean=lean)
             assert got.cursor == alone.cursor and got.span == alone.span
             assert got.problems == alone.problems and got.dead == alone.dead
             assert_frame_equal(got.frame, alone.frame)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(logs=st.lists(log, min_size=1, max_size=5), needs=st.sampled_from([None, SCAN_NEEDS]), final=st.booleans(), lean=st.booleans())
+def test_json_lines_of_many_files_read_together_are_what_each_file_read_alone_gives(tmp_path_factory, logs, needs, final, lean):
+    _read_together_as_alone(tmp_path_factory.mktemp("logs"), logs, fmt="jsonl", torn='{"step": 99, "lo', needs=needs, final=final, lean=lean)
 
 
 def test_a_batch_too_big_for_one_file_alone_reads_what_each_file_gives(tmp_path):
@@ -235,23 +240,7 @@ megatron_line = st.one_of(
 def test_megatron_logs_read_together_are_what_each_file_read_alone_gives(tmp_path_factory, logs, needs, final, lean):
     """OVERFLOW lines take the step after the iteration line before them: in a batch, only one from
     their own file may give it."""
-    options = ReadOptions()
-    tmp = tmp_path_factory.mktemp("logs")
-    jobs = []
-    for k, (before, after, torn) in enumerate(logs):
-        path = tmp / f"run{k}.log"
-        path.write_text("".join(f"{text}\n" for text in before))
-        cursor = read(path, run=f"run{k}", fmt="megatron", final=False, options=options).cursor
-        with open(path, "a") as fh:
-            fh.write("".join(f"{text}\n" for text in after) + (" iteration 9/ 10 | lm loss: 3.0" if torn else ""))
-        jobs.append(Job(path, cursor, f"run{k}", final=final))
-    together = read_many(jobs, options=options, fmt="megatron", needs=needs, lean=lean)
-    for job, got in zip(jobs, together):
-        if got is not None:
-            alone = read(job.path, job.cursor, run=job.run, fmt="megatron", final=final, options=options, needs=needs, lean=lean)
-            assert got.cursor == alone.cursor and got.span == alone.span
-            assert got.problems == alone.problems and got.dead == alone.dead
-            assert_frame_equal(got.frame, alone.frame)
+    _read_together_as_alone(tmp_path_factory.mktemp("logs"), logs, fmt="megatron", torn=" iteration 9/ 10 | lm loss: 3.0", needs=needs, final=final, lean=lean)
 
 
 def test_a_megatron_overflow_before_its_files_first_iteration_is_read_alone(tmp_path):
