@@ -5,9 +5,10 @@ over 300 runs to over a second and a scan of 1,000 runs to 10 s; here the querie
 the files' lines.
 
 Only where the answer cannot differ from reading each file alone. A format says which of its lines
-depend on the lines before them in their file, or on the cursor (`Together.alone`: a JSON line
-naming no step; a Megatron OVERFLOW line before any iteration line of its file): a file holding one
-is left for `reader.read`, as is one whose bytes are not one clean block (UTF-8, no binary damage,
+depend on the lines before them in their file, or on the cursor (`Together.marks`: a JSON line
+naming no step; a Megatron OVERFLOW line before any iteration line of its file), and what of a
+file's cursor the batch's parse can not tell (`Together.settles`: whether a key-value log's steps
+are its `step` keys or its epochs): such a file is left for `reader.read`, as is one whose bytes are not one clean block (UTF-8, no binary damage,
 no over-long line, no byte-order mark) or whose rows are not all at a usable step, and everything
 when the parser does not give back the line each row came from. Each file's cursor goes on as the
 parser moves it (its records counted, its last step kept). tests/test_many_runs.py pins all of it
@@ -111,7 +112,7 @@ def _parse_together(reader: LineFormat, files: list[tuple[int, _File]], options:
         kept = kept.filter(~pl.col("file").is_in(list(alone)))
     keep = needs.keeper(options.aliases) if needs is not None else None
     lines_in = kept.select("line_no", "text")
-    rows, _ = reader.parse(lines_in, Cursor(), None, keep=keep) if reader.narrows and keep is not None else reader.parse(lines_in, Cursor(), None)
+    rows, state = reader.parse(lines_in, Cursor(), None, keep=keep) if reader.narrows and keep is not None else reader.parse(lines_in, Cursor(), None)
     if "line_no" not in rows.columns:
         return
     line_no = rows.get_column("line_no").to_numpy()
@@ -158,8 +159,11 @@ def _parse_together(reader: LineFormat, files: list[tuple[int, _File]], options:
             last = last_steps.get(i, f.job.cursor.last_step)
         else:
             last = int(steps[hi - 1]) if hi > lo else f.job.cursor.last_step
+        settled = together.settles(f.job.cursor, state, hi > lo) if together.settles is not None else {}
+        if settled is None:
+            continue
         cursor = f.job.cursor.advance(
-            index=f.job.cursor.index + records, last_step=last, offset=f.end.offset, line=f.end.line, skipping=f.end.skipping
+            index=f.job.cursor.index + records, last_step=last, offset=f.end.offset, line=f.end.line, skipping=f.end.skipping, **settled
         )
         span = (int(steps[lo:hi].min()), int(steps[lo:hi].max())) if hi > lo else None
         klo, khi = int(kept_bounds[i]), int(kept_bounds[i + 1])

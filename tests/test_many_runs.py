@@ -243,6 +243,39 @@ def test_megatron_logs_read_together_are_what_each_file_read_alone_gives(tmp_pat
     _read_together_as_alone(tmp_path_factory.mktemp("logs"), logs, fmt="megatron", torn=" iteration 9/ 10 | lm loss: 3.0", needs=needs, final=final, lean=lean)
 
 
+kv_line = st.one_of(
+    st.builds(lambda s, loss: f"iter {s}: loss {loss}, time 12.3ms, mfu 3.2%", st.integers(0, 10**6), st.floats(allow_nan=True, allow_infinity=True).map(repr)),
+    st.builds(lambda s, loss: f"step {s:5d} | loss: {loss:.6f} | lr 6.0e-04 | norm: 0.512 | dt: 412.1ms", st.integers(0, 10**6), st.floats(0, 20)),
+    st.builds(lambda s: f"step:{s}/20344 train_loss:2.5 train_time:123ms", st.integers(0, 10**6)),
+    st.builds(lambda e: f"epoch: {e} | loss: 42.5 | lr: 0.1", st.integers(0, 50)),  # the epoch is the step only where nothing finer is
+    st.sampled_from([
+        "epoch 3 | nupdates 1000 | loss 4.2",
+        "[Rank 0] step=10, skipped=0, lr=[9.9e-05, 9.9e-05], mom=[(0.9, 0.95)]",
+        "[deepscale] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 4096, reducing to 2048",
+        "validation loss: 3.2",  # no step: no record
+        "at step 20 loss 3.0",
+        "train.py:96 step 11 loss 2.0",
+        "step 1e400 loss 2.0",  # no usable step
+        "step 12 | loss: 1,234.5 | tokens: 4,096",
+        "banner: training starts",
+        "",
+    ]),
+)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    logs=st.lists(st.tuples(st.lists(kv_line, max_size=10), st.lists(kv_line, max_size=10), st.booleans()), min_size=1, max_size=5),
+    needs=st.sampled_from([None, SCAN_NEEDS]),
+    final=st.booleans(),
+    lean=st.booleans(),
+)
+def test_key_value_logs_read_together_are_what_each_file_read_alone_gives(tmp_path_factory, logs, needs, final, lean):
+    """Which keys are steps is chosen on a whole block (`step` if any line has one, else the
+    epoch): a batch's choice holds for a file only where the file alone would choose the same."""
+    _read_together_as_alone(tmp_path_factory.mktemp("logs"), logs, fmt="kv_lines", torn="step 99 | loss: 3.", needs=needs, final=final, lean=lean)
+
+
 def test_a_megatron_overflow_before_its_files_first_iteration_is_read_alone(tmp_path):
     """Alone it is at step 1 (no iteration before it); in a batch the previous file's last iteration
     would place it."""

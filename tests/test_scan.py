@@ -226,7 +226,7 @@ def test_steps_is_the_span_a_run_covers_and_points_what_it_logged(capsys):
 
 
 def test_small_files_read_together_report_what_each_read_alone_reports(tmp_path, capsys, monkeypatch):
-    """A worker reads its batch's small JSON lines and Megatron logs in one parse (readmany); the
+    """A worker reads its batch's small JSON lines, Megatron and key-value logs in one parse (readmany); the
     report is the one reading each file alone gives, runs whose lines depend on their file's earlier
     lines (an OVERFLOW before any iteration, JSON lines with no step) included."""
     from lossguard import audit
@@ -240,6 +240,9 @@ def test_small_files_read_together_report_what_each_read_alone_reports(tmp_path,
         if k % 2:
             lines.insert(0, "[deepscale] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 8192, reducing to 4096")
         (run / "train.log").write_text("\n".join(lines) + "\n")
+        kv = tmp_path / f"nanogpt-{k}"
+        kv.mkdir()
+        (kv / "out.log").write_text("".join(f"step {s:5d} | loss: {2.0 + 0.01 * (s % 5) + (8.0 if s == 25 + k else 0.0):.6f} | lr 6.0e-04 | norm: 0.5{k} | dt: 412.1ms\n" for s in range(60)))
         (run / "metrics.jsonl").write_text("".join(f'{{"loss": {1.5 + (9.0 if s == 30 else 0.0)}, "lr": 1e-4}}\n' if k == 5 else f'{{"step": {s}, "loss": {1.5 + (9.0 if s == 30 + k else 0.0)}}}\n' for s in range(50)))
     read_together = []
     real = audit.readmany.read_many
@@ -253,8 +256,9 @@ def test_small_files_read_together_report_what_each_read_alone_reports(tmp_path,
     code, together = scan_json(capsys, str(tmp_path), "--jobs", "1")
     # The sweep's files but the three OVERFLOW-first logs and the stepless JSON lines; the fixtures' small logs.
     assert sorted(r for r in read_together if r.startswith("sweep")) == sorted(["sweep-0", "sweep-0", "sweep-1", "sweep-2", "sweep-2", "sweep-3", "sweep-4", "sweep-4"])
+    assert sorted(r for r in read_together if r.startswith("nanogpt-")) == sorted([*(f"nanogpt-{k}" for k in range(6)), "nanogpt-clean"])
     assert len(read_together) > 8
     monkeypatch.setattr(audit, "TOGETHER_BYTES", 0)
     code_alone, alone = scan_json(capsys, str(tmp_path), "--jobs", "1")
     assert (code, together) == (code_alone, alone)
-    assert {r["run"] for r in together["runs"] if r["spikes"]} >= {f"sweep-{k}" for k in range(6)}
+    assert {r["run"] for r in together["runs"] if r["spikes"]} >= {f"{name}-{k}" for k in range(6) for name in ("sweep", "nanogpt")}

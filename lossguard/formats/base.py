@@ -57,6 +57,11 @@ class Together:
     optionally `record`, whether the line's rows count as a record of the cursor's `index` (else
     every line with rows does), and `last_step`, the step the line leaves its file's cursor at, null
     where it leaves it as it was (else the step of the file's last row does)."""
+    settles: Callable[[Cursor, Cursor, bool], dict[str, object] | None] | None = None
+    """For a parser whose choices are made on a whole block (kv_lines: which keys are steps): given a
+    file's cursor before, the cursor the batch's parse ended at and whether the file got rows, the
+    other cursor fields reading the file alone would set, or None when the batch can not tell (the
+    file is then read on its own). None: the parser sets none."""
 
 
 @dataclass(frozen=True)

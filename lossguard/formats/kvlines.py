@@ -29,7 +29,7 @@ import polars as pl
 
 from .. import table
 from ..cursor import Cursor
-from .base import Format, LineFormat
+from .base import Format, LineFormat, Together
 from .dictlines import METRIC_ITEM
 from .fastpath import fast_pairs
 from .megatron import overflow_rows
@@ -94,7 +94,21 @@ def _step_keys(keys: list[str], cursor: Cursor) -> tuple[tuple[str, ...], str | 
     return STEP_KEYS, cursor.steps
 
 
-KV_LINES = LineFormat("kv_lines", parse, prefilter=PREFILTER)
+def _settles(before: Cursor, batch: Cursor, rows: bool) -> dict[str, object] | None:
+    """A file read with others (readmany) reads as alone when both read its `step` keys as steps: the
+    batch did (some file had such a key), and so does the file alone, having shown one before
+    (its cursor says so) or now (it got rows, which only a step key gives then)."""
+    if batch.steps != "fine" or not (rows or before.steps == "fine"):
+        return None
+    return {"steps": "fine"}
+
+
+KV_LINES = LineFormat(
+    "kv_lines", parse, prefilter=PREFILTER,
+    # A line's rows are its own (a record names its step), but for DeepSpeed's OVERFLOW lines, which
+    # take the step of the record before them: a file holding one is read alone.
+    together=Together(lambda lines: lines.select(pl.col("text").str.contains("OVERFLOW!", literal=True).alias("alone")), settles=_settles),
+)
 
 # `epoch` only with an explicit separator (`epoch: 1`, `epoch=1`): fairseq's `epoch 001 |` is fairseq's.
 _STEP = re.compile(
