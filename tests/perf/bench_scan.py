@@ -57,6 +57,16 @@ def runs_folder(n: int, run_mb: int) -> Path:
     return folder
 
 
+SMALL_LOGS = {
+    "megatron": "megatron-grad-explosion/train.log",
+    "kv_lines": "nanogpt-clean/train.log",
+    "jsonl": "jsonl-lr-restart/metrics.jsonl",
+    "csv": "lightning-bad-batch/version_0/metrics.csv",
+    "tfevents": "tb-clean/events.out.tfevents.1796083710.vm",
+}
+"""The sample runs' logs a small run may be (--small-log): a sweep's runs are many copies of one kind."""
+
+
 def scan(args: list[str], *, code: str | None = None) -> tuple[float, float, float, str]:
     """(wall seconds, peak RSS of the scan process and of its largest worker, exit code); `code`: an
     exported older tree to run instead (PYTHONPATH; the workers inherit it)."""
@@ -74,6 +84,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=1000)
     ap.add_argument("--run-mb", type=int, default=10)
     ap.add_argument("--small-runs", type=int, default=1000)
+    ap.add_argument("--small-log", choices=sorted(SMALL_LOGS), default="megatron", help="the sample log each small run holds a copy of")
     ap.add_argument("--big-mb", type=int, default=1024)
     ap.add_argument("--only", choices=("start", "samples", "small", "big", "folder"), action="append", help="run only these parts")
     ap.add_argument("--repeat", type=int, default=1, help="runs of the 'small' part (its min is printed)")
@@ -85,7 +96,7 @@ def main() -> None:
     DATA.mkdir(exist_ok=True)
     os.chdir(DATA)
     print("lossguard scan, whole process (wall time; peak RSS of the scan process and of its largest worker)")
-    one = ROOT / "tests/fixtures/runs/megatron-grad-explosion/train.log"
+    one = ROOT / "tests/fixtures/runs" / SMALL_LOGS["megatron"]
     if "start" in parts:
         # Start-up figures are the median of 7 starts: a 2-core VM's scheduler noise is +-0.2 s.
         starts = sorted(_common.measure_cmd([sys.executable, "-m", "lossguard.cli", "--help"])[0] for _ in range(7))
@@ -97,20 +108,21 @@ def main() -> None:
         s, me, kids, _ = scan([str(ROOT / "tests/fixtures/runs")])
         print(f"  scan the sample runs (8 runs)             {s:7.2f} s  {me:6.0f} MB")
     if "small" in parts:
-        small = DATA / f"small-runs-{args.small_runs}"
+        log = ROOT / "tests/fixtures/runs" / SMALL_LOGS[args.small_log]
+        small = DATA / (f"small-runs-{args.small_runs}" + ("" if args.small_log == "megatron" else f"-{args.small_log}"))
         if not small.exists():
             for i in range(args.small_runs):
                 (small / f"run{i:04d}").mkdir(parents=True)
-                shutil.copy(one, small / f"run{i:04d}" / "train.log")
-        mb = args.small_runs * one.stat().st_size / 1e6
+                shutil.copy(log, small / f"run{i:04d}" / log.name)
+        mb = args.small_runs * log.stat().st_size / 1e6
         versions = [("", None)] + ([(" [base]", args.baseline)] if args.baseline else [])
         for jobs in ("1", "2"):
             # Taken in turns (new, base, new, base...): a burst of load on a shared box falls on both alike.
             runs = [[scan([str(small), "--jobs", jobs], code=code) for _, code in versions] for _ in range(args.repeat)]
             for i, (tag, _) in enumerate(versions):
                 s, me, kids, _ = min((r[i] for r in runs), key=lambda r: r[0])
-                label = f"scan {args.small_runs} small runs ({mb:.0f} MB), --jobs {jobs}{tag}"
-                print(f"  {label:<48} {s:7.2f} s  {me:6.0f} MB  workers {kids:.0f} MB  (min of {args.repeat})")
+                label = f"scan {args.small_runs} small {args.small_log} runs ({mb:.0f} MB), --jobs {jobs}{tag}"
+                print(f"  {label:<58} {s:7.2f} s  {me:6.0f} MB  workers {kids:.0f} MB  (min of {args.repeat})")
     if not parts & {"big", "folder"}:
         return
     from bench_readers import text_file
