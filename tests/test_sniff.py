@@ -116,7 +116,7 @@ def test_sniffing_edge_cases(tmp_path, name, text, expected):
 _piece = st.sampled_from
 _MEGATRON_LINES = st.tuples(
     _piece(["", " ", "x", "|", "| loss |", "loss", "xiteration 1/2 ", "iteration 3/4 ", "ITERATION 5/ 6 | "]),  # what comes before
-    _piece(["iteration", "ITERATION", "Iteration", "iteratio", "iterations"]),
+    _piece(["iteration", "ITERATION", "Iteration", "iteratio", "iterations", "ıteration", "İTERATION", "ITERATİON", "iTeRaTiOn", "itεration"]),
     _piece([" ", "  ", "\t", ""]),
     _piece(["12", "7", "", "x"]),
     _piece(["/", " / ", "/ ", " /", ""]),
