@@ -262,3 +262,30 @@ def test_small_files_read_together_report_what_each_read_alone_reports(tmp_path,
     code_alone, alone = scan_json(capsys, str(tmp_path), "--jobs", "1")
     assert (code, together) == (code_alone, alone)
     assert {r["run"] for r in together["runs"] if r["spikes"]} >= {f"{name}-{k}" for k in range(6) for name in ("sweep", "nanogpt")}
+
+
+def _pool_size(_: int) -> int:
+    import polars as pl
+
+    return pl.thread_pool_size()
+
+
+def test_scan_workers_share_the_cores_and_a_users_polars_setting_stands(monkeypatch):
+    """Each of N workers gets cores/N polars threads (a thread per core in every worker cost 10-25%
+    more CPU a small run); the setting is the workers', not left in the caller's environment."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    from lossguard import audit
+
+    monkeypatch.delenv("POLARS_MAX_THREADS", raising=False)
+    cores = len(os.sched_getaffinity(0))
+
+    def sizes(jobs: int) -> set[int]:
+        with audit._threads_each(jobs), ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+            return set(pool.map(_pool_size, range(jobs)))
+
+    assert sizes(2) == {max(1, cores // 2)}
+    assert "POLARS_MAX_THREADS" not in os.environ
+    monkeypatch.setenv("POLARS_MAX_THREADS", "3")
+    assert sizes(2) == {3} and os.environ["POLARS_MAX_THREADS"] == "3"
