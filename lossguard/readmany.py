@@ -108,10 +108,11 @@ def _parse_together(reader: LineFormat, files: list[tuple[int, _File]], options:
     fine = [i not in alone for i in range(len(files))]
     if not any(fine):
         return
+    # What else the marks hold goes to the parse with the lines (Together.marks: marked once for both).
+    lines_in = kept.select("line_no", "text").with_columns(marks.select(pl.exclude("line_no", "file", *MARKS)))
     if alone:
-        kept = kept.filter(~pl.col("file").is_in(list(alone)))
+        lines_in = lines_in.filter(~kept.get_column("file").is_in(list(alone)))
     keep = needs.keeper(options.aliases) if needs is not None else None
-    lines_in = kept.select("line_no", "text")
     rows, state = reader.parse(lines_in, Cursor(), None, keep=keep) if reader.narrows and keep is not None else reader.parse(lines_in, Cursor(), None)
     if "line_no" not in rows.columns:
         return
@@ -168,6 +169,10 @@ def _parse_together(reader: LineFormat, files: list[tuple[int, _File]], options:
         span = (int(steps[lo:hi].min()), int(steps[lo:hi].max())) if hi > lo else None
         klo, khi = int(kept_bounds[i]), int(kept_bounds[i + 1])
         out[k] = ReadResult(finished.slice(klo, khi - klo), cursor, span=span)
+
+
+MARKS = ("alone", "record", "last_step")
+"""The columns of Together.marks that readmany reads; any other is the parser's own."""
 
 
 def _block(job: Job, largest: int, lean: bool) -> _File | ReadResult | None:

@@ -56,7 +56,8 @@ class Together:
     file, or on the cursor, in a way the batch can not keep apart (its file is then read on its own);
     optionally `record`, whether the line's rows count as a record of the cursor's `index` (else
     every line with rows does), and `last_step`, the step the line leaves its file's cursor at, null
-    where it leaves it as it was (else the step of the file's last row does)."""
+    where it leaves it as it was (else the step of the file's last row does). Any other column goes
+    to `parse` with the lines, in their order: what a parser and its marks both need, found once."""
     settles: Callable[[Cursor, Cursor, bool], dict[str, object] | None] | None = None
     """For a parser whose choices are made on a whole block (kv_lines: which keys are steps): given a
     file's cursor before, the cursor the batch's parse ended at and whether the file got rows, the

@@ -84,7 +84,10 @@ def iteration_steps(lines: pl.DataFrame) -> pl.Series:
 
 def _marked(lines: pl.DataFrame) -> pl.DataFrame:
     """The lines with what each is: `it`, its iteration step (ITERATION's capture), `val`, the
-    validation's step of a line that is no iteration line, and `overflow`, whether it holds the word."""
+    validation's step of a line that is no iteration line, and `overflow`, whether it holds the word
+    (as they come when a batch's marks found them already: _together)."""
+    if {"it", "val", "overflow"} <= set(lines.columns):
+        return lines
     text = pl.col("text")
     marked = lines.with_columns(
         iteration_steps(lines),
@@ -111,12 +114,13 @@ def _together(lines: pl.DataFrame) -> pl.DataFrame:
     and validation lines carry their steps; an OVERFLOW line takes the step after the iteration line
     before it, which must then be in its own file (not the cursor's, nor the previous file's).
     Iteration lines are the records and leave the cursor at their step."""
-    marked = _marked(lines)
+    marked = _marked(lines.select("line_no", "text", "file"))
     stepped = pl.col("it").is_not_null().cast(pl.UInt32)
     return marked.select(
         (pl.col("overflow") & ((stepped.cum_sum() - stepped).over("file") == 0)).alias("alone"),
         pl.col("it").is_not_null().alias("record"),
         pl.col("it").alias("last_step"),
+        "it", "val", "overflow",  # the parse's own marks (_marked), found once
     )
 
 
