@@ -153,10 +153,18 @@ def find_incidents_by_run(
     flagged, onset = _judge(units, rule, seen_before=pl.col("seen_before"))
     if not flagged.height:
         return dict(sorted(out.items()))
-    at = np.searchsorted(starts, flagged.get_column("i").to_numpy(), side="right") - 1
-    for k in np.unique(at).tolist():
+    i = flagged.get_column("i").to_numpy()
+    at = np.searchsorted(starts, i, side="right") - 1
+    # Each run's flagged rows, numbered within its run, as slices of one frame (a filter and a
+    # renumbering a run were a tenth of a batch's analysis); they come in order of `i`, so of run.
+    flagged = flagged.with_columns(pl.Series("i", i - starts[at], dtype=flagged.schema["i"]))
+    if at.size > 1 and not bool((at[1:] >= at[:-1]).all()):
+        order = np.argsort(at, kind="stable")
+        flagged, at = flagged[order], at[order]
+    ks, firsts, counts = np.unique(at, return_index=True, return_counts=True)
+    for k, lo, m in zip(ks.tolist(), firsts.tolist(), counts.tolist()):
         start, n = int(starts[k]), int(lengths[k])
-        mine = flagged.filter(pl.Series(at == k)).with_columns(pl.col("i") - start)
+        mine = flagged.slice(lo, m)
         part = units.slice(start, n)
         code = int(codes[start])
         found = _incidents(part, mine, onset, rule, run=runs[code], segment=0)  # (as find_incidents numbers a lone unit)
