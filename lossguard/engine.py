@@ -76,15 +76,21 @@ def context_of(run_frame: pl.DataFrame, streams: Mapping[str, pl.DataFrame]) -> 
     return context_from(run_frame, {m: points_of(streams[m]) for m in CONTEXT_STREAMS})
 
 
-def context_from(run_frame: pl.DataFrame, streams: Mapping[str, Points]) -> RunContext:
-    """`context_of`, with the streams as arrays (what the daemon holds its windows as)."""
-    # One filter for the three tags (most runs log none of them: the daemon's windows never do).
-    tagged = run_frame.filter(pl.col("tag").is_in(list(CONTEXT_TAGS))) if run_frame.height else run_frame
-    parts = tagged.select("tag", "step", "value").partition_by("tag", as_dict=True, include_key=False) if tagged.height else {}
+def context_from(run_frame: pl.DataFrame, streams: Mapping[str, Points], *, tagged: Mapping[str, pl.DataFrame] | None = None) -> RunContext:
+    """`context_of`, with the streams as arrays (what the daemon holds its windows as). `tagged`:
+    the run's rows of CONTEXT_TAGS by tag (step, value), when the caller split many runs' at once."""
+    parts = context_parts(run_frame, ["tag"]) if tagged is None else {(tag,): rows for tag, rows in tagged.items()}
     tags = {name: _tag_series(parts.get((tag,))) for tag, name in CONTEXT_TAGS.items()}
     resumed = {m: points_frame(streams[m]) for m in CONTEXT_STREAMS if streams[m][2].size and streams[m][2].max() > 0}
     plain = {m: Series(streams[m][0], streams[m][1]) if streams[m][0].size else None for m in CONTEXT_STREAMS if m not in resumed}
     return RunContext(**plain, **{m: Series.of(as_context(f)) for m, f in resumed.items()}, **tags, timelines=resumed)
+
+
+def context_parts(frame: pl.DataFrame, by: list[str]) -> dict[tuple, pl.DataFrame]:
+    """The rows (step, value) of CONTEXT_TAGS in `frame`, split by the columns `by` (tag; or run and
+    tag), in file order. One filter for the three tags: most runs log none of them."""
+    tagged = frame.filter(pl.col("tag").is_in(list(CONTEXT_TAGS))) if frame.height else frame
+    return tagged.select(*by, "step", "value").partition_by(by, as_dict=True, include_key=False) if tagged.height else {}
 
 
 ESCALATION_GAP = 10
@@ -300,9 +306,13 @@ def _judge_together(
     windows = [{m: points.get((k, m), NO_POINTS) for m in JUDGED} for k in range(len(frames))]
     tags = [{m: chosen[(k, m)] for m in JUDGED if (k, m) in chosen} for k in range(len(frames))]
 
+    tagged: dict[int, dict[str, pl.DataFrame]] = {}
+    for (k, tag), rows in context_parts(whole, ["run", "tag"]).items():
+        tagged.setdefault(k, {})[tag] = rows
+
     def view(k: int) -> tuple[Callable[[str], int], RunContext]:
         mine = windows[k]
-        return (lambda m: int(mine[m][2].max()) if mine[m][2].size else 0), context_from(frames[k], mine)
+        return (lambda m: int(mine[m][2].max()) if mine[m][2].size else 0), context_from(frames[k], mine, tagged=tagged.get(k, {}))
 
     found = judge_runs(by_run(windows, JUDGED), runs=runs, rules=active, seen=[Seen()] * len(runs), view=view)
     return windows, found, tags
