@@ -197,11 +197,13 @@ def _block(job: Job, largest: int, lean: bool) -> _File | ReadResult | None:
         return None  # a byte-order mark is dropped only at a block's start
     # Binary damage (BINARY_LINE): read() skips those lines and says so. Settled on the bytes when
     # newlines are their only control bytes, as nearly always.
+    newlines = block.data.count(b"\n")
     controls = int(np.count_nonzero(np.frombuffer(block.data, dtype=np.uint8) < 0x20))
-    if controls != block.data.count(b"\n") and _BINARY.search(text):
+    if controls != newlines and _BINARY.search(text):
         return None
-    data = block.data if block.data.endswith(b"\n") else block.data + b"\n"  # a complete file's last line
-    return _File(job, data, data.count(b"\n"), block.cursor)
+    if block.data.endswith(b"\n"):
+        return _File(job, block.data, newlines, block.cursor)
+    return _File(job, block.data + b"\n", newlines + 1, block.cursor)  # a complete file's last line
 
 
 _BINARY = re.compile(BINARY_LINE)
