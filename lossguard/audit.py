@@ -248,13 +248,22 @@ def _sigint_ignored() -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
 
 
+def _fine_grained(sizes: dict[str, int], jobs: int) -> bool:
+    """Whether a scan's work is spread over runs small enough to keep every worker busy to the end
+    (the largest run at most an eighth of each worker's share): then each worker is best held to its
+    share of the cores. A scan of a few large runs instead ends with one worker parsing the last
+    of them, which then wants every core."""
+    total = sum(sizes.values())
+    return bool(sizes) and max(sizes.values()) * 8 * jobs <= total
+
+
 @contextmanager
 def _threads_each(jobs: int) -> Iterator[None]:
-    """Each worker's polars pool sized to its share of the cores, for the workers the pool starts
-    meanwhile (spawn's children take the environment as it is; polars reads it on import). Each
-    worker's polars would otherwise start a thread per core: on 2 cores, 2 workers of 2 threads cost
-    ~10-25% more CPU a small run (8.2-8.4 against 9.0-10.5 ms), threads waking each other for
-    frames of a few thousand rows. A user's own setting stands."""
+    """Each worker's polars pool sized to its share of the cores (of `jobs` workers), for the workers
+    the pool starts meanwhile (spawn's children take the environment as it is; polars reads it on
+    import). Each worker's polars would otherwise start a thread per core: on 2 cores, 2 workers of
+    2 threads cost ~10-25% more CPU a small run (8.2-8.4 against 9.0-10.5 ms), threads waking each
+    other for frames of a few thousand rows. A user's own setting stands."""
     if "POLARS_MAX_THREADS" in os.environ:
         yield
         return
@@ -312,7 +321,7 @@ def scan(
         pool = ProcessPoolExecutor(max_workers=min(jobs, len(runs)), mp_context=multiprocessing.get_context("spawn"), initializer=_leave_sigint)
         try:
             # The workers start with SIGINT ignored (inherited, before any import) and their share of the cores.
-            with _sigint_ignored(), _threads_each(jobs):
+            with _sigint_ignored(), _threads_each(jobs if _fine_grained(sizes, jobs) else 1):
                 futures = {
                     pool.submit(scan_runs, [(run, by_run[run]) for run in batch], rules, options, explicit): batch
                     for batch in batches(runs, sizes, workers=jobs)

@@ -287,5 +287,8 @@ def test_scan_workers_share_the_cores_and_a_users_polars_setting_stands(monkeypa
 
     assert sizes(2) == {max(1, cores // 2)}
     assert "POLARS_MAX_THREADS" not in os.environ
+    # Shared only when the work is fine-grained: a scan that ends on one large run gives it every core.
+    assert audit._fine_grained({f"run{k}": 345_000 for k in range(1000)}, 2)
+    assert not audit._fine_grained({"big": 100 << 20, **{f"run{k}": 345_000 for k in range(100)}}, 2)
     monkeypatch.setenv("POLARS_MAX_THREADS", "3")
     assert sizes(2) == {3} and os.environ["POLARS_MAX_THREADS"] == "3"
