@@ -333,17 +333,26 @@ def _tag_names(tags: np.ndarray) -> tuple[list[str], np.ndarray]:
 
 def _assemble(parts: list[dict[str, np.ndarray]], slow: list[tuple[int, int, float, str, float]]) -> pl.DataFrame:
     frames = []
-    for part in parts:
-        names, inv = _tag_names(part["tags"])
+    if parts:
+        # One frame for all the bulk parts (a small file has a few record shapes, and a frame built
+        # per shape was half its read): their tag names listed one after another, each part's codes
+        # shifted past the names before it.
+        names: list[str] = []
+        codes = []
+        for part in parts:
+            mine, inv = _tag_names(part["tags"])
+            codes.append(inv + len(names))
+            names.extend(mine)
+        records = np.concatenate([part["record"] for part in parts]).astype(np.int64)
         frames.append(
             pl.DataFrame(
                 {
-                    "record": part["record"].astype(np.int64),
-                    "sub": np.zeros(part["record"].size, dtype=np.int64),
-                    "step": part["step"],
-                    "tag": pl.Series(names, dtype=pl.String()).gather(inv) if names else pl.Series([], dtype=pl.String()),
-                    "value": part["value"],
-                    "wall_time": part["wall"],
+                    "record": records,
+                    "sub": np.zeros(records.size, dtype=np.int64),
+                    "step": np.concatenate([part["step"] for part in parts]),
+                    "tag": pl.Series(names, dtype=pl.String()).gather(np.concatenate(codes)),
+                    "value": np.concatenate([part["value"] for part in parts]),
+                    "wall_time": np.concatenate([part["wall"] for part in parts]),
                 }
             )
         )
