@@ -372,3 +372,59 @@ def test_kv_fast_pairs_read_the_cells_the_regex_reads_differently_as_it_does(fir
     fast, rest = fastpath.fast_pairs(lines, sep="|", cell_re=PAIR, separator=KEY_SEPARATOR, min_lines=0)
     assert fast.height  # the lines like the first took the fast path
     assert merged(fast, pairs_frame(rest, PAIR)).equals(pairs_frame(lines, PAIR))
+
+
+# What may follow a cell's mark, as the lean read (fastpath._lean) meets it: spacing of every kind
+# before and after the number, numbers the cast and the regex read alike or not, units, words
+# that run on from `inf`, strip characters before and after the number.
+_AFTER_MARK = st.lists(
+    st.sampled_from([
+        " ", "  ", "\t", "\u00a0", "\u2003", "2.5", "-3", "+4", "1E+05", "1.", ".5", "inf", "nan", "Infinity", "infinit", "x", "s", "ms",
+        "_0", "0x1", "١", "1,000", "e", ".", ":", "=", "}", "{", ")", "'", "(7)", "--1", "|",
+    ]),
+    max_size=5,
+).map("".join)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(odd=st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 4), _AFTER_MARK), max_size=10), n=st.integers(1, 30), keep=st.sampled_from(sorted(KEEPS)))
+def test_megatron_cells_read_lean_give_the_regex_paths_pairs(odd, n, keep):
+    """A needed field's number is read off its cell as cut, past the representative's key and mark:
+    wherever it reads one, it is the regex's."""
+    from lossguard.formats.megatron import PAIR
+    from lossguard.formats.pairs import merged, pairs_frame
+
+    rows = [list(TYPICAL) for _ in range(n)]
+    for at, field, after in odd:
+        rows[at % n][field] = rows[at % n][field].split(":")[0] + ":" + after
+    lines = pl.DataFrame(
+        {"line_no": range(1, n + 1), "text": [" | ".join([f" iteration {i:8d}/ 1000", *r]) + " |" for i, r in enumerate(rows, 1)]},
+        schema={"line_no": pl.Int64, "text": pl.String},
+    )
+    kept = KEEPS[keep]
+    fast, rest = fastpath.fast_pairs(lines, sep="|", cell_re=CELL, first_field_free=True, one_pair_per_field=True, keep=kept, min_lines=0)
+    got = merged(fast, pairs_frame(rest, PAIR)).with_columns(pl.col("key").cast(pl.String))
+    want = pairs_frame(lines, PAIR).with_columns(pl.col("key").cast(pl.String))
+    assert got.get_column("line_no").unique().sort().equals(want.get_column("line_no").unique().sort())
+    wanted = [k for k in want.get_column("key").unique().to_list() if kept is None or kept(k)]
+    assert got.filter(pl.col("key").is_in(wanted)).equals(want.filter(pl.col("key").is_in(wanted)))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# (A cell ending in `{`, which no dict writes, the dict path has always read as the cell regex reads
+# it, stripped, where the line's regex finds no pair: not the lean read's to settle.)
+@given(odd=st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 3), _AFTER_MARK.filter(lambda s: "{" not in s)), max_size=10), n=st.integers(1, 30))
+def test_hf_dict_cells_read_lean_give_the_regex_paths_pairs(odd, n):
+    """The same for HF's dicts, whose last cell ends in the dict's `}` (a strip character)."""
+    from lossguard.formats.pairs import merged, pairs_frame
+
+    keys = ["loss", "grad_norm", "learning_rate", "epoch"]
+    rows = [[" 2.5", " 1.25", " 4.9e-05", " 0.01"] for _ in range(n)]
+    for at, field, after in odd:
+        rows[at % n][field] = after
+    texts = ["{" + ", ".join(f"'{k}':{v}" for k, v in zip(keys, r)) + "}" for r in rows]
+    lines = pl.DataFrame({"line_no": range(1, n + 1), "text": texts}, schema={"line_no": pl.Int64, "text": pl.String})
+    fast, rest = fastpath.fast_pairs(lines, sep=",", cell_re=dictlines.CELL, strip=" {}", one_pair_per_field=True, min_lines=0)
+    got = merged(fast, pairs_frame(rest, dictlines.PAIR)).with_columns(pl.col("key").cast(pl.String))
+    want = pairs_frame(lines, dictlines.PAIR).with_columns(pl.col("key").cast(pl.String))
+    assert got.equals(want)
