@@ -87,7 +87,8 @@ def _steps(lines: pl.DataFrame, pairs: pl.DataFrame, cursor: Cursor) -> tuple[pl
         .select(
             "line_no",
             _last_count(cut.struct.field("field_0")).alias("head"),
-            _last_count(pl.lit("{") + cut.struct.field("field_1")).alias("tail"),
+            # (The dict's `{`, cut off, is left off: BAR's match starts at a digit.)
+            _last_count(cut.struct.field("field_1")).alias("tail"),
             pl.when(text.str.contains("=", literal=True)).then(text).alias("banner"),
         )
         .select("line_no", *_count_and_total("head"), *_count_and_total("tail"), "banner")
