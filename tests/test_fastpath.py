@@ -428,3 +428,30 @@ def test_hf_dict_cells_read_lean_give_the_regex_paths_pairs(odd, n):
     got = merged(fast, pairs_frame(rest, dictlines.PAIR)).with_columns(pl.col("key").cast(pl.String))
     want = pairs_frame(lines, dictlines.PAIR).with_columns(pl.col("key").cast(pl.String))
     assert got.equals(want)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    parts=st.lists(
+        st.tuples(
+            st.sampled_from(["", " ", "  ", "x", "\t", "é", "[default7]: "]),
+            st.sampled_from([" ", "   ", "\t", "", "\u2003", " \u2003"]),
+            st.sampled_from(["12", "0", "٣", "+3", "99999999999999999999", "", "1 2"]),
+            st.sampled_from(["/", " /", "/ ", "/\t", ""]),
+            st.sampled_from(["5", " 5", "x", "", " ", "\u20035", "٣", "  5"]),
+            st.sampled_from(["", " | lm loss: 2.0 |", " iteration 7/ 8 |"]),
+        ).map(lambda p: p[0] + "iteration" + "".join(p[1:])),
+        min_size=1,
+        max_size=30,
+    )
+)
+def test_megatron_steps_of_lines_starting_with_the_word_are_the_regex_steps_or_left_to_it(parts):
+    """The anchored read of a line that starts with `iteration` (megatron.USUAL_ITERATION) gives
+    ITERATION's step wherever it gives one: every spacing, digit and prefix it must not take."""
+    from lossguard.formats.megatron import ITERATION, iteration_steps
+
+    frame = pl.DataFrame({"text": parts})
+    quick = iteration_steps(frame)
+    regex = frame.select(pl.col("text").str.extract(ITERATION, 1).cast(pl.Int64, strict=False)).to_series()
+    read = quick.is_not_null()
+    assert quick.filter(read).to_list() == regex.filter(read).to_list()

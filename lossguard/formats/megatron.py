@@ -26,6 +26,9 @@ CELL = r"(?P<key>[A-Za-z][^|:]*?)\s*:\s*(?P<value>" + NUMBER + ")"
 ITERATION = r"\biteration\s+(\d+)\s*/\s*\d+"
 VALIDATION = r"validation loss at iteration\s+(\d+)"
 OVERFLOW = r"OVERFLOW!.*?Attempted loss scale:\s*(" + NUMBER + r"),\s*reducing to\s*(" + NUMBER + ")"
+USUAL_ITERATION = r"^ ?iteration +([0-9]+)/ *[0-9]"
+"""ITERATION as a line that starts with it (after one space at most) reads: its match is the line's
+first, and ASCII digits and spaces are among what `\\d` and `\\s` take."""
 PREFILTER = r"iteration\s+\d+\s*/|OVERFLOW!|validation loss at iteration"
 
 
@@ -65,10 +68,16 @@ def iteration_steps(lines: pl.DataFrame) -> pl.Series:
         & ~number.str.starts_with("-")
         & after.is_in(list("0123456789"))
     )
+    # A line that starts with the word (most logs' lines) is read by one regex anchored at its start,
+    # which stops at the `/`; only the others take the literal searches and slices.
+    quick = text.str.extract(USUAL_ITERATION, 1).cast(pl.Int64, strict=False)
     return (
         lines.lazy()
-        .select(text, text.str.find("iteration", literal=True).alias("at"), text.str.find("/", literal=True).alias("slash"))
+        .select(quick.alias("quick"), text)
+        .select("quick", pl.when(pl.col("quick").is_null()).then(text).alias("text"))
+        .select("quick", text, text.str.find("iteration", literal=True).alias("at"), text.str.find("/", literal=True).alias("slash"))
         .select(
+            "quick",
             "at",
             "slash",
             text.str.slice(0, at + word).alias("head"),
@@ -76,7 +85,7 @@ def iteration_steps(lines: pl.DataFrame) -> pl.Series:
             text.str.slice(slash + 1, 32).str.strip_chars_start(" ").str.slice(0, 1).alias("after"),
         )
         .with_columns(digits.str.strip_chars(" ").alias("number"))
-        .select(pl.when(fits).then(number.cast(pl.Int64, strict=False)).alias("it"))
+        .select(pl.coalesce("quick", pl.when(fits).then(number.cast(pl.Int64, strict=False))).alias("it"))
         .collect()
         .to_series()
     )
