@@ -71,14 +71,19 @@ def test_fast_path_gives_what_the_regex_path_gives(kind, monkeypatch):
 
         return counted
 
-    for module in ("dictlines", "kvlines", "megatron"):
+    for module in ("dictlines", "kvlines"):
         monkeypatch.setattr(f"lossguard.formats.{module}.fast_pairs", spy(fastpath.fast_pairs))
-    def wide_spy(*args, **kwargs):
-        wide, rest = fastpath.json_wide(*args, **kwargs)
-        seen.append(len(wide.line_no))
-        return wide, rest
 
-    monkeypatch.setattr("lossguard.formats.dictlines.json_wide", wide_spy)
+    def wide_spy(real):
+        def counted(*args, **kwargs):
+            wide, rest = real(*args, **kwargs)
+            seen.append(len(wide.line_no))
+            return wide, rest
+
+        return counted
+
+    monkeypatch.setattr("lossguard.formats.dictlines.json_wide", wide_spy(fastpath.json_wide))
+    monkeypatch.setattr("lossguard.formats.megatron.fast_wide", wide_spy(fastpath.fast_wide))
     parse_fn(lines, Cursor(), raw)
     assert max(seen) > 2900
     monkeypatch.setattr(fastpath, "MIN_LINES", 10**9)
@@ -455,3 +460,45 @@ def test_megatron_steps_of_lines_starting_with_the_word_are_the_regex_steps_or_l
     regex = frame.select(pl.col("text").str.extract(ITERATION, 1).cast(pl.Int64, strict=False)).to_series()
     read = quick.is_not_null()
     assert quick.filter(read).to_list() == regex.filter(read).to_list()
+
+
+_BETWEEN = st.sampled_from([
+    " validation loss at iteration 100 | lm loss value: 3.2E+00 | lm loss PPL: 2.4E+01 |",
+    "[deepscale] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 1048576, reducing to 524288",
+])
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(
+    odd=st.lists(st.tuples(st.integers(0, 10**6), TYPICAL_ODD), max_size=8),
+    between=st.lists(st.tuples(st.integers(0, 10**6), _BETWEEN), max_size=3),
+    n=st.integers(200, 240),
+    keep=st.sampled_from(sorted(KEEPS)),
+    cursor=st.sampled_from([Cursor(), Cursor(index=3, last_step=0)]),
+)
+def test_megatron_iteration_lines_that_all_fit_give_the_regex_paths_rows(monkeypatch, odd, between, n, keep, cursor):
+    """Blocks whose iteration lines all take the fast path, whose rows come straight from the
+    wide pairs (megatron._iteration_rows), with odd numbers, lines whose kept fields hold none, and
+    validation and OVERFLOW lines among them."""
+    from lossguard.formats import megatron
+
+    lines = _megatron_lines([(at % (n - 1) + 1, cells) for at, cells in odd], n)  # the first line, typical, says the shape
+    texts = lines.get_column("text").to_list()
+    for at, text in sorted(between, reverse=True):
+        texts.insert(at % n + 1, text)
+    lines = pl.DataFrame({"line_no": range(1, len(texts) + 1), "text": texts}, schema={"line_no": pl.Int64, "text": pl.String})
+    kept = KEEPS[keep]
+    short = []
+    with monkeypatch.context() as spied:
+        spied.setattr(megatron, "_iteration_rows", lambda *a: short.append(megatron_iteration_rows(*a)) or short[-1])
+        fast_rows, fast_cursor = parse_megatron(lines, cursor, None, keep=kept)
+    assert short and short[0] is not None
+    with monkeypatch.context() as slow:
+        slow.setattr(fastpath, "MIN_LINES", 10**9)
+        slow_rows, slow_cursor = parse_megatron(lines, cursor, None, keep=kept)
+    assert fast_cursor == slow_cursor
+    kept = kept or (lambda k: True)
+    assert base.kept_rows(fast_rows, kept).equals(base.kept_rows(slow_rows, kept))
+
+
+from lossguard.formats.megatron import _iteration_rows as megatron_iteration_rows  # noqa: E402

@@ -15,6 +15,7 @@ import functools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -26,7 +27,14 @@ MIN_LINES = 200
 its expressions run over a dozen columns) is more than the regex costs."""
 
 
-def fast_pairs(
+def fast_pairs(lines: pl.DataFrame, **options: Any) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(pairs line_no/key/value of the lines that fit the shape, the lines left for the slow path):
+    fast_wide's pairs laid out long."""
+    wide, rest = fast_wide(lines, **options)
+    return wide.pairs(), rest
+
+
+def fast_wide(
     lines: pl.DataFrame,
     *,
     sep: str,
@@ -37,8 +45,9 @@ def fast_pairs(
     separator: str | None = None,
     keep: Callable[[str], bool] | None = None,
     min_lines: int | None = None,
-) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """(pairs line_no/key/value of the lines that fit the shape, the lines left for the slow path).
+) -> tuple[Wide, pl.DataFrame]:
+    """(the pairs of the lines that fit the shape, a row per line and a column per field, the lines
+    left for the slow path).
     `cell_re` finds one pair in a field, with the named groups `key` and `value`; with
     `first_field_free` the text before the first separator is never a pair (Megatron's iteration);
     `one_pair_per_field` when the syntax guarantees it (JSON, Megatron), which saves a regex pass.
@@ -49,17 +58,17 @@ def fast_pairs(
     needed fields' numbers are parsed, and the others' only on lines where no needed one has a value."""
     min_lines = MIN_LINES if min_lines is None else min_lines
     if lines.height < min_lines:
-        return EMPTY_PAIRS, lines
+        return _NO_WIDE, lines
     texts = lines.get_column("text").fill_null("")
     # Separators are counted on the first lines only (which say the shape); every line's count is
     # read off its cut (_cut), without a pass over the whole text.
     seps = texts.head(1000).str.count_matches(sep, literal=True)
     cells = _cut(texts, seps, sep=sep)
     if cells is None:
-        return EMPTY_PAIRS, lines
+        return _NO_WIDE, lines
     shape = _shape(cells, seps, cell_re=cell_re, strip=strip, first_field_free=first_field_free, one_pair_per_field=one_pair_per_field, separator=separator)
     if shape is None:
-        return EMPTY_PAIRS, lines
+        return _NO_WIDE, lines
     free, fields = shape
     wanted = [f for f in fields if keep is None or keep(f.key)] or fields
     counts = [f.count for f in fields if f.count is not None]
@@ -95,7 +104,7 @@ def fast_pairs(
             fits = fits.scatter(odd.arg_true(), one.to_series().fill_null(False))
     n_fit = int(fits.sum())
     if not n_fit:
-        return EMPTY_PAIRS, lines
+        return _NO_WIDE, lines
     every = n_fit == fits.len()
     values = read.drop("fits") if every else read.filter(fits).drop("fits")
     kept = cells if every else cells.filter(fits)
@@ -111,8 +120,7 @@ def fast_pairs(
         values, line_nos = values.filter(still), line_nos[still.to_numpy()]
         fits = fits.scatter(fits.arg_true().filter(~still), False)
         every = False
-    pairs = _long_pairs(line_nos, [f.key for f in wanted], values)
-    return pairs, lines.clear() if every else lines.filter(~fits)
+    return Wide(line_nos, [f.key for f in wanted], values), lines.clear() if every else lines.filter(~fits)
 
 
 def _cut(texts: pl.Series, seps: pl.Series, *, sep: str) -> pl.DataFrame | None:

@@ -18,7 +18,7 @@ import polars as pl
 from .. import table
 from ..cursor import Cursor
 from .base import Format, Keep, LineFormat, Together
-from .fastpath import fast_pairs
+from .fastpath import Wide, fast_wide, long_rows
 from .pairs import NUMBER, merged, pairs_frame, records_to_rows
 
 PAIR = r"\|\s*(?P<key>[A-Za-z][^|:]*?)\s*:\s*(?P<value>" + NUMBER + ")"
@@ -133,13 +133,28 @@ def _together(lines: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+def _iteration_rows(wide: Wide, steps: pl.Series, cursor: Cursor) -> tuple[pl.DataFrame, Cursor] | None:
+    """The raw rows of iteration lines that all took the fast path (`wide`, a row per line, at
+    `steps`), straight from the wide pairs: what records_to_rows makes of them (each line with a
+    pair a record at its own step, its pairs in line order), without laying the pairs out long and
+    joining them back to their steps. None when no line holds a pair."""
+    values = wide.values
+    n = int(values.select(pl.any_horizontal(pl.all().is_not_null()).sum()).item()) if wide.keys else 0
+    if not n:
+        return None
+    return long_rows(steps.to_numpy(), wide.keys, values, wide.line_no), cursor.advance(index=cursor.index + n)
+
+
 def parse(lines: pl.DataFrame, cursor: Cursor, raw: bytes | None = None, *, keep: Keep | None = None) -> tuple[pl.DataFrame, Cursor]:
     marked = _marked(lines)
     iterations = marked.filter(pl.col("it").is_not_null())
-    fast, rest = fast_pairs(iterations.select("line_no", "text"), sep="|", cell_re=CELL, first_field_free=True, one_pair_per_field=True, keep=keep)
-    pairs = merged(fast, pairs_frame(rest, PAIR))
+    wide, rest = fast_wide(iterations.select("line_no", "text"), sep="|", cell_re=CELL, first_field_free=True, one_pair_per_field=True, keep=keep)
     line_steps = iterations.select("line_no", pl.col("it").alias("step"))
-    rows, state = records_to_rows(pairs, cursor, line_steps=line_steps, require_step=True)
+    short = None if rest.height else _iteration_rows(wide, iterations.get_column("it"), cursor)
+    if short is not None:
+        rows, state = short
+    else:
+        rows, state = records_to_rows(merged(wide.pairs(), pairs_frame(rest, PAIR)), cursor, line_steps=line_steps, require_step=True)
     extra = []
     validations = marked.filter(pl.col("val").is_not_null() & pl.col("it").is_null())
     if validations.height:
