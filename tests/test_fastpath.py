@@ -502,3 +502,28 @@ def test_megatron_iteration_lines_that_all_fit_give_the_regex_paths_rows(monkeyp
 
 
 from lossguard.formats.megatron import _iteration_rows as megatron_iteration_rows  # noqa: E402
+
+
+_STEP_SPELLINGS = st.sampled_from(dictlines.STEP_KEYS).flatmap(
+    lambda key: st.lists(st.booleans(), min_size=len(key), max_size=len(key)).map(lambda up: "".join(c.upper() if u else c for c, u in zip(key, up)))
+)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    items=st.lists(
+        st.tuples(st.sampled_from(["'", '"']), _STEP_SPELLINGS | st.sampled_from(["loss", "stp", "it", "epoch"]), st.sampled_from(["true", "'abc'", "5", "None"])),
+        min_size=1, max_size=3,
+    ),
+)
+def test_step_keys_holding_no_number_are_found_in_the_lines_the_step_names_let_through(monkeypatch, items):
+    """rows_of asks STEP_ITEM only of lines holding a step key's name (STEP_NAME), in any case: the
+    lines it finds unplaceable are those the regex finds over every line."""
+    text = "{" + ", ".join(f"{q}{k}{q}: {v}" for q, k, v in items) + ", 'loss': 2.5}"
+    lines = pl.DataFrame({"line_no": [1, 2], "text": ["{'loss': 1.0}", text]}, schema={"line_no": pl.Int64, "text": pl.String})
+    pairs = dictlines.python_pairs(lines)
+    got = dictlines.rows_of(lines, pairs, Cursor())
+    with monkeypatch.context() as every:
+        every.setattr(dictlines, "STEP_NAME", "")  # every line searched
+        want = dictlines.rows_of(lines, pairs, Cursor())
+    assert got[0].equals(want[0]) and got[1] == want[1]

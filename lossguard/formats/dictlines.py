@@ -117,6 +117,8 @@ def _epoch_evals(pairs: pl.DataFrame) -> pl.Series:
 
 
 STEP_ITEM = r"""(?i)["'](?:""" + "|".join(re.escape(k) for k in STEP_KEYS) + r""")["']\s*:"""
+STEP_NAME = r"(?i)(?:" + "|".join(re.escape(k) for k in STEP_KEYS) + ")"
+"""What every STEP_ITEM match holds: the literal search, twice as fast, settles most lines."""
 
 
 def rows_of(
@@ -141,7 +143,9 @@ def rows_of(
         if keyed is not None:
             stepless = stepless.filter(~stepless.is_in(keyed.implode()))
         candidates = lines.filter(pl.col("line_no").is_in(stepless.implode()))
-        unreadable = candidates.filter(pl.col("text").str.contains(STEP_ITEM)).get_column("line_no")
+        # (STEP_ITEM only searched in lines holding a step key's name, which its every match holds.)
+        text = pl.col("text")
+        unreadable = candidates.filter(pl.when(text.str.contains(STEP_NAME)).then(text).str.contains(STEP_ITEM).fill_null(False)).get_column("line_no")
     rows, state = records_to_rows(
         pairs, cursor, step_keys=STEP_KEYS, drop_record_keys=SUMMARY_KEYS, unreadable_steps=unreadable, unnumbered=unnumbered, line_steps=line_steps
     )
