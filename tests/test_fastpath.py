@@ -84,6 +84,7 @@ def test_fast_path_gives_what_the_regex_path_gives(kind, monkeypatch):
 
     monkeypatch.setattr("lossguard.formats.dictlines.json_wide", wide_spy(fastpath.json_wide))
     monkeypatch.setattr("lossguard.formats.megatron.fast_wide", wide_spy(fastpath.fast_wide))
+    monkeypatch.setattr("lossguard.formats.dictlines.fast_wide", wide_spy(fastpath.fast_wide))
     parse_fn(lines, Cursor(), raw)
     assert max(seen) > 2900
     monkeypatch.setattr(fastpath, "MIN_LINES", 10**9)
@@ -305,10 +306,10 @@ def test_hf_steps_read_in_columns_are_the_loops(monkeypatch, lines, counting, la
     frame = pl.DataFrame({"line_no": list(range(1, len(lines) + 1)), "text": [t.format(n=n) for t, n in lines]}, schema={"line_no": pl.Int64, "text": pl.String})
     cursor = Cursor().advance(last_step=last, bar=bar, bar_total=total)
     pairs = dictlines.python_pairs(frame)
-    steps, evals, state = hf_console._steps(frame, pairs, cursor)
+    steps, evals, state = hf_console._steps(frame, hf_console._records(pairs), cursor)
     with monkeypatch.context() as loop:
         loop.setattr(hf_console, "_placed_by_bars", lambda marked, cursor: None)
-        want_steps, want_evals, want_state = hf_console._steps(frame, pairs, cursor)
+        want_steps, want_evals, want_state = hf_console._steps(frame, hf_console._records(pairs), cursor)
     assert steps.equals(want_steps) and evals.equals(want_evals) and state == want_state
 
 
@@ -527,3 +528,52 @@ def test_step_keys_holding_no_number_are_found_in_the_lines_the_step_names_let_t
         every.setattr(dictlines, "STEP_NAME", "")  # every line searched
         want = dictlines.rows_of(lines, pairs, Cursor())
     assert got[0].equals(want[0]) and got[1] == want[1]
+
+
+_HF_VALUES = st.sampled_from(["2.5", "nan", "np.float64(3.5)", "-", "1e-05", "'x'", "inf"])
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(
+    n=st.integers(200, 230),
+    odd=st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 3), _HF_VALUES), max_size=8),
+    bars=st.lists(st.tuples(st.integers(0, 10**6), st.sampled_from(["none", "same", "zero", "back"])), max_size=3),
+    cursor=st.sampled_from([Cursor(), Cursor(index=3, last_step=2, bar=2, bar_total=9000), Cursor(last_step=5000)]),
+    bare=st.tuples(st.integers(0, 10**6), st.sampled_from([None, "an epoch only", "no pair"])),
+)
+def test_hf_blocks_of_placed_training_dicts_give_the_long_ways_rows(monkeypatch, n, odd, bars, cursor, bare):
+    """Blocks whose lines are all training dicts after their bar, whose rows come straight from the
+    wide pairs (hf_console._placed_rows): odd numbers, values that are no pair, and bars that do not
+    place a dict (none drawn, not redrawn, a count of 0 or going back), which the long way settles."""
+    from lossguard.formats import hf_console
+
+    counts = [10 + 3 * i for i in range(n)]
+    values = [["2.5", "1.25", "4.9e-05", "0.01"] for _ in range(n)]
+    drawn = [True] * n
+    for at, field, value in odd:
+        values[at % (n - 1) + 1][field] = value  # the first line, typical, says the shape
+    if bare[1]:
+        values[bare[0] % (n - 1) + 1] = ["-", "'x'", "-", "0.02" if bare[1] == "an epoch only" else "-"]
+    for at, how in bars:
+        i = at % n
+        if how == "none":
+            drawn[i] = False
+        else:
+            counts[i] = {"same": counts[i - 1], "zero": 0, "back": 1}[how]
+    texts = [
+        (f" 50%|█████     | {c}/9000 [00:10<01:30,  3.00it/s]\r" if d else "") + f"{{'loss': {v[0]}, 'grad_norm': {v[1]}, 'learning_rate': {v[2]}, 'epoch': {v[3]}}}"
+        for c, v, d in zip(counts, values, drawn)
+    ]
+    lines = pl.DataFrame({"line_no": range(1, n + 1), "text": texts}, schema={"line_no": pl.Int64, "text": pl.String})
+    short = []
+    real = hf_console._placed_rows
+    with monkeypatch.context() as spied:
+        spied.setattr(hf_console, "_placed_rows", lambda *a: short.append(real(*a)) or short[-1])
+        fast_rows, fast_cursor = hf_console.parse(lines, cursor)
+    with monkeypatch.context() as slow:
+        slow.setattr(fastpath, "MIN_LINES", 10**9)
+        slow_rows, slow_cursor = hf_console.parse(lines, cursor)
+    assert fast_cursor == slow_cursor
+    assert fast_rows.equals(slow_rows)
+    if not bars and not bare[1] and cursor.last_step is None:
+        assert short and short[0] is not None  # the usual block took the short way

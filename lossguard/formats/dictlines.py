@@ -13,7 +13,7 @@ import polars as pl
 from .. import table
 from ..cursor import Cursor
 from .base import Format, LineFormat, Together
-from .fastpath import Wide, fast_pairs, json_wide, long_rows
+from .fastpath import Wide, fast_pairs, fast_wide, json_wide, long_rows
 from .pairs import NUMBER, merged, pairs_frame, records_to_rows, usable_step
 
 PAIR = (
@@ -39,8 +39,25 @@ def parse(lines: pl.DataFrame, cursor: Cursor, raw: bytes | None = None) -> tupl
 
 def python_pairs(lines: pl.DataFrame) -> pl.DataFrame:
     """(line_no, key, value) of Python-repr dicts (`{'loss': 2.3, ...}`), in line order."""
-    fast, rest = fast_pairs(lines, sep=",", cell_re=CELL, strip=" {}", one_pair_per_field=True)
-    return merged(fast, pairs_frame(rest, PAIR))
+    wide, rest = python_wide(lines)
+    return python_pairs_of(wide, rest)
+
+
+def python_wide(lines: pl.DataFrame) -> tuple[Wide, pl.DataFrame]:
+    """The fast path's pairs of Python-repr dicts, a row per line (fast_wide), and the lines left."""
+    return fast_wide(lines, sep=",", cell_re=CELL, strip=" {}", one_pair_per_field=True)
+
+
+def python_pairs_of(wide: Wide, rest: pl.DataFrame) -> pl.DataFrame:
+    """python_pairs of what python_wide gave."""
+    return merged(wide.pairs(), pairs_frame(rest, PAIR))
+
+
+def unreadable_steps(lines: pl.DataFrame) -> pl.Series:
+    """The lines holding a step key whose value is no number (STEP_ITEM).
+    (STEP_ITEM only searched in lines holding a step key's name, which its every match holds.)"""
+    text = pl.col("text")
+    return lines.filter(pl.when(text.str.contains(STEP_NAME)).then(text).str.contains(STEP_ITEM).fill_null(False)).get_column("line_no")
 
 
 def parse_json(lines: pl.DataFrame, cursor: Cursor, raw: bytes | None = None) -> tuple[pl.DataFrame, Cursor]:
@@ -142,10 +159,7 @@ def rows_of(
         stepless = pairs.get_column("line_no").unique()
         if keyed is not None:
             stepless = stepless.filter(~stepless.is_in(keyed.implode()))
-        candidates = lines.filter(pl.col("line_no").is_in(stepless.implode()))
-        # (STEP_ITEM only searched in lines holding a step key's name, which its every match holds.)
-        text = pl.col("text")
-        unreadable = candidates.filter(pl.when(text.str.contains(STEP_NAME)).then(text).str.contains(STEP_ITEM).fill_null(False)).get_column("line_no")
+        unreadable = unreadable_steps(lines.filter(pl.col("line_no").is_in(stepless.implode())))
     rows, state = records_to_rows(
         pairs, cursor, step_keys=STEP_KEYS, drop_record_keys=SUMMARY_KEYS, unreadable_steps=unreadable, unnumbered=unnumbered, line_steps=line_steps
     )

@@ -34,7 +34,9 @@ import polars as pl
 
 from ..cursor import Cursor
 from .base import Format, LineFormat
-from .dictlines import EVAL_KEY, STEP_KEYS, SUMMARY_KEYS, python_line, python_pairs, rows_of
+from .. import table
+from .dictlines import EVAL_KEY, STEP_KEYS, SUMMARY_KEYS, python_line, python_pairs_of, python_wide, rows_of, unreadable_steps
+from .fastpath import Wide, long_rows
 
 BAR = r"\d+%\|[^|\r\n]*\|\s*(\d+)/(\d+)\s*\["
 """tqdm's default bar: `{percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} [{elapsed}<...`."""
@@ -46,12 +48,47 @@ PREFILTER = r"\{|\d/\d+\s*\[|Num update steps per epoch|Num Epochs|Total optimiz
 
 
 def parse(lines: pl.DataFrame, cursor: Cursor, raw: bytes | None = None) -> tuple[pl.DataFrame, Cursor]:
-    pairs = python_pairs(lines)
-    line_steps, evals, state = _steps(lines, pairs, cursor)
+    wide, rest = python_wide(lines)
+    if not rest.height and (short := _placed_rows(lines, wide, cursor)) is not None:
+        return short
+    pairs = python_pairs_of(wide, rest)
+    line_steps, evals, state = _steps(lines, _records(pairs), cursor)
     # Once a bar or the epoch placed a dict, an evaluation with no step before it is at no step.
     unnumbered = evals if line_steps.height or cursor.last_step is not None else None
     rows, after = rows_of(lines, pairs, cursor, line_steps=line_steps, unnumbered=unnumbered)
     return rows, after.advance(steps=state.steps, bar=state.bar, bar_total=state.bar_total, per_epoch=state.per_epoch)
+
+
+def _placed_rows(lines: pl.DataFrame, wide: Wide, cursor: Cursor) -> tuple[pl.DataFrame, Cursor] | None:
+    """The raw rows of a block whose lines all took the fast path (`wide`), straight from the wide
+    pairs, when they are what the usual console writes: training dicts (no step, summary or
+    evaluation key), each placed by a bar (or the loop in _steps), no step key holding no number.
+    What rows_of makes of them, without laying the pairs out long and joining them back to their
+    steps. None when that does not hold: the long way decides."""
+    keys = wide.keys
+    if not keys or any(k.lower() in STEP_KEYS or k.lower() in SUMMARY_KEYS or k.lower().endswith("_num_updates") or EVAL_KEY.match(k) for k in keys):
+        return None
+    columns = wide.values.columns
+    train = [c for c, k in zip(columns, keys) if k != "epoch"]
+    if not train:
+        return None
+    epoch = [c for c, k in zip(columns, keys) if k == "epoch"]
+    held = wide.values.select(
+        pl.lit(wide.line_no).alias("line_no"),
+        pl.any_horizontal(pl.col(train).is_not_null()).alias("train"),
+        pl.lit(False).alias("eval"),
+        (pl.col(epoch[0]) if epoch else pl.lit(None, dtype=pl.Float64)).alias("epoch"),
+        pl.any_horizontal(pl.all().is_not_null()).alias("held"),
+    )
+    line_steps, evals, state = _steps(lines, held.filter("held").drop("held"), cursor)
+    n = int(held.get_column("held").sum())
+    # Every line with a pair is a training dict placed at its step (else records_to_rows decides).
+    if not n or evals.len() or line_steps.height != n or unreadable_steps(lines).len():
+        return None
+    steps = held.select("line_no").join(line_steps, on="line_no", how="left", maintain_order="left").get_column("step").fill_null(0)
+    rows = long_rows(steps.to_numpy(), keys, wide.values, wide.line_no)
+    after = cursor.advance(index=cursor.index + n, last_step=int(line_steps.get_column("step")[-1]))
+    return table.conform_raw(rows), after.advance(steps=state.steps, bar=state.bar, bar_total=state.bar_total, per_epoch=state.per_epoch)
 
 
 def _records(pairs: pl.DataFrame) -> pl.DataFrame:
@@ -70,9 +107,9 @@ def _records(pairs: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _steps(lines: pl.DataFrame, pairs: pl.DataFrame, cursor: Cursor) -> tuple[pl.DataFrame, pl.Series, Cursor]:
+def _steps(lines: pl.DataFrame, records: pl.DataFrame, cursor: Cursor) -> tuple[pl.DataFrame, pl.Series, Cursor]:
     """line_no -> step of the training dicts a bar or the epoch places, the evaluation dicts' lines,
-    and the cursor's HF fields after these lines. A plain loop over the lines that hold a bar, a
+    and the cursor's HF fields after these lines (`records`: _records' frame of the dict lines). A plain loop over the lines that hold a bar, a
     banner line or a dict: its state is a few numbers, and what it does per line is easier to
     check read as a loop than as a chain of window expressions."""
     text = pl.col("text")
@@ -93,7 +130,7 @@ def _steps(lines: pl.DataFrame, pairs: pl.DataFrame, cursor: Cursor) -> tuple[pl
         )
         .select("line_no", *_count_and_total("head"), *_count_and_total("tail"), "banner")
         .collect()
-    ).join(_records(pairs), on="line_no", how="left", maintain_order="left")
+    ).join(records, on="line_no", how="left", maintain_order="left")
     placed = _placed_by_bars(marked, cursor)
     if placed is not None:
         return placed
