@@ -112,7 +112,7 @@ def fast_wide(
     if len(wanted) < len(fields) and values.select(pl.all_horizontal(pl.all().is_null()).any()).item():
         # A line whose needed fields hold no number: its other pairs make it a record.
         wanted = fields
-        values, still = _numbers(kept, _quick_read(kept, strip, fields), fields, cell_re)
+        values, still = _numbers(kept, _quick_read(kept, strip, fields, lean=not counts), fields, cell_re)
     line_nos = lines.get_column("line_no").to_numpy()
     line_nos = line_nos if every else line_nos[fits.to_numpy()]
     if still is not None:
