@@ -210,7 +210,17 @@ class ZScoreRule(_AgainstTheWindowBefore):
 
     def judgement(self, v: pl.Expr, per_unit: PerUnit) -> Judgement:
         baseline = per_unit(v.rolling_mean(self.window, min_samples=self.least).shift(1))
-        spread = per_unit(v.rolling_std(self.window, min_samples=self.least).shift(1))
+        # The spread from rolling sums (of the values and their squares), not rolling_std: polars'
+        # rolling_std carries a running state whose rounding depends on the row it started from, so
+        # the daemon (a cut tail) and scan (the whole stream) differed in the last digit of a
+        # threshold even for whole-number values, whose sums are exact from any start.
+        # Taken about the unit's first value, where the sums lose fewer digits to cancellation (and
+        # whole numbers stay whole).
+        d = v - v.drop_nulls().first()
+        total = d.rolling_sum(self.window, min_samples=self.least)
+        squares = (d * d).rolling_sum(self.window, min_samples=self.least)
+        n = v.is_not_null().cast(pl.Float64).rolling_sum(self.window, min_samples=1)
+        spread = per_unit(((squares - total * total / n) / (n - 1)).clip(lower_bound=0.0).sqrt().shift(1))
         return _over(v, baseline, baseline + self.k * spread)
 
 
