@@ -126,7 +126,7 @@ def _read_together(batch: Sequence[tuple[str, Sequence[str]]], options: ReadOpti
     """The batch's small files that can be read together, read (path -> result); any other file's
     format as sniffed here (path -> name, or None: no format claims it), so it is not sniffed twice."""
     out: dict[str, FileResult | str | None] = {}
-    jobs: dict[str, list[Job]] = {}
+    jobs: list[Job] = []
     for run, paths in batch:
         for path in paths:
             try:
@@ -137,12 +137,10 @@ def _read_together(batch: Sequence[tuple[str, Sequence[str]]], options: ReadOpti
                 continue
             fmt = out[path] = options.format_of(Path(path))
             if readmany.batched(fmt, options):
-                jobs.setdefault(fmt, []).append(Job(Path(path), Cursor(), run, final=True))
-    for fmt, group in jobs.items():
-        results = readmany.read_many(group, options=options, fmt=fmt, needs=SCAN_NEEDS, lean=True, largest=TOGETHER_BYTES)
-        for job, res in zip(group, results):
-            if res is not None:
-                out[str(job.path)] = FileResult(Found(job.run, job.path), fmt, res)
+                jobs.append(Job(Path(path), Cursor(), run, fmt, final=True))
+    for job, res in zip(jobs, readmany.read_many(jobs, options=options, needs=SCAN_NEEDS, lean=True, largest=TOGETHER_BYTES)):
+        if res is not None:
+            out[str(job.path)] = FileResult(Found(job.run, job.path), job.fmt, res)
     return out
 
 

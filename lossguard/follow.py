@@ -202,9 +202,10 @@ class Follower:
         return frames, quiet, last_steps
 
     def _read_together(self, tx: Transaction, order: list[str], todo: dict[str, list[tuple[str, Sighting]]], report: PassReport) -> dict[str, list]:
-        """The runs whose files are of formats read together (JSON lines, Megatron) with little new in
-        them, read in one batch per format (lossguard.readmany), in `order` up to BATCH_BYTES; a file the batch leaves is read on its
-        own, in its place among its run's files. Returns each run's (frame, history) parts."""
+        """The runs whose files are of formats read together (JSON lines, Megatron, key-value logs)
+        with little new in them, read in one batch (lossguard.readmany: a parse per format), in `order`
+        up to BATCH_BYTES; a file the batch leaves is read on its own, in its place among its run's
+        files. Returns each run's (frame, history) parts."""
         chosen, waiting = [], 0
         for run in order:
             files = todo[run]
@@ -219,13 +220,14 @@ class Follower:
         if not jobs:
             return {}
         started = time.monotonic()
-        formats = [self._format(path, seen) for path, seen in jobs]
-        results: list[ReadResult | None] = [None] * len(jobs)
-        for fmt in dict.fromkeys(formats):
-            at = [i for i, f in enumerate(formats) if f == fmt]
-            group = [readmany.Job(Path(jobs[i][0]), offset_of(jobs[i][1].row), jobs[i][1].row.run, _capped(jobs[i][1].row, self.budget.block(jobs[i][0]))) for i in at]
-            for i, res in zip(at, readmany.read_many(group, options=self.options, fmt=fmt, needs=SCAN_NEEDS)):
-                results[i] = res
+        results = readmany.read_many(
+            [
+                readmany.Job(Path(path), offset_of(seen.row), seen.row.run, self._format(path, seen) or "", _capped(seen.row, self.budget.block(path)))
+                for path, seen in jobs
+            ],
+            options=self.options,
+            needs=SCAN_NEEDS,
+        )
         share = (time.monotonic() - started) / len(jobs)
         got: dict[str, list] = {run: [] for run in chosen}
         for (path, seen), res in zip(jobs, results):

@@ -38,6 +38,8 @@ class Job:
     path: Path
     cursor: Cursor
     run: str
+    fmt: str
+    """Jobs of one format are parsed together; a format that can not be (`batched`) is read alone."""
     limit: int | None = None
     final: bool = False
     """As `read` takes it: the file is complete (a scan), so a last line without its newline is read."""
@@ -59,33 +61,32 @@ def batched(fmt: str | None, options: ReadOptions) -> bool:
     return isinstance(reader, LineFormat) and reader.together is not None and options.reader(fmt) is reader
 
 
-def read_many(
-    jobs: Sequence[Job], *, options: ReadOptions, fmt: str, needs: Needs | None = None, lean: bool = False, largest: int = SMALL_BLOCK
-) -> list[ReadResult | None]:
+def read_many(jobs: Sequence[Job], *, options: ReadOptions, needs: Needs | None = None, lean: bool = False, largest: int = SMALL_BLOCK) -> list[ReadResult | None]:
     """For each job, what `read(path, cursor, run=run, fmt=fmt, final=final, options=options,
     limit=limit, needs=needs, lean=lean)` returns, or None where the file must be read on its own
-    (also any file with `largest` bytes or more to read)."""
+    (also any file with `largest` bytes or more to read). Each format's files in one parse."""
     out: list[ReadResult | None] = [None] * len(jobs)
-    if not batched(fmt, options):
-        return out
-    reader = BUILTIN[fmt]
-    assert isinstance(reader, LineFormat)
-    files: list[tuple[int, _File]] = []
+    by_format: dict[str, list[int]] = {}
     for k, job in enumerate(jobs):
-        got = _block(job, largest, lean)
-        if got is None:
+        if batched(job.fmt, options):
+            by_format.setdefault(job.fmt, []).append(k)
+    for fmt, at in by_format.items():
+        reader = BUILTIN[fmt]
+        assert isinstance(reader, LineFormat)
+        files: list[tuple[int, _File]] = []
+        for k in at:
+            got = _block(jobs[k], largest, lean)
+            if isinstance(got, ReadResult):
+                out[k] = got
+            elif got is not None:
+                files.append((k, got))
+        if not files:
             continue
-        if isinstance(got, ReadResult):
-            out[k] = got
-        else:
-            files.append((k, got))
-    if not files:
-        return out
-    try:
-        _parse_together(reader, files, options, out, needs, lean)
-    except Exception:  # noqa: BLE001 - each file is then read on its own, where read() names the one at fault
-        for k, _ in files:
-            out[k] = None
+        try:
+            _parse_together(reader, files, options, out, needs, lean)
+        except Exception:  # noqa: BLE001 - each file is then read on its own, where read() names the one at fault
+            for k, _ in files:
+                out[k] = None
     return out
 
 

@@ -308,7 +308,7 @@ def test_megatron_runs_read_together_pass_by_pass_alert_what_a_scan_of_their_log
 
     def counted(jobs, **kw):  # noqa: ANN001, ANN003
         got = real(jobs, **kw)
-        together.extend(kw["fmt"] for res in got if res is not None)
+        together.extend(job.fmt for job, res in zip(jobs, got) if res is not None)
         return got
 
     monkeypatch.setattr(readmany, "read_many", counted)

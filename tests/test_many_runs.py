@@ -109,8 +109,8 @@ def _read_together_as_alone(tmp, logs, *, fmt: str, torn: str, needs, final: boo
         cursor = read(path, run=f"run{k}", fmt=fmt, final=False, options=options).cursor
         with open(path, "a") as fh:
             fh.write("".join(f"{text}\n" for text in after) + (torn if torn_at_end else ""))
-        jobs.append(Job(path, cursor, f"run{k}", final=final))
-    together = read_many(jobs, options=options, fmt=fmt, needs=needs, lean=lean)
+        jobs.append(Job(path, cursor, f"run{k}", fmt, final=final))
+    together = read_many(jobs, options=options, needs=needs, lean=lean)
     for job, got in zip(jobs, together):
         if got is not None:
             alone = read(job.path, job.cursor, run=job.run, fmt=fmt, final=final, options=options, needs=needs, lean=lean)
@@ -131,8 +131,8 @@ def test_a_batch_too_big_for_one_file_alone_reads_what_each_file_gives(tmp_path)
     for k in range(30):
         path = tmp_path / f"run{k}.jsonl"
         path.write_text("".join(f'{{"step": {s}, "loss": {2.0 + (s % 7) * 0.013}, "lr": 3e-4, "grad_norm": {0.1 * k}}}\n' for s in range(100)))
-        jobs.append(Job(path, Cursor(), f"run{k}"))
-    together = read_many(jobs, options=ReadOptions(), fmt="jsonl")
+        jobs.append(Job(path, Cursor(), f"run{k}", "jsonl"))
+    together = read_many(jobs, options=ReadOptions())
     assert all(got is not None for got in together)
     for job, got in zip(jobs, together):
         alone = read(job.path, job.cursor, run=job.run, fmt="jsonl", final=False, options=ReadOptions())
@@ -285,8 +285,8 @@ def test_a_megatron_overflow_before_its_files_first_iteration_is_read_alone(tmp_
         "[deepscale] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 4096, reducing to 2048\n"
         + "".join(f" iteration {s:8d}/    1200 | lm loss: 2.0 | loss scale: 2048.0 |\n" for s in range(1, 40))
     )
-    jobs = [Job(first, Cursor(), "a", final=True), Job(second, Cursor(), "b", final=True)]
-    together = read_many(jobs, options=ReadOptions(), fmt="megatron")
+    jobs = [Job(first, Cursor(), "a", "megatron", final=True), Job(second, Cursor(), "b", "megatron", final=True)]
+    together = read_many(jobs, options=ReadOptions())
     assert together[0] is not None and together[1] is None
     alone = read(second, run="b", fmt="megatron", final=True, options=ReadOptions())
     overflow = alone.frame.filter(pl.col("tag") == "OVERFLOW loss scale")
