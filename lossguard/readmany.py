@@ -27,7 +27,7 @@ import polars as pl
 
 from . import table
 from .cursor import Cursor
-from .formats.base import BINARY_LINE, SMALL_BLOCK, LineFormat, split_lines
+from .formats.base import BINARY_LINE, SMALL_BLOCK, LineFormat, only_newlines, split_lines
 from .needs import Needs
 from .problems import Problem
 from .reader import BUILTIN, ReadOptions, ReadResult
@@ -145,7 +145,7 @@ def _parse_together(reader: LineFormat, files: list[tuple[int, _File]], options:
     if "record" in marks.columns:
         record = np.zeros(lines.height, dtype=bool)
         record[marks.filter(pl.col("record")).get_column("line_no").to_numpy()] = True
-    last_steps: dict[int, int] = {}
+    last_steps: dict[int, int] | None = None
     if "last_step" in marks.columns:
         stepped = marks.filter(pl.col("last_step").is_not_null()).group_by("file").agg(pl.col("last_step").last())
         last_steps = dict(zip(stepped.get_column("file").to_list(), stepped.get_column("last_step").to_list()))
@@ -157,7 +157,7 @@ def _parse_together(reader: LineFormat, files: list[tuple[int, _File]], options:
             continue  # a step that is no whole number: read() says so, naming the line
         mine = line_no[lo:hi]
         records = int(np.unique(mine if record is None else mine[record[mine]]).size)
-        if "last_step" in marks.columns:
+        if last_steps is not None:
             last = last_steps.get(i, f.job.cursor.last_step)
         else:
             last = int(steps[hi - 1]) if hi > lo else f.job.cursor.last_step
@@ -196,11 +196,9 @@ def _block(job: Job, largest: int, lean: bool) -> _File | ReadResult | None:
         return None
     if text.startswith("\ufeff") or not text:
         return None  # a byte-order mark is dropped only at a block's start
-    # Binary damage (BINARY_LINE): read() skips those lines and says so. Settled on the bytes when
-    # newlines are their only control bytes, as nearly always.
+    # Binary damage (BINARY_LINE): read() skips those lines and says so.
     newlines = block.data.count(b"\n")
-    controls = int(np.count_nonzero(np.frombuffer(block.data, dtype=np.uint8) < 0x20))
-    if controls != newlines and _BINARY.search(text):
+    if not only_newlines(block.data, newlines) and _BINARY.search(text):
         return None
     if block.data.endswith(b"\n"):
         return _File(job, block.data, newlines, block.cursor)

@@ -260,11 +260,17 @@ def binary_lines(data: bytes, lines: pl.DataFrame, *, newlines: int | None = Non
     control bytes are its newlines (nearly every log) is settled by one count over its bytes: the
     regex over every line cost a quarter of a JSON lines read. `newlines`: how many the block
     holds, when its reader counted them already (TextBlock.newlines)."""
-    controls = int(np.count_nonzero(np.frombuffer(data, dtype=np.uint8) < 0x20))
-    if controls == (data.count(b"\n") if newlines is None else newlines):
+    if only_newlines(data, newlines):
         return None
     bad = lines.get_column("text").str.contains(BINARY_LINE)
     return bad if bad.any() else None
+
+
+def only_newlines(data: bytes, newlines: int | None = None) -> bool:
+    """Whether the newlines are the only control bytes of `data` (then no line is binary damage,
+    settled by one count over the bytes); `newlines`: how many it holds, if counted already."""
+    controls = int(np.count_nonzero(np.frombuffer(data, dtype=np.uint8) < 0x20))
+    return controls == (data.count(b"\n") if newlines is None else newlines)
 
 
 BINARY_LINE = r"[\x00-\x07\x0e-\x1a\x1c-\x1e]"
