@@ -95,7 +95,16 @@ line = st.one_of(
         "\x00\x00\x00",
     ]),
 )
-log = st.tuples(st.lists(line, max_size=12), st.lists(line, max_size=12), st.booleans())
+
+
+def logs_of(line: st.SearchStrategy[str], *, lines: int = 10) -> st.SearchStrategy:
+    """A few logs, each (the lines a daemon read before, the lines written since, a last line still
+    being written or not)."""
+    return st.lists(st.tuples(st.lists(line, max_size=lines), st.lists(line, max_size=lines), st.booleans()), min_size=1, max_size=5)
+
+
+READS = {"needs": st.sampled_from([None, SCAN_NEEDS]), "final": st.booleans(), "lean": st.booleans()}
+"""How a batch may read: with scan's projection or without, a complete file or a growing one, lean or not."""
 
 
 def _read_together_as_alone(tmp, logs, *, fmt: str, torn: str, needs, final: bool, lean: bool) -> None:  # noqa: ANN001
@@ -120,7 +129,7 @@ def _read_together_as_alone(tmp, logs, *, fmt: str, torn: str, needs, final: boo
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(logs=st.lists(log, min_size=1, max_size=5), needs=st.sampled_from([None, SCAN_NEEDS]), final=st.booleans(), lean=st.booleans())
+@given(logs=logs_of(line, lines=12), **READS)
 def test_json_lines_of_many_files_read_together_are_what_each_file_read_alone_gives(tmp_path_factory, logs, needs, final, lean):
     _read_together_as_alone(tmp_path_factory.mktemp("logs"), logs, fmt="jsonl", torn='{"step": 99, "lo', needs=needs, final=final, lean=lean)
 
@@ -231,12 +240,7 @@ megatron_line = st.one_of(
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(
-    logs=st.lists(st.tuples(st.lists(megatron_line, max_size=10), st.lists(megatron_line, max_size=10), st.booleans()), min_size=1, max_size=5),
-    needs=st.sampled_from([None, SCAN_NEEDS]),
-    final=st.booleans(),
-    lean=st.booleans(),
-)
+@given(logs=logs_of(megatron_line), **READS)
 def test_megatron_logs_read_together_are_what_each_file_read_alone_gives(tmp_path_factory, logs, needs, final, lean):
     """OVERFLOW lines take the step after the iteration line before them: in a batch, only one from
     their own file may give it."""
@@ -264,12 +268,7 @@ kv_line = st.one_of(
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(
-    logs=st.lists(st.tuples(st.lists(kv_line, max_size=10), st.lists(kv_line, max_size=10), st.booleans()), min_size=1, max_size=5),
-    needs=st.sampled_from([None, SCAN_NEEDS]),
-    final=st.booleans(),
-    lean=st.booleans(),
-)
+@given(logs=logs_of(kv_line), **READS)
 def test_key_value_logs_read_together_are_what_each_file_read_alone_gives(tmp_path_factory, logs, needs, final, lean):
     """Which keys are steps is chosen on a whole block (`step` if any line has one, else the
     epoch): a batch's choice holds for a file only where the file alone would choose the same."""
