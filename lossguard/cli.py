@@ -41,7 +41,7 @@ def _add_read(sub: argparse._SubParsersAction) -> None:
 
 def _cmd_read(args: argparse.Namespace) -> int:
     from .config import read_options
-    from .reader import read_paths
+    from .reader import read_paths, steps_placed
     from .render import BLOCKWISE, BlockWriter, write_mapping, write_table
 
     options = read_options(args.config, fmt=args.log_format)
@@ -56,7 +56,7 @@ def _cmd_read(args: argparse.Namespace) -> int:
                 writer.close()
         rows = writer.rows
     else:
-        frame, _, problems = read_paths(args.paths, options)
+        frame, results, problems = read_paths(args.paths, options)
         rows = frame.height
     if not rows and problems:
         for problem in problems:
@@ -64,7 +64,7 @@ def _cmd_read(args: argparse.Namespace) -> int:
         raise UsageError(f"nothing readable under {', '.join(printable(str(p)) for p in args.paths)}")
     if args.format not in BLOCKWISE:
         if frame.height:
-            write_mapping(frame, sys.stdout)
+            write_mapping(frame, sys.stdout, steps_placed(results))
         if args.metric:
             import polars as pl
 

@@ -34,6 +34,23 @@ class Cursor:
     """The training progress bar's total (`4920`): bars of other totals are evaluation's."""
     per_epoch: float | None = None
     """Optimizer steps per epoch as the trainer's banner stated it, for HF console dicts."""
+    anchor: int | None = None
+    """The step of the last HF console dict a progress bar's count placed."""
+    since: int = 0
+    """HF console training dicts read since that one (spread by `interval` after it)."""
+    interval: float | None = None
+    """Steps between two HF console dicts (the logging interval), as the last two bar readings and
+    the dicts between them imply."""
+    refresh: bool = False
+    """The last HF console dict was placed by no bar: the next bar drawn is tqdm.write's refresh."""
+    by_bar: int = 0
+    """HF console training dicts placed at a bar's count (`read` says how the steps were placed)."""
+    by_interval: int = 0
+    """... at the interval after the last bar-placed dict."""
+    by_epoch: int = 0
+    """... at epoch x the steps per epoch."""
+    by_last: int = 0
+    """... at the step before them (nothing else to go by)."""
 
     def advance(self, **changes: object) -> Cursor:
         return replace(self, **changes)

@@ -205,3 +205,14 @@ def read_paths(
             frames.append(res.result.frame)
     frame = pl.concat(frames, rechunk=False) if frames else table.empty()
     return frame, results, summarised(problems)
+
+
+def steps_placed(results: Sequence[FileResult]) -> dict[str, list[str]]:
+    """Per run, how the files whose format finds its steps several ways placed them (`read` says it)."""
+    from .formats.hf_console import placement
+
+    said: dict[str, list[str]] = {}
+    for res in results:
+        if res.format == "hf_console" and res.result is not None and (how := placement(res.result.cursor)):
+            said.setdefault(res.found.run, []).append(f"steps of {res.found.path.name}: {how}")
+    return said

@@ -241,15 +241,17 @@ def _json_float(column: pl.Series) -> pl.Series:
     return text.fill_null("null")
 
 
-def write_mapping(frame: pl.DataFrame, out: TextIO) -> None:
+def write_mapping(frame: pl.DataFrame, out: TextIO, steps: dict[str, list[str]] | None = None) -> None:
     """Which tag each run's canonical metrics are read from, one line a run: the first thing to check
-    when a cause looks wrong is whether the grad norm was found at all."""
+    when a cause looks wrong is whether the grad norm was found at all; and, from `steps` (run ->
+    what was said), how a file's steps were placed where its format had to choose."""
     from .engine import tags_used
 
     for (run,), rows in frame.partition_by("run", as_dict=True, maintain_order=True).items():
         used = tags_used(rows)
         said = ", ".join(f"{metric} <- {printable(tag)}" for metric, tag in used.items()) or "none recognised"
-        out.write(f"metrics ({printable(run)}): {said}\n")
+        placed = "".join(f"; {printable(s)}" for s in (steps or {}).get(run, []))
+        out.write(f"metrics ({printable(run)}): {said}{placed}\n")
     out.write("\n")
 
 

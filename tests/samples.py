@@ -231,3 +231,82 @@ ALL = {
     "csv": ("metrics.csv", LIGHTNING_CSV),
     "megatron": ("megatron.log", MEGATRON),
 }
+
+
+def _tqdm_meter(n: int, total: int, elapsed: float) -> str:
+    """tqdm's default bar (tqdm/std.py format_meter) when the output is not a terminal (no width:
+    a 10-character bar of `Bar`'s unicode blocks): `{percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt}
+    [{elapsed}<{remaining}, {rate_fmt}]`."""
+    frac = n / total
+    full, part = divmod(int(frac * 10 * 8), 8)
+    bar = "█" * full + ((" ▏▎▍▌▋▊▉"[part] + " " * (10 - full - 1)) if full < 10 else "")
+    clock = lambda t: f"{int(t) // 60:02d}:{int(t) % 60:02d}"  # noqa: E731 (format_interval)
+    if not n or not elapsed:
+        return f"{frac * 100:3.0f}%|{bar}| {n}/{total} [{clock(elapsed)}<?, ?it/s]"
+    rate = n / elapsed
+    speed = f"{rate:5.2f}it/s" if rate >= 1 else f"{1 / rate:5.2f}s/it"
+    return f"{frac * 100:3.0f}%|{bar}| {n}/{total} [{clock(elapsed)}<{clock((total - n) / rate)}, {speed}]"
+
+
+def hf_trainer_console(curves: dict, *, logging_steps: int = 1, seconds_per_step: float = 0.002, first_step: float = 1.5) -> str:
+    """What `python -u train.py > train_stdout.txt 2>&1` holds for a Trainer run over `curves`
+    (synth.curves: a step, loss, lr and grad norm per step), tqdm and transformers' ProgressCallback
+    (trainer_callback.py) playing out on a simulated clock (tqdm is not a dependency of the tests):
+
+    - on_train_begin: `tqdm(total=max_steps)` draws its bar at 0 (status_printer: `\\r` + the bar +
+      spaces over what the last draw left);
+    - each step's on_step_end: `update(1)`, which redraws only when `mininterval` (0.1 s) has passed
+      since the last redraw and at least `miniters` steps (tqdm's dynamic miniters, smoothing 0.3);
+    - each `logging_steps`-th step's on_log: `write(str(logs))`, which clears the bar (`\\r`, spaces,
+      `\\r`), writes the dict and a newline, then redraws the bar (`refresh`) at the same count;
+    - the end: the summary dict, then `close()` (a last draw and a newline).
+    The dicts hold what Trainer._maybe_log_save_evaluate logs (loss rounded to 4 places, the epoch
+    to 2 by ProgressCallback)."""
+    steps = curves["step"]
+    total = int(steps[-1])
+    per_epoch = total / 3
+    out, last_len = [], 0
+    state = {"last_print_n": 0, "last_print_t": 0.0, "miniters": 0.0}
+
+    def draw(n: int, t: float) -> None:
+        nonlocal last_len
+        s = _tqdm_meter(n, total, t)
+        out.append("\r" + s + " " * max(last_len - len(s), 0))
+        last_len = len(s)
+
+    draw(0, 0.0)
+    t = 0.0
+    for i, step in enumerate(steps):
+        step = int(step)
+        t += first_step if i == 0 else seconds_per_step
+        dn, dt = step - state["last_print_n"], t - state["last_print_t"]
+        if dn >= state["miniters"] and dt >= 0.1:
+            draw(step, t)
+            state["miniters"] = 0.3 * dn * (0.1 / dt) + 0.7 * state["miniters"]
+            state["last_print_n"], state["last_print_t"] = step, t
+        if step % logging_steps == 0:
+            logs = {"loss": round(float(curves["loss"][i]), 4), "grad_norm": float(curves["grad_norm"][i]), "learning_rate": float(curves["lr"][i]), "epoch": round(step / per_epoch, 2)}
+            out.append("\r" + " " * last_len + "\r")
+            last_len = 0
+            out.append(str(logs) + "\n")
+            draw(step, t)
+    out.append("\r" + " " * last_len + "\r")
+    last_len = 0
+    out.append(str({"train_runtime": round(t, 4), "train_samples_per_second": 100.0, "train_steps_per_second": round(total / t, 3), "train_loss": 2.5, "epoch": 3.0}) + "\n")
+    draw(total, t)
+    out.append("\n")
+    return "".join(out)
+
+
+def hf_trainer_state(curves: dict, *, logging_steps: int = 1) -> str:
+    """The trainer_state.json of the same run: `log_history` as the Trainer keeps it (the full epoch,
+    the step)."""
+    import json
+
+    steps = curves["step"]
+    total = int(steps[-1])
+    history = [
+        {"epoch": int(s) / (total / 3), "grad_norm": float(curves["grad_norm"][i]), "learning_rate": float(curves["lr"][i]), "loss": round(float(curves["loss"][i]), 4), "step": int(s)}
+        for i, s in enumerate(steps) if int(s) % logging_steps == 0
+    ]
+    return json.dumps({"epoch": 3.0, "global_step": total, "log_history": history, "max_steps": total, "logging_steps": logging_steps}, indent=2)

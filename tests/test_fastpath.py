@@ -284,6 +284,8 @@ _HF_LINES = st.sampled_from([
     "  Total optimization steps = 3{n}0",
     "{{'train_runtime': 100.1, 'train_loss': 2.0, 'epoch': 1.0}}",
     "  0%|          | 0/300 [00:00<?, ?it/s]{{'loss': 2.5, 'epoch': 0.0}}",
+    # tqdm.write's refresh of the dict before, then a redraw: two bars before the dict.
+    "  3%|▎         | {n}/300 [00:03<01:30,  3.20it/s]\r  4%|▍         | 1{n}/300 [00:04<01:30,  3.20it/s]\r    \r{{'loss': 2.2, 'epoch': 0.{n}}}",
 ])
 
 
@@ -294,17 +296,20 @@ _HF_LINES = st.sampled_from([
     last=st.one_of(st.none(), st.integers(0, 50)),
     bar=st.one_of(st.none(), st.integers(0, 50)),
     total=st.sampled_from([None, 300, 20]),
+    spread=st.sampled_from([(None, 0, None, False), (40, 2, 3.0, True), (None, 4, None, True), (60, 0, 1.0, False)]),
 )
-def test_hf_steps_read_in_columns_are_the_loops(monkeypatch, lines, counting, last, bar, total):
+def test_hf_steps_read_in_columns_are_the_loops(monkeypatch, lines, counting, last, bar, total, spread):
     """The training dicts' steps from the bars, read in columns, are the loop's (which settles any
     block where one dict would not take the bar's count); `counting`: the usual console, each dict
-    after a redraw counting up."""
+    after a redraw counting up; `spread`: the anchor, the dicts since it, the interval and an
+    awaited refresh a cursor carries (dicts spread between bars)."""
     from lossguard.formats import hf_console
 
     if counting:
         lines = [(template, 100 + 3 * i) for i, (template, _) in enumerate(lines)]
     frame = pl.DataFrame({"line_no": list(range(1, len(lines) + 1)), "text": [t.format(n=n) for t, n in lines]}, schema={"line_no": pl.Int64, "text": pl.String})
-    cursor = Cursor().advance(last_step=last, bar=bar, bar_total=total)
+    anchor, since, interval, refresh = spread
+    cursor = Cursor().advance(last_step=last, bar=bar, bar_total=total, anchor=anchor, since=since, interval=interval, refresh=refresh)
     pairs = dictlines.python_pairs(frame)
     steps, evals, state = hf_console._steps(frame, hf_console._records(pairs), cursor)
     with monkeypatch.context() as loop:
@@ -538,7 +543,10 @@ _HF_VALUES = st.sampled_from(["2.5", "nan", "np.float64(3.5)", "-", "1e-05", "'x
     n=st.integers(200, 230),
     odd=st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 3), _HF_VALUES), max_size=8),
     bars=st.lists(st.tuples(st.integers(0, 10**6), st.sampled_from(["none", "same", "zero", "back"])), max_size=3),
-    cursor=st.sampled_from([Cursor(), Cursor(index=3, last_step=2, bar=2, bar_total=9000), Cursor(last_step=5000)]),
+    cursor=st.sampled_from([
+        Cursor(), Cursor(index=3, last_step=2, bar=2, bar_total=9000), Cursor(last_step=5000),
+        Cursor(index=5, last_step=8, bar_total=9000, anchor=4, since=1, interval=4.0, refresh=True),
+    ]),
     bare=st.tuples(st.integers(0, 10**6), st.sampled_from([None, "an epoch only", "no pair"])),
 )
 def test_hf_blocks_of_placed_training_dicts_give_the_long_ways_rows(monkeypatch, n, odd, bars, cursor, bare):

@@ -24,7 +24,7 @@ from lossguard.sources.textfile import iter_blocks
 from lossguard.streams import collapse
 from lossguard.table import Span, joined
 
-from . import samples
+from . import samples, synth
 from .conftest import CORPUS
 from .writers import write_tb1
 
@@ -40,6 +40,8 @@ TEXTS["megatron_real"] = ("perf.log", _corpus_head("megatron/bigscience_meg_ds_3
 TEXTS["lightning_real"] = ("metrics.csv", _corpus_head("csv/slm_training_lightning_v0_metrics.csv", 20_000))
 TEXTS["llamafactory_real"] = ("trainer_log.jsonl", _corpus_head("jsonl/luojiu_7b_llamafactory_pretrain_trainer_log.jsonl", 30_000))
 TEXTS["buildnanogpt_real"] = ("run.out", _corpus_head("other/build_nanogpt_agndm_bigger_254M.log", 40_000))
+# A Trainer logging every step faster than tqdm redraws: dicts spread between bars, refreshes awaited.
+TEXTS["hf_console_fast"] = ("train_stdout.txt", samples.hf_trainer_console(synth.curves("clean", steps=300)).encode())
 
 
 def _grow_and_read(path: Path, data: bytes, cuts: list[int], fmt: str) -> tuple[pl.DataFrame, Cursor]:

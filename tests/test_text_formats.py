@@ -329,3 +329,60 @@ def test_a_json_key_written_with_escapes_names_its_tag_as_json_means_it(tmp_path
     frame = read(path, run="r", fmt="jsonl", final=True, options=ReadOptions()).frame
     assert sorted(frame.get_column("tag").unique().to_list()) == ["a\\b", "café", "train/loss"]
     assert set(frame.filter(pl.col("tag") == "train/loss").get_column("metric").to_list()) == {"loss"}
+
+
+def _hf_run(tmp_path, logging_steps=1):
+    from lossguard import api
+    from . import synth
+
+    c = synth.curves("model_architecture")  # four loss spikes
+    (tmp_path / "console").mkdir()
+    (tmp_path / "state").mkdir()
+    (tmp_path / "console" / "train_stdout.txt").write_text(samples.hf_trainer_console(c, logging_steps=logging_steps))
+    (tmp_path / "state" / "trainer_state.json").write_text(samples.hf_trainer_state(c, logging_steps=logging_steps))
+    return {d: api.scan(tmp_path / d) for d in ("console", "state")}
+
+
+def test_hf_console_dicts_between_bar_redraws_are_the_steps_between_them_and_scan_finds_every_spike(tmp_path):
+    """500 steps a second: tqdm redraws the bar every 0.1 s (50 steps), and tqdm.write redraws it
+    after each dict at that dict's own count. Every dict but the second (before any interval is
+    known) is at its step, and scan finds the spikes trainer_state.json of the same run shows."""
+    logging_steps = 1
+    reports = _hf_run(tmp_path, logging_steps)
+    console = read(tmp_path / "console" / "train_stdout.txt", run="r", fmt="hf_console", final=True, options=ReadOptions())
+    steps = console.frame.filter(pl.col("metric") == "loss").get_column("step").to_list()
+    truth = list(range(logging_steps, 1201, logging_steps))
+    assert len(steps) == len(truth) and sum(a != b for a, b in zip(steps, truth)) == 1
+    spikes = {d: [(s["metric"], s["step"], s["peak_step"]) for r in rep.runs for s in r["spikes"]] for d, rep in reports.items()}
+    assert len(spikes["state"]) == 4 and spikes["console"] == spikes["state"]
+
+
+def test_hf_console_dicts_after_the_last_bar_continue_at_the_logging_interval(tmp_path):
+    """No bar since the one before 40 dicts: they go on every 5 steps, as the bars before implied."""
+    bars = "".join(f"{samples._bar(n)}{{'loss': 2.{n}, 'epoch': 0.1}}\n" for n in (5, 10, 15))
+    text = bars + "".join(f"{{'loss': 1.{i}, 'epoch': 0.1}}\n" for i in range(40))
+    frame, _, problems = read_text(tmp_path, "train_stdout.txt", text)
+    assert [s for s, _ in points(frame, "loss")] == list(range(5, 220, 5)) and problems == []
+
+
+def test_read_says_how_the_hf_console_steps_were_placed(tmp_path):
+    from . import synth
+
+    log = tmp_path / "r" / "train_stdout.txt"
+    log.parent.mkdir()
+    log.write_text(samples.hf_trainer_console(synth.curves("clean")))
+    res = run_lossguard("read", str(log), "--metric", "loss", timeout=60)
+    assert res.returncode == 0, res.stderr
+    first = res.stdout.splitlines()[0]
+    assert first.startswith("metrics (train_stdout): loss <- loss")
+    assert "steps of train_stdout.txt: 24 at a progress bar's count, 1,175 at the logging interval after it (1 step), 1 at the step before it" in first
+
+
+def test_hf_console_of_a_fast_run_read_a_few_lines_at_a_time_places_every_dict_as_one_read_does(tmp_path):
+    from . import synth
+
+    text = samples.hf_trainer_console(synth.curves("clean", steps=300), logging_steps=2)
+    path = tmp_path / "train_stdout.txt"
+    grown, said = _read_line_by_line(path, text, "hf_console")
+    whole = read(path, Cursor(), run="r", fmt="hf_console", final=True, options=ReadOptions())
+    assert whole.frame.height and grown.equals(whole.frame) and said == [p.message for p in whole.problems]

@@ -29,6 +29,7 @@ of the whole file does.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 import polars as pl
 
@@ -56,7 +57,7 @@ def parse(lines: pl.DataFrame, cursor: Cursor, raw: bytes | None = None) -> tupl
     # Once a bar or the epoch placed a dict, an evaluation with no step before it is at no step.
     unnumbered = evals if line_steps.height or cursor.last_step is not None else None
     rows, after = rows_of(lines, pairs, cursor, line_steps=line_steps, unnumbered=unnumbered)
-    return rows, after.advance(steps=state.steps, bar=state.bar, bar_total=state.bar_total, per_epoch=state.per_epoch)
+    return rows, after.advance(**carried(state))
 
 
 def _placed_rows(lines: pl.DataFrame, wide: Wide, cursor: Cursor) -> tuple[pl.DataFrame, Cursor] | None:
@@ -88,7 +89,7 @@ def _placed_rows(lines: pl.DataFrame, wide: Wide, cursor: Cursor) -> tuple[pl.Da
     steps = held.select("line_no").join(line_steps, on="line_no", how="left", maintain_order="left").get_column("step").fill_null(0)
     rows = long_rows(steps.to_numpy(), keys, wide.values, wide.line_no)
     after = cursor.advance(index=cursor.index + n, last_step=int(line_steps.get_column("step")[-1]))
-    return table.conform_raw(rows), after.advance(steps=state.steps, bar=state.bar, bar_total=state.bar_total, per_epoch=state.per_epoch)
+    return table.conform_raw(rows), after.advance(**carried(state))
 
 
 def _records(pairs: pl.DataFrame) -> pl.DataFrame:
@@ -119,56 +120,147 @@ def _steps(lines: pl.DataFrame, records: pl.DataFrame, cursor: Cursor) -> tuple[
     # The bars before the dict count for it; any after it, for the next. The last redraw of a line
     # is all that counts (one bar redraws on one line; another's, with tqdm's position, on its own).
     # Each step a column computed once, in one query.
+    # The first bar of a part is for tqdm.write's refresh (_Placing.drawn), with how many it holds.
     marked = (
         lines.lazy()
         .select(
             "line_no",
-            _last_count(cut.struct.field("field_0")).alias("head"),
+            cut.struct.field("field_0").str.extract_all(BAR).alias("head"),
             # (The dict's `{`, cut off, is left off: BAR's match starts at a digit.)
-            _last_count(cut.struct.field("field_1")).alias("tail"),
+            cut.struct.field("field_1").str.extract_all(BAR).alias("tail"),
             pl.when(text.str.contains("=", literal=True)).then(text).alias("banner"),
         )
-        .select("line_no", *_count_and_total("head"), *_count_and_total("tail"), "banner")
+        .select(
+            "line_no", _count(pl.col("head").list.last()).alias("head"), _count(pl.col("tail").list.last()).alias("tail"), "banner",
+            _count(pl.col("head").list.first()).alias("hfirst"), _count(pl.col("tail").list.first()).alias("tfirst"),
+            pl.col("head").list.len().alias("head_k"), pl.col("tail").list.len().alias("tail_k"),
+        )
+        .select(
+            "line_no", *_count_and_total("head"), *_count_and_total("tail"), "banner",
+            *_count_and_total("hfirst"), *_count_and_total("tfirst"), "head_k", "tail_k",
+        )
         .collect()
     ).join(records, on="line_no", how="left", maintain_order="left")
     placed = _placed_by_bars(marked, cursor)
     if placed is not None:
         return placed
-    bar, bar_total, per_epoch, steps = cursor.bar, cursor.bar_total, cursor.per_epoch, cursor.steps
-    last = cursor.last_step
+    at = _Placing.of(cursor)
     epochs: int | None = None
     placed_lines: list[int] = []
     placed_steps: list[int] = []
     eval_lines: list[int] = []
-    for line_no, head_n, head_total, tail_n, tail_total, banner, train, is_eval, epoch in marked.iter_rows():
+    for line_no, head_n, head_total, tail_n, tail_total, banner, hfirst_n, hfirst_total, tfirst_n, tfirst_total, head_k, tail_k, train, is_eval, epoch in marked.iter_rows():
         if banner is not None:
-            per_epoch, epochs = _banner(banner, per_epoch, epochs)
-        if head_total is not None:
-            bar_total = bar_total if bar_total is not None else head_total
-            if head_total == bar_total:
-                bar = head_n
+            at.per_epoch, epochs = _banner(banner, at.per_epoch, epochs)
+        at.drawn(head_n, head_total, hfirst_n, hfirst_total, head_k)
         if train:
-            step = None
-            if bar is not None and bar >= 1 and (last is None or bar > last):
-                step = bar
-            elif epoch is not None and per_epoch:
-                step = round(epoch * per_epoch)
-            elif last is None:
-                steps = "numbered"  # and stays so: the warning is said once, whatever follows
-            bar = None
+            step = at.train(epoch)
             if step is not None:
                 placed_lines.append(line_no)
                 placed_steps.append(step)
-                last = step
         elif is_eval:
             eval_lines.append(line_no)
-        if tail_total is not None:
-            bar_total = bar_total if bar_total is not None else tail_total
-            if tail_total == bar_total:
-                bar = tail_n
+        at.drawn(tail_n, tail_total, tfirst_n, tfirst_total, tail_k)
     line_steps = pl.DataFrame({"line_no": placed_lines, "step": placed_steps}, schema={"line_no": pl.Int64, "step": pl.Int64})
-    state = cursor.advance(steps=steps, bar=bar, bar_total=bar_total, per_epoch=per_epoch)
-    return line_steps, pl.Series("line_no", eval_lines, dtype=pl.Int64), state
+    return line_steps, pl.Series("line_no", eval_lines, dtype=pl.Int64), at.cursor(cursor)
+
+
+CARRIED = ("steps", "bar", "bar_total", "per_epoch", "anchor", "since", "interval", "refresh", "by_bar", "by_interval", "by_epoch", "by_last")
+"""The cursor's fields this format keeps across reads (what _Placing is made of)."""
+
+
+def carried(state: Cursor) -> dict[str, object]:
+    """The HF fields of `state`, for the cursor a read of rows hands on."""
+    return {name: getattr(state, name) for name in CARRIED}
+
+
+@dataclass
+class _Placing:
+    """The loop's state while it places training dicts, line after line (the cursor's HF fields,
+    `last` for its last_step). A dict's step is, in order:
+
+    1. the training bar's count drawn since the dict before it, when it is past the last step: an
+       anchor. The interval is then the steps since the anchor before over the dicts since it (for
+       the first anchor, since step 0 over the dicts before it, if any: one dict alone might be
+       the first of a resumed run).
+    2. the anchor plus the interval for each dict since it (HF's `logging_steps`: the dicts between
+       two redraws of the bar, tqdm drawing it at most every 0.1 s), past the last step; the
+       refresh tqdm.write draws after such a dict says where it was (`drawn`): the next anchor.
+    3. epoch x the steps per epoch, when a banner said them.
+    4. none: the step before it (records_to_rows), or numbered when no dict had a step yet.
+    Only what came before a dict places it, so a daemon's reads, a few lines each, place each dict
+    as one read of the whole file does (the cursor carries these fields)."""
+
+    steps: str | None
+    bar: int | None
+    bar_total: int | None
+    per_epoch: float | None
+    anchor: int | None
+    since: int
+    interval: float | None
+    refresh: bool
+    by_bar: int
+    by_interval: int
+    by_epoch: int
+    by_last: int
+    last: int | None
+
+    @classmethod
+    def of(cls, cursor: Cursor) -> _Placing:
+        return cls(**carried(cursor), last=cursor.last_step)
+
+    def cursor(self, cursor: Cursor) -> Cursor:
+        """`cursor` with these HF fields (its last step is records_to_rows' to hand on)."""
+        return cursor.advance(**{name: getattr(self, name) for name in CARRIED})
+
+    def drawn(self, n: int | None, total: int | None, first: int | None, first_total: int | None, k: int | None) -> None:
+        """The bars drawn on part of a line (`k` of them; the last `n/total`, the first `first/first_total`):
+        the training bar's (the first total seen) last count is the next dict's. After a dict no bar
+        placed (`refresh`), the first is tqdm.write's refresh (it clears the bar, writes the dict,
+        redraws the bar at the same count): that dict's own step, an anchor; only a bar drawn after
+        it is the next dict's."""
+        if total is None:
+            return
+        self.bar_total = self.bar_total if self.bar_total is not None else total
+        if self.refresh and first_total == self.bar_total:
+            self.refresh = False
+            if first is not None and first >= 1 and (self.anchor is None or first > self.anchor):
+                if self.anchor is not None:
+                    self.interval = max(1.0, (first - self.anchor) / self.since)
+                self.anchor, self.since = first, 0
+            if k == 1:
+                return
+        if total == self.bar_total:
+            self.bar = n
+
+    def train(self, epoch: float | None) -> int | None:
+        """The step of a training dict (None: none found), the bar reset for the next."""
+        bar, last, step = self.bar, self.last, None
+        self.bar, self.refresh = None, False
+        if bar is not None and bar >= 1 and (last is None or bar > last):
+            if self.anchor is not None:
+                self.interval = max(1.0, (bar - self.anchor) / (self.since + 1))
+            elif self.since:
+                self.interval = max(1.0, bar / (self.since + 1))  # the dicts before it, from step 0
+            step, self.anchor, self.since = bar, bar, 0
+            self.by_bar += 1
+        elif self.interval is not None and self.anchor is not None and last is not None:
+            self.since += 1
+            step = max(last + 1, self.anchor + round(self.interval * self.since))
+            self.by_interval += 1
+        else:
+            self.since += 1
+            if epoch is not None and self.per_epoch:
+                step = round(epoch * self.per_epoch)
+                self.by_epoch += 1
+            elif last is None:
+                self.steps = "numbered"  # and stays so: the warning is said once, whatever follows
+            else:
+                self.by_last += 1
+        if step is not None:
+            self.last = step
+        self.refresh = self.since > 0
+        return step
 
 
 def _placed_by_bars(marked: pl.DataFrame, cursor: Cursor) -> tuple[pl.DataFrame, pl.Series, Cursor] | None:
@@ -181,6 +273,8 @@ def _placed_by_bars(marked: pl.DataFrame, cursor: Cursor) -> tuple[pl.DataFrame,
     before it, on the lines before or on its own line before the dict; the dict resets it. So after
     each line the bar is its tail's count, else nothing if it held a dict, else its head's count,
     else the bar after the line before (a forward fill, a dict's reset written as -1)."""
+    if cursor.refresh:
+        return None  # the first bar drawn is the last dict's refresh: the loop reads it
     total = cursor.bar_total
     if total is None:
         firsts = marked.select(pl.coalesce("head_total", "tail_total").drop_nulls().first()).item()
@@ -213,15 +307,35 @@ def _placed_by_bars(marked: pl.DataFrame, cursor: Cursor) -> tuple[pl.DataFrame,
     drawn = bars.filter(pl.col("drawn"))
     bar = drawn.get_column("after")[-1] if drawn.height else cursor.bar
     evals = bars.filter(pl.col("eval")).get_column("line_no")
-    state = cursor.advance(steps=cursor.steps, bar=bar, bar_total=total, per_epoch=per_epoch)
+    state = cursor.advance(bar=bar, bar_total=total, per_epoch=per_epoch, **_anchored(counts, cursor))
     return dicts.cast({"line_no": pl.Int64, "step": pl.Int64}), evals, state
 
 
+def _anchored(counts: pl.Series, cursor: Cursor) -> dict[str, object]:
+    """_Placing's anchor and interval after dicts each placed at a bar's count (`counts`)."""
+    if not counts.len():
+        return {}
+    last = int(counts[-1])
+    if counts.len() > 1:
+        interval = max(1.0, float(last - counts[-2]))
+    elif cursor.anchor is not None:
+        interval = max(1.0, (last - cursor.anchor) / (cursor.since + 1))
+    elif cursor.since:
+        interval = max(1.0, last / (cursor.since + 1))
+    else:
+        interval = cursor.interval
+    return {"anchor": last, "since": 0, "interval": interval, "by_bar": cursor.by_bar + counts.len()}
+
+
 def _last_count(text: pl.Expr) -> pl.Expr:
-    """`n/total` of the last bar drawn in `text`, or null. The match is cut by hand rather than by
-    BAR's groups (a capture costs twice the match): it holds two `|`, the count follows the last."""
-    last = text.str.extract_all(BAR).list.last()
-    return last.str.split("|").list.last().str.strip_chars_end("[").str.strip_chars()
+    """`n/total` of the last bar drawn in `text`, or null."""
+    return _count(text.str.extract_all(BAR).list.last())
+
+
+def _count(bar: pl.Expr) -> pl.Expr:
+    """`n/total` of one BAR match. Cut by hand rather than by BAR's groups (a capture costs twice
+    the match): it holds two `|`, the count follows the last."""
+    return bar.str.split("|").list.last().str.strip_chars_end("[").str.strip_chars()
 
 
 def _count_and_total(name: str) -> tuple[pl.Expr, pl.Expr]:
@@ -245,3 +359,17 @@ def _int(text: str) -> int:
 
 HF_CONSOLE = LineFormat("hf_console", parse, prefilter=PREFILTER)
 FORMAT = Format(reader=HF_CONSOLE, line=python_line)
+
+
+def placement(cursor: Cursor) -> str | None:
+    """How a read placed the training dicts (the cursor after it), for `read`'s metrics line: what a
+    user checks first when a console log's curve looks too short or its spikes are missing."""
+    interval = cursor.interval or 0
+    said = [
+        (cursor.by_bar, "at a progress bar's count"),
+        (cursor.by_interval, f"at the logging interval after it ({interval:g} step{'s' if interval != 1 else ''})"),
+        (cursor.by_epoch, f"at epoch x {cursor.per_epoch or 0:g} steps per epoch"),
+        (cursor.by_last, "at the step before it"),
+    ]
+    parts = [f"{n:,} {how}" for n, how in said if n]
+    return ", ".join(parts) or None
