@@ -32,7 +32,7 @@ from .reader import ReadOptions
 from .redact import scrub
 from .rules import RuleSet
 from .sdnotify import Notifier
-from .state import State
+from .state import State, StateBusy
 
 log = logging.getLogger("lossguard")
 DEBOUNCE = 0.1
@@ -50,6 +50,9 @@ DUTY = 0.5
 next starts no sooner than T / DUTY after it. Only very many busy runs make passes that long (~0.5 ms a run here):
 their alerts then come every couple of seconds instead of the daemon taking the whole core."""
 SLOW_PASS = 1.0
+RECORD_WAIT = 2.0
+"""Seconds a sender waits for the state's write lock to record a delivered post (a pass holds it a
+few ms, while it judges and commits) before it keeps the record in its journal instead."""
 MAX_DIRTY = 10_000
 KILL_AT = "LOSSGUARD_TEST_KILL_AT"
 """A test hook: `before-first-commit` makes the daemon SIGKILL itself as its first pass is about to
@@ -83,7 +86,14 @@ class Daemon:
         self.state = State(state_dir, log=log.warning)
         # (Built once the state exists: the metrics read it on a read-only connection of their own.)
         self.metrics = metrics(self.state.path, list(sinks)) if metrics else None
-        self.dispatcher = Dispatcher(self.state.secondary(), sinks, **({"on_delivery": self.metrics.health.delivery} if self.metrics else {}))
+        # A dispatcher, a connection and a job for each sink: a sink that hangs (Slack timing out,
+        # retried for a minute) delays no other (Alertmanager). A dispatcher waits RECORD_WAIT at
+        # most for the state's write lock to record a delivery (then journals it: alerts.journal).
+        on_delivery = {"on_delivery": self.metrics.health.delivery} if self.metrics else {}
+        self.dispatchers = {
+            name: Dispatcher(self.state.secondary(lock_wait=RECORD_WAIT), {name: sink}, configured=list(sinks), **on_delivery)
+            for name, sink in sinks.items()
+        }
         plot_sinks = [name for name, sink in sinks.items() if plots and takes_plots(sink)]
         # A job and a connection of its own: a drawing (~1 s, in a child process) or an upload is
         # not something the next alert waits for; a picture goes out after its alert was delivered.
@@ -151,6 +161,11 @@ class Daemon:
         with self.lock:
             try:
                 report = self.follower.run_pass(time.time(), None if walk else changed)
+            except StateBusy as exc:  # (the walk and the reads were done: they are read again)
+                log.warning("%s; this pass's findings wait for the next pass", exc)
+                with self._dirty_lock:
+                    self._tree_changed = True
+                return []
             except Exception:  # noqa: BLE001 - input must never kill the daemon
                 log.exception("pass failed; will try again")
                 with self._dirty_lock:
@@ -178,7 +193,7 @@ class Daemon:
         if report.walked:
             self._last_walk = started
         if report.notices:
-            self._schedule("send", 0.0)
+            self._send_now()
         return report.unfinished
 
     def _retry_failed(self, why: str) -> None:
@@ -189,20 +204,22 @@ class Daemon:
         if n:
             log.warning("%d notification(s) that failed permanently before are tried again (%s)", n, why)
         if why == "reload":
-            self._schedule("send", 0.0)
+            self._send_now()
 
-    def _send(self) -> None:
-        # Its own connection and no shared lock: a slow Slack never holds up reading the logs.
+    def _send(self, name: str) -> None:
+        # Its own connection and no shared lock: a slow Slack never holds up reading the logs, nor
+        # another sink's delivery.
+        dispatcher = self.dispatchers[name]
         try:
-            if self.dispatcher.round() and self.plotter is not None:
+            if dispatcher.round() and self.plotter is not None:
                 self._schedule("plots", 0.0)
             # After the round, on this thread: a resolution delivered just now is not followed by
             # a firing post read before it was committed (AlertmanagerSink.resend).
-            for sink in self.dispatcher.sinks.values():
-                if hasattr(sink, "resend"):
-                    sink.resend(self.dispatcher.state)
+            sink = dispatcher.sinks[name]
+            if hasattr(sink, "resend"):
+                sink.resend(dispatcher.state)
         except Exception:  # noqa: BLE001
-            log.exception("delivery round failed; will try again")
+            log.exception("delivery round to %s failed; will try again", name)
 
     def _plots(self) -> None:
         try:
@@ -233,6 +250,10 @@ class Daemon:
         delay = max(DEBOUNCE, self._last_start + spacing - time.monotonic())
         self._schedule("follow", delay)
 
+    def _send_now(self) -> None:
+        for name in self.dispatchers:
+            self._schedule(f"send:{name}", 0.0)
+
     def _schedule(self, job: str, delay: float) -> None:
         with self._scheduling:
             if self._closing:
@@ -256,7 +277,9 @@ class Daemon:
         self.scheduler.add_job(self._pass, "interval", seconds=self.poll_interval, id="follow", next_run_time=datetime.now())
         # The first round at once: what waits in the outbox, and (Alertmanager) what still fires,
         # goes out as the daemon starts, not an interval later.
-        self.scheduler.add_job(self._send, "interval", seconds=max(1.0, min(self.poll_interval, 10.0)), id="send", next_run_time=datetime.now())
+        for name in self.dispatchers:
+            self.scheduler.add_job(self._send, "interval", args=(name,), seconds=max(1.0, min(self.poll_interval, 10.0)), id=f"send:{name}",
+                                   next_run_time=datetime.now())
         if self.plotter is not None:
             self.scheduler.add_job(self._plots, "interval", seconds=max(1.0, min(self.poll_interval, 10.0)), id="plots", next_run_time=datetime.now())
         if self.metrics is not None:
@@ -281,7 +304,8 @@ class Daemon:
         self.scheduler.shutdown(wait=True)
         with self.lock:
             self.state.close()
-        self.dispatcher.state.close()
+        for dispatcher in self.dispatchers.values():
+            dispatcher.state.close()
         if self.plotter is not None:
             self.plotter.state.close()
         if self.metrics is not None:

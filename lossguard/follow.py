@@ -92,6 +92,26 @@ def _capped(row: FileRow, limit: int) -> int:
     return min(limit, left) if left > 0 else limit
 
 
+@dataclass
+class FileWrites:
+    """The file rows a pass's walk and reads change, kept until the pass commits: those steps run
+    before the write lock is taken, and their rows are written in the pass's transaction, with the
+    incidents and outbox entries they led to (still one commit: a crash loses or repeats nothing)."""
+
+    writes: list[FileRow | str] = field(default_factory=list)
+    """In the order made: a row to put, or the path of a file no longer followed."""
+
+    def put_file(self, f: FileRow) -> None:
+        self.writes.append(f)
+
+    def forget_file(self, path: str) -> None:
+        self.writes.append(path)
+
+    def apply(self, tx: Transaction) -> None:
+        for w in self.writes:
+            tx.forget_file(w) if isinstance(w, str) else tx.put_file(w)
+
+
 class Follower:
     def __init__(
         self,
@@ -133,9 +153,14 @@ class Follower:
         """One pass: over every file under the roots, or (`changed`, from inotify) over just those
         paths, which falls back to the whole walk when they are not all files already followed."""
         report = PassReport()
+        # The walk and the reads before the write lock is taken: a walk that hangs on NFS or a slow
+        # read holds up no other writer (the sender recording a delivered alert, a `silence add`);
+        # the lock is held only while judging and committing, a few ms.
+        files = FileWrites()
+        sightings = self._sightings(files, changed, report)
+        frames, quiet, last_steps = self._read(files, sightings, report)
         with self.state.transaction() as tx:
-            sightings = self._sightings(tx, changed, report)
-            frames, quiet, last_steps = self._read(tx, sightings, report)
+            files.apply(tx)
             if last_steps:
                 self._judge_runs(tx, frames, last_steps, now=now, quiet=quiet, report=report)
             self._stalls(tx, now, set(last_steps), report)
@@ -145,7 +170,7 @@ class Follower:
         self.state.fresh = self.first_pass = False
         return report
 
-    def _sightings(self, tx: Transaction, changed: Collection[str] | None, report: PassReport) -> dict[str, Sighting]:
+    def _sightings(self, tx: FileWrites, changed: Collection[str] | None, report: PassReport) -> dict[str, Sighting]:
         current = None
         if changed is not None and not self.first_pass:
             tracked = self.state.files(changed)
@@ -163,7 +188,7 @@ class Follower:
         return current
 
     def _read(
-        self, tx: Transaction, sightings: dict[str, Sighting], report: PassReport
+        self, tx: FileWrites, sightings: dict[str, Sighting], report: PassReport
     ) -> tuple[dict[str, list[pl.DataFrame]], dict[str, bool], dict[str, int]]:
         """The new rows of each run (only of the tags judging reads: SCAN_NEEDS), whether all of them
         are history (quiet), and the last step each run's new lines reached, whatever tags they hold.
@@ -201,7 +226,7 @@ class Follower:
                 last_steps[run] = max(last_steps.get(run, span[1]), span[1])
         return frames, quiet, last_steps
 
-    def _read_together(self, tx: Transaction, order: list[str], todo: dict[str, list[tuple[str, Sighting]]], report: PassReport) -> dict[str, list]:
+    def _read_together(self, tx: FileWrites, order: list[str], todo: dict[str, list[tuple[str, Sighting]]], report: PassReport) -> dict[str, list]:
         """The runs whose files are of formats read together (JSON lines, Megatron, key-value logs)
         with little new in them, read in one batch (lossguard.readmany: a parse per format), in `order`
         up to BATCH_BYTES; a file the batch leaves is read on its own, in its place among its run's
@@ -244,7 +269,7 @@ class Follower:
             self._formats[path] = self.options.format_of(Path(path))
         return self._formats[path]
 
-    def _read_file(self, tx: Transaction, path: str, seen: Sighting, got: list, report: PassReport, *, res: ReadResult | None = None) -> bool:
+    def _read_file(self, tx: FileWrites, path: str, seen: Sighting, got: list, report: PassReport, *, res: ReadResult | None = None) -> bool:
         """Read `path` on from its cursor (`res`: already read); False while the read still runs
         (lossguard.budget)."""
         row = seen.row

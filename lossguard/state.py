@@ -128,10 +128,19 @@ class StateError(LossguardError):
     database): the operator has to fix it, so the daemon refuses to start rather than fail every pass."""
 
 
+class StateBusy(StateError):
+    """Another writer held the state's write lock longer than this connection waits (an outside
+    `sqlite3` shell in a transaction, a stuck disk): the write was not made."""
+
+
 DAMAGED = {11, 26}
 """SQLite's primary result codes for a file that is not (or no longer) a sound database: CORRUPT and
 NOTADB. Such a file is moved aside and the state starts fresh; any other error (read-only, cannot
 open, I/O) is the operator's to fix and must not cost the state."""
+
+
+BUSY = {5, 6}
+"""SQLite's BUSY and LOCKED: another connection holds the lock this one waited for."""
 
 
 class _Damaged(sqlite3.DatabaseError):
@@ -373,10 +382,12 @@ class State:
             log(f"{self.path}: no pass was ever committed (stopped during its first start?): what the logs hold is still history")
         return ident, not settled
 
-    def secondary(self) -> State:
+    def secondary(self, *, lock_wait: float = 30.0) -> State:
         """The same state on a connection of its own (no lock): the sender delivers and marks
-        entries sent while a pass reads and writes; WAL lets them overlap, SQLite serialises commits."""
-        return State._attached(self.directory, self.path, self.id, self.fresh)
+        entries sent while a pass reads and writes; WAL lets them overlap, SQLite serialises commits.
+        `lock_wait`: how long a write waits for another writer's lock before StateBusy (the sender
+        waits briefly and journals what it could not record, rather than hold its sink up)."""
+        return State._attached(self.directory, self.path, self.id, self.fresh, lock_wait=lock_wait)
 
     @classmethod
     def attach(cls, directory: Path, *, create: bool = False) -> State:
@@ -408,12 +419,12 @@ class State:
         return other
 
     @classmethod
-    def _attached(cls, directory: Path, path: Path, ident: str, fresh: bool) -> State:
+    def _attached(cls, directory: Path, path: Path, ident: str, fresh: bool, *, lock_wait: float = 30.0) -> State:
         other = object.__new__(cls)
         other.directory, other.path, other.fresh, other.id, other._lock = directory, path, fresh, ident, None
         other._tails = OrderedDict()
-        other.db = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30)
-        other.db.execute("PRAGMA busy_timeout=30000")
+        other.db = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=lock_wait)
+        other.db.execute(f"PRAGMA busy_timeout={int(lock_wait * 1000)}")
         return other
 
     def _open(self) -> sqlite3.Connection:
@@ -463,8 +474,14 @@ class State:
 
     @contextmanager
     def transaction(self) -> Iterator[Transaction]:
-        """All of a pass's writes, committed at once; the tails it wrote join the cache only then."""
-        self.db.execute("BEGIN IMMEDIATE")
+        """All of a pass's writes, committed at once; the tails it wrote join the cache only then.
+        A write lock another writer holds for longer than this connection waits is StateBusy."""
+        try:
+            self.db.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            if (getattr(exc, "sqlite_errorcode", 0) & 0xFF) in BUSY:
+                raise StateBusy(f"{self.path}: the state is locked by another writer ({exc})") from None
+            raise
         tx = Transaction(self.db)
         try:
             yield tx

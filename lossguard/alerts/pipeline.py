@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 
 from ..silences import Silence, covering
-from ..state import OutboxEntry, State
+from ..state import OutboxEntry, State, StateBusy
 from .delivery import Delivery, Manners, Post, Sink
+from .journal import Journal
 
 log = logging.getLogger("lossguard")
 Stage = Callable[[Iterable[Post]], Iterator[Post]]
@@ -131,43 +132,83 @@ class Dispatcher:
     def __init__(
         self, state: State, sinks: Mapping[str, Sink], *, clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep, wall: Callable[[], float] = time.time,
-        on_delivery: Callable[[str, bool], None] = lambda sink, ok: None,
+        on_delivery: Callable[[str, bool], None] = lambda sink, ok: None, configured: Collection[str] | None = None,
     ) -> None:
         self.state = state
         self.sinks = dict(sinks)
+        self.configured = set(self.sinks if configured is None else configured)
+        """Every sink the daemon has (the others' dispatchers deliver theirs): an entry for a sink not
+        among them is failed for good here."""
         self.clock, self.sleep, self.wall = clock, sleep, wall
         self.on_delivery = on_delivery
         """Told of every post: its sink and whether it was accepted (the daemon's metrics count them)."""
         self._recent = {name: RecentRuns() for name in self.sinks}
+        self._journals = {name: Journal(state, name) for name in self.sinks}
+        self._locked_said = False
         self._last_post: dict[tuple[str, str | None], float] = {}
         self._silences: list[Silence] = []
 
     def round(self) -> int:
         """Deliver what waits, after reporting what the silences that just ended held back."""
         now = self.wall()
-        if self.state.end_silences(now):
-            log.info("silences ended; what they held back and is still wrong is reported now")
+        try:
+            if self.state.end_silences(now):
+                log.info("silences ended; what they held back and is still wrong is reported now")
+        except StateBusy:
+            pass  # (reported at a round that can write; the silence holds nothing meanwhile: it ended)
         self._silences = self.state.silences(now=now)
         sent = 0
         for name in self.state.pending_sinks():
             sink = self.sinks.get(name)
             if sink is None:
+                if name in self.configured:
+                    continue  # (delivered by the dispatcher of its own)
                 self.state.mark_failed(self.state.pending(limit=10_000, sink=name), f"sink {name!r} is not configured", permanent=True)
                 continue
             sent += self._drain(sink)
         return sent
 
     def _drain(self, sink: Sink) -> int:
+        """The sink's entries in order, after the records its journal kept while the state was
+        locked (until they are in the state, the sink sends nothing: see alerts.journal)."""
         sent = 0
-        while entries := self.state.pending(limit=BATCH, sink=sink.name):
-            entries = self._hold(sink, entries)
-            if not entries:
-                continue  # (all held: the next batch)
-            done, ok = self._deliver(sink, entries)
-            sent += done
-            if not ok or len(entries) < BATCH:
-                break
+        try:
+            if not self._journals[sink.name].fold():
+                self._locked(sink)
+                return 0
+            while entries := self.state.pending(limit=BATCH, sink=sink.name):
+                entries = self._hold(sink, entries)
+                if not entries:
+                    continue  # (all held: the next batch)
+                done, ok = self._deliver(sink, entries)
+                sent += done
+                if not ok or len(entries) < BATCH:
+                    break
+        except StateBusy:
+            self._locked(sink)
+            return sent
+        if self._locked_said:
+            self._locked_said = False
+            log.info("the state can be written again: delivery to %s goes on", sink.name)
         return sent
+
+    def _locked(self, sink: Sink) -> None:
+        if not self._locked_said:
+            self._locked_said = True
+            log.warning("the state is locked by another writer (a sqlite3 shell in a transaction?): delivery to %s waits for it; "
+                        "what was delivered meanwhile is kept in %s", sink.name, self._journals[sink.name].path)
+
+    def _settle(self, sink: Sink, op: str, entries: tuple[OutboxEntry, ...], **args: object) -> bool:
+        """Record a delivered post (`op`: a State delivery write). The state locked past the wait:
+        the record goes to the sink's journal, so the post is never taken for undelivered and
+        sent again, and the sink's round ends (False) until the journal is folded in."""
+        try:
+            getattr(self.state, op)(entries, **args)
+            return True
+        except StateBusy:
+            self._journals[sink.name].write(op, entries, **args)
+            self._locked(sink)
+            return False
 
     def _deliver(self, sink: Sink, entries: list[OutboxEntry]) -> tuple[int, bool]:
         posts: Iterable[Post] = (Post((e,)) for e in entries)
@@ -194,13 +235,16 @@ class Dispatcher:
                 # instead of posting the summary again.
                 summary_thread = thread
                 if thread:
-                    self.state.set_thread(post.entries, thread)
                     self._recent[sink.name].note(post, thread, self.clock())
+                    if not self._settle(sink, "set_thread", post.entries, thread=thread):
+                        return sent, False
                 continue
-            self.state.mark_sent(post.entries, now=self.wall(), thread=thread if post.notice.kind in STARTS_THREAD else None)
+            recorded = self._settle(sink, "mark_sent", post.entries, now=self.wall(), thread=thread if post.notice.kind in STARTS_THREAD else None)
             if post.notice.kind == "opened" and thread and not post.in_summary:
                 self._recent[sink.name].note(post, thread, self.clock())
             sent += len(post.entries)
+            if not recorded:
+                return sent, False
         return sent, True
 
     def _hold(self, sink: Sink, entries: list[OutboxEntry]) -> list[OutboxEntry]:

@@ -1,0 +1,149 @@
+"""Delivery beside a state that another writer holds, and beside a sink that hangs: a post Slack
+accepted is recorded (in the state or, while it is locked, in the sink's journal) and never sent
+again, through kill -9; a pass takes the write lock only to judge and commit; each sink is served
+by a job of its own, so a hanging Slack delays no other sink."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from pathlib import Path
+
+from lossguard.alerts.journal import Journal
+from lossguard.alerts.pipeline import Dispatcher
+from lossguard.alerts.sinks import JsonlSink
+from lossguard.follow import Follower
+from lossguard.model import Notice
+from lossguard.rules import load_rules
+from lossguard.state import State
+
+from .slack_server import Answer
+from .test_watch import _calm, _line
+from .test_watch_slack import _daemon, _posts, _wait
+
+
+def _lock(db: Path) -> sqlite3.Connection:
+    """An outside writer holding the state's write lock (a sqlite3 shell left in BEGIN IMMEDIATE)."""
+    conn = sqlite3.connect(db, isolation_level=None, timeout=5)
+    conn.execute("BEGIN IMMEDIATE")
+    return conn
+
+
+def test_a_pass_holds_no_write_lock_while_it_walks_and_reads(tmp_path):
+    log = tmp_path / "runs" / "exp" / "metrics.jsonl"
+    log.parent.mkdir(parents=True)
+    log.write_text(_calm(range(1, 30)))
+    state = State(tmp_path / "state")
+    follower = Follower([tmp_path / "runs"], rules=load_rules(None), state=state, log=lambda s: None)
+    walking, go_on = threading.Event(), threading.Event()
+    walk = follower.tracker.walk
+
+    def slow_walk(*args, **kwargs):  # a walk hung on NFS
+        walking.set()
+        go_on.wait(10)
+        return walk(*args, **kwargs)
+
+    follower.tracker.walk = slow_walk
+    passing = threading.Thread(target=follower.run_pass, args=(time.time(),))
+    passing.start()
+    try:
+        assert walking.wait(10)
+        other = sqlite3.connect(state.path, isolation_level=None, timeout=0.5)
+        other.execute("BEGIN IMMEDIATE")  # (a `silence add`, the sender recording a post: not held up)
+        other.execute("COMMIT")
+        other.close()
+    finally:
+        go_on.set()
+        passing.join(10)
+    assert state.files()[str(log)].cursor  # the pass went on and committed its offsets
+    state.close()
+
+
+def _queued(state: State, n: int) -> None:
+    with state.transaction() as tx:
+        for i in range(n):
+            tx.enqueue(Notice("stalled", f"run{i}", step=i, minutes=1.0), incident_id=None, sinks=["jsonl"], now=time.time())
+
+
+def test_a_delivery_recorded_while_the_state_is_locked_is_kept_in_the_journal_and_folded_in_later(tmp_path):
+    owner = State(tmp_path / "state")
+    _queued(owner, 3)
+    out = tmp_path / "out.jsonl"
+    sender = Dispatcher(owner.secondary(lock_wait=0.2), {"jsonl": JsonlSink(out)})
+    lines = []
+
+    class Counting(JsonlSink):
+        def send(self, post):  # noqa: ANN001
+            lines.append(post.notice.run)
+            if len(lines) == 1:
+                sender._outside = _lock(owner.path)  # taken while the first post is being delivered
+            return super().send(post)
+
+    sender.sinks["jsonl"] = Counting(out)
+    assert sender.round() == 1  # delivered, recorded in the journal, then the sink waits
+    journal = Journal(sender.state, "jsonl")
+    assert journal.waiting() and lines == ["run0"]
+    assert sender.round() == 0 and lines == ["run0"]  # still locked: nothing sent, nothing again
+    sender._outside.execute("ROLLBACK")
+    assert sender.round() == 2 and lines == ["run0", "run1", "run2"]  # folded in, then the rest
+    assert not journal.waiting() and not owner.pending(sink="jsonl")
+    owner.close()
+
+
+def test_a_post_accepted_while_the_state_is_locked_is_never_posted_again_through_a_kill_9(tmp_path, slack):
+    log = tmp_path / "runs" / "exp" / "metrics.jsonl"
+    log.parent.mkdir(parents=True)
+    log.write_text(_calm(range(1, 20)))
+    w = _daemon(tmp_path, slack).start()
+    db = tmp_path / "state" / "state.db"
+    outside = None
+    try:
+        w.wait_settled()
+        slack.queue.append(Answer(delay=1.0))  # the post is in flight when the outside writer takes the lock
+        with open(log, "a") as fh:
+            fh.write(_line(20, 9.0))
+        _wait(lambda: len(_posts(slack)) >= 1)
+        outside = _lock(db)
+        journal = tmp_path / "state" / "delivered.journal.slack"
+        _wait(lambda: journal.exists(), timeout=10)
+        time.sleep(2.5)  # rounds come every second: none of them posts it again
+        assert len(_posts(slack)) == 1
+        w.kill9()
+        outside.execute("ROLLBACK")
+        outside.close()
+        outside = None
+        w.start()
+        w.settle()
+        alerts = [p for p in _posts(slack) if "exp" in p.body["text"] and not p.body.get("thread_ts")]
+        assert len(alerts) == 1, [p.body["text"] for p in _posts(slack)]
+        assert not journal.exists()
+    finally:
+        if outside is not None:
+            outside.execute("ROLLBACK")
+        err = w.stop_and_read()
+    assert "kept while the state was locked are now in the state" in err  # (the restarted daemon's log)
+
+
+def test_a_hanging_slack_delays_no_other_sink(tmp_path, slack):
+    runs = tmp_path / "runs"
+    for run in ("a", "b"):
+        (runs / run).mkdir(parents=True)
+        (runs / run / "metrics.jsonl").write_text(_calm(range(1, 20)))
+    w = _daemon(tmp_path, slack).start()
+    try:
+        w.wait_settled(), w.wait_ready(files=2)
+        slack.queue.append(Answer(delay=6.0))  # Slack hangs on the first alert
+        with open(runs / "a" / "metrics.jsonl", "a") as fh:
+            fh.write(_line(20, 9.0))
+        _wait(lambda: len(_posts(slack)) >= 1)
+        wrote = time.monotonic()
+        with open(runs / "b" / "metrics.jsonl", "a") as fh:
+            fh.write(_line(20, 9.0))
+        w.wait_for(lambda ev: any(e["event"] == "opened" and e["run"] == "b" for e in ev), timeout=5)
+        took = time.monotonic() - wrote
+        assert took < 3.0 and len(_posts(slack)) == 1, (took, len(_posts(slack)))  # Slack still hangs
+        _wait(lambda: any('"b"' in json.dumps(p.body) or " b " in p.body["text"] for p in _posts(slack)[1:]), timeout=20)
+    finally:
+        w.stop_and_read()
