@@ -505,3 +505,51 @@ def test_the_running_daemon_honours_a_silence_at_once_and_reports_what_is_open_w
         assert [(e["run"], e["step"], e["silenced_by"].startswith("#1 (run=gpt-*")) for e in unsilenced] == [("gpt-a", 20, True)]
     finally:
         w.stop_and_read()
+
+
+def test_the_daemon_delivers_a_spike_after_the_clock_stepped_back_into_a_reported_silence(tmp_path):
+    """A real daemon on the state a clock stepped back leaves behind: a silence of gpt-* that the
+    daemon reported as ended (at a wall time now an hour ahead) and that, by the clock, is again
+    in its window. The next spike of gpt-a reaches the JSON-lines sink (it was held, never said)."""
+    import time
+
+    from .test_watch import Watch, _calm, _line
+
+    (tmp_path / "runs" / "gpt-a").mkdir(parents=True)
+    (tmp_path / "runs" / "gpt-a" / "metrics.jsonl").write_text(_calm(range(1, 20)))
+    w = Watch(tmp_path).start()
+    try:
+        w.wait_ready(files=1)
+        now = time.time()
+        with sqlite3.connect(tmp_path / "state" / "state.db") as db:
+            db.execute("INSERT INTO silences (run, starts, ends, comment, author, created, reported) VALUES ('gpt-*', ?, ?, 'restart', 'ana', ?, ?)",
+                       (now - 1800, now + 1800, now - 1800, now + 3600))
+        with open(tmp_path / "runs" / "gpt-a" / "metrics.jsonl", "a") as fh:
+            fh.write(_line(20, 9.0))
+        assert [(e["event"], e["run"]) for e in w.settle() if e["event"] != "resolved"] == [("opened", "gpt-a")]
+    finally:
+        w.stop_and_read()
+
+
+def test_the_daemon_sends_the_resolution_of_an_alert_that_recovers_under_a_silence(tmp_path):
+    """The alert went out; the operator silences the run (`silence add`); the run recovers: the
+    JSON-lines sink gets its `resolved` (a Slack message would otherwise stay open for good)."""
+    from .test_watch import Watch, _calm, _line
+
+    (tmp_path / "runs" / "gpt-a").mkdir(parents=True)
+    log = tmp_path / "runs" / "gpt-a" / "metrics.jsonl"
+    log.write_text(_calm(range(1, 20)))
+    w = Watch(tmp_path).start()
+    try:
+        w.wait_ready(files=1)
+        with open(log, "a") as fh:
+            fh.write(_line(20, 9.0))
+        w.wait_for(lambda ev: any(e["event"] == "opened" and e["run"] == "gpt-a" for e in ev))
+        res = run_lossguard("silence", "add", "--state-dir", str(tmp_path / "state"), "--run", "gpt-*", "--for", "1h", "--comment", "I know")
+        assert res.returncode == 0, res.stderr
+        with open(log, "a") as fh:
+            fh.write(_calm(range(21, 40)))
+        ev = w.settle()
+        assert [(e["event"], e["run"], e["step"]) for e in ev] == [("opened", "gpt-a", 20), ("resolved", "gpt-a", 20)]
+    finally:
+        w.stop_and_read()
