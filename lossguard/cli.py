@@ -642,7 +642,6 @@ def _list_silences(state, args: argparse.Namespace, now: float) -> int:  # noqa:
 
 
 def _cmd_silence(args: argparse.Namespace) -> int:
-    import json
     import time
 
     from .silences import parse_duration, parse_until

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import shlex
 import sqlite3
+import time
 from dataclasses import replace
 
 import pytest
@@ -407,7 +408,7 @@ def test_ended_silences_are_kept_a_month_then_pruned_and_no_id_is_given_twice(st
 
 def test_silence_list_all_shows_the_last_ended_ones_and_says_how_many_more(tmp_path):
     state = State(tmp_path / "state")
-    now = __import__("time").time()
+    now = time.time()
     _ended(state, 150, ended=now - 3600)
     state.add_silence(run="live", rule=None, metric=None, cause=None, starts=now, ends=now + 3600, comment="in force", author="")
     state.close()
@@ -511,8 +512,6 @@ def test_the_daemon_delivers_a_spike_after_the_clock_stepped_back_into_a_reporte
     """A real daemon on the state a clock stepped back leaves behind: a silence of gpt-* that the
     daemon reported as ended (at a wall time now an hour ahead) and that, by the clock, is again
     in its window. The next spike of gpt-a reaches the JSON-lines sink (it was held, never said)."""
-    import time
-
     from .test_watch import Watch, _calm, _line
 
     (tmp_path / "runs" / "gpt-a").mkdir(parents=True)
