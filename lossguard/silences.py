@@ -3,7 +3,10 @@ causes an operator names, until a time. Pure: matching, durations and the comman
 to silence it; the state store keeps them (state.py), the delivery pipeline honours them.
 
 A silence hides notifications, never incidents: the daemon still records what it finds, and an
-incident still open when its silence ends is reported then, once (not re-alerted as new).
+incident still open when its silence ends is reported then, once (not re-alerted as new). It never
+hides the resolution of what was already announced (CLOSING). Its window is wall time, as `--for`
+and `--until` mean it; once it has ended (expired, or reported as ended) it stays ended, whatever
+the clock does later.
 """
 
 from __future__ import annotations
