@@ -572,7 +572,9 @@ def _add_silence(sub: argparse._SubParsersAction) -> None:
     add.add_argument("--comment", required=True, help="why (shown in `silence list`, `status` and the report when it ends)")
     listing = actions.add_parser("list", help="the silences in force (with --all: ended ones too)", formatter_class=_Formatter,
                                  epilog="Example:\n  lossguard silence list --format json")
-    listing.add_argument("--all", action="store_true", help="also the silences that have ended")
+    listing.add_argument("--all", action="store_true", help="also the silences that have ended (kept 30 days)")
+    listing.add_argument("--limit", type=_count, default=ENDED_SHOWN, metavar="N",
+                         help=f"with --all: the N ended last (default: {ENDED_SHOWN}; 0: every one kept)")
     listing.add_argument("--format", choices=["table", "json"], default="table", help="output format (default: table)")
     expire = actions.add_parser("expire", help="end silences now", formatter_class=_Formatter, epilog="Example:\n  lossguard silence expire 3 4")
     expire.add_argument("ids", nargs="+", type=int, metavar="ID", help="silences (as `silence list` shows them)")
@@ -607,8 +609,39 @@ def _silence_line(s) -> str:  # noqa: ANN001 - a silences.Silence
     return f"#{s.id}  {printable(s.matchers())}  until {until}  ({by}{printable(s.comment)})"
 
 
-def _cmd_silence(args: argparse.Namespace) -> int:
+ENDED_SHOWN = 100
+"""Ended silences `silence list --all` shows by default: the last ones, not the month a state keeps."""
+
+
+def _count(text: str) -> int:
+    """A --limit: a whole number, 0 or more."""
+    if not text.strip().isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r}: not a whole number (0 or more)")
+    return int(text)
+
+
+def _list_silences(state, args: argparse.Namespace, now: float) -> int:  # noqa: ANN001 - a state.State
+    """`silence list`: those in force; with --all, then the last ended ones (--limit), and how many
+    more the state keeps. One write to stdout: a print per line cost more than the query."""
     import json
+
+    shown, more = state.silences(now=now), 0
+    if args.all:
+        ended, total = state.ended_silences(now=now, limit=args.limit or None)
+        shown, more = sorted(shown + ended, key=lambda s: s.id), total - len(ended)
+    hidden = f"{more} older ended silence(s) not shown (`--limit 0` lists every one)" if more else ""
+    if args.format == "json":
+        sys.stdout.write(json.dumps([s.to_json() for s in shown], indent=2) + "\n")
+        if hidden:
+            print(f"lossguard: {hidden}", file=sys.stderr)
+        return EXIT_OK
+    lines = [f"{len(shown)} silence(s){' (ended ones too)' if args.all else ' in force'}{':' if shown else ''}"]
+    lines += [f"  {_silence_line(s)}{'  (ended)' if s.ended(now) else ''}" for s in shown]
+    sys.stdout.write("\n".join(lines + ([f"  ... and {hidden}"] if hidden else [])) + "\n")
+    return EXIT_OK
+
+
+def _cmd_silence(args: argparse.Namespace) -> int:
     import time
 
     from .silences import parse_duration, parse_until
@@ -636,14 +669,7 @@ def _cmd_silence(args: argparse.Namespace) -> int:
             print(f"silence {_silence_line(s)} added; expire it early with `lossguard silence expire {s.id}`")
             return EXIT_OK
         if args.action == "list":
-            shown = state.silences(now=None if args.all else now)
-            if args.format == "json":
-                print(json.dumps([s.to_json() for s in shown], indent=2))
-                return EXIT_OK
-            print(f"{len(shown)} silence(s){' (ended ones too)' if args.all else ' in force'}{':' if shown else ''}")
-            for s in shown:
-                print(f"  {_silence_line(s)}{'  (ended)' if s.end <= now else ''}")
-            return EXIT_OK
+            return _list_silences(state, args, now)
         missing = []
         for ident in args.ids:
             s = state.expire_silence(ident, now=now)

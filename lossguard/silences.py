@@ -3,7 +3,10 @@ causes an operator names, until a time. Pure: matching, durations and the comman
 to silence it; the state store keeps them (state.py), the delivery pipeline honours them.
 
 A silence hides notifications, never incidents: the daemon still records what it finds, and an
-incident still open when its silence ends is reported then, once (not re-alerted as new).
+incident still open when its silence ends is reported then, once (not re-alerted as new). It never
+hides the resolution of what was already announced (CLOSING). Its window is wall time, as `--for`
+and `--until` mean it; once it has ended (expired, or reported as ended) it stays ended, whatever
+the clock does later.
 """
 
 from __future__ import annotations
@@ -39,13 +42,23 @@ class Silence:
     created: float = 0.0
     expired: float | None = None
     """When an operator ended it early (`silence expire`)."""
+    reported: float | None = None
+    """When the daemon reported its end (what it held back and was still wrong went out then)."""
 
     @property
     def end(self) -> float:
+        """When it ended or ends, in wall time (what `silence list` shows)."""
         return self.ends if self.expired is None else min(self.ends, self.expired)
 
+    def ended(self, now: float) -> bool:
+        """Over for good once expired or reported, whatever the clock says later: a clock stepped
+        back into the window of a silence already reported would otherwise have it hold again,
+        and what it held then would never be reported (its end was). Otherwise past `ends`, wall
+        time as `--for` and `--until` mean it."""
+        return self.expired is not None or self.reported is not None or self.ends <= now
+
     def active(self, now: float) -> bool:
-        return self.starts <= now < self.end
+        return not self.ended(now) and self.starts <= now
 
     def matches(self, notice: Notice) -> bool:
         """Every matcher given must match. A run's own notices (stalled, resumed) have no rule,
@@ -75,14 +88,24 @@ class Silence:
     def from_json(cls, data: dict) -> Silence:
         """A silence back from `to_json` (whose `ends` is when it ended or ends)."""
         return cls(data["id"], data["run"], data["rule"], data["metric"], data["cause"], data["starts"], data["ends"],
-                   data["comment"], data["author"], data["created"], data["expired"])
+                   data["comment"], data["author"], data["created"], data["expired"], data.get("reported"))
 
     def to_json(self) -> dict[str, object]:
         return {
             "id": self.id, "run": self.run, "rule": self.rule, "metric": self.metric, "cause": self.cause,
             "starts": self.starts, "ends": self.end, "comment": self.comment, "author": self.author,
-            "created": self.created, "expired": self.expired,
+            "created": self.created, "expired": self.expired, "reported": self.reported,
         }
+
+
+CLOSING = ("resolved", "resumed")
+"""Notices that close what an alert opened. No silence holds one back once its alert went out to
+the sink (before the silence, or in the report of an earlier one): a Slack message would stay open
+forever, a JSON-lines reader would never see the `resolved`. What was never announced stays held
+(and an incident that recovered under its silence is never said). An `updated` or `relabelled` is
+held: the silence says "I know"; the report as it ends shows how the incident stands then."""
+ANNOUNCING = ("opened", "escalated", "unsilenced", "stalled")
+"""Notices that announce what a CLOSING one closes (an incident's alert, a run's stall)."""
 
 
 def covering(silences: list[Silence], notice: Notice, now: float) -> Silence | None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import errno
 import fcntl
 import json
-import math
 import os
 import sqlite3
 import struct
@@ -71,6 +70,7 @@ CREATE TABLE IF NOT EXISTS plots (
     PRIMARY KEY (incident_id, sink)
 );
 CREATE INDEX IF NOT EXISTS outbox_incident ON outbox (incident_id);
+CREATE INDEX IF NOT EXISTS silences_unreported ON silences (ends) WHERE reported IS NULL;
 """
 
 
@@ -259,7 +259,18 @@ class OutboxEntry:
     """When its incident was raised (None: a run's notice): an alert's startsAt."""
 
 
-_SILENCE = "SELECT id, run, rule, metric, cause, starts, ends, comment, author, created, expired FROM silences"
+_SILENCE = "SELECT id, run, rule, metric, cause, starts, ends, comment, author, created, expired, reported FROM silences"
+_IN_FORCE = "reported IS NULL AND expired IS NULL AND ends > ?"
+"""The silences that may hold something at `?`: the few rows of the `silences_unreported` index,
+never the ended ones (a state may keep thousands: SILENCES_KEPT_DAYS)."""
+_OVER = "reported IS NULL AND (expired IS NOT NULL OR ends <= ?)"
+"""Silences ended and not yet reported (Silence.ended, in SQL)."""
+SILENCES_KEPT_DAYS = 30
+"""An ended silence, once reported, is kept this long for `silence list --all` (who silenced what,
+and why, when a post-mortem asks a few weeks on), then deleted. Nothing else reads it: what it held
+was reported when it ended. Alertmanager keeps expired silences for 5 days; a month covers the
+review cycles of a training campaign and still bounds the table (a silence a minute from a script
+is 43,200 rows, which no round reads)."""
 
 
 @dataclass(frozen=True)
@@ -699,8 +710,19 @@ class State:
 
     # --- silences (`lossguard silence`; the sender honours them at every round) -----------------
     def silences(self, *, now: float | None = None) -> list[Silence]:
-        """Every silence, oldest first; with `now`, only those not ended by then."""
-        return _silences(self.db, now=-math.inf if now is None else now)
+        """Every silence kept, oldest first; with `now`, only those in force (not ended by then,
+        and not expired or reported, whatever the clock says): read through an index at every
+        round, so the ended ones a state keeps cost the sender nothing."""
+        return _silences(self.db, now=now)
+
+    def ended_silences(self, *, now: float, limit: int | None = None) -> tuple[list[Silence], int]:
+        """The silences kept that are not in force at `now`: the `limit` added last (None: every
+        one), oldest first, and how many are kept (`silence list --all`: the table read backwards
+        from its newest row, however many it keeps)."""
+        ended = f"NOT ({_IN_FORCE})"
+        total = self.db.execute(f"SELECT count(*) FROM silences WHERE {ended}", (now,)).fetchone()[0]
+        rows = self.db.execute(f"{_SILENCE} WHERE {ended} ORDER BY id DESC LIMIT ?", (now, -1 if limit is None else limit)).fetchall()
+        return [_silence(r) for r in reversed(rows)], total
 
     def add_silence(self, *, run: str, rule: str | None, metric: str | None, cause: str | None, starts: float, ends: float,
                     comment: str, author: str) -> Silence:
@@ -709,14 +731,31 @@ class State:
                 "INSERT INTO silences (run, rule, metric, cause, starts, ends, comment, author, created) VALUES (?,?,?,?,?,?,?,?,?)",
                 (run, rule, metric, cause, starts, ends, comment, author, starts),
             )
+            self._prune_silences(starts)
         return _silence(self.db.execute(f"{_SILENCE} WHERE id=?", (cur.lastrowid,)).fetchone())
 
     def expire_silence(self, ident: int, *, now: float) -> Silence | None:
         """Ends a silence now (None: no such silence). One already over stays as it was."""
         with self.transaction():
-            self.db.execute("UPDATE silences SET expired=? WHERE id=? AND expired IS NULL AND ends > ?", (now, ident, now))
+            self.db.execute("UPDATE silences SET expired=? WHERE id=? AND expired IS NULL AND reported IS NULL AND ends > ?", (now, ident, now))
         row = self.db.execute(f"{_SILENCE} WHERE id=?", (ident,)).fetchone()
         return None if row is None else _silence(row)
+
+    def announced(self, entry: OutboxEntry) -> bool:
+        """Whether what `entry` follows up went out to its sink, not held by a silence: its
+        incident's alert (opened, escalated, or reported as a silence ended), or for a run's notice
+        the last stall said of the run before it."""
+        if entry.incident_id is not None:
+            return self.db.execute(
+                "SELECT EXISTS (SELECT 1 FROM outbox WHERE incident_id=? AND sink=? AND kind IN ('opened', 'escalated', 'unsilenced') "
+                "AND sent_at IS NOT NULL AND silenced IS NULL)", (entry.incident_id, entry.sink),
+            ).fetchone()[0] == 1
+        row = self.db.execute(
+            "SELECT sent_at IS NOT NULL AND silenced IS NULL FROM outbox WHERE incident_id IS NULL AND sink=? AND id < ? "
+            "AND kind IN ('stalled', 'unsilenced') AND json_extract(payload, '$.run')=? ORDER BY id DESC LIMIT 1",
+            (entry.sink, entry.id, entry.notice.run),
+        ).fetchone()
+        return bool(row and row[0])
 
     def hold(self, entries: Sequence[OutboxEntry], silence: Silence, *, now: float) -> None:
         """Entries a silence covers: settled without being sent, and remembered as held by it."""
@@ -730,11 +769,11 @@ class State:
         unless another silence still covers it (then that one holds it). One transaction: a
         crash reports it exactly once, at the next start. Returns the notices queued."""
         queued = 0
-        if not self.db.execute("SELECT EXISTS (SELECT 1 FROM silences WHERE reported IS NULL AND min(ends, coalesce(expired, ends)) <= ?)", (now,)).fetchone()[0]:
-            return 0  # (the common case, every round: no write lock taken)
+        if not self.db.execute(f"SELECT EXISTS (SELECT 1 FROM silences WHERE {_OVER})", (now,)).fetchone()[0]:
+            return 0  # (the common case, every round: no write lock taken, only the index read)
         with self.transaction() as tx:
             silences = [_silence(r) for r in self.db.execute(f"{_SILENCE} WHERE reported IS NULL").fetchall()]
-            ended = [s for s in silences if s.end <= now]
+            ended = [s for s in silences if s.ended(now)]
             others = [s for s in silences if s.active(now)]
             for s in ended:
                 for notice, incident_id, sink in self._held_still_wrong(s):
@@ -756,7 +795,17 @@ class State:
                     "AND o2.kind IN ('opened', 'escalated', 'unsilenced') AND o2.silenced IS NULL)", (now, s.id),
                 )
                 self.db.execute("UPDATE silences SET reported=? WHERE id=?", (now, s.id))
+            self._prune_silences(now)
         return queued
+
+    def _prune_silences(self, now: float) -> None:
+        """Silences ended and reported more than SILENCES_KEPT_DAYS ago are deleted (in the write of
+        a silence added or ended: no timer of its own). The newest row always stays, so that SQLite
+        never gives its id to a new silence: entries it held still name it (`outbox.silenced`)."""
+        self.db.execute(
+            "DELETE FROM silences WHERE reported IS NOT NULL AND min(ends, coalesce(expired, ends)) < ? AND id < (SELECT max(id) FROM silences)",
+            (now - SILENCES_KEPT_DAYS * 86400,),
+        )
 
     def _held_still_wrong(self, silence: Silence) -> list[tuple[Notice, int | None, str]]:
         """(the notice to report, its incident, the sink) for what `silence` held back and is still
@@ -1032,11 +1081,15 @@ def _summary(db: sqlite3.Connection) -> dict[str, list[dict[str, object]]]:
     }
 
 
-def _silences(db: sqlite3.Connection, *, now: float) -> list[Silence]:
-    """Silences not ended by `now` (none in a state from before layout 7, which had none)."""
+def _silences(db: sqlite3.Connection, *, now: float | None) -> list[Silence]:
+    """Silences in force at `now` (None: every one kept), oldest first; none in a state from before
+    layout 7, which had none. (Sorted here: an ORDER BY would have SQLite walk the whole table in
+    id order instead of the index of the few unreported ones.)"""
     if not db.execute("SELECT count(*) FROM sqlite_master WHERE type='table' AND name='silences'").fetchone()[0]:
         return []
-    return [s for s in map(_silence, db.execute(f"{_SILENCE} ORDER BY id")) if s.end > now]
+    if now is None:
+        return [_silence(r) for r in db.execute(f"{_SILENCE} ORDER BY id")]
+    return sorted(map(_silence, db.execute(f"{_SILENCE} WHERE {_IN_FORCE}", (now,))), key=lambda s: s.id)
 
 
 def read_silences(path: Path, *, now: float) -> list[Silence]:

@@ -287,3 +287,26 @@ def test_pictures_older_than_the_retention_are_removed_and_one_still_due_is_draw
         assert png_size(due.read_bytes()) == (1000, 100 + 3 * PANEL_HEIGHT)  # drawn again, whole
     finally:
         state.close()
+
+
+def test_the_hourly_prune_keeps_its_hour_when_the_wall_clock_steps_back(tmp_path):
+    """How long since the last prune is a duration (the monotonic clock): a wall clock stepped back
+    a day no longer puts the next prune off by a day."""
+    from lossguard.alerts.plots import KEEP_DAYS, PRUNE_EVERY
+
+    state = State(tmp_path / "state")
+    try:
+        plots = tmp_path / "state" / "plots"
+        plots.mkdir(parents=True, mode=0o700)
+        wall, mono = [time.time()], [100.0]
+        plotter = Plotter(state, {}, directory=plots, wall=lambda: wall[0], clock=lambda: mono[0])
+        plotter.round()
+        old = plots / "old-1.png"
+        old.write_bytes(b"x")
+        os.utime(old, (wall[0] - KEEP_DAYS * 86400 - 2 * 86400,) * 2)
+        wall[0] -= 86400
+        mono[0] += PRUNE_EVERY
+        plotter.round()
+        assert not old.exists()
+    finally:
+        state.close()

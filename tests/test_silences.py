@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import shlex
 import sqlite3
+import time
 from dataclasses import replace
 
 import pytest
@@ -255,6 +256,173 @@ def test_the_slack_alert_shows_the_silence_command_and_the_report_starts_the_thr
     assert state.thread(ident) is not None  # its follow-ups reply to the report
 
 
+# --- clock steps (issue 25, item 7): what ended and was reported stays ended ---------------------
+
+def test_a_silence_ended_and_reported_or_expired_holds_nothing_whatever_the_clock_says():
+    opened = Notice("opened", INC.run, INC)
+    assert covering([replace(silence(ends=500.0), reported=600.0)], opened, 50.0) is None
+    assert covering([replace(silence(ends=500.0), expired=80.0)], opened, 70.0) is None  # the clock back before the expiry
+    assert replace(silence(ends=500.0), reported=600.0).ended(0.0) and not silence(ends=500.0).ended(0.0)
+
+
+def test_a_new_spike_after_the_clock_steps_back_into_a_reported_silence_is_delivered(state, tmp_path):
+    """The clock stepped back (an NTP correction, a VM restored) into the window of a silence that
+    has ended and been reported: the spike is delivered, not held by a silence nobody will report."""
+    out, wall = tmp_path / "out.jsonl", Wall()
+    sender = Dispatcher(state, {"jsonl": JsonlSink(out)}, wall=wall)
+    state.add_silence(run="*", rule=None, metric=None, cause=None, starts=wall.now, ends=wall.now + 60, comment="x", author="")
+    sender.round()
+    wall.now += 120
+    sender.round()  # ended and reported (it held nothing)
+    wall.now -= 90  # back inside its window
+    _raise(state, INC)
+    sender.round()
+    assert [(e["event"], e["run"]) for e in _events(out)] == [("opened", "gpt-7b-a")]
+    assert state.silences(now=wall.now) == []  # nor is it listed as in force
+
+
+def test_an_expired_silence_is_reported_at_once_even_with_the_clock_stepped_back_before_the_expiry(state, tmp_path):
+    out, wall = tmp_path / "out.jsonl", Wall()
+    sender = Dispatcher(state, {"jsonl": JsonlSink(out)}, wall=wall)
+    s = state.add_silence(run="*", rule=None, metric=None, cause=None, starts=wall.now, ends=wall.now + 86400, comment="x", author="")
+    _raise(state, INC)
+    sender.round()
+    wall.now += 3600
+    state.expire_silence(s.id, now=wall.now)
+    wall.now -= 1800  # stepped back before the expiry
+    sender.round()
+    assert [e["event"] for e in _events(out)] == ["unsilenced"]
+    _raise(state, replace(INC, run="gpt-7b-b"))
+    sender.round()
+    assert [e["event"] for e in _events(out)] == ["unsilenced", "opened"]
+
+
+# --- resolutions of what was announced (issue 25, item 8) ----------------------------------------
+
+def test_an_alerted_incident_that_recovers_under_a_silence_is_resolved_and_its_growth_held(state, tmp_path):
+    out, wall = tmp_path / "out.jsonl", Wall()
+    sender = Dispatcher(state, {"jsonl": JsonlSink(out)}, wall=wall)
+    _raise(state, INC)
+    sender.round()
+    state.add_silence(run="*", rule=None, metric=None, cause=None, starts=wall.now, ends=wall.now + 3600, comment="I know", author="")
+    _raise(state, replace(INC, value=12.0, peak_step=22), kind="updated")
+    _raise(state, replace(INC, value=12.0, peak_step=22, end_step=30), kind="resolved")
+    sender.round()
+    assert [e["event"] for e in _events(out)] == ["opened", "resolved"]
+    wall.now += 3600
+    sender.round()  # the silence ends: the incident is over, nothing to report
+    assert [e["event"] for e in _events(out)] == ["opened", "resolved"]
+
+
+def test_a_resolution_goes_out_when_its_alert_went_out_in_the_same_batch(state, tmp_path):
+    """The resolution revised the cause, which a silence covers; the alert, of the first cause, did not."""
+    out, wall = tmp_path / "out.jsonl", Wall()
+    state.add_silence(run="*", rule=None, metric=None, cause="lr_*", starts=wall.now, ends=wall.now + 3600, comment="x", author="")
+    _raise(state, INC)
+    revised = replace(INC, end_step=30, causes=(Cause("lr_warmup", 0.7, "warm-up", "wait"),))
+    _raise(state, revised, kind="resolved")
+    Dispatcher(state, {"jsonl": JsonlSink(out)}, wall=wall).round()
+    assert [e["event"] for e in _events(out)] == ["opened", "resolved"]
+
+
+def test_a_stalled_run_that_resumes_under_a_silence_is_said_to_resume(state, tmp_path):
+    out, wall = tmp_path / "out.jsonl", Wall()
+    sender = Dispatcher(state, {"jsonl": JsonlSink(out)}, wall=wall)
+    with state.transaction() as tx:
+        tx.enqueue(Notice("stalled", "exp", step=400, minutes=31.0), incident_id=None, sinks=["jsonl"], now=1.0)
+    sender.round()
+    state.add_silence(run="exp", rule=None, metric=None, cause=None, starts=wall.now, ends=wall.now + 60, comment="x", author="")
+    with state.transaction() as tx:
+        tx.enqueue(Notice("resumed", "exp", step=401), incident_id=None, sinks=["jsonl"], now=1.0)
+        tx.enqueue(Notice("stalled", "exp", step=401, minutes=31.0), incident_id=None, sinks=["jsonl"], now=1.0)
+        tx.enqueue(Notice("resumed", "exp", step=402), incident_id=None, sinks=["jsonl"], now=1.0)
+    sender.round()
+    assert [(e["event"], e["step"]) for e in _events(out)] == [("stalled", 400), ("resumed", 401)]  # the second stall never said
+
+
+def test_a_slack_alert_that_recovers_under_a_silence_gets_its_resolution_in_its_thread(state, slack):
+    wall = Wall()
+    sink = SlackSink(SlackBot("xoxb-1-SECRET", "#training", base_url=slack.base_url, backoff=0.01, retries=0), state_dir=state.directory)
+    sender = Dispatcher(state, {"slack": sink}, wall=wall, sleep=lambda s: None)
+    ident = _raise(state, INC, sinks=("slack",))
+    sender.round()
+    alert_ts = state.thread(ident).split("|")[1]
+    state.add_silence(run="gpt-*", rule=None, metric=None, cause=None, starts=wall.now, ends=wall.now + 3600, comment="x", author="")
+    _raise(state, replace(INC, end_step=30), kind="resolved", sinks=("slack",))
+    sender.round()
+    replies = [r.body for r in slack.requests if r.path == "/api/chat.postMessage" and r.body.get("thread_ts") == alert_ts]
+    assert len(replies) == 1 and replies[0]["text"].split("\n")[0].endswith(" - resolved")
+
+
+# --- many ended silences (issue 25, item 10) -----------------------------------------------------
+
+def _ended(state: State, n: int, *, ended: float, reported: float | None = None) -> None:
+    with state.transaction():
+        state.db.executemany(
+            "INSERT INTO silences (run, rule, metric, cause, starts, ends, comment, author, created, reported) VALUES (?,?,?,?,?,?,?,?,?,?)",
+            [(f"r{i}", None, None, None, ended - 60, ended, "old", "", ended - 60, ended if reported is None else reported) for i in range(n)],
+        )
+
+
+def _vm_steps(state: State, call) -> int:  # noqa: ANN001
+    """SQLite's work for `call`, in thousands of virtual-machine steps (deterministic, unlike time)."""
+    steps = [0]
+
+    def tick() -> int:
+        steps[0] += 1
+        return 0
+
+    state.db.set_progress_handler(tick, 1000)
+    try:
+        call()
+    finally:
+        state.db.set_progress_handler(None, 0)
+    return steps[0]
+
+
+def test_a_round_reads_only_the_silences_in_force_however_many_have_ended(state, tmp_path):
+    wall = Wall()
+    sender = Dispatcher(state, {"jsonl": JsonlSink(tmp_path / "out.jsonl")}, wall=wall)
+    state.add_silence(run="live", rule=None, metric=None, cause=None, starts=wall.now, ends=wall.now + 3600, comment="x", author="")
+    sender.round()
+    alone = _vm_steps(state, sender.round)
+    _ended(state, 20_000, ended=wall.now - 86400)
+    crowded = _vm_steps(state, sender.round)
+    assert crowded <= alone + 1, (alone, crowded)  # (20,000 rows read: ~200)
+    assert [s.run for s in state.silences(now=wall.now)] == ["live"]
+
+
+def test_ended_silences_are_kept_a_month_then_pruned_and_no_id_is_given_twice(state):
+    now = 100 * 86400.0
+    _ended(state, 3, ended=now - 31 * 86400)
+    _ended(state, 2, ended=now - 29 * 86400)
+    s = state.add_silence(run="new", rule=None, metric=None, cause=None, starts=now, ends=now + 60, comment="x", author="")
+    assert [x.id for x in state.silences()] == [4, 5, 6]
+    with state.transaction():
+        state.db.execute("UPDATE silences SET reported=ends")
+    state.end_silences(now + 40 * 86400)  # (nothing left to report: nothing pruned by it)
+    state.add_silence(run="later", rule=None, metric=None, cause=None, starts=now + 40 * 86400, ends=now + 41 * 86400, comment="x", author="")
+    assert [x.id for x in state.silences()] == [7]  # #6, the newest then, outlived its month but kept its id
+    assert s.id == 6
+
+
+def test_silence_list_all_shows_the_last_ended_ones_and_says_how_many_more(tmp_path):
+    state = State(tmp_path / "state")
+    now = time.time()
+    _ended(state, 150, ended=now - 3600)
+    state.add_silence(run="live", rule=None, metric=None, cause=None, starts=now, ends=now + 3600, comment="in force", author="")
+    state.close()
+    res = run_lossguard("silence", "list", "--all", "--state-dir", str(tmp_path / "state"))
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert lines[0] == "101 silence(s) (ended ones too):" and lines[1].startswith("  #51  run=r50") and "#151  run=live" in lines[-2]
+    assert lines[-1] == "  ... and 50 older ended silence(s) not shown (`--limit 0` lists every one)"
+    res = run_lossguard("silence", "list", "--all", "--limit", "0", "--format", "json", "--state-dir", str(tmp_path / "state"))
+    assert len(json.loads(res.stdout)) == 151 and res.stderr == ""
+    res = run_lossguard("silence", "list", "--state-dir", str(tmp_path / "state"))
+    assert res.stdout.splitlines()[0] == "1 silence(s) in force:"
+
+
 # --- the CLI ------------------------------------------------------------------------------------
 
 def test_silence_cli_adds_lists_expires_and_status_shows_it(tmp_path):
@@ -336,5 +504,51 @@ def test_the_running_daemon_honours_a_silence_at_once_and_reports_what_is_open_w
         time_to_repeat = w.settle()
         unsilenced = [e for e in time_to_repeat if e["event"] == "unsilenced"]
         assert [(e["run"], e["step"], e["silenced_by"].startswith("#1 (run=gpt-*")) for e in unsilenced] == [("gpt-a", 20, True)]
+    finally:
+        w.stop_and_read()
+
+
+def test_the_daemon_delivers_a_spike_after_the_clock_stepped_back_into_a_reported_silence(tmp_path):
+    """A real daemon on the state a clock stepped back leaves behind: a silence of gpt-* that the
+    daemon reported as ended (at a wall time now an hour ahead) and that, by the clock, is again
+    in its window. The next spike of gpt-a reaches the JSON-lines sink (it was held, never said)."""
+    from .test_watch import Watch, _calm, _line
+
+    (tmp_path / "runs" / "gpt-a").mkdir(parents=True)
+    (tmp_path / "runs" / "gpt-a" / "metrics.jsonl").write_text(_calm(range(1, 20)))
+    w = Watch(tmp_path).start()
+    try:
+        w.wait_ready(files=1)
+        now = time.time()
+        with sqlite3.connect(tmp_path / "state" / "state.db") as db:
+            db.execute("INSERT INTO silences (run, starts, ends, comment, author, created, reported) VALUES ('gpt-*', ?, ?, 'restart', 'ana', ?, ?)",
+                       (now - 1800, now + 1800, now - 1800, now + 3600))
+        with open(tmp_path / "runs" / "gpt-a" / "metrics.jsonl", "a") as fh:
+            fh.write(_line(20, 9.0))
+        assert [(e["event"], e["run"]) for e in w.settle() if e["event"] != "resolved"] == [("opened", "gpt-a")]
+    finally:
+        w.stop_and_read()
+
+
+def test_the_daemon_sends_the_resolution_of_an_alert_that_recovers_under_a_silence(tmp_path):
+    """The alert went out; the operator silences the run (`silence add`); the run recovers: the
+    JSON-lines sink gets its `resolved` (a Slack message would otherwise stay open for good)."""
+    from .test_watch import Watch, _calm, _line
+
+    (tmp_path / "runs" / "gpt-a").mkdir(parents=True)
+    log = tmp_path / "runs" / "gpt-a" / "metrics.jsonl"
+    log.write_text(_calm(range(1, 20)))
+    w = Watch(tmp_path).start()
+    try:
+        w.wait_ready(files=1)
+        with open(log, "a") as fh:
+            fh.write(_line(20, 9.0))
+        w.wait_for(lambda ev: any(e["event"] == "opened" and e["run"] == "gpt-a" for e in ev))
+        res = run_lossguard("silence", "add", "--state-dir", str(tmp_path / "state"), "--run", "gpt-*", "--for", "1h", "--comment", "I know")
+        assert res.returncode == 0, res.stderr
+        with open(log, "a") as fh:
+            fh.write(_calm(range(21, 40)))
+        ev = w.settle()
+        assert [(e["event"], e["run"], e["step"]) for e in ev] == [("opened", "gpt-a", 20), ("resolved", "gpt-a", 20)]
     finally:
         w.stop_and_read()

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 
-from ..silences import Silence, covering
+from ..silences import ANNOUNCING, CLOSING, Silence, covering
 from ..state import OutboxEntry, State, StateBusy
 from .delivery import Delivery, Manners, Post, Sink
 from .journal import Journal
@@ -248,17 +248,22 @@ class Dispatcher:
         return sent, True
 
     def _hold(self, sink: Sink, entries: list[OutboxEntry]) -> list[OutboxEntry]:
-        """The entries no silence covers; those one does are settled as held by it (read at every
-        round, so a silence added while the daemon runs holds the very next post)."""
+        """The entries no silence covers, and the resolutions of what this sink was told (CLOSING);
+        those a silence covers are settled as held by it (read at every round, so a silence added
+        while the daemon runs holds the very next post)."""
         if not sink.manners.silences or not self._silences:
             return entries
         now = self.wall()
         held: dict[int, tuple[Silence, list[OutboxEntry]]] = {}
-        free = []
+        free: list[OutboxEntry] = []
+        told: set[tuple[int | None, str]] = set()  # (what this batch announces, before it is sent)
         for e in entries:
+            subject = (e.incident_id, e.notice.run)
             silence = covering(self._silences, e.notice, now)
-            if silence is None:
+            if silence is None or (e.notice.kind in CLOSING and (subject in told or self.state.announced(e))):
                 free.append(e)
+                if e.notice.kind in ANNOUNCING:
+                    told.add(subject)
             else:
                 held.setdefault(silence.id, (silence, []))[1].append(e)
         for silence, some in held.values():

@@ -72,20 +72,24 @@ def takes_plots(sink: Sink) -> bool:
 class Plotter:
     """Draws and sends the pictures the state holds for delivered alerts (see the module's doc)."""
 
-    def __init__(self, state: State, sinks: Mapping[str, Sink], *, directory: Path, wall: Callable[[], float] = time.time) -> None:
+    def __init__(self, state: State, sinks: Mapping[str, Sink], *, directory: Path, wall: Callable[[], float] = time.time,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.state = state
         self.sinks = dict(sinks)
         self.directory = directory
         self.wall = wall
-        self._pruned = 0.0
+        """Stamps and a picture's age (files' mtimes are wall time)."""
+        self.clock = clock
+        """How long since the last prune: a duration, which a clock stepped back must not stretch."""
+        self._pruned: float | None = None
 
     def path_of(self, incident_id: int) -> Path:
         """The PNG's name: the state's id and the incident's (never a name from disk)."""
         return self.directory / f"{self.state.id}-{incident_id}.png"
 
     def round(self) -> int:
-        if self.wall() - self._pruned >= PRUNE_EVERY:
-            self._pruned = self.wall()
+        if self._pruned is None or self.clock() - self._pruned >= PRUNE_EVERY:
+            self._pruned = self.clock()
             self.prune()
         shown, undrawable = 0, set()
         for row in self.state.due_plots(PER_ROUND):
