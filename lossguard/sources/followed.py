@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ..cursor import Cursor
 from ..errors import UsageError
+from ..escaping import decodable
 from ..state import FileRow
 from .discover import Listings, collect, is_candidate
 
@@ -80,6 +81,8 @@ class Tracker:
         current: dict[str, Sighting] = {}
         for f in found:
             path = str(f.path)
+            if not path.isascii() and decodable(path) != path:
+                self._warn_once(f"{decodable(path)}: the name is not valid UTF-8; read all the same, and shown with the bytes escaped")
             seen = self._identify(path, f.run, tracked.get(path), by_ident, quiet)
             if seen is not None:
                 current[path] = seen
