@@ -328,3 +328,34 @@ def test_megatron_runs_read_together_pass_by_pass_alert_what_a_scan_of_their_log
     scanned = audit.scan([root], rules=default_rules(), options=ReadOptions())
     reported = {_said(i) for i in scanned.incidents if i.step % 1000 >= 30}
     assert opened == reported and len({step for _, _, step, _ in reported}) >= 6
+
+
+def test_files_under_a_folder_that_cannot_be_listed_for_now_are_kept_not_dropped_as_gone(tmp_path, monkeypatch):
+    import errno
+    import os
+
+    root = tmp_path / "runs"
+    for name in ("a", "b"):
+        (root / name).mkdir(parents=True)
+        (root / name / "metrics.jsonl").write_text(_calm(range(1, 20)))
+    logged: list[str] = []
+    state = State(tmp_path / "state")
+    follower = Follower([root], rules=default_rules(), state=state, log=logged.append)
+    follower.run_pass(1.0)
+    real_scandir = os.scandir
+
+    def scandir(path):  # noqa: ANN001, ANN202 - the process is out of descriptors (idle sockets took them all)
+        if os.fspath(path) == str(root / "b"):
+            raise OSError(errno.EMFILE, "Too many open files")
+        return real_scandir(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    follower.run_pass(2.0)
+    assert sorted(state.files()) == [str(root / "a/metrics.jsonl"), str(root / "b/metrics.jsonl")]  # before: b's dropped as gone
+    assert not any("no longer followed" in line for line in logged), logged
+    monkeypatch.setattr(os, "scandir", real_scandir)
+    with open(root / "b" / "metrics.jsonl", "a") as fh:
+        fh.write(_line(20, 9.0))
+    report = follower.run_pass(3.0)
+    assert [(n.kind, n.run) for n in report.notices] == [("opened", "b")]  # read on from where it was, not from the start
+    state.close()

@@ -58,6 +58,14 @@ class Sighting:
         return self.row.format is not None and self.size == cursor.offset and self.row.mtime == self.mtime and not cursor.skipping
 
 
+def _unread_folders(problems: Sequence) -> tuple[str, ...]:
+    """Folders this walk could not enter or list but that are still there (no descriptor left, an
+    NFS server not answering): the files under them are not gone, only unseen for now. Dropping
+    them would read them again from the start once the folder can be listed."""
+    folders = (p.source for p in problems if p.message.startswith(("cannot list folder", "cannot enter folder")))
+    return tuple(os.path.join(f, "") for f in folders if os.path.lexists(f))
+
+
 @dataclass
 class Tracker:
     roots: Sequence[Path]
@@ -88,7 +96,9 @@ class Tracker:
                 current[path] = seen
         listed = {str(f.path) for f in found}
         idents = {(s.row.device, s.row.inode) for s in current.values()}
-        gone = [p for p, r in tracked.items() if p not in current and p not in listed and (r.device, r.inode) not in idents]
+        unread = _unread_folders(problems)
+        gone = [p for p, r in tracked.items() if p not in current and p not in listed and (r.device, r.inode) not in idents
+                and not p.startswith(unread)]
         for path in gone:
             self.log(f"{path}: file is gone; no longer followed")
         return current, gone
