@@ -324,3 +324,14 @@ def test_batches_after_an_alertmanager_that_cannot_be_reached_wait_for_the_next_
     alerts = [{"labels": {"run": f"r{i}"}} for i in range(250)]
     [(batch, delivery)] = client.post_batches(alerts)  # not three requests that would each wait out the same timeout
     assert len(batch) == 100 and not delivery.ok and not delivery.permanent
+
+
+def test_a_resend_every_batch_of_which_is_refused_for_good_is_said_in_one_line(tmp_path, slack, caplog):
+    state = _firing(tmp_path / "state", [f"run-{i:03d}" for i in range(250)])
+    slack.queue += [Answer(status=401, body="") for _ in range(3)]
+    sink = AlertmanagerSink(AlertmanagerClient([slack.base_url.removesuffix("/api/")]), host="box")
+    with caplog.at_level(logging.WARNING, logger="lossguard"):
+        assert not sink.resend(state).ok
+    said = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
+    assert len(slack.requests) == 3 and len(said) == 1 and "250 firing alert(s)" in said[0] and "and 245 more" in said[0], said
+    state.close()

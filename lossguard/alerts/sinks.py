@@ -233,23 +233,28 @@ class AlertmanagerSink:
         return failed or (refused[0] if refused else Delivery(ok=True))
 
     def _say_refused(self, sent: list[tuple[list[dict], Delivery]]) -> None:
-        """A batch refused for good (a malformed alert, a body a proxy will not take) is said once,
-        naming its alerts, until it is accepted again; the other batches went their own way."""
+        """Alerts refused for good (a malformed one, a body a proxy will not take) are said once, in
+        one line naming them, until they are accepted again; the other batches went their own way."""
+        new: list[dict] = []
+        why = None
         for batch, delivery in sent:
             keys = {_identity(a) for a in batch}
             if delivery.ok:
                 self._refused -= keys
             elif delivery.permanent and not keys <= self._refused:
                 self._refused |= keys
-                names = ", ".join(printable(f"{a['labels'].get('alertname')} run={a['labels'].get('run')}") for a in batch[:5])
-                more = f" and {len(batch) - 5} more" if len(batch) > 5 else ""
-                _log.warning("alertmanager refused %d firing alert(s) for good (%s%s), the others are re-sent: %s",
-                             len(batch), names, more, delivery.describe())
+                new += batch
+                why = why or delivery
+        if why is not None:
+            names = ", ".join(printable(f"{a['labels'].get('alertname')} run={a['labels'].get('run')}") for a in new[:5])
+            more = f" and {len(new) - 5} more" if len(new) > 5 else ""
+            _log.warning("alertmanager refused %d firing alert(s) for good (%s%s), the others are re-sent: %s", len(new), names, more, why.describe())
 
 
 def _identity(alert: dict) -> tuple:
     """An alert's identity for Alertmanager: its label set."""
     return tuple(sorted(alert["labels"].items()))
+
 
 def alertmanager_client(settings, urls: list[str] | None = None) -> AlertmanagerClient:  # noqa: ANN001
     """A client for the configured replicas (or for `urls` of them), with the configured credentials."""
