@@ -23,6 +23,7 @@ import polars as pl
 from . import readmany, table
 from .cursor import Cursor
 from .engine import SCAN_NEEDS, RunAnalysis, analyse_runs
+from .escaping import decodable
 from .model import Incident
 from .problems import Problem, summarised
 from .readmany import Job
@@ -191,7 +192,7 @@ def _report(read: _Read, analysis: RunAnalysis, streams: dict[str, Points]) -> R
     paths = read.paths
     parents = {str(Path(p).parent) for p in paths}
     source = paths[0] if len(paths) == 1 else (parents.pop() if len(parents) == 1 else os.path.commonpath(paths))
-    return RunReport(analysis, source, read.formats, len(paths), read.problems, curves, sparks)
+    return RunReport(analysis, decodable(source), read.formats, len(paths), read.problems, curves, sparks)
 
 
 def scan_runs(batch: Sequence[tuple[str, Sequence[str]]], rules: RuleSet, options: ReadOptions, explicit: frozenset[str] = frozenset()) -> list[RunReport]:

@@ -7,6 +7,11 @@ Each output has one function here, and every renderer calls it for every name it
 `printable` for terminals and log lines (and before the others, so no output carries a raw control
 character), `markdown` and `markdown_code` for Markdown, `html_text` for HTML. Machine formats
 (JSON, CSV) keep names exact: their own quoting is the escaping there.
+
+A name that is not valid UTF-8 (`$'old\\xe9.log'`) reaches Python as a lone surrogate per stray
+byte (os.fsdecode's surrogateescape: `\\udce9`), which no UTF-8 output can hold: SQLite, JSON
+read by anything but Python, Slack, Prometheus all refuse or mangle it. `decodable` shows each such
+byte as `\\xe9` where a run or file is named (its bytes are kept only where the file is opened).
 """
 
 from __future__ import annotations
@@ -28,15 +33,25 @@ _UNSAFE = [
     *range(0x2066, 0x206A),  # bidi isolates (LRI..PDI)
     0x2028, 0x2029,  # line and paragraph separators: a new line to many log viewers and editors
 ]
-_PRINTABLE = {code: _visible(code) for code in _UNSAFE}
+_SURROGATES = {code: f"\\x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"\\u{code:04x}" for code in range(0xD800, 0xE000)}
+"""A stray byte as os.fsdecode gives it (U+DC80-U+DCFF) as that byte (`\\xe9`), any other lone
+surrogate (from a JSON escape) as itself (`\\ud800`)."""
+_PRINTABLE = {**{code: _visible(code) for code in _UNSAFE}, **_SURROGATES}
 _PRINTABLE_LINES = {code: v for code, v in _PRINTABLE.items() if code != 0x0A}
 
 
 def printable(text: str) -> str:
     """Control characters (C0, DEL, C1), bidi controls and line separators as visible escapes
-    (`\\x1b`, `\\n`, `\\u202e`), so a name stays on its line and cannot drive the terminal. A
+    (`\\x1b`, `\\n`, `\\u202e`), so a name stays on its line and cannot drive the terminal; bytes
+    that were not UTF-8 as `decodable` shows them (a log line must encode). A
     backslash is left as it is: names with one are rare, and doubling it would change them all."""
     return text.translate(_PRINTABLE)
+
+
+def decodable(text: str) -> str:
+    """`text` with the bytes that were not UTF-8 on disk shown as `\\xe9` (see the module's doc):
+    valid Unicode, and the same every time for the same name."""
+    return text if text.isascii() else text.translate(_SURROGATES)
 
 
 def printable_lines(text: str) -> str:

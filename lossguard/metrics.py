@@ -16,6 +16,7 @@ import bisect
 import logging
 import os
 import socket
+import sys
 import threading
 import time
 from collections import Counter
@@ -44,6 +45,12 @@ PASS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 3
 DAY = 86400.0
 TEXTFILE_EVERY = 15.0
 """Seconds between two writes of the textfile: node_exporter's usual scrape interval."""
+IDLE_TIMEOUT = 5.0
+"""Seconds a connection may keep /metrics waiting for its request (a scrape sends it at once)."""
+MAX_CONNECTIONS = 32
+"""Connections served at once; one more is closed as it is accepted. Each holds a file descriptor
+and a thread: without a cap, idle connections took every descriptor the daemon had (1,011 under
+systemd's 1,024), so it could open no log, no state, no socket to Slack, and alerted nothing."""
 
 
 class MetricsError(LossguardError):
@@ -337,7 +344,7 @@ class Metrics:
         if self.listen is None:
             return
         family = socket.AF_INET6 if ":" in self.listen.host else socket.AF_INET
-        server_class = type("Server", (ThreadingWSGIServer,), {"address_family": family})
+        server_class = type("Server", (_Server,), {"address_family": family})
         try:
             self._server = make_server(self.listen.host, self.listen.port, self._app, server_class, handler_class=_Quiet)
         except OSError as exc:
@@ -377,8 +384,50 @@ class Metrics:
         self.reader.close()
 
 
+class _Server(ThreadingWSGIServer):
+    """A thread per connection, at most MAX_CONNECTIONS of them: one beyond is closed at once (its
+    scraper tries again), so connections left open cannot take the descriptors and threads that
+    following logs and delivering alerts need."""
+
+    max_connections = MAX_CONNECTIONS
+    request_queue_size = 64  # (the kernel holds these without a descriptor of ours)
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)
+        self._slots = threading.BoundedSemaphore(self.max_connections)
+        self._refused = 0
+
+    def process_request(self, request: socket.socket, client_address: object) -> None:
+        if not self._slots.acquire(blocking=False):
+            self._refused += 1
+            if self._refused in (1, 1000) or self._refused % 100_000 == 0:  # said, but never a line per connection
+                log.warning("metrics: %d connections open already (the most served at once); closing new ones (%d so far)", self.max_connections, self._refused)
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:  # no thread started: the slot is free again
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request: socket.socket, client_address: object) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        """A connection that went silent (IDLE_TIMEOUT) or was reset is no news; anything else is
+        one line in the log, not a traceback on stderr."""
+        exc = sys.exc_info()[1]
+        if not isinstance(exc, OSError):
+            log.warning("metrics: a connection failed: %s: %s", type(exc).__name__, exc)
+
+
 class _Quiet(WSGIRequestHandler):
-    """No line on stderr per scrape."""
+    """No line on stderr per scrape; a connection that sends no request within IDLE_TIMEOUT is closed."""
+
+    timeout = IDLE_TIMEOUT
 
     def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the base class's name
         pass

@@ -18,6 +18,7 @@ from . import table
 from .aliases import Aliases
 from .cursor import Cursor
 from .errors import UsageError
+from .escaping import decodable
 from .formats import FORMATS
 from .formats.base import Keep, Parsed, Reader, Sink, kept_rows
 from .formats.custom import LineFormatSpec
@@ -84,7 +85,7 @@ def read(
 
     def finished(rows: pl.DataFrame) -> pl.DataFrame:
         spans.append(table.span_of(rows))
-        return _finish(rows, keep=None if projects else keep, run=run, source=str(path), options=options, lean=lean)
+        return _finish(rows, keep=None if projects else keep, run=run, source=decodable(str(path)), options=options, lean=lean)
 
     extra: dict = {}
     if projects:

@@ -27,6 +27,7 @@ import polars as pl
 
 from . import table
 from .cursor import Cursor
+from .escaping import decodable
 from .formats.base import BINARY_LINE, SMALL_BLOCK, LineFormat, only_newlines, split_lines
 from .needs import Needs
 from .problems import Problem
@@ -129,7 +130,7 @@ def _parse_together(reader: LineFormat, files: list[tuple[int, _File]], options:
         owner = pl.Series(np.repeat(np.arange(len(files)), np.diff(bounds)), dtype=pl.Int64())
         finished = finished.with_columns(
             pl.Series("run", [f.job.run for _, f in files], dtype=pl.String()).gather(owner),
-            pl.Series("source", [str(f.job.path) for _, f in files], dtype=pl.String()).gather(owner),
+            pl.Series("source", [decodable(str(f.job.path)) for _, f in files], dtype=pl.String()).gather(owner),
         )
     steps = rows.get_column("step").fill_null(0).to_numpy()
     nulls = rows.get_column("step").is_null().to_numpy()

@@ -26,6 +26,7 @@ from urllib.parse import quote
 import numpy as np
 
 from .errors import LossguardError
+from .escaping import decodable
 from .model import Incident, Notice
 from .silences import Silence, covering
 
@@ -318,7 +319,23 @@ def _silence(r: tuple) -> Silence:
 
 
 def _file_row(r: tuple) -> FileRow:
-    return FileRow(r[0], r[1], r[2], r[3], r[4], r[5] or b"", r[6], bool(r[7]), int(r[8]), r[9])
+    return FileRow(_path(r[0]), r[1], r[2], r[3], r[4], r[5] or b"", r[6], bool(r[7]), int(r[8]), r[9])
+
+
+def _stored(path: str) -> str | bytes:
+    """A followed file's path as `files.path` keeps it: text, or (a name that is not UTF-8, which
+    Python holds as lone surrogates and SQLite's text cannot) its bytes, as a BLOB: the file must be
+    opened again by its real name, and a BLOB never equals a text, so no two paths meet."""
+    try:
+        path.encode()
+    except UnicodeEncodeError:
+        return os.fsencode(path)
+    return path
+
+
+def _path(value: str | bytes) -> str:
+    """`_stored` undone: the path as os.fsdecode gives it, which opens the file."""
+    return os.fsdecode(value) if isinstance(value, bytes) else value
 
 
 def _unpack_tail(tail: bytes | str, seen: int) -> Tail:
@@ -520,8 +537,8 @@ class State:
             rows = []
             for i in range(0, len(wanted), 500):
                 chunk = wanted[i:i + 500]
-                rows += self.db.execute(f"{query} WHERE path IN ({','.join('?' * len(chunk))})", chunk).fetchall()
-        return {r[0]: _file_row(r) for r in rows}
+                rows += self.db.execute(f"{query} WHERE path IN ({','.join('?' * len(chunk))})", [_stored(p) for p in chunk]).fetchall()
+        return {_path(r[0]): _file_row(r) for r in rows}
 
     def tail(self, run: str, key: str) -> Tail:
         """A stream's committed tail (`key`: a canonical metric, or `tag:<tag>` for a context tag)."""
@@ -863,11 +880,11 @@ class Transaction:
     def put_file(self, f: FileRow) -> None:
         self.db.execute(
             "INSERT OR REPLACE INTO files (path, run, format, device, inode, fingerprint, cursor, dead, quiet, mtime) VALUES (?,?,?,?,?,?,?,?,?,?)",
-            (f.path, f.run, f.format, f.device, f.inode, f.fingerprint, f.cursor, int(f.dead), int(f.quiet), f.mtime),
+            (_stored(f.path), f.run, f.format, f.device, f.inode, f.fingerprint, f.cursor, int(f.dead), int(f.quiet), f.mtime),
         )
 
     def forget_file(self, path: str) -> None:
-        self.db.execute("DELETE FROM files WHERE path=?", (path,))
+        self.db.execute("DELETE FROM files WHERE path=?", (_stored(path),))
 
     def put_tail(self, run: str, key: str, tail: Tail) -> None:
         # Packed, not JSON: the daemon writes every busy stream's tail (up to 400 points) each pass.
@@ -1069,7 +1086,7 @@ def _summary(db: sqlite3.Connection) -> dict[str, list[dict[str, object]]]:
     q = db.execute
     return {
         "files": [
-            {"path": p, "run": r, "format": f, "offset": Cursor.from_json(c).offset, "dead": bool(d)}
+            {"path": decodable(_path(p)), "run": r, "format": f, "offset": Cursor.from_json(c).offset, "dead": bool(d)}
             for p, r, f, c, d in q("SELECT path, run, format, cursor, dead FROM files ORDER BY path")
         ],
         "open_incidents": [{"run": r, "rule": ru, "step": st} for r, ru, st in q("SELECT run, rule, step FROM incidents WHERE status='open' ORDER BY run, step")],

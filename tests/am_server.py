@@ -28,34 +28,51 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-class Webhook:
-    """Records each notification Alertmanager posts (its JSON body)."""
+class _Local:
+    """A server on 127.0.0.1 (a free port) whose `answer(path, body)` gives each POST's status."""
+
+    path = ""
 
     def __init__(self) -> None:
-        self.received: list[dict] = []
-        hook = self
+        server = self
 
         class Handler(BaseHTTPRequestHandler):
             def log_message(self, *args: object) -> None:
                 pass
 
             def do_POST(self) -> None:  # noqa: N802
-                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                hook.received.append(json.loads(body))
-                self.send_response(200)
+                status = server.answer(self.path, self.rfile.read(int(self.headers.get("Content-Length", 0))))
+                self.send_response(status)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
 
+    def answer(self, path: str, body: bytes) -> int:
+        raise NotImplementedError
+
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}/hook"
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}{self.path}"
 
     def close(self) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+class Webhook(_Local):
+    """Records each notification Alertmanager posts (its JSON body)."""
+
+    path = "/hook"
+
+    def __init__(self) -> None:
+        self.received: list[dict] = []
+        super().__init__()
+
+    def answer(self, path: str, body: bytes) -> int:
+        self.received.append(json.loads(body))
+        return 200
 
 
 def config(webhook_url: str, *, group_wait: str = "2s") -> str:
@@ -134,3 +151,28 @@ def wait(predicate, timeout: float = 20, what: str = "condition"):  # noqa: ANN0
             return got
         time.sleep(0.1)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+class Proxy(_Local):
+    """A reverse proxy before Alertmanager (`upstream`, or none: it answers 200 itself) that refuses
+    what such proxies refuse: a body over `max_body` bytes (413, nginx's client_max_body_size is
+    1 MB by default), and (as Alertmanager does for one malformed alert) any body holding an alert
+    of a run in `bad` (400). `accepted` lists the alerts it let through, `answers` each status."""
+
+    def __init__(self, upstream: str | None = None, *, max_body: int = 1 << 20, bad: tuple[str, ...] = ()) -> None:
+        self.upstream, self.max_body, self.bad = upstream, max_body, bad
+        self.accepted: list[dict] = []
+        self.answers: list[int] = []
+        super().__init__()
+
+    def answer(self, path: str, body: bytes) -> int:
+        alerts = json.loads(body) if len(body) <= self.max_body else []
+        status = 413 if len(body) > self.max_body else 400 if any(a["labels"].get("run") in self.bad for a in alerts) else 200
+        if status == 200 and self.upstream is not None:
+            request = urllib.request.Request(self.upstream + path, data=body, headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(request, timeout=10) as r:
+                r.read()
+        if status == 200:
+            self.accepted += alerts
+        self.answers.append(status)
+        return status

@@ -13,14 +13,17 @@ from pathlib import Path
 
 import pytest
 
-from lossguard.alerts.alertmanager import AlertmanagerClient
+import json
+import logging
+
+from lossguard.alerts.alertmanager import AlertmanagerClient, batches
 from lossguard.alerts.delivery import Post
 from lossguard.alerts.labels import alertname
 from lossguard.alerts.sinks import AlertmanagerSink
 from lossguard.model import Cause, Incident, Notice
 from lossguard.state import OutboxEntry, State
 
-from .am_server import AMTOOL, Alertmanager, Webhook, free_port, needs_alertmanager
+from .am_server import AMTOOL, Alertmanager, Proxy, Webhook, free_port, needs_alertmanager, wait
 from .conftest import assert_one_error_line, run_lossguard
 from .slack_server import Answer
 
@@ -192,6 +195,65 @@ def test_resend_posts_the_open_announced_incidents_and_stalled_runs_every_interv
     state.close()
 
 
+
+def _firing(path: Path, runs: list[str]) -> State:
+    state = State(path)
+    with state.transaction() as tx:
+        for run in runs:
+            tx.add_incident(replace(SPIKE, run=run), source="a.log", quiet=False, now=time.time())
+    return state
+
+
+def test_batches_are_bounded_by_count_and_by_bytes_and_keep_the_order():
+    alerts = [{"labels": {"run": f"r{i}"}, "annotations": {"summary": "x" * (i % 7) * 100}} for i in range(250)]
+    by_count = batches(alerts, count=100, size=1 << 30)
+    assert [len(b) for b in by_count] == [100, 100, 50] and sum(by_count, []) == alerts
+    by_size = batches(alerts, count=1000, size=4000)
+    assert sum(by_size, []) == alerts and all(len(json.dumps(b).encode()) <= 4000 for b in by_size)
+    assert batches([{"big": "y" * 9000}], size=4000) == [[{"big": "y" * 9000}]]  # too big alone: sent alone
+
+
+@needs_alertmanager
+def test_a_resend_of_more_firing_alerts_than_a_proxy_takes_in_one_body_all_reach_alertmanager(tmp_path):
+    hook = Webhook()
+    am = Alertmanager(tmp_path / "am", hook.url).start()
+    proxy = Proxy(am.url, max_body=300_000)  # a proxy's body limit (nginx's default is 1 MB, ~2,300 of these alerts)
+    try:
+        state = _firing(tmp_path / "state", [f"run-{i:04d}" for i in range(1000)])
+        sink = AlertmanagerSink(AlertmanagerClient([proxy.url]), host="box")
+        assert sink.resend(state).ok  # before: one ~450 kB request, refused with 413: 0 alerts fired
+        assert set(proxy.answers) == {200} and len(proxy.answers) == 10
+        wait(lambda: len(am.alerts()) == 1000, what="1000 alerts in Alertmanager")
+        state.close()
+    finally:
+        proxy.close()
+        am.stop()
+        hook.close()
+
+
+def test_one_alert_refused_for_good_costs_only_itself_and_is_said_once(tmp_path, caplog):
+    proxy = Proxy(bad=("bad",))  # refuses any body holding that run's alert, as Alertmanager refuses one malformed alert
+    try:
+        runs = [f"run-{i:03d}" for i in range(250)]
+        state = _firing(tmp_path / "state", [*runs[:120], "bad", *runs[120:]])
+        clock = [0.0]
+        sink = AlertmanagerSink(AlertmanagerClient([proxy.url]), host="box", resend_interval=60, clock=lambda: clock[0])
+        with caplog.at_level(logging.WARNING, logger="lossguard"):
+            first = sink.resend(state)
+            assert not first.ok and first.permanent
+            assert sorted(a["labels"]["run"] for a in proxy.accepted) == runs  # before: 0 of 250 (one request, refused)
+            proxy.accepted.clear()
+            clock[0] = 60.0
+            sink.resend(state)
+        assert sorted(a["labels"]["run"] for a in proxy.accepted) == runs
+        said = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
+        assert len(said) == 1 and "1 firing alert(s)" in said[0] and "LossSpike run=bad" in said[0], said
+        assert sink._due == 120.0  # a refusal for good is not retried every 10 s
+        state.close()
+    finally:
+        proxy.close()
+
+
 @pytest.mark.parametrize(
     "body,named",
     [
@@ -255,3 +317,21 @@ def test_alert_test_reaches_every_replica_and_names_the_one_that_failed(tmp_path
     finally:
         am.stop()
         hook.close()
+
+
+def test_batches_after_an_alertmanager_that_cannot_be_reached_wait_for_the_next_resend():
+    client = AlertmanagerClient([f"http://127.0.0.1:{free_port()}"], timeout=2)
+    alerts = [{"labels": {"run": f"r{i}"}} for i in range(250)]
+    [(batch, delivery)] = client.post_batches(alerts)  # not three requests that would each wait out the same timeout
+    assert len(batch) == 100 and not delivery.ok and not delivery.permanent
+
+
+def test_a_resend_every_batch_of_which_is_refused_for_good_is_said_in_one_line(tmp_path, slack, caplog):
+    state = _firing(tmp_path / "state", [f"run-{i:03d}" for i in range(250)])
+    slack.queue += [Answer(status=401, body="") for _ in range(3)]
+    sink = AlertmanagerSink(AlertmanagerClient([slack.base_url.removesuffix("/api/")]), host="box")
+    with caplog.at_level(logging.WARNING, logger="lossguard"):
+        assert not sink.resend(state).ok
+    said = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
+    assert len(slack.requests) == 3 and len(said) == 1 and "250 firing alert(s)" in said[0] and "and 245 more" in said[0], said
+    state.close()

@@ -180,3 +180,8 @@ def test_install_again_keeps_the_users_config_and_uninstall_keeps_config_and_sta
     assert config.exists() and (root / "var/lib/lossguard/state.db").exists()
     purge = subprocess.run(["bash", str(REPO / "deploy/install.sh"), "--root", str(root), "--uninstall", "--purge"], capture_output=True, text=True, env=env)
     assert purge.returncode == 0 and not config.exists() and not (root / "var/lib/lossguard").exists()
+
+
+def test_the_service_raises_its_open_file_limit_above_systemds_1024():
+    limits = re.findall(r"^LimitNOFILE=(\d+)$", (REPO / "systemd/lossguard.service").read_text(), re.M)
+    assert len(limits) == 1 and int(limits[0]) >= 8192, limits

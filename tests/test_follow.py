@@ -94,15 +94,22 @@ def test_a_spike_written_while_the_history_is_still_being_read_is_news_not_histo
 
 
 
-def test_a_file_its_reader_fails_on_stops_alone_and_the_other_runs_are_still_judged(tmp_path, monkeypatch):
+def calm_runs(tmp_path, *names: str) -> tuple:
+    """runs/NAME/metrics.jsonl of 19 calm steps each, a fresh state, a Follower over runs/ that has
+    made its first pass, and the lines it logged."""
     root = tmp_path / "runs"
-    for name in ("good", "bad"):
+    for name in names:
         (root / name).mkdir(parents=True)
         (root / name / "metrics.jsonl").write_text(_calm(range(1, 20)))
     logged: list[str] = []
     state = State(tmp_path / "state")
     follower = Follower([root], rules=default_rules(), state=state, log=logged.append)
     follower.run_pass(1.0)
+    return root, state, follower, logged
+
+
+def test_a_file_its_reader_fails_on_stops_alone_and_the_other_runs_are_still_judged(tmp_path, monkeypatch):
+    root, state, follower, logged = calm_runs(tmp_path, "good", "bad")
     from lossguard.formats import dictlines
 
     real_json_wide = dictlines.json_wide
@@ -328,3 +335,27 @@ def test_megatron_runs_read_together_pass_by_pass_alert_what_a_scan_of_their_log
     scanned = audit.scan([root], rules=default_rules(), options=ReadOptions())
     reported = {_said(i) for i in scanned.incidents if i.step % 1000 >= 30}
     assert opened == reported and len({step for _, _, step, _ in reported}) >= 6
+
+
+def test_files_under_a_folder_that_cannot_be_listed_for_now_are_kept_not_dropped_as_gone(tmp_path, monkeypatch):
+    import errno
+    import os
+
+    root, state, follower, logged = calm_runs(tmp_path, "a", "b")
+    real_scandir = os.scandir
+
+    def scandir(path):  # noqa: ANN001, ANN202 - the process is out of descriptors (idle sockets took them all)
+        if os.fspath(path) == str(root / "b"):
+            raise OSError(errno.EMFILE, "Too many open files")
+        return real_scandir(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    follower.run_pass(2.0)
+    assert sorted(state.files()) == [str(root / "a/metrics.jsonl"), str(root / "b/metrics.jsonl")]  # before: b's dropped as gone
+    assert not any("no longer followed" in line for line in logged), logged
+    monkeypatch.setattr(os, "scandir", real_scandir)
+    with open(root / "b" / "metrics.jsonl", "a") as fh:
+        fh.write(_line(20, 9.0))
+    report = follower.run_pass(3.0)
+    assert [(n.kind, n.run) for n in report.notices] == [("opened", "b")]  # read on from where it was, not from the start
+    state.close()

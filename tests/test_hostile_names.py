@@ -23,7 +23,7 @@ from lossguard.model import Notice
 from lossguard.rules import default_rules
 
 from . import synth
-from .conftest import FIXTURES
+from .conftest import FIXTURES, run_lossguard
 from .test_watch import Watch, _calm, _line
 
 HOSTILE = "ev\x1b[2J\x1b[Hil\x1b]52;c;SGVsbG8=\x07\nINFO forged line\u202eeno"
@@ -187,3 +187,66 @@ def test_html_report_shows_control_characters_escaped(tmp_path):
     # Shown escaped; the section's anchor is its place, not the name (which may hold anything).
     assert '<h2 id="run-0">ev\\x1b[2J\\x1b[Hil\\x1b]52;c;SGVsbG8=\\x07\\nINFO forged line\\u202eeno/version_0 ' in text
     assert 'href="#run-0"' in text
+
+
+def test_a_file_name_that_is_not_utf8_is_followed_and_alerted_escaped_and_blinds_no_other_run(tmp_path):
+    import os
+    import time
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from .am_server import free_port
+
+    root = os.fsencode(tmp_path / "runs")
+    for folder, name in ((b"a", b"metrics.jsonl"), (b"b", b"old\xe9.log"), (b"c\xff", b"metrics.jsonl")):
+        os.makedirs(os.path.join(root, folder), exist_ok=True)
+        with open(os.path.join(root, folder, name), "w") as fh:
+            fh.write(_calm(range(1, 30)))
+    port = free_port()
+    w = Watch(tmp_path, "--metrics-listen", str(port)).start()
+    try:
+        w.wait_settled()  # before: every pass failed storing the file row (UnicodeEncodeError), none committed
+        for folder, name in ((b"a", b"metrics.jsonl"), (b"b", b"old\xe9.log"), (b"c\xff", b"metrics.jsonl")):
+            with open(os.path.join(root, folder, name), "a") as fh:
+                fh.write(_line(30, 9.0))
+        ev = w.wait_for(lambda ev: len({e["run"] for e in ev if e["event"] == "opened"}) == 3)
+        opened = {e["run"]: e["source"] for e in ev if e["event"] == "opened"}
+        assert opened == {"a": str(tmp_path / "runs/a/metrics.jsonl"), "b/old\\xe9": str(tmp_path / "runs/b/old\\xe9.log"),
+                          "c\\xff": str(tmp_path / "runs/c\\xff/metrics.jsonl")}
+        assert "\\ud" not in w.out.read_bytes().decode("utf-8")  # valid UTF-8 JSON, no lone surrogate escapes
+        deadline = time.monotonic() + 10
+        while True:
+            body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()  # noqa: S310 - localhost
+            runs = {s.labels["run"] for f in text_string_to_metric_families(body) for s in f.samples if f.name == "lossguard_run_last_step"}
+            if len(runs) == 3 or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        assert runs == {"a", "b/old\\xe9", "c\\xff"}
+        status = run_lossguard("status", "--state-dir", str(tmp_path / "state"))
+        assert status.returncode == 0 and "runs/b/old\\xe9.log" in status.stdout and "c\\xff" in status.stdout
+        with open(os.path.join(root, b"b", b"old\xe9.log"), "a") as fh:
+            fh.write(_calm(range(31, 40)))
+        w.settle()
+    finally:
+        err = w.stop_and_read()
+    assert "Traceback" not in err and "\\udc" not in err, err[-3000:]
+    said = [line for line in err.splitlines() if "not valid UTF-8" in line]
+    assert [line.split("warning: ")[1].split(":")[0] for line in said] == sorted(
+        [str(tmp_path / "runs/b/old\\xe9.log"), str(tmp_path / "runs/c\\xff/metrics.jsonl")]), said
+
+
+def test_scan_and_read_name_a_file_that_is_not_utf8_escaped(tmp_path):
+    import os
+
+    folder = os.fsencode(tmp_path / "runs" / "b")
+    os.makedirs(folder)
+    with open(os.path.join(folder, b"old\xe9.log"), "w") as fh:
+        fh.write(_calm(range(1, 30)) + _line(30, 9.0) + _calm(range(31, 40)))
+    scan = run_lossguard("scan", str(tmp_path / "runs"), "--format", "json")
+    assert scan.returncode == 1, scan.stderr
+    [run] = json.loads(scan.stdout)["runs"]
+    assert (run["run"], run["source"]) == ("b/old\\xe9", str(tmp_path / "runs/b/old\\xe9.log"))
+    assert "\\ud" not in scan.stdout
+    read = run_lossguard("read", os.fsdecode(os.path.join(folder, b"old\xe9.log")))  # before: exit 3, UnicodeEncodeError
+    assert read.returncode == 0 and "old\\xe9" in read.stdout and "\\udc" not in read.stdout, read.stderr

@@ -353,3 +353,65 @@ def test_watch_serves_metrics_where_the_command_line_says(tmp_path):
         assert (tmp_path / "lossguard.prom").exists()
     finally:
         w.stop_and_read()
+
+
+def _scrape(port: int, timeout: float = 5) -> str:
+    import urllib.request
+
+    return urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=timeout).read().decode()  # noqa: S310 - localhost
+
+
+def test_idle_connections_to_metrics_neither_take_the_daemons_files_nor_hold_back_a_spike_or_a_scrape(tmp_path):
+    import os
+    import resource
+    import socket
+    import subprocess
+
+    from .am_server import free_port
+    from .test_watch import Watch
+
+    log = tmp_path / "runs" / "exp" / "metrics.jsonl"
+    log.parent.mkdir(parents=True)
+    log.write_text(_calm(range(1, 30)))
+    port = free_port()
+    w = Watch(tmp_path, "--metrics-listen", str(port))
+    limit = 160  # the daemon's open-file limit, lowered so that a few hundred idle sockets are more than it has
+
+    def lowered() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
+
+    w.proc = subprocess.Popen(w.args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=w.env, preexec_fn=lowered)  # noqa: PLW1509
+    idle: list[socket.socket] = []
+    try:
+        w.wait_settled()
+        for _ in range(2 * limit):  # connect and say nothing
+            s = socket.socket()
+            s.settimeout(3.0)  # (a SYN dropped while the accept queue is full is sent again after 1 s)
+            idle.append(s)
+            try:
+                s.connect(("127.0.0.1", port))
+            except OSError:  # the kernel's queue is full: the daemon takes no more (before: it ran out of files)
+                break
+        time.sleep(0.2)
+        used = len(os.listdir(f"/proc/{w.proc.pid}/fd"))
+        with open(log, "a") as fh:
+            fh.write(_line(30, 9.0))
+        started = time.monotonic()
+        w.wait_for(lambda ev: any(e["event"] == "opened" and e["run"] == "exp" for e in ev), timeout=20)  # before: never
+        alerted = time.monotonic() - started
+        deadline = time.monotonic() + 20
+        while True:  # a scrape answers (at once if a slot is free, else once the idle ones time out)
+            try:
+                body = _scrape(port)
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "no scrape answered"
+                time.sleep(0.1)
+        assert 'lossguard_run_last_step{host="' in body and "lossguard_files_followed 1.0" in body
+        assert alerted < 5, alerted
+        assert used < limit // 2, used  # before: every descriptor (160) taken by idle connections
+    finally:
+        for s in idle:
+            s.close()
+        err = w.stop_and_read()
+    assert "no longer followed" not in err and "Traceback" not in err, err[-3000:]

@@ -185,6 +185,8 @@ class AlertmanagerSink:
         self.clock = clock
         self._due = -1e18
         self._failing = False
+        self._refused: set[tuple] = set()
+        """Label sets of firing alerts refused for good at a re-send, already said."""
 
     def alert_of(self, entry: OutboxEntry) -> dict[str, object]:
         notice = entry.notice
@@ -217,15 +219,41 @@ class AlertmanagerSink:
         self._due = now + self.resend_interval
         if not alerts:
             return None
-        delivery = self.client.post(alerts)
-        if not delivery.ok:
+        sent = self.client.post_batches(alerts)
+        self._say_refused(sent)
+        failed = next((d for _, d in sent if not d.ok and not d.permanent), None)
+        if failed is not None:
             self._due = now + min(self.resend_interval, 10.0)
             if not self._failing:
-                _log.warning("re-sending %d firing alert(s) to alertmanager failed, will retry: %s", len(alerts), delivery.describe())
+                _log.warning("re-sending %d firing alert(s) to alertmanager failed, will retry: %s", len(alerts), failed.describe())
         elif self._failing:
             _log.info("re-sending firing alerts to alertmanager works again")
-        self._failing = not delivery.ok
-        return delivery
+        self._failing = failed is not None
+        refused = [d for _, d in sent if not d.ok]
+        return failed or (refused[0] if refused else Delivery(ok=True))
+
+    def _say_refused(self, sent: list[tuple[list[dict], Delivery]]) -> None:
+        """Alerts refused for good (a malformed one, a body a proxy will not take) are said once, in
+        one line naming them, until they are accepted again; the other batches went their own way."""
+        new: list[dict] = []
+        why = None
+        for batch, delivery in sent:
+            keys = {_identity(a) for a in batch}
+            if delivery.ok:
+                self._refused -= keys
+            elif delivery.permanent and not keys <= self._refused:
+                self._refused |= keys
+                new += batch
+                why = why or delivery
+        if why is not None:
+            names = ", ".join(printable(f"{a['labels'].get('alertname')} run={a['labels'].get('run')}") for a in new[:5])
+            more = f" and {len(new) - 5} more" if len(new) > 5 else ""
+            _log.warning("alertmanager refused %d firing alert(s) for good (%s%s), the others are re-sent: %s", len(new), names, more, why.describe())
+
+
+def _identity(alert: dict) -> tuple:
+    """An alert's identity for Alertmanager: its label set."""
+    return tuple(sorted(alert["labels"].items()))
 
 
 def alertmanager_client(settings, urls: list[str] | None = None) -> AlertmanagerClient:  # noqa: ANN001

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from ..formats.sniff import by_name
 from ..errors import UsageError
+from ..escaping import decodable
 from ..problems import Problem
 
 RUN_IS_FOLDER = {"trainer_state.json", "metrics.csv", "trainer_log.jsonl", "log_history.jsonl"}
@@ -227,7 +228,7 @@ def _newest_trainer_states(files: list[Path]) -> list[Path]:
 def discover(root: Path, *, extra_globs: Sequence[str] = (), problems: list[Problem], listings: Listings | None = None) -> list[Found]:
     """Every candidate log file under root (or root itself, if it is a file), with its run name."""
     if root.is_file():
-        return [Found(run_name(root, root), root)]
+        return [Found(decodable(run_name(root, root)), root)]
     if listings is None:
         paths = list(_walk(root, problems))
     else:
@@ -242,7 +243,7 @@ def discover(root: Path, *, extra_globs: Sequence[str] = (), problems: list[Prob
     # Rotated segments (train.log.1) belong to their live log's run and are read before it.
     live = {p: p.with_name(live_name(p.name)[0]) for p in files}
     found = sorted(
-        (Found(run_name(live[p], root), p) for p in files),
+        (Found(decodable(run_name(live[p], root)), p) for p in files),  # (a name that is not UTF-8 as \xe9: it is stored and shown)
         key=lambda f: (f.run, segment_order(str(f.path))),
     )
     if listings is not None:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ..cursor import Cursor
 from ..errors import UsageError
+from ..escaping import decodable
 from ..state import FileRow
 from .discover import Listings, collect, is_candidate
 
@@ -57,6 +58,14 @@ class Sighting:
         return self.row.format is not None and self.size == cursor.offset and self.row.mtime == self.mtime and not cursor.skipping
 
 
+def _unread_folders(problems: Sequence) -> tuple[str, ...]:
+    """Folders this walk could not enter or list but that are still there (no descriptor left, an
+    NFS server not answering): the files under them are not gone, only unseen for now. Dropping
+    them would read them again from the start once the folder can be listed."""
+    folders = (p.source for p in problems if p.message.startswith(("cannot list folder", "cannot enter folder")))
+    return tuple(os.path.join(f, "") for f in folders if os.path.lexists(f))
+
+
 @dataclass
 class Tracker:
     roots: Sequence[Path]
@@ -80,12 +89,16 @@ class Tracker:
         current: dict[str, Sighting] = {}
         for f in found:
             path = str(f.path)
+            if not path.isascii() and decodable(path) != path:
+                self._warn_once(f"{decodable(path)}: the name is not valid UTF-8; read all the same, and shown with the bytes escaped")
             seen = self._identify(path, f.run, tracked.get(path), by_ident, quiet)
             if seen is not None:
                 current[path] = seen
         listed = {str(f.path) for f in found}
         idents = {(s.row.device, s.row.inode) for s in current.values()}
-        gone = [p for p, r in tracked.items() if p not in current and p not in listed and (r.device, r.inode) not in idents]
+        unread = _unread_folders(problems)
+        gone = [p for p, r in tracked.items() if p not in current and p not in listed and (r.device, r.inode) not in idents
+                and not p.startswith(unread)]
         for path in gone:
             self.log(f"{path}: file is gone; no longer followed")
         return current, gone
