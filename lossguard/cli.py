@@ -13,6 +13,7 @@ from pathlib import Path
 from . import __version__
 from .errors import LossguardError, UsageError
 from .escaping import printable
+from .output import guarded_stdout, write_file
 from .redact import scrub
 
 EXIT_OK, EXIT_FOUND, EXIT_USAGE, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
@@ -223,7 +224,7 @@ def _cmd_scan(args: argparse.Namespace) -> int:
         colour = args.output is None and sys.stdout.isatty() and not os.environ.get("NO_COLOR")
         text = report.render(result, args.format, colour=colour)
     if args.output:
-        args.output.write_text(text, encoding="utf-8")
+        write_file(args.output, text)
     else:
         sys.stdout.write(text)
     if args.slack_digest:
@@ -769,15 +770,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The one error boundary: from finding the config to the last byte of output, so no failure
+    can leave as Python's own exit code 1 ("spikes found")."""
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
         return EXIT_USAGE
-    if hasattr(args, "config"):
-        args.config, args.config_how = _discover_config(args.config)
     try:
-        return args.func(args)
+        with guarded_stdout():
+            if hasattr(args, "config"):
+                args.config, args.config_how = _discover_config(args.config)
+            return args.func(args)
     except LossguardError as exc:
         if args.debug:
             raise
@@ -792,7 +796,7 @@ def main(argv: list[str] | None = None) -> int:
             raise
         if exc.filename is None:
             return _internal(exc)
-        # The environment refused a file the user named (an --output folder that does not exist...).
+        # The environment refused a file the user named (a state folder that cannot be made...).
         print(f"lossguard: error: {scrub(printable(str(exc.filename)))}: {exc.strerror or exc}", file=sys.stderr)
         return EXIT_USAGE
     except Exception as exc:  # noqa: BLE001 - one line, and an exit code that cannot mean "spikes found"
