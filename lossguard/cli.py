@@ -304,13 +304,25 @@ def _said(delivery, what: str) -> bool:  # noqa: ANN001
     return True
 
 
+def _home() -> Path | None:
+    """The user's home folder, or None where there is none to find: HOME unset and a uid with no
+    passwd entry (`env -i`, a container run with an arbitrary uid). Path.home() raises there; the
+    places under it are then only not there, unless a command has nowhere else to go."""
+    import os
+
+    home = os.path.expanduser("~")
+    return Path(home) if home != "~" and os.path.isabs(home) else None
+
+
 def config_places() -> list[Path]:
     """Where a lossguard.toml is looked for when --config is not given, first found wins: the
     current folder, the user's config folder, then the system's (the service's)."""
     import os
 
-    xdg = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    return [Path("lossguard.toml"), Path(xdg) / "lossguard" / "lossguard.toml", Path("/etc/lossguard/lossguard.toml")]
+    home = _home()
+    xdg = os.environ.get("XDG_CONFIG_HOME") or (str(home / ".config") if home else None)
+    user = [Path(xdg) / "lossguard" / "lossguard.toml"] if xdg else []
+    return [Path("lossguard.toml"), *user, Path("/etc/lossguard/lossguard.toml")]
 
 
 def _discover_config(given: Path | None) -> tuple[Path | None, str]:
@@ -334,7 +346,13 @@ def _state_dir(given: Path | None) -> Path:
         return given
     if os.environ.get("STATE_DIRECTORY"):
         return Path(os.environ["STATE_DIRECTORY"].split(":")[0])
-    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    home = _home()
+    base = os.environ.get("XDG_STATE_HOME") or (str(home / ".local" / "state") if home else None)
+    if base is None:
+        raise UsageError(
+            f"no state directory: HOME is not set and uid {os.getuid()} has no passwd entry; "
+            "give --state-dir (or state_dir in the config, or set STATE_DIRECTORY or XDG_STATE_HOME)"
+        )
     return Path(base) / "lossguard"
 
 
@@ -524,6 +542,7 @@ def _cmd_outbox(args: argparse.Namespace) -> int:
 
     if args.action == "drop" and not args.ids and not args.all:
         raise UsageError("outbox drop needs the IDs to drop, or --all")
+    _row_ids(args.ids, "outbox entry", "lossguard outbox list")
     state = State.attach(_state_dir_of(args))
     try:
         ids = args.ids or None
@@ -544,6 +563,23 @@ def _cmd_outbox(args: argparse.Namespace) -> int:
         return EXIT_OK
     finally:
         state.close()
+
+
+ROW_ID_MAX = 2**63 - 1
+"""The largest id a state row can have (SQLite's INTEGER PRIMARY KEY); a larger one overflows the query."""
+
+
+def _row_ids(ids: list[int], what: str, listing: str) -> list[int]:
+    """IDs as `listing` shows them; one below 1 or past 64 bits names no row (and SQLite could not
+    even be asked about it: the query overflows)."""
+    beyond = [i for i in ids if not 0 < i <= ROW_ID_MAX]
+    if beyond:
+        raise _no_such(what, beyond, listing)
+    return ids
+
+
+def _no_such(what: str, ids: list[int], listing: str) -> UsageError:
+    return UsageError(f"no {what} {', '.join(f'#{i}' for i in ids)} (see `{listing}`)")
 
 
 def _add_silence(sub: argparse._SubParsersAction) -> None:
@@ -608,6 +644,18 @@ def _silence_line(s) -> str:  # noqa: ANN001 - a silences.Silence
     return f"#{s.id}  {printable(s.matchers())}  until {until}  ({by}{printable(s.comment)})"
 
 
+def _author() -> str:
+    """Who adds a silence: the user behind sudo, else this one; a uid with no passwd entry (a
+    container's arbitrary uid) has no name, and is named by its number."""
+    import getpass
+    import os
+
+    try:
+        return os.environ.get("SUDO_USER") or getpass.getuser()
+    except (KeyError, OSError):  # (KeyError up to Python 3.12, OSError since)
+        return f"uid {os.getuid()}"
+
+
 def _cmd_silence(args: argparse.Namespace) -> int:
     import json
     import time
@@ -617,7 +665,7 @@ def _cmd_silence(args: argparse.Namespace) -> int:
 
     now = time.time()
     if args.action == "add":
-        ends = now + parse_duration(args.duration) if args.duration else parse_until(args.until, now)
+        ends = now + parse_duration(args.duration) if args.duration is not None else parse_until(args.until, now)
         cause = args.cause
         if cause is not None and not any(fnmatchcase(c, cause) for c in _cause_names()):
             raise UsageError(f"--cause {cause!r} matches no cause lossguard names (causes: {', '.join(_cause_names())})")
@@ -628,12 +676,8 @@ def _cmd_silence(args: argparse.Namespace) -> int:
     state = State.attach(_state_dir_of(args), create=args.action == "add")
     try:
         if args.action == "add":
-            import getpass
-            import os
-
-            author = os.environ.get("SUDO_USER") or getpass.getuser()
             s = state.add_silence(run=args.run, rule=args.rule, metric=args.metric, cause=args.cause, starts=now, ends=ends,
-                                  comment=args.comment.strip(), author=author)
+                                  comment=args.comment.strip(), author=_author())
             print(f"silence {_silence_line(s)} added; expire it early with `lossguard silence expire {s.id}`")
             return EXIT_OK
         if args.action == "list":
@@ -646,14 +690,14 @@ def _cmd_silence(args: argparse.Namespace) -> int:
                 print(f"  {_silence_line(s)}{'  (ended)' if s.end <= now else ''}")
             return EXIT_OK
         missing = []
-        for ident in args.ids:
+        for ident in _row_ids(args.ids, "silence", "lossguard silence list --all"):
             s = state.expire_silence(ident, now=now)
             if s is None:
                 missing.append(ident)
             else:
                 print(f"silence #{s.id} ended (the daemon reports what it held back and is still open at its next delivery)")
         if missing:
-            raise UsageError(f"no silence {', '.join(f'#{i}' for i in missing)} (see `lossguard silence list --all`)")
+            raise _no_such("silence", missing, "lossguard silence list --all")
         return EXIT_OK
     finally:
         state.close()
