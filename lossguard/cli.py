@@ -23,6 +23,24 @@ class _Formatter(argparse.RawDescriptionHelpFormatter):
     pass
 
 
+def _config(args: argparse.Namespace, *, fmt: str | None = None, **overrides: object):  # noqa: ANN202 - (Settings, ReadOptions)
+    """The settings and the read options of the command's config file, the whole file checked
+    whichever part of it the command uses: a file that `config check` refuses, every command that
+    reads it refuses, with the same message (`scan --config` once ran with `paths = 5` in it)."""
+    from .config import read_options
+    from .settings import load_settings
+
+    settings = load_settings(args.config, **overrides)
+    return settings, read_options(args.config, fmt=fmt)
+
+
+def _read_options(args: argparse.Namespace):  # noqa: ANN202 - a ReadOptions
+    """What reading needs (`read`, `scan`): from the config file, checked whole, when there is one."""
+    from .config import read_options
+
+    return _config(args, fmt=args.log_format)[1] if args.config is not None else read_options(None, fmt=args.log_format)
+
+
 def _add_read(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "read",
@@ -41,11 +59,10 @@ def _add_read(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_read(args: argparse.Namespace) -> int:
-    from .config import read_options
     from .reader import read_paths
     from .render import BLOCKWISE, BlockWriter, write_mapping, write_table
 
-    options = read_options(args.config, fmt=args.log_format)
+    options = _read_options(args)
     if args.log_format:
         options.reader(args.log_format)
     if args.format in BLOCKWISE:
@@ -114,7 +131,7 @@ def _add_scan(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_cmd_scan)
 
 
-def _post_digest(result, config: Path | None) -> None:  # noqa: ANN001
+def _post_digest(result, args: argparse.Namespace) -> None:  # noqa: ANN001
     """The nightly report's summary in Slack: one message, the runs with spikes and their top cause,
     leaving out what the daemon's silences cover (its state_dir, from the same config)."""
     import socket
@@ -122,9 +139,8 @@ def _post_digest(result, config: Path | None) -> None:  # noqa: ANN001
     from .alerts.message import digest
     from .alerts.slack import client_from
     from .report import summary
-    from .settings import load_settings
 
-    settings = load_settings(config)
+    settings = _config(args)[0]
     sink = client_from(settings)
     if sink is None:
         print("lossguard: warning: --slack-digest, but Slack is not configured; no digest posted", file=sys.stderr)
@@ -164,18 +180,15 @@ def _cmd_scan(args: argparse.Namespace) -> int:
 
     from . import compare as cmp
     from . import report
-    from .config import read_options
     from .progress import Progress
     from .rules import load_rules
     from .audit import scan
 
-    options = read_options(args.config, fmt=args.log_format)
+    options = _read_options(args)
     if args.log_format:
         options.reader(args.log_format)  # an unknown name is a usage error before anything is read
     if not args.paths:
-        from .settings import load_settings
-
-        settings = load_settings(args.config)
+        settings = _config(args)[0]
         args.paths = list(settings.paths)
         args.rules = args.rules or list(settings.rules) or None
         if not args.paths:
@@ -228,7 +241,7 @@ def _cmd_scan(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(text)
     if args.slack_digest:
-        _post_digest(result, args.config)
+        _post_digest(result, args)
     problems = result.all_problems
     if problems and not args.quiet and (args.output or args.format != "table"):
         for problem in problems:
@@ -265,9 +278,8 @@ def _cmd_alert(args: argparse.Namespace) -> int:
 
     from .alerts.message import build_test
     from .alerts.slack import SlackBot, client_from
-    from .settings import load_settings
 
-    settings = load_settings(args.config)
+    settings = _config(args)[0]
     channel = args.channel or settings.slack_channel
     if settings.slack_token is not None and not channel:
         raise UsageError("a bot token needs a channel: --channel or LOSSGUARD_SLACK_CHANNEL")
@@ -387,6 +399,7 @@ def _cmd_watch(args: argparse.Namespace) -> int:
 
     from .settings import load_settings
 
+    # The file checked whole as `_config` checks it, in two steps: the read options bring polars in.
     settings = load_settings(
         args.config, paths=args.paths or None, rules=args.rules, state_dir=args.state_dir, poll_interval=args.poll_interval,
         polling=args.polling, stall_after=args.stall_after, jsonl=args.jsonl, log_level=args.log_level,
@@ -479,9 +492,7 @@ def _state_dir_of(args: argparse.Namespace) -> Path:
     """--state-dir, else the config's state_dir, else the default the daemon uses."""
     if args.state_dir is not None or args.config is None:
         return _state_dir(args.state_dir)
-    from .settings import load_settings
-
-    return _state_dir(load_settings(args.config).state_dir)
+    return _state_dir(_config(args)[0].state_dir)
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
@@ -622,9 +633,8 @@ def _check_rule_matchers(args: argparse.Namespace) -> None:
     """A silence whose --rule or --metric matches nothing in the rules in force would never hold
     anything back: a typo, said now rather than found out at the next page."""
     from .rules import load_rules
-    from .settings import load_settings
 
-    rules = load_rules(list(load_settings(args.config).rules) or None).rules
+    rules = load_rules(list(_config(args)[0].rules) or None).rules
     for flag, given, known in (("--rule", args.rule, [r.name for r in rules]), ("--metric", args.metric, sorted({r.metric for r in rules}))):
         if given is not None and not any(fnmatchcase(k, given) for k in known):
             raise UsageError(f"{flag} {given!r} matches none of the rules in force ({', '.join(known)})")
@@ -721,12 +731,9 @@ def _add_config(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_config(args: argparse.Namespace) -> int:
-    from .config import read_options
     from .rules import load_rules
-    from .settings import load_settings
 
-    settings = load_settings(args.config)
-    read_options(args.config)
+    settings = _config(args)[0]
     rules = load_rules(list(settings.rules) or None)
     shown = {"config file": f"{args.config or '-'} ({args.config_how})", **settings.masked()}
     shown["state_dir"] = f"{_state_dir(settings.state_dir)}" + ("" if settings.state_dir else " (default: $STATE_DIRECTORY, else the XDG state dir)")
