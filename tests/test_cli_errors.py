@@ -137,7 +137,7 @@ def _as_stranger(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess
 
 
 @needs_root
-@pytest.mark.parametrize("command", [["status"], ["silence", "list"], ["outbox", "list"], ["config", "check"]])
+@pytest.mark.parametrize("command", [["status"], ["silence", "list"], ["outbox", "list"], ["config", "check"]], ids=" ".join)
 def test_without_home_or_passwd_entry_a_command_needing_the_state_dir_asks_for_it(stranger_env, command):
     res = _as_stranger(*command, env=stranger_env)
     line = assert_one_error_line(res, f"uid {NOBODY_KNOWS} has no passwd entry", "--state-dir")
