@@ -29,8 +29,8 @@ class Aliases:
     def build(cls, user: Mapping[str, Sequence[str]], *, origin: str = "config") -> Aliases:
         pairs: list[tuple[str, str]] = []
         for metric, tags in user.items():
-            if isinstance(tags, str) or not all(isinstance(t, str) for t in tags):
-                raise ConfigError(f"{origin}: [aliases] {metric} must be a list of tag names")
+            if not isinstance(tags, (list, tuple)) or not all(isinstance(t, str) for t in tags):
+                raise ConfigError(f"{origin}: [aliases] {metric} must be a list of tag names (got {tags!r:.40})")
             pairs.extend((t.lower(), metric) for t in tags)
         return cls(tuple(pairs))
 

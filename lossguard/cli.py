@@ -13,6 +13,7 @@ from pathlib import Path
 from . import __version__
 from .errors import LossguardError, UsageError
 from .escaping import printable
+from .output import guarded_stdout, write_file
 from .redact import scrub
 
 EXIT_OK, EXIT_FOUND, EXIT_USAGE, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
@@ -20,6 +21,24 @@ EXIT_OK, EXIT_FOUND, EXIT_USAGE, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 1
 
 class _Formatter(argparse.RawDescriptionHelpFormatter):
     pass
+
+
+def _config(args: argparse.Namespace, *, fmt: str | None = None, **overrides: object):  # noqa: ANN202 - (Settings, ReadOptions)
+    """The settings and the read options of the command's config file, the whole file checked
+    whichever part of it the command uses: a file that `config check` refuses, every command that
+    reads it refuses, with the same message (`scan --config` once ran with `paths = 5` in it)."""
+    from .config import read_options
+    from .settings import load_settings
+
+    settings = load_settings(args.config, **overrides)
+    return settings, read_options(args.config, fmt=fmt)
+
+
+def _read_options(args: argparse.Namespace):  # noqa: ANN202 - a ReadOptions
+    """What reading needs (`read`, `scan`): from the config file, checked whole, when there is one."""
+    from .config import read_options
+
+    return _config(args, fmt=args.log_format)[1] if args.config is not None else read_options(None, fmt=args.log_format)
 
 
 def _add_read(sub: argparse._SubParsersAction) -> None:
@@ -40,11 +59,10 @@ def _add_read(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_read(args: argparse.Namespace) -> int:
-    from .config import read_options
     from .reader import read_paths, steps_placed
     from .render import BLOCKWISE, BlockWriter, write_mapping, write_table
 
-    options = read_options(args.config, fmt=args.log_format)
+    options = _read_options(args)
     if args.log_format:
         options.reader(args.log_format)
     if args.format in BLOCKWISE:
@@ -113,7 +131,7 @@ def _add_scan(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_cmd_scan)
 
 
-def _post_digest(result, config: Path | None) -> None:  # noqa: ANN001
+def _post_digest(result, args: argparse.Namespace) -> None:  # noqa: ANN001
     """The nightly report's summary in Slack: one message, the runs with spikes and their top cause,
     leaving out what the daemon's silences cover (its state_dir, from the same config)."""
     import socket
@@ -121,9 +139,8 @@ def _post_digest(result, config: Path | None) -> None:  # noqa: ANN001
     from .alerts.message import digest
     from .alerts.slack import client_from
     from .report import summary
-    from .settings import load_settings
 
-    settings = load_settings(config)
+    settings = _config(args)[0]
     sink = client_from(settings)
     if sink is None:
         print("lossguard: warning: --slack-digest, but Slack is not configured; no digest posted", file=sys.stderr)
@@ -163,18 +180,15 @@ def _cmd_scan(args: argparse.Namespace) -> int:
 
     from . import compare as cmp
     from . import report
-    from .config import read_options
     from .progress import Progress
     from .rules import load_rules
     from .audit import scan
 
-    options = read_options(args.config, fmt=args.log_format)
+    options = _read_options(args)
     if args.log_format:
         options.reader(args.log_format)  # an unknown name is a usage error before anything is read
     if not args.paths:
-        from .settings import load_settings
-
-        settings = load_settings(args.config)
+        settings = _config(args)[0]
         args.paths = list(settings.paths)
         args.rules = args.rules or list(settings.rules) or None
         if not args.paths:
@@ -223,11 +237,11 @@ def _cmd_scan(args: argparse.Namespace) -> int:
         colour = args.output is None and sys.stdout.isatty() and not os.environ.get("NO_COLOR")
         text = report.render(result, args.format, colour=colour)
     if args.output:
-        args.output.write_text(text, encoding="utf-8")
+        write_file(args.output, text)
     else:
         sys.stdout.write(text)
     if args.slack_digest:
-        _post_digest(result, args.config)
+        _post_digest(result, args)
     problems = result.all_problems
     if problems and not args.quiet and (args.output or args.format != "table"):
         for problem in problems:
@@ -264,9 +278,8 @@ def _cmd_alert(args: argparse.Namespace) -> int:
 
     from .alerts.message import build_test
     from .alerts.slack import SlackBot, client_from
-    from .settings import load_settings
 
-    settings = load_settings(args.config)
+    settings = _config(args)[0]
     channel = args.channel or settings.slack_channel
     if settings.slack_token is not None and not channel:
         raise UsageError("a bot token needs a channel: --channel or LOSSGUARD_SLACK_CHANNEL")
@@ -303,13 +316,25 @@ def _said(delivery, what: str) -> bool:  # noqa: ANN001
     return True
 
 
+def _home() -> Path | None:
+    """The user's home folder, or None where there is none to find: HOME unset and a uid with no
+    passwd entry (`env -i`, a container run with an arbitrary uid). Path.home() raises there; the
+    places under it are then only not there, unless a command has nowhere else to go."""
+    import os
+
+    home = os.path.expanduser("~")
+    return Path(home) if home != "~" and os.path.isabs(home) else None
+
+
 def config_places() -> list[Path]:
     """Where a lossguard.toml is looked for when --config is not given, first found wins: the
     current folder, the user's config folder, then the system's (the service's)."""
     import os
 
-    xdg = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    return [Path("lossguard.toml"), Path(xdg) / "lossguard" / "lossguard.toml", Path("/etc/lossguard/lossguard.toml")]
+    home = _home()
+    xdg = os.environ.get("XDG_CONFIG_HOME") or (str(home / ".config") if home else None)
+    user = [Path(xdg) / "lossguard" / "lossguard.toml"] if xdg else []
+    return [Path("lossguard.toml"), *user, Path("/etc/lossguard/lossguard.toml")]
 
 
 def _discover_config(given: Path | None) -> tuple[Path | None, str]:
@@ -333,7 +358,13 @@ def _state_dir(given: Path | None) -> Path:
         return given
     if os.environ.get("STATE_DIRECTORY"):
         return Path(os.environ["STATE_DIRECTORY"].split(":")[0])
-    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    home = _home()
+    base = os.environ.get("XDG_STATE_HOME") or (str(home / ".local" / "state") if home else None)
+    if base is None:
+        raise UsageError(
+            f"no state directory: HOME is not set and uid {os.getuid()} has no passwd entry; "
+            "give --state-dir (or state_dir in the config, or set STATE_DIRECTORY or XDG_STATE_HOME)"
+        )
     return Path(base) / "lossguard"
 
 
@@ -368,6 +399,7 @@ def _cmd_watch(args: argparse.Namespace) -> int:
 
     from .settings import load_settings
 
+    # The file checked whole as `_config` checks it, in two steps: the read options bring polars in.
     settings = load_settings(
         args.config, paths=args.paths or None, rules=args.rules, state_dir=args.state_dir, poll_interval=args.poll_interval,
         polling=args.polling, stall_after=args.stall_after, jsonl=args.jsonl, log_level=args.log_level,
@@ -460,9 +492,7 @@ def _state_dir_of(args: argparse.Namespace) -> Path:
     """--state-dir, else the config's state_dir, else the default the daemon uses."""
     if args.state_dir is not None or args.config is None:
         return _state_dir(args.state_dir)
-    from .settings import load_settings
-
-    return _state_dir(load_settings(args.config).state_dir)
+    return _state_dir(_config(args)[0].state_dir)
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
@@ -523,6 +553,7 @@ def _cmd_outbox(args: argparse.Namespace) -> int:
 
     if args.action == "drop" and not args.ids and not args.all:
         raise UsageError("outbox drop needs the IDs to drop, or --all")
+    _row_ids(args.ids, "outbox entry", "lossguard outbox list")
     state = State.attach(_state_dir_of(args))
     try:
         ids = args.ids or None
@@ -543,6 +574,23 @@ def _cmd_outbox(args: argparse.Namespace) -> int:
         return EXIT_OK
     finally:
         state.close()
+
+
+ROW_ID_MAX = 2**63 - 1
+"""The largest id a state row can have (SQLite's INTEGER PRIMARY KEY); a larger one overflows the query."""
+
+
+def _row_ids(ids: list[int], what: str, listing: str) -> list[int]:
+    """IDs as `listing` shows them; one below 1 or past 64 bits names no row (and SQLite could not
+    even be asked about it: the query overflows)."""
+    beyond = [i for i in ids if not 0 < i <= ROW_ID_MAX]
+    if beyond:
+        raise _no_such(what, beyond, listing)
+    return ids
+
+
+def _no_such(what: str, ids: list[int], listing: str) -> UsageError:
+    return UsageError(f"no {what} {', '.join(f'#{i}' for i in ids)} (see `{listing}`)")
 
 
 def _add_silence(sub: argparse._SubParsersAction) -> None:
@@ -587,9 +635,8 @@ def _check_rule_matchers(args: argparse.Namespace) -> None:
     """A silence whose --rule or --metric matches nothing in the rules in force would never hold
     anything back: a typo, said now rather than found out at the next page."""
     from .rules import load_rules
-    from .settings import load_settings
 
-    rules = load_rules(list(load_settings(args.config).rules) or None).rules
+    rules = load_rules(list(_config(args)[0].rules) or None).rules
     for flag, given, known in (("--rule", args.rule, [r.name for r in rules]), ("--metric", args.metric, sorted({r.metric for r in rules}))):
         if given is not None and not any(fnmatchcase(k, given) for k in known):
             raise UsageError(f"{flag} {given!r} matches none of the rules in force ({', '.join(known)})")
@@ -607,6 +654,18 @@ def _silence_line(s) -> str:  # noqa: ANN001 - a silences.Silence
     until = dt.datetime.fromtimestamp(s.end).astimezone().isoformat(timespec="minutes")
     by = f"by {printable(s.author)}: " if s.author else ""
     return f"#{s.id}  {printable(s.matchers())}  until {until}  ({by}{printable(s.comment)})"
+
+
+def _author() -> str:
+    """Who adds a silence: the user behind sudo, else this one; a uid with no passwd entry (a
+    container's arbitrary uid) has no name, and is named by its number."""
+    import getpass
+    import os
+
+    try:
+        return os.environ.get("SUDO_USER") or getpass.getuser()
+    except (KeyError, OSError):  # (KeyError up to Python 3.12, OSError since)
+        return f"uid {os.getuid()}"
 
 
 ENDED_SHOWN = 100
@@ -649,7 +708,7 @@ def _cmd_silence(args: argparse.Namespace) -> int:
 
     now = time.time()
     if args.action == "add":
-        ends = now + parse_duration(args.duration) if args.duration else parse_until(args.until, now)
+        ends = now + parse_duration(args.duration) if args.duration is not None else parse_until(args.until, now)
         cause = args.cause
         if cause is not None and not any(fnmatchcase(c, cause) for c in _cause_names()):
             raise UsageError(f"--cause {cause!r} matches no cause lossguard names (causes: {', '.join(_cause_names())})")
@@ -660,25 +719,21 @@ def _cmd_silence(args: argparse.Namespace) -> int:
     state = State.attach(_state_dir_of(args), create=args.action == "add")
     try:
         if args.action == "add":
-            import getpass
-            import os
-
-            author = os.environ.get("SUDO_USER") or getpass.getuser()
             s = state.add_silence(run=args.run, rule=args.rule, metric=args.metric, cause=args.cause, starts=now, ends=ends,
-                                  comment=args.comment.strip(), author=author)
+                                  comment=args.comment.strip(), author=_author())
             print(f"silence {_silence_line(s)} added; expire it early with `lossguard silence expire {s.id}`")
             return EXIT_OK
         if args.action == "list":
             return _list_silences(state, args, now)
         missing = []
-        for ident in args.ids:
+        for ident in _row_ids(args.ids, "silence", "lossguard silence list --all"):
             s = state.expire_silence(ident, now=now)
             if s is None:
                 missing.append(ident)
             else:
                 print(f"silence #{s.id} ended (the daemon reports what it held back and is still open at its next delivery)")
         if missing:
-            raise UsageError(f"no silence {', '.join(f'#{i}' for i in missing)} (see `lossguard silence list --all`)")
+            raise _no_such("silence", missing, "lossguard silence list --all")
         return EXIT_OK
     finally:
         state.close()
@@ -702,12 +757,9 @@ def _add_config(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_config(args: argparse.Namespace) -> int:
-    from .config import read_options
     from .rules import load_rules
-    from .settings import load_settings
 
-    settings = load_settings(args.config)
-    read_options(args.config)
+    settings = _config(args)[0]
     rules = load_rules(list(settings.rules) or None)
     shown = {"config file": f"{args.config or '-'} ({args.config_how})", **settings.masked()}
     shown["state_dir"] = f"{_state_dir(settings.state_dir)}" + ("" if settings.state_dir else " (default: $STATE_DIRECTORY, else the XDG state dir)")
@@ -795,15 +847,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The one error boundary: from finding the config to the last byte of output, so no failure
+    can leave as Python's own exit code 1 ("spikes found")."""
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
         return EXIT_USAGE
-    if hasattr(args, "config"):
-        args.config, args.config_how = _discover_config(args.config)
     try:
-        return args.func(args)
+        with guarded_stdout():
+            if hasattr(args, "config"):
+                args.config, args.config_how = _discover_config(args.config)
+            return args.func(args)
     except LossguardError as exc:
         if args.debug:
             raise
@@ -818,7 +873,7 @@ def main(argv: list[str] | None = None) -> int:
             raise
         if exc.filename is None:
             return _internal(exc)
-        # The environment refused a file the user named (an --output folder that does not exist...).
+        # The environment refused a file the user named (a state folder that cannot be made...).
         print(f"lossguard: error: {scrub(printable(str(exc.filename)))}: {exc.strerror or exc}", file=sys.stderr)
         return EXIT_USAGE
     except Exception as exc:  # noqa: BLE001 - one line, and an exit code that cannot mean "spikes found"

@@ -15,3 +15,8 @@ class ConfigError(LossguardError):
 
 class UsageError(LossguardError):
     """The command line asked for something impossible (a path that does not exist...)."""
+
+
+class OutputError(LossguardError):
+    """The output cannot be written where the user sent it (a full disk, a closed stdout, a file
+    that refuses writes); the message names where."""

@@ -126,17 +126,21 @@ class BlockWriter:
             else:
                 self.out.write(rows.write_csv(include_header=False, **kwargs))
         except OSError as exc:
-            raise _as_raised(exc) from None
+            raise _as_raised(exc, self.out) from None
 
 
-def _as_raised(exc: OSError) -> OSError:
-    """A write's failure as Python raises it. Polars reports an OS error as a plain OSError, with the
-    code at most in its text (Rust's `(os error 32)`, or Python's `[Errno 32]` when it came from the
-    Python file polars wrote to); a closed pipe must be BrokenPipeError, which the CLI takes for the
-    reader of its output going away (`| head`), not for a bug."""
-    found = re.search(r"\(os error (\d+)\)|\[Errno (\d+)\]", str(exc)) if type(exc) is OSError else None
+def _as_raised(exc: OSError, out: TextIO) -> Exception:
+    """A write's failure as the CLI reports it (`output.write_failed`). Polars reports an OS error as
+    a plain OSError, with the code at most in its text (Rust's `(os error 32)`, or Python's
+    `[Errno 32]` when it came from the Python file polars wrote to); a closed pipe must be
+    BrokenPipeError, which the CLI takes for the reader of its output going away (`| head`)."""
+    from .output import write_failed
+
+    if type(exc) is not OSError:  # (a subclass says what it is already)
+        return exc
+    found = re.search(r"\(os error (\d+)\)|\[Errno (\d+)\]", str(exc))
     code = exc.errno or (int(found.group(1) or found.group(2)) if found else None)
-    return OSError(code, os.strerror(code)) if code and type(exc) is OSError else exc  # the subclass for the code
+    return write_failed(OSError(code, os.strerror(code)), getattr(out, "name", "the output")) if code else exc
 
 
 class _Stretch(NamedTuple):

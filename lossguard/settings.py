@@ -395,8 +395,12 @@ _CONFIG_PATH: dict[str, Path | None] = {"path": None}
 def load_settings(config: Path | None = None, **overrides: object) -> Settings:
     """Settings from (in order of precedence) `overrides` (the command line), LOSSGUARD_* variables,
     secret files, and the config file."""
-    _CONFIG_PATH["path"] = config
     given = {k: v for k, v in overrides.items() if v is not None}
+    if given and config is not None:
+        # The file checked whole first, as every command checks it: a value the command line
+        # overrides is never validated below (`watch runs/ --config` ran with `paths = 5` in it).
+        load_settings(config)
+    _CONFIG_PATH["path"] = config
     try:
         return Settings(**given)
     except ValidationError as exc:

@@ -132,7 +132,12 @@ def parse_until(text: str, now: float) -> float:
         when = datetime.fromisoformat(text.strip())
     except ValueError:
         raise UsageError(f"--until {text!r}: not a time (use ISO 8601, e.g. 2026-12-01T18:00 or 2026-12-01T18:00+01:00)") from None
-    ends = when.timestamp()  # (a naive time is taken as local time, as a person means it)
+    try:
+        ends = when.timestamp()  # (a naive time is taken as local time, as a person means it)
+    except (ValueError, OverflowError, OSError):
+        # Only the ends of datetime's range fail (0001-01-01 local time is year 0 in UTC east of
+        # it): the end it is at says which of the errors below it is.
+        ends = -math.inf if when.year < 5000 else math.inf
     if ends <= now:
         raise UsageError(f"--until {text!r}: that time has passed")
     if ends - now > LONGEST:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 import sys
 from pathlib import Path
 from typing import Any
@@ -22,14 +24,42 @@ def load_toml_text(text: str, *, origin: str) -> dict[str, Any]:
         raise ConfigError(f"{origin}: not valid TOML: {exc}") from None
 
 
+MAX_BYTES = 1 << 20
+"""A rules or config file is a few KB: one past a MiB is the wrong file (a log named by mistake),
+and is read no further than that."""
+
+
 def load_toml(path: Path) -> dict[str, Any]:
+    return load_toml_text(read_text(path), origin=str(path))
+
+
+def read_text(path: Path) -> str:
+    """The text of `path`, a regular file of at most MAX_BYTES, or a ConfigError saying why not.
+    What is checked is the file opened, not a name looked at before: opened without blocking (a
+    FIFO would wait for a writer forever), then refused unless fstat says it is a regular file
+    (/dev/zero would never end), and never read past the cap."""
     try:
-        text = path.read_text("utf-8")
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot read: {exc}") from None
-    return load_toml_text(text, origin=str(path))
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        what = "is a folder, not a TOML file" if stat.S_ISDIR(mode) else "not a regular file (a FIFO or a device is not read)"
+        raise ConfigError(f"{path}: {what}")
+    with os.fdopen(fd, "rb") as file:
+        try:
+            data = file.read(MAX_BYTES + 1)
+        except OSError as exc:
+            raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    if len(data) > MAX_BYTES:
+        raise ConfigError(f"{path}: larger than {MAX_BYTES >> 20} MiB, too large for a rules or config file (is it the right file?)")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text: {exc.reason} at byte {exc.start}") from None
 
 
 _HEADER = re.compile(r"^\s*\[\[?\s*([^\]]+?)\s*\]\]?\s*(?:#.*)?$")
@@ -40,8 +70,8 @@ def key_line(path: Path, key: str, *, table: str | None = None) -> int | None:
     as a table of its own; None when the file says it nowhere we can see (dotted keys, inline tables).
     tomllib keeps no positions: error messages find the line by reading it again."""
     try:
-        lines = path.read_text("utf-8").splitlines()
-    except (OSError, UnicodeDecodeError):
+        lines = read_text(path).splitlines()
+    except ConfigError:
         return None
     assign = re.compile(rf"^\s*[\"']?{re.escape(key)}[\"']?\s*=")
     full = f"{table}.{key}" if table else key
