@@ -149,3 +149,26 @@ def test_every_post_is_told_to_the_metrics_with_its_sink_and_whether_it_was_acce
     raise_(state, BASE, replace(BASE, step=900))
     dispatcher.round()
     assert told == [("slack", True), ("slack", False)]
+
+
+def top_level(slack):
+    return [p for p in posts(slack) if "thread_ts" not in p]
+
+
+@pytest.mark.parametrize("incidents, threshold", [(2, 10), (6, 10), (6, 3)], ids=["two", "six-no-summary", "six-in-a-summary"])
+def test_incidents_that_open_and_resolve_in_one_round_are_one_top_level_message_each(slack, state, incidents, threshold):
+    """(An incident already over when first announced: its alert and its resolution, in one round.)"""
+    over = [replace(BASE, run=f"exp{i}", end_step=21) for i in range(incidents)]
+    with state.transaction() as tx:
+        for inc in over:
+            ident = tx.add_incident(inc, source="runs/x.log", quiet=False, now=1.0)
+            for kind in ("opened", "resolved"):
+                tx.enqueue(Notice(kind, inc.run, inc, source="runs/x.log"), incident_id=ident, sinks=["slack"], now=1.0)
+    dispatcher = Dispatcher(state, {"slack": bot_sink(slack, min_interval=0, group_threshold=threshold)})
+    assert dispatcher.round() == 2 * incidents
+    tops = top_level(slack)
+    expected = 1 if threshold <= incidents else incidents
+    assert len(tops) == expected, [p["text"].splitlines()[0] for p in tops]
+    assert all("resolved" not in p["text"].splitlines()[0] or threshold <= incidents for p in tops)
+    replies = [p for p in posts(slack) if "thread_ts" in p]
+    assert sum("resolved" in p["text"] for p in replies) == incidents

@@ -114,7 +114,8 @@ class JsonlSink:
 
 class SlackSink:
     """Slack, bot or webhook. The bot's messages go to routed channels, follow-ups in the incident's
-    thread, and a resolution also rewrites the header of the alert that opened it."""
+    thread, and a resolution also rewrites the header of the incident's own alert (or its state in
+    the summary that listed it)."""
 
     name = "slack"
 
@@ -131,26 +132,27 @@ class SlackSink:
         self.takes_plots = bot
         """A bot uploads an incident's picture into its thread; a webhook cannot upload files."""
         self.host = socket.gethostname()
-        self._own: set[str] = set()
-        """ts of the alerts this process opened at the top of a channel (their headers it may rewrite)."""
 
     def send(self, post: Post) -> Delivery:
-        if post.summary:
-            text = message.summary(post.notices)
-        else:
-            hint = silences.command_for(post.notice, state_dir=None if self.state_dir is None else str(self.state_dir))
-            text = message.for_notice(post.notice, host=self.host, version=__version__, silence=hint)
+        """The post (in its thread, if it has one), then the message its news rewrites: the
+        incident's own alert or the summary listing it, as the pipeline found them in the state."""
+        text = self._text(post)
         if not self.manners.channels:
             return self.client.post(text)
         channel, _, ts = (post.thread or "").partition("|")
         delivery = self.client.post(text, channel=channel or post.channel, thread_ts=ts or None)
-        if not delivery.ok:
-            return delivery
-        if post.thread is None and post.notice.kind == "opened" and delivery.ts:
-            self._own.add(delivery.ts)
-        if post.notice.kind in ("resolved", "escalated") and ts in self._own:
-            self.client.update(text, ts=ts, channel=channel)  # the parent's header says it is over, or grew
+        if delivery.ok and post.rewrite is not None:
+            target, _, target_ts = post.rewrite.thread.partition("|")
+            self.client.update(message.summary(post.rewrite.summary) if post.rewrite.summary else text, ts=target_ts, channel=target)
         return delivery
+
+    def _text(self, post: Post) -> message.Message:
+        if post.repeat is not None:
+            return message.summary_again(len(post.entries))
+        if post.summary:
+            return message.summary(post.notices)
+        hint = silences.command_for(post.notice, state_dir=None if self.state_dir is None else str(self.state_dir))
+        return message.for_notice(post.notice, host=self.host, version=__version__, silence=hint)
 
     def send_plot(self, plot: Plot) -> Delivery:
         """Into the incident's thread (where its alert went: its own message, a burst's summary or
