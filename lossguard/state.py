@@ -78,6 +78,7 @@ CREATE TABLE IF NOT EXISTS message_incidents (
     message INTEGER NOT NULL, incident_id INTEGER NOT NULL, PRIMARY KEY (message, incident_id)
 );
 CREATE INDEX IF NOT EXISTS message_incidents_incident ON message_incidents (incident_id);
+CREATE INDEX IF NOT EXISTS messages_in_doubt ON messages (sink) WHERE ts IS NULL;
 """
 
 
@@ -629,13 +630,14 @@ class State:
 
     def alert_message(self, incident_id: int, sink: str) -> Posted | None:
         """The incident's own alert in `sink` (or, an escalation, the alert of the incident it
-        escalates), with every incident it announces: those it was posted for and their escalations."""
+        escalates), with every incident it announces: those it was posted for and the escalations
+        that joined it."""
         row = self.db.execute(
             "SELECT m.id, m.role, m.channel, m.ts FROM messages m JOIN message_incidents mi ON mi.message = m.id "
             "WHERE m.sink=? AND m.role='alert' AND mi.incident_id IN (SELECT id FROM incidents WHERE id=? UNION SELECT parent FROM incidents WHERE id=?) "
             "ORDER BY m.id LIMIT 1", (sink, incident_id, incident_id),
         ).fetchone()
-        return None if row is None else self._posted(row, escalations=True)
+        return None if row is None else self._posted(row)
 
     def summary_of(self, incident_id: int, sink: str) -> Posted | None:
         """The burst summary in `sink` that lists the incident (posted: its ts known)."""
@@ -653,13 +655,9 @@ class State:
         )
         return dict(rows.fetchall())
 
-    def _posted(self, row: tuple, *, escalations: bool = False) -> Posted:
-        query = f"{_INCIDENT} WHERE id IN (SELECT incident_id FROM message_incidents WHERE message=?)"
-        args: tuple = (row[0],)
-        if escalations:
-            query += " OR parent IN (SELECT incident_id FROM message_incidents WHERE message=?)"
-            args = (row[0], row[0])
-        incidents = tuple(_incident_row(r) for r in self.db.execute(query + " ORDER BY id", args))
+    def _posted(self, row: tuple) -> Posted:
+        query = f"{_INCIDENT} WHERE id IN (SELECT incident_id FROM message_incidents WHERE message=?) ORDER BY id"
+        incidents = tuple(_incident_row(r) for r in self.db.execute(query, (row[0],)))
         return Posted(row[0], row[1], f"{row[2]}|{row[3]}" if row[3] else None, incidents)
 
     def due_plots(self, limit: int) -> list[PlotRow]:
@@ -689,10 +687,12 @@ class State:
             self.db.execute("UPDATE plots SET attempts=attempts+1, error=? WHERE incident_id=? AND sink=?", (error, incident_id, sink))
 
     # --- delivery's writes (each its own transaction: the sender runs beside the passes) ---------
-    def mark_sent(self, entries: Sequence[OutboxEntry], *, now: float, thread: str | None = None, alert_in: str | None = None) -> None:
+    def mark_sent(self, entries: Sequence[OutboxEntry], *, now: float, thread: str | None = None, alert_in: str | None = None,
+                  joins: int | None = None) -> None:
         """Delivered: never sent again. `thread`: the message their incidents' follow-ups reply to;
         `alert_in`: the sink in which that message is their incidents' own alert (posted at the top
-        of a channel: the one message a resolution may rewrite)."""
+        of a channel: the one message a resolution may rewrite); `joins`: an alert posted before
+        that now announces their incidents too (an escalation's, whose header it rewrote)."""
         with self.transaction():
             for e in entries:
                 self.db.execute("UPDATE outbox SET sent_at=?, attempts=attempts+1 WHERE id=?", (now, e.id))
@@ -704,6 +704,8 @@ class State:
                     "INSERT INTO messages (sink, role, channel, ts, created) VALUES (?, 'alert', ?, ?, ?)", (alert_in, channel, ts, now)
                 ).lastrowid
                 self._list_in(message, entries)
+            if joins is not None:
+                self._list_in(joins, entries)
 
     def set_thread(self, entries: Sequence[OutboxEntry], thread: str, *, message: int | None = None, repeat: bool = False) -> None:
         """The message the entries' incidents reply in (a summary listing them), before they are

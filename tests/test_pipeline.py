@@ -279,3 +279,22 @@ def test_a_kill_during_the_summarys_post_does_not_list_its_incidents_again(slack
     assert first["text"].startswith("4 new spikes")
     assert "thread_ts" not in again and not any(f"exp{i}" in again["text"] for i in range(4))  # listed once, above
     assert [r["thread_ts"] for r in replies] == ["1700000000.000002"] * 4 and state.pending() == []
+
+
+def test_an_escalated_alerts_header_says_resolved_only_when_both_spikes_are_over(slack, state):
+    gn = replace(BASE, metric="grad_norm", rule="grad-norm-spike", step=61, peak_step=61)
+    loss = replace(BASE, step=62, peak_step=62)
+    raise_(state, gn)
+    dispatcher = Dispatcher(state, {"slack": bot_sink(slack, min_interval=0)})
+    dispatcher.round()
+    with state.transaction() as tx:
+        ident = tx.add_incident(loss, source="runs/x.log", quiet=False, now=1.0, parent=state.incident(gn.run, gn.rule, gn.step).id)
+        tx.enqueue(Notice("escalated", loss.run, loss, source="runs/x.log"), incident_id=ident, sinks=["slack"], now=1.0)
+    dispatcher.round()
+    assert len(updates(slack)) == 1  # (the header now says the loss followed)
+    resolve_(state, gn)
+    dispatcher.round()
+    assert len(updates(slack)) == 1  # the loss spike it announces is still open
+    resolve_(state, loss)
+    dispatcher.round()
+    assert len(updates(slack)) == 2 and "Resolved: loss spike" in json.dumps(updates(slack)[-1]["blocks"])

@@ -35,6 +35,8 @@ class Rewrite:
 
     thread: str
     """`channel|ts` of that message."""
+    message: int | None = None
+    """Its row in the state's `messages`."""
     summary: tuple[Notice, ...] = ()
     """A burst's summary: its incidents as they stand now, each one's state shown (empty: an
     alert, whose header takes the post's own text)."""

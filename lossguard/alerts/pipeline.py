@@ -228,12 +228,12 @@ class Dispatcher:
         alert = self.state.alert_message(ident, sink.name)
         if alert is not None and alert.thread is not None:
             over = all(row.status == "resolved" or row.id == ident for row in alert.incidents)
-            return Rewrite(alert.thread) if kind == "escalated" or over else None
+            return Rewrite(alert.thread, alert.id) if kind == "escalated" or over else None
         listed = self.state.summary_of(ident, sink.name) if kind == "resolved" else None
         if listed is None or listed.role != "summary" or listed.thread is None:
             return None
         members = tuple(Notice("opened", row.incident.run, row.incident, source=row.source) for row in listed.incidents)
-        return Rewrite(listed.thread, members)
+        return Rewrite(listed.thread, listed.id, members)
 
     def _intend(self, sink: Sink, post: Post) -> int | None:
         """A summary's `messages` row, written before it is sent (a repeat's is the one in doubt)."""
@@ -254,7 +254,8 @@ class Dispatcher:
             return 0
         starts = post.notice.kind in STARTS_THREAD
         own = sink.name if sink.manners.channels and starts and post.thread is None and delivery.ts else None
-        self.state.mark_sent(post.entries, now=self.wall(), thread=thread if starts else None, alert_in=own)
+        joins = post.rewrite.message if post.rewrite is not None and post.notice.kind == "escalated" else None
+        self.state.mark_sent(post.entries, now=self.wall(), thread=thread if starts else None, alert_in=own, joins=joins)
         if post.notice.kind == "opened" and thread and not post.in_summary:
             self._recent[sink.name].note(post, thread, self.clock())
         return len(post.entries)
