@@ -298,3 +298,12 @@ def test_an_escalated_alerts_header_says_resolved_only_when_both_spikes_are_over
     resolve_(state, loss)
     dispatcher.round()
     assert len(updates(slack)) == 2 and "Resolved: loss spike" in json.dumps(updates(slack)[-1]["blocks"])
+
+
+def test_a_jsonl_line_a_kill_cut_short_does_not_swallow_the_next_record(tmp_path, state):
+    out = tmp_path / "alerts.jsonl"
+    out.write_text('{"event": "opened", "id": "x-1", "ru')  # the write a kill -9 interrupted
+    raise_(state, BASE, sinks=("jsonl",))
+    Dispatcher(state, {"jsonl": JsonlSink(out)}).round()
+    torn, line = out.read_text().splitlines()
+    assert json.loads(line)["step"] == 20 and torn.endswith('"ru')

@@ -57,6 +57,8 @@ class JsonlSink:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._written: set[str] | None = None
+        self._torn: bool | None = None
+        """The file ends in a line a kill cut short (None: not looked at yet)."""
 
     def _already(self) -> set[str]:
         if self._written is None:
@@ -102,6 +104,10 @@ class JsonlSink:
         lines = "".join(json.dumps(record) + "\n" for record in todo.values())
         try:
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            if self._torn is None:
+                self._torn = _ends_torn(self.path)
+            if self._torn:  # a kill -9 cut the last line: the next record starts a line of its own
+                lines = "\n" + lines
             with open(fd, "a", encoding="utf-8") as fh:
                 fh.write(lines)
                 fh.flush()
@@ -109,7 +115,21 @@ class JsonlSink:
         except OSError as exc:
             return Delivery(ok=False, error=f"{self.path}: {exc.strerror or exc}")
         self._already().update(todo)
+        self._torn = False
         return Delivery(ok=True)
+
+
+def _ends_torn(path: Path) -> bool:
+    """The file's last byte is not a line's end (a write a kill interrupted)."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            if fh.tell() == 0:
+                return False
+            fh.seek(-1, os.SEEK_END)
+            return fh.read(1) != b"\n"
+    except OSError:
+        return False
 
 
 class SlackSink:
