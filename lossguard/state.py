@@ -72,10 +72,18 @@ CREATE TABLE IF NOT EXISTS plots (
 );
 CREATE INDEX IF NOT EXISTS outbox_incident ON outbox (incident_id);
 CREATE INDEX IF NOT EXISTS silences_unreported ON silences (ends) WHERE reported IS NULL;
+CREATE TABLE IF NOT EXISTS messages (
+    id INTEGER PRIMARY KEY, sink TEXT NOT NULL, role TEXT NOT NULL, channel TEXT, ts TEXT, created REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS message_incidents (
+    message INTEGER NOT NULL, incident_id INTEGER NOT NULL, PRIMARY KEY (message, incident_id)
+);
+CREATE INDEX IF NOT EXISTS message_incidents_incident ON message_incidents (incident_id);
+CREATE INDEX IF NOT EXISTS messages_in_doubt ON messages (sink) WHERE ts IS NULL;
 """
 
 
-VERSION = 7
+VERSION = 8
 """The layout of state.db, kept in SQLite's user_version. A later layout adds a step to MIGRATIONS
 (the statements that take version N - 1 to N), run in one transaction when an older file is opened.
 Version 0 is a file from before versions were kept: its layout is version 1's. Version 2 writes
@@ -93,7 +101,13 @@ announced incident for each sink that shows it (`plots`: the curves as they were
 raised, drawn and sent after the alert) and indexes the outbox by incident (to find the alert a
 picture follows); numbers the commits that change what a run's metrics show (`runs.touched`, meta
 `touched`), so a scrape renders again only the runs a pass changed; and fills `latest` for streams
-not written since layout 6. An older lossguard refuses a newer file rather than misread it."""
+not written since layout 6. Version 8 keeps the messages lossguard posted in a sink with threads
+(`messages`: channel and ts, whether it is an incident's own alert or a burst's summary, and
+`message_incidents`: the incidents it is the alert of or lists), so a resolution rewrites the
+right message after any restart; a summary's row is written before it is sent (ts empty until
+Slack accepts it: a restart that finds it so knows the summary may have gone out). Alerts posted
+before layout 8 are not in it (their headers are not rewritten). An older lossguard refuses a newer
+file rather than misread it."""
 MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: (),
     2: (),
@@ -114,6 +128,7 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "ALTER TABLE runs ADD COLUMN touched INTEGER NOT NULL DEFAULT 0",
         "INSERT OR IGNORE INTO latest (run, metric, value) SELECT run, metric, substr(tail, -8) FROM streams WHERE typeof(tail)='blob' AND length(tail) >= 16",
     ),
+    8: (),  # the `messages` and `message_incidents` tables (SCHEMA creates them)
 }
 """(An ADD COLUMN whose column exists is skipped: the step may meet a file that already has it.)"""
 TAIL_FORMAT = ("<i8", "<f8")
@@ -258,6 +273,20 @@ class OutboxEntry:
     """When the notice was raised (wall clock): a resolution's endsAt."""
     opened_at: float | None = None
     """When its incident was raised (None: a run's notice): an alert's startsAt."""
+
+
+@dataclass(frozen=True)
+class Posted:
+    """A message lossguard posted in a sink with threads (state layout 8)."""
+
+    id: int
+    role: str
+    """alert: incidents' own alert; summary: a burst's listing; repeat: the short message that
+    stood for a summary whose first post a restart left in doubt."""
+    thread: str | None
+    """`channel|ts` (None: a summary not known to be posted)."""
+    incidents: tuple[IncidentRow, ...]
+    """As they stand now: what it announces or lists."""
 
 
 _SILENCE = "SELECT id, run, rule, metric, cause, starts, ends, comment, author, created, expired, reported FROM silences"
@@ -644,6 +673,38 @@ class State:
         ).fetchone()
         return row[0] if row else None
 
+    def alert_message(self, incident_id: int, sink: str) -> Posted | None:
+        """The incident's own alert in `sink` (or, an escalation, the alert of the incident it
+        escalates), with every incident it announces: those it was posted for and the escalations
+        that joined it."""
+        row = self.db.execute(
+            "SELECT m.id, m.role, m.channel, m.ts FROM messages m JOIN message_incidents mi ON mi.message = m.id "
+            "WHERE m.sink=? AND m.role='alert' AND mi.incident_id IN (SELECT id FROM incidents WHERE id=? UNION SELECT parent FROM incidents WHERE id=?) "
+            "ORDER BY m.id LIMIT 1", (sink, incident_id, incident_id),
+        ).fetchone()
+        return None if row is None else self._posted(row)
+
+    def summary_of(self, incident_id: int, sink: str) -> Posted | None:
+        """The burst summary in `sink` that lists the incident (posted: its ts known)."""
+        row = self.db.execute(
+            "SELECT m.id, m.role, m.channel, m.ts FROM messages m JOIN message_incidents mi ON mi.message = m.id "
+            "WHERE m.sink=? AND m.role IN ('summary', 'repeat') AND m.ts IS NOT NULL AND mi.incident_id=? ORDER BY m.id DESC LIMIT 1",
+            (sink, incident_id),
+        ).fetchone()
+        return None if row is None else self._posted(row)
+
+    def summaries_in_doubt(self, sink: str) -> dict[int, int]:
+        """incident -> the summary listing it whose post a restart interrupted (no ts recorded)."""
+        rows = self.db.execute(
+            "SELECT mi.incident_id, m.id FROM messages m JOIN message_incidents mi ON mi.message = m.id WHERE m.sink=? AND m.ts IS NULL", (sink,)
+        )
+        return dict(rows.fetchall())
+
+    def _posted(self, row: tuple) -> Posted:
+        query = f"{_INCIDENT} WHERE id IN (SELECT incident_id FROM message_incidents WHERE message=?) ORDER BY id"
+        incidents = tuple(_incident_row(r) for r in self.db.execute(query, (row[0],)))
+        return Posted(row[0], row[1], f"{row[2]}|{row[3]}" if row[3] else None, incidents)
+
     def due_plots(self, limit: int) -> list[PlotRow]:
         """Pictures not yet shown whose incident's alert (opened or escalated, or the report of it
         when a silence held it back) went out to their sink."""
@@ -671,20 +732,58 @@ class State:
             self.db.execute("UPDATE plots SET attempts=attempts+1, error=? WHERE incident_id=? AND sink=?", (error, incident_id, sink))
 
     # --- delivery's writes (each its own transaction: the sender runs beside the passes) ---------
-    def mark_sent(self, entries: Sequence[OutboxEntry], *, now: float, thread: str | None = None) -> None:
-        """Delivered: never sent again. `thread`: the message their incidents' follow-ups reply to."""
+    def mark_sent(self, entries: Sequence[OutboxEntry], *, now: float, thread: str | None = None, alert_in: str | None = None,
+                  joins: int | None = None) -> None:
+        """Delivered: never sent again. `thread`: the message their incidents' follow-ups reply to;
+        `alert_in`: the sink in which that message is their incidents' own alert (posted at the top
+        of a channel: the one message a resolution may rewrite); `joins`: an alert posted before
+        that now announces their incidents too (an escalation's, whose header it rewrote)."""
         with self.transaction():
             for e in entries:
                 self.db.execute("UPDATE outbox SET sent_at=?, attempts=attempts+1 WHERE id=?", (now, e.id))
                 if thread and e.incident_id is not None:
                     self.db.execute("UPDATE incidents SET thread=? WHERE id=?", (thread, e.incident_id))
+            if alert_in is not None and thread:
+                channel, _, ts = thread.partition("|")
+                message = self.db.execute(
+                    "INSERT INTO messages (sink, role, channel, ts, created) VALUES (?, 'alert', ?, ?, ?)", (alert_in, channel, ts, now)
+                ).lastrowid
+                self._list_in(message, entries)
+            if joins is not None:
+                self._list_in(joins, entries)
 
-    def set_thread(self, entries: Sequence[OutboxEntry], thread: str) -> None:
-        """The message the entries' incidents reply in (a summary listing them), before they are sent."""
+    def set_thread(self, entries: Sequence[OutboxEntry], thread: str, *, message: int | None = None, repeat: bool = False) -> None:
+        """The message the entries' incidents reply in (a summary listing them), before they are
+        sent. `message`: the summary's row (`intend_summary`), whose channel and ts are known now;
+        `repeat`: the post was the short one that stands for a summary in doubt."""
         with self.transaction():
             for e in entries:
                 if e.incident_id is not None:
                     self.db.execute("UPDATE incidents SET thread=? WHERE id=?", (thread, e.incident_id))
+            if message is not None:
+                channel, _, ts = thread.partition("|")
+                role = "repeat" if repeat else "summary"
+                self.db.execute("UPDATE messages SET channel=?, ts=?, role=? WHERE id=?", (channel, ts, role, message))
+
+    def intend_summary(self, sink: str, entries: Sequence[OutboxEntry], *, now: float) -> int:
+        """A burst's summary about to be sent to `sink`, listing the entries' incidents: written
+        before the post, so a restart that finds it without a ts knows it may have gone out."""
+        with self.transaction():
+            message = int(self.db.execute("INSERT INTO messages (sink, role, created) VALUES (?, 'summary', ?)", (sink, now)).lastrowid)
+            self._list_in(message, entries)
+        return message
+
+    def forget_message(self, message: int) -> None:
+        """A summary whose post was refused: it did not go out."""
+        with self.transaction():
+            self.db.execute("DELETE FROM message_incidents WHERE message=?", (message,))
+            self.db.execute("DELETE FROM messages WHERE id=?", (message,))
+
+    def _list_in(self, message: int, entries: Sequence[OutboxEntry]) -> None:
+        self.db.executemany(
+            "INSERT OR IGNORE INTO message_incidents (message, incident_id) VALUES (?,?)",
+            [(message, e.incident_id) for e in entries if e.incident_id is not None],
+        )
 
     def mark_failed(self, entries: Sequence[OutboxEntry], error: str, *, permanent: bool) -> None:
         with self.transaction():

@@ -5,6 +5,7 @@ passed in."""
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import replace
 
 import pytest
@@ -149,3 +150,160 @@ def test_every_post_is_told_to_the_metrics_with_its_sink_and_whether_it_was_acce
     raise_(state, BASE, replace(BASE, step=900))
     dispatcher.round()
     assert told == [("slack", True), ("slack", False)]
+
+
+def top_level(slack):
+    return [p for p in posts(slack) if "thread_ts" not in p]
+
+
+@pytest.mark.parametrize("incidents, threshold", [(2, 10), (6, 10), (6, 3)], ids=["two", "six-no-summary", "six-in-a-summary"])
+def test_incidents_that_open_and_resolve_in_one_round_are_one_top_level_message_each(slack, state, incidents, threshold):
+    """(An incident already over when first announced: its alert and its resolution, in one round.)"""
+    over = [replace(BASE, run=f"exp{i}", end_step=21) for i in range(incidents)]
+    with state.transaction() as tx:
+        for inc in over:
+            ident = tx.add_incident(inc, source="runs/x.log", quiet=False, now=1.0)
+            for kind in ("opened", "resolved"):
+                tx.enqueue(Notice(kind, inc.run, inc, source="runs/x.log"), incident_id=ident, sinks=["slack"], now=1.0)
+    dispatcher = Dispatcher(state, {"slack": bot_sink(slack, min_interval=0, group_threshold=threshold)})
+    assert dispatcher.round() == 2 * incidents
+    tops = top_level(slack)
+    expected = 1 if threshold <= incidents else incidents
+    assert len(tops) == expected, [p["text"].splitlines()[0] for p in tops]
+    assert all("resolved" not in p["text"].splitlines()[0] or threshold <= incidents for p in tops)
+    replies = [p for p in posts(slack) if "thread_ts" in p]
+    assert sum("resolved" in p["text"] for p in replies) == incidents
+
+
+def resolve_(state: State, *incidents: Incident) -> None:
+    """What a pass commits when incidents recover: each row as now judged, and its resolution queued."""
+    with state.transaction() as tx:
+        for inc in incidents:
+            row = state.incident(inc.run, inc.rule, inc.step)
+            over = replace(inc, end_step=inc.step + 3)
+            tx.update_incident(replace(row, incident=over, status="resolved"))
+            tx.enqueue(Notice("resolved", inc.run, over, source="runs/x.log"), incident_id=row.id, sinks=["slack"], now=2.0)
+
+
+def updates(slack):
+    return [r.body for r in slack.requests if r.path == "/api/chat.update"]
+
+
+def test_a_grad_norm_spike_that_replied_in_a_loss_alerts_thread_never_rewrites_that_alert(slack, state):
+    dispatcher = Dispatcher(state, {"slack": bot_sink(slack, min_interval=0, run_cooldown=600)})
+    raise_(state, BASE)
+    dispatcher.round()
+    nan = replace(BASE, metric="grad_norm", rule="grad-norm-nonfinite", step=30, peak_step=30, value=float("nan"), severity="critical")
+    raise_(state, nan)
+    dispatcher.round()
+    assert posts(slack)[1]["thread_ts"] == "1700000000.000001"  # (the run's cooldown: in the loss alert's thread)
+    resolve_(state, nan)
+    dispatcher.round()
+    assert "resolved" in posts(slack)[2]["text"] and posts(slack)[2]["thread_ts"] == "1700000000.000001"
+    assert updates(slack) == []  # the loss alert still says loss spike, open
+    resolve_(state, BASE)
+    dispatcher.round()
+    (update,) = updates(slack)
+    assert update["ts"] == "1700000000.000001" and "Resolved: loss spike" in json.dumps(update["blocks"])
+
+
+def test_a_burst_summary_shows_each_members_state_as_they_resolve_and_keeps_its_listing(slack, state):
+    burst = [replace(BASE, run=f"exp{i}") for i in range(3)]
+    dispatcher = Dispatcher(state, {"slack": bot_sink(slack, min_interval=0)})
+    raise_(state, *burst)
+    dispatcher.round()
+    assert posts(slack)[0]["text"].startswith("3 new spikes")
+    resolve_(state, burst[1])
+    dispatcher.round()
+    resolve_(state, burst[0], burst[2])
+    dispatcher.round()
+    first, *_, last = updates(slack)
+    assert len(updates(slack)) == 3 and all(u["ts"] == "1700000000.000001" for u in updates(slack))
+    lines = first["text"].splitlines()
+    assert lines[0] == "3 new spikes:" and len(lines) == 4
+    assert lines[1].endswith(": open") and "resolved" in lines[2] and lines[3].endswith(": open")
+    assert all("resolved" in line for line in last["text"].splitlines()[1:])
+
+
+def test_the_resolved_header_is_rewritten_by_a_new_process_and_for_an_unsilenced_alert(slack, state):
+    raise_(state, BASE)
+    Dispatcher(state, {"slack": bot_sink(slack, min_interval=0)}).round()
+    resolve_(state, BASE)
+    Dispatcher(state, {"slack": bot_sink(slack, min_interval=0)}).round()  # a restart in between
+    (update,) = updates(slack)
+    assert update["ts"] == "1700000000.000001" and "Resolved" in json.dumps(update["blocks"])
+    # An alert a silence held back, first posted as its silence ends: its header is rewritten too.
+    other = replace(BASE, run="held")
+    silence = state.add_silence(run="held", rule=None, metric=None, cause=None, starts=0.0, ends=4e9, comment="", author="t")
+    raise_(state, other)
+    Dispatcher(state, {"slack": bot_sink(slack, min_interval=0)}).round()
+    state.expire_silence(silence.id, now=time.time())
+    Dispatcher(state, {"slack": bot_sink(slack, min_interval=0)}).round()
+    unsilenced = posts(slack)[-1]
+    assert "still open as its silence ends" in json.dumps(unsilenced["blocks"]) and "thread_ts" not in unsilenced
+    resolve_(state, other)
+    Dispatcher(state, {"slack": bot_sink(slack, min_interval=0)}).round()
+    assert updates(slack)[-1]["ts"] == "1700000000.000004"  # (the server counts the update too)
+    assert "Resolved" in json.dumps(updates(slack)[-1]["blocks"])
+
+
+def test_a_silence_ending_over_many_open_incidents_is_one_summary_with_replies(slack, state):
+    silence = state.add_silence(run="*", rule=None, metric=None, cause=None, starts=0.0, ends=4e9, comment="", author="t")
+    raise_(state, *[replace(BASE, run=f"exp{i}") for i in range(8)])
+    dispatcher = Dispatcher(state, {"slack": bot_sink(slack, min_interval=0)})
+    dispatcher.round()
+    assert posts(slack) == []
+    state.expire_silence(silence.id, now=time.time())
+    assert dispatcher.round() == 8
+    tops = top_level(slack)
+    assert len(tops) == 1 and tops[0]["text"].startswith("8 spikes still open as their silence ends")
+    assert [p.get("thread_ts") for p in posts(slack)[1:]] == ["1700000000.000001"] * 8
+
+
+class Dies(Exception):
+    """The process killed (here: raised) right after Slack accepted a post."""
+
+
+def test_a_kill_during_the_summarys_post_does_not_list_its_incidents_again(slack, state):
+    class Killed(SlackBot):
+        def post(self, message, **kw):  # noqa: ANN001, ANN003
+            delivery = super().post(message, **kw)
+            raise Dies
+
+    burst = [replace(BASE, run=f"exp{i}") for i in range(4)]
+    raise_(state, *burst)
+    with pytest.raises(Dies):
+        Dispatcher(state, {"slack": SlackSink(Killed(TOKEN, "#training", base_url=slack.base_url, retries=0), min_interval=0)}).round()
+    assert Dispatcher(state, {"slack": bot_sink(slack, min_interval=0)}).round() == 4
+    first, again, *replies = posts(slack)
+    assert first["text"].startswith("4 new spikes")
+    assert "thread_ts" not in again and not any(f"exp{i}" in again["text"] for i in range(4))  # listed once, above
+    assert [r["thread_ts"] for r in replies] == ["1700000000.000002"] * 4 and state.pending() == []
+
+
+def test_an_escalated_alerts_header_says_resolved_only_when_both_spikes_are_over(slack, state):
+    gn = replace(BASE, metric="grad_norm", rule="grad-norm-spike", step=61, peak_step=61)
+    loss = replace(BASE, step=62, peak_step=62)
+    raise_(state, gn)
+    dispatcher = Dispatcher(state, {"slack": bot_sink(slack, min_interval=0)})
+    dispatcher.round()
+    with state.transaction() as tx:
+        ident = tx.add_incident(loss, source="runs/x.log", quiet=False, now=1.0, parent=state.incident(gn.run, gn.rule, gn.step).id)
+        tx.enqueue(Notice("escalated", loss.run, loss, source="runs/x.log"), incident_id=ident, sinks=["slack"], now=1.0)
+    dispatcher.round()
+    assert len(updates(slack)) == 1  # (the header now says the loss followed)
+    resolve_(state, gn)
+    dispatcher.round()
+    assert len(updates(slack)) == 1  # the loss spike it announces is still open
+    resolve_(state, loss)
+    dispatcher.round()
+    assert len(updates(slack)) == 2 and "Resolved: loss spike" in json.dumps(updates(slack)[-1]["blocks"])
+
+
+def test_a_jsonl_line_a_kill_cut_short_does_not_swallow_the_next_record(tmp_path, state):
+    out = tmp_path / "alerts.jsonl"
+    out.write_text('{"event": "opened", "id": "x-1", "ru')  # the write a kill -9 interrupted
+    raise_(state, BASE, sinks=("jsonl",))
+    Dispatcher(state, {"jsonl": JsonlSink(out)}).round()
+    torn, line = out.read_text().splitlines()
+    assert json.loads(line)["step"] == 20 and torn.endswith('"ru')

@@ -20,7 +20,7 @@ from lossguard.cli import build_parser
 from lossguard.errors import UsageError
 from lossguard.model import Cause, Incident, Notice
 from lossguard.silences import Silence, command_for, covering, literal_glob, parse_duration, parse_until
-from lossguard.state import State
+from lossguard.state import VERSION, State
 
 from .conftest import assert_one_error_line, run_lossguard
 
@@ -469,7 +469,7 @@ def test_a_silence_on_an_older_layout_state_brings_it_up_to_date(tmp_path):
     res = run_lossguard("silence", "add", "--state-dir", str(tmp_path / "state"), "--run", "x", "--for", "1h", "--comment", "c")
     assert res.returncode == 0, res.stderr
     db = sqlite3.connect(tmp_path / "state" / "state.db")
-    assert db.execute("PRAGMA user_version").fetchone()[0] == 7 and db.execute("SELECT count(*) FROM silences").fetchone()[0] == 1
+    assert db.execute("PRAGMA user_version").fetchone()[0] == VERSION and db.execute("SELECT count(*) FROM silences").fetchone()[0] == 1
 
 
 # --- the daemon ---------------------------------------------------------------------------------

@@ -28,6 +28,15 @@ def _calm(steps) -> str:
     return "".join(_line(s, 2.0 + (s % 5) * 0.01) for s in steps)
 
 
+def _whole(line: str) -> bool:
+    """Not a line a kill cut short while the sink wrote it (the sink starts the next on a line of its own)."""
+    try:
+        json.loads(line)
+    except ValueError:
+        return False
+    return True
+
+
 class Watch:
     def __init__(self, tmp: Path, *extra: str, env: dict | None = None) -> None:
         self.tmp = tmp
@@ -69,7 +78,7 @@ class Watch:
     def events(self) -> list[dict]:
         if not self.out.exists():
             return []
-        return [json.loads(line) for line in self.out.read_text().splitlines() if line.strip()]
+        return [json.loads(line) for line in self.out.read_text().splitlines() if line.strip() and _whole(line)]
 
     def wait_for(self, predicate, timeout: float = 20) -> list[dict]:
         deadline = time.monotonic() + timeout

@@ -4,7 +4,13 @@ threads, the resolved header, bursts grouped, pacing, and a permanent error left
 from __future__ import annotations
 
 import json
+import os
+import random
+import re
+import threading
 import time
+
+import pytest
 
 
 from .images import png_size
@@ -211,3 +217,83 @@ def test_a_webhook_gets_the_alert_and_no_upload(tmp_path, slack):
     finally:
         w.stop_and_read()
     assert [r.path for r in slack.requests] == ["/hooks/T000/B000/XXXXSECRETXXXX"]  # the alert, and nothing else
+
+
+def test_the_resolved_header_is_rewritten_after_a_clean_restart(tmp_path, slack):
+    log = _calm_run(tmp_path, 20)
+    w = _daemon(tmp_path, slack).start()
+    try:
+        w.wait_ready()
+        with open(log, "a") as fh:
+            fh.write(_line(20, 9.0))
+        _wait(lambda: len(_posts(slack)) >= 1)
+    finally:
+        w.stop_and_read()  # SIGTERM: what it posted was in its memory only
+    assert w.proc.returncode == 0
+    w.start()
+    try:
+        with open(log, "a") as fh:
+            fh.write(_calm(range(21, 26)))
+        _wait(lambda: _posts(slack, "/api/chat.update"))
+    finally:
+        w.stop_and_read()
+    (update,) = _posts(slack, "/api/chat.update")
+    assert update.body["ts"] == "1700000000.000001" and "Resolved: loss spike" in json.dumps(update.body["blocks"])
+
+
+SPIKE = re.compile(r"(?:^\[\w+\] |^• )(\S+): (\w+) spike at step (\d+)", re.M)
+
+
+def _grow(runs: list, stop: threading.Event, every: float = 0.01) -> None:
+    """Each run a line every `every` seconds; a one-step spike every 10 steps, recovered on the next."""
+    step = 20
+    while not stop.is_set():
+        for log in runs:
+            with open(log, "a") as fh:
+                fh.write(_line(step, 9.0) if step % 10 == 0 else _line(step, 2.0 + (step % 5) * 0.01))
+        step += 1
+        time.sleep(every)
+    for log in runs:  # calm to the end: every spike recovers
+        with open(log, "a") as fh:
+            fh.write(_calm(range(step, step + 5)))
+
+
+@pytest.mark.parametrize("attempt", range(int(os.environ.get("LOSSGUARD_CRASH_REPEAT", "1"))))
+def test_runs_growing_live_through_three_kills_post_each_incident_once_at_top_level(tmp_path, slack, attempt):
+    """The crash test of issue 25 (LOSSGUARD_CRASH_REPEAT=20 runs it 20 times in a row)."""
+    import sqlite3
+
+    runs = []
+    for name in ("a", "b", "c"):
+        log = tmp_path / "runs" / name / "metrics.jsonl"
+        log.parent.mkdir(parents=True)
+        log.write_text(_calm(range(1, 20)))
+        runs.append(log)
+    w = _daemon(tmp_path, slack, "min_interval = 0\nrun_cooldown = 0\n").start()
+    stop = threading.Event()
+    writer = threading.Thread(target=_grow, args=(runs, stop))
+    rng = random.Random(attempt)
+    try:
+        w.wait_ready(files=3)
+        writer.start()
+        for _ in range(3):
+            time.sleep(rng.uniform(0.4, 1.2))
+            w.kill9()
+            w.start()
+        time.sleep(rng.uniform(0.3, 0.8))
+        stop.set()
+        writer.join()
+        w.settle()
+        db = tmp_path / "state" / "state.db"
+        _wait(lambda: sqlite3.connect(db).execute("SELECT count(*) FROM outbox WHERE sent_at IS NULL AND sink='slack'").fetchone()[0] == 0)
+    finally:
+        stop.set()
+        w.stop_and_read()
+    incidents = {(r, "loss", s) for r, s in sqlite3.connect(db).execute("SELECT run, step FROM incidents WHERE quiet=0 AND run IN ('a','b','c')")}
+    whole = [p.body for p in _posts(slack) if "text" in p.body]  # (not a request a kill cut short: Slack never got it whole)
+    top = [body["text"] for body in whole if not body.get("thread_ts")]
+    said = [(m[0], m[1], int(m[2])) for text in top for m in SPIKE.findall(text)]
+    twice = {key for key in said if said.count(key) > 1}
+    everywhere = {(m[0], m[1], int(m[2])) for body in whole for m in SPIKE.findall(body["text"])}
+    assert len(incidents) >= 10 and twice == set(), (len(top), len(incidents), sorted(twice))
+    assert incidents <= everywhere  # (and none lost)

@@ -29,6 +29,20 @@ class Delivery:
 
 
 @dataclass(frozen=True)
+class Rewrite:
+    """A message posted earlier that a post changes in place (Slack's chat.update): only ever the
+    incident's own alert (its header says it is over, or grew) or the summary that lists it."""
+
+    thread: str
+    """`channel|ts` of that message."""
+    message: int | None = None
+    """Its row in the state's `messages`."""
+    summary: tuple[Notice, ...] = ()
+    """A burst's summary: its incidents as they stand now, each one's state shown (empty: an
+    alert, whose header takes the post's own text)."""
+
+
+@dataclass(frozen=True)
 class Post:
     """One message: a notice, or (summary) one message listing several new incidents."""
 
@@ -39,6 +53,11 @@ class Post:
     summary: bool = False
     in_summary: bool = False
     """A reply in the thread of the summary posted just before it (its ts is known only then)."""
+    repeat: int | None = None
+    """A summary whose first post a restart left in doubt (its `messages` row): said again
+    briefly, its incidents not listed a second time."""
+    rewrite: Rewrite | None = None
+    """Set at delivery: the message this post's news changes."""
 
     @property
     def notice(self) -> Notice:

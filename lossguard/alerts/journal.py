@@ -51,6 +51,17 @@ class Journal:
         finally:
             os.close(fd)
 
+    def _keep(self, records: list[dict]) -> None:
+        """The journal holding only `records` (replaced whole: a crash leaves the old or the new)."""
+        fresh = self.path.with_name(self.path.name + ".new")
+        fd = os.open(fresh, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.write(fd, "".join(json.dumps(r) + "\n" for r in records).encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(fresh, self.path)
+
     def waiting(self) -> bool:
         return self.path.exists()
 
@@ -69,14 +80,16 @@ class Journal:
                 continue  # (a line cut by a crash while it was written: that post's record is lost)
             if isinstance(record, dict) and record.get("state") == self.state.id and record.get("op") in OPS:
                 records.append(record)
-        try:
-            for record in records:
-                entries = [Ref(int(i), None if inc is None else int(inc)) for i, inc in record.pop("entries")]
-                op = record.pop("op")
-                record.pop("state")
-                getattr(self.state, op)(entries, **record)  # (applied again after a StateBusy: harmless)
-        except StateBusy:
-            return False
+        for k, record in enumerate(records):
+            args = dict(record)
+            entries = [Ref(int(i), None if inc is None else int(inc)) for i, inc in args.pop("entries")]
+            op = args.pop("op")
+            args.pop("state")
+            try:
+                getattr(self.state, op)(entries, **args)
+            except StateBusy:
+                self._keep(records[k:])  # (those applied are not applied twice: a post's message row is made once)
+                return False
         os.unlink(self.path)
         if records:
             log.info("%d delivery record(s) kept while the state was locked are now in the state", len(records))

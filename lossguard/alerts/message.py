@@ -187,14 +187,25 @@ def for_notice(notice: Notice, *, host: str, version: str = "", silence: str | N
 
 
 def summary(notices: tuple[Notice, ...]) -> Message:
-    """A burst of new incidents as one message; each one's details go in its thread."""
+    """A burst of incidents as one message, each with its state (open, or resolved: the message is
+    updated as they recover); each one's details go in its thread."""
     lines = []
     for n in notices:
         inc = n.incident
         cause = inc.causes[0].cause.replace("_", " ") if inc.causes else "unknown"
-        lines.append(f"• {escape(inc.run)}: {escape(inc.metric)} spike at step {inc.step} ({inc.severity}), likely {escape(cause)}")
-    text = f"{len(notices)} new spikes:\n" + "\n".join(lines)
-    return Message(text, (_section(text),))
+        state = f":white_check_mark: resolved ({inc.ending})" if inc.over else "open"
+        lines.append(f"• {escape(inc.run)}: {escape(inc.metric)} spike at step {inc.step} ({inc.severity}), likely {escape(cause)}: {state}")
+    still = all(n.kind == "unsilenced" for n in notices)
+    title = f"{len(notices)} spikes still open as their silence ends" if still else f"{len(notices)} new spikes"
+    text = f"{title}:\n" + "\n".join(lines)
+    return Message(cut_lines(text, MAX_TEXT), (_section(text),))
+
+
+def summary_again(count: int) -> Message:
+    """Stands for a summary lossguard was posting when it stopped: it may be above already, so
+    its incidents are not listed a second time; their details follow in this message's thread."""
+    text = f"lossguard restarted while posting the summary of {count} spikes (it may be above); their details follow in this thread."
+    return _section_message(text)
 
 
 def digest(*, host: str, totals: dict, runs: list[tuple[str, tuple[Incident, ...]]], silenced: int = 0) -> Message:

@@ -14,9 +14,10 @@ import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 
+from ..model import Notice
 from ..silences import ANNOUNCING, CLOSING, Silence, covering
 from ..state import OutboxEntry, State, StateBusy
-from .delivery import Delivery, Manners, Post, Sink
+from .delivery import Delivery, Manners, Post, Rewrite, Sink
 from .journal import Journal
 
 log = logging.getLogger("lossguard")
@@ -59,23 +60,39 @@ def threads(state: State) -> Stage:
     return stage
 
 
-def group(threshold: int, *, channels: bool) -> Stage:
-    """A burst of `threshold` or more new incidents: one message listing them, each one's details
-    as a reply in its thread (a webhook has no threads: the summary is all)."""
+def group(threshold: int, *, channels: bool, in_doubt: Callable[[], Mapping[int, int]] = dict) -> Stage:
+    """A burst of `threshold` or more new incidents (or incidents still open as their silence
+    ends): one message listing them, each one's details as a reply in its thread (a webhook has no
+    threads: the summary is all). `in_doubt`: incident -> the summary a restart interrupted the
+    post of; its incidents go under a short message standing for it, not into a new listing."""
 
     def stage(posts: Iterable[Post]) -> Iterator[Post]:
         posts = list(posts)
-        burst = [p for p in posts if p.notice.kind == "opened" and p.thread is None]
+        fresh = [p for p in posts if announces(p)]
+        doubt = in_doubt() if channels and fresh else {}
+        again: dict[int, list[Post]] = {}
+        for p in fresh:
+            if p.entries[0].incident_id in doubt:
+                again.setdefault(doubt[p.entries[0].incident_id], []).append(p)
+        burst = [p for p in fresh if p.entries[0].incident_id not in doubt]
         if len(burst) < threshold:
+            burst = []
+        if not burst and not again:
             yield from posts
             return
-        entries = tuple(e for p in burst for e in p.entries)
-        yield Post(entries, channel=route_of(burst), summary=True)
+        for message, some in again.items():
+            yield Post(tuple(e for p in some for e in p.entries), channel=route_of(some), summary=True, repeat=message)
+        if burst:
+            yield Post(tuple(e for p in burst for e in p.entries), channel=route_of(burst), summary=True)
+        listed = {id(p) for p in burst} | {id(p) for some in again.values() for p in some}
         for post in posts:
-            if post not in burst:
+            if id(post) not in listed:
                 yield post
             elif channels:
                 yield replace(post, in_summary=True)
+
+    def announces(post: Post) -> bool:
+        return post.notice.kind in ("opened", "unsilenced") and post.notice.incident is not None and post.thread is None
 
     def route_of(burst: list[Post]) -> str | None:
         return max(burst, key=lambda p: SEVERITY_RANK.get(p.notice.severity or "", 0)).channel
@@ -116,7 +133,7 @@ def chain(sink: Sink, state: State, recent: RecentRuns, clock: Callable[[], floa
     if m.channels:
         stages += [route(m), threads(state)]
     if m.group_threshold is not None:
-        stages.append(group(m.group_threshold, channels=m.channels))
+        stages.append(group(m.group_threshold, channels=m.channels, in_doubt=lambda: state.summaries_in_doubt(sink.name)))
     if m.channels and m.run_cooldown > 0:
         stages.append(cooldown(recent, m.run_cooldown, clock))
     return stages
@@ -214,38 +231,78 @@ class Dispatcher:
         posts: Iterable[Post] = (Post((e,)) for e in entries)
         for stage in chain(sink, self.state, self._recent[sink.name], self.clock):
             posts = stage(posts)
-        sent, summary_thread = 0, None
+        sent = 0
         for post in posts:
-            if post.in_summary:
-                post = replace(post, thread=summary_thread)
-            elif post.notice.kind == "escalated" and post.thread is None and post.entries[0].incident_id is not None:
-                # The alert it escalates may have been posted a moment ago, in this very round.
-                post = replace(post, thread=self.state.thread(post.entries[0].incident_id))
+            if sink.manners.channels:
+                post = self._at_delivery(sink, post)
             self._pace(sink, post.channel)
+            intent = self._intend(sink, post)
             delivery = sink.send(post)
             self.on_delivery(sink.name, delivery.ok)
             if not delivery.ok:
+                if intent is not None and post.repeat is None:
+                    self.state.forget_message(intent)  # (refused: it did not go out)
                 self._failed(sink, post.entries, delivery)
                 if not delivery.permanent:
                     return sent, False
                 continue
-            thread = post.thread or (f"{delivery.channel or post.channel or ''}|{delivery.ts}" if delivery.ts else None)
-            if post.summary and sink.manners.channels:
-                # The replies settle the entries; recorded now, a restart replies in this thread
-                # instead of posting the summary again.
-                summary_thread = thread
-                if thread:
-                    self._recent[sink.name].note(post, thread, self.clock())
-                    if not self._settle(sink, "set_thread", post.entries, thread=thread):
-                        return sent, False
-                continue
-            recorded = self._settle(sink, "mark_sent", post.entries, now=self.wall(), thread=thread if post.notice.kind in STARTS_THREAD else None)
-            if post.notice.kind == "opened" and thread and not post.in_summary:
-                self._recent[sink.name].note(post, thread, self.clock())
-            sent += len(post.entries)
+            done, recorded = self._record(sink, post, delivery, intent)
+            sent += done
             if not recorded:
                 return sent, False
         return sent, True
+
+    def _at_delivery(self, sink: Sink, post: Post) -> Post:
+        """What only the moment of sending knows, since earlier posts of this very round may have
+        made it: the thread a follow-up replies in (its alert, or the summary listing it, may
+        have just been posted) and the message its news rewrites."""
+        ident = post.entries[0].incident_id
+        if ident is None or post.summary:
+            return post
+        if post.thread is None:
+            post = replace(post, thread=self.state.thread(ident))
+        return replace(post, rewrite=self._rewrite(sink, post.notice.kind, ident))
+
+    def _rewrite(self, sink: Sink, kind: str, ident: int) -> Rewrite | None:
+        """The incident's own alert, when its header changes (it grew into an escalation; it is
+        over, and so is everything it announces), or the summary listing it (a member's state
+        changed). Never a message it merely replied in."""
+        if kind not in ("resolved", "escalated"):
+            return None
+        alert = self.state.alert_message(ident, sink.name)
+        if alert is not None and alert.thread is not None:
+            over = all(row.status == "resolved" or row.id == ident for row in alert.incidents)
+            return Rewrite(alert.thread, alert.id) if kind == "escalated" or over else None
+        listed = self.state.summary_of(ident, sink.name) if kind == "resolved" else None
+        if listed is None or listed.role != "summary" or listed.thread is None:
+            return None
+        members = tuple(Notice("opened", row.incident.run, row.incident, source=row.source) for row in listed.incidents)
+        return Rewrite(listed.thread, listed.id, members)
+
+    def _intend(self, sink: Sink, post: Post) -> int | None:
+        """A summary's `messages` row, written before it is sent (a repeat's is the one in doubt)."""
+        if not post.summary or not sink.manners.channels:
+            return None
+        return post.repeat if post.repeat is not None else self.state.intend_summary(sink.name, post.entries, now=self.wall())
+
+    def _record(self, sink: Sink, post: Post, delivery: Delivery, intent: int | None) -> tuple[int, bool]:
+        """The accepted post, recorded at once (a crash then repeats at most the post in flight):
+        the entries it settled, and whether the record is in the state (not only in the journal)."""
+        thread = post.thread or (f"{delivery.channel or post.channel or ''}|{delivery.ts}" if delivery.ts else None)
+        if post.summary and sink.manners.channels:
+            # The replies settle the entries; recorded now, a restart replies in this thread
+            # instead of posting the summary again.
+            if not thread:
+                return 0, True
+            self._recent[sink.name].note(post, thread, self.clock())
+            return 0, self._settle(sink, "set_thread", post.entries, thread=thread, message=intent, repeat=post.repeat is not None)
+        starts = post.notice.kind in STARTS_THREAD
+        own = sink.name if sink.manners.channels and starts and post.thread is None and delivery.ts else None
+        joins = post.rewrite.message if post.rewrite is not None and post.notice.kind == "escalated" else None
+        recorded = self._settle(sink, "mark_sent", post.entries, now=self.wall(), thread=thread if starts else None, alert_in=own, joins=joins)
+        if post.notice.kind == "opened" and thread and not post.in_summary:
+            self._recent[sink.name].note(post, thread, self.clock())
+        return len(post.entries), recorded
 
     def _hold(self, sink: Sink, entries: list[OutboxEntry]) -> list[OutboxEntry]:
         """The entries no silence covers, and the resolutions of what this sink was told (CLOSING);

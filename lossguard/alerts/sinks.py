@@ -57,6 +57,8 @@ class JsonlSink:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._written: set[str] | None = None
+        self._torn: bool | None = None
+        """The file ends in a line a kill cut short (None: not looked at yet)."""
 
     def _already(self) -> set[str]:
         if self._written is None:
@@ -102,6 +104,10 @@ class JsonlSink:
         lines = "".join(json.dumps(record) + "\n" for record in todo.values())
         try:
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            if self._torn is None:
+                self._torn = _ends_torn(self.path)
+            if self._torn:  # a kill -9 cut the last line: the next record starts a line of its own
+                lines = "\n" + lines
             with open(fd, "a", encoding="utf-8") as fh:
                 fh.write(lines)
                 fh.flush()
@@ -109,12 +115,27 @@ class JsonlSink:
         except OSError as exc:
             return Delivery(ok=False, error=f"{self.path}: {exc.strerror or exc}")
         self._already().update(todo)
+        self._torn = False
         return Delivery(ok=True)
+
+
+def _ends_torn(path: Path) -> bool:
+    """The file's last byte is not a line's end (a write a kill interrupted)."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            if fh.tell() == 0:
+                return False
+            fh.seek(-1, os.SEEK_END)
+            return fh.read(1) != b"\n"
+    except OSError:
+        return False
 
 
 class SlackSink:
     """Slack, bot or webhook. The bot's messages go to routed channels, follow-ups in the incident's
-    thread, and a resolution also rewrites the header of the alert that opened it."""
+    thread, and a resolution also rewrites the header of the incident's own alert (or its state in
+    the summary that listed it)."""
 
     name = "slack"
 
@@ -131,26 +152,27 @@ class SlackSink:
         self.takes_plots = bot
         """A bot uploads an incident's picture into its thread; a webhook cannot upload files."""
         self.host = socket.gethostname()
-        self._own: set[str] = set()
-        """ts of the alerts this process opened at the top of a channel (their headers it may rewrite)."""
 
     def send(self, post: Post) -> Delivery:
-        if post.summary:
-            text = message.summary(post.notices)
-        else:
-            hint = silences.command_for(post.notice, state_dir=None if self.state_dir is None else str(self.state_dir))
-            text = message.for_notice(post.notice, host=self.host, version=__version__, silence=hint)
+        """The post (in its thread, if it has one), then the message its news rewrites: the
+        incident's own alert or the summary listing it, as the pipeline found them in the state."""
+        text = self._text(post)
         if not self.manners.channels:
             return self.client.post(text)
         channel, _, ts = (post.thread or "").partition("|")
         delivery = self.client.post(text, channel=channel or post.channel, thread_ts=ts or None)
-        if not delivery.ok:
-            return delivery
-        if post.thread is None and post.notice.kind == "opened" and delivery.ts:
-            self._own.add(delivery.ts)
-        if post.notice.kind in ("resolved", "escalated") and ts in self._own:
-            self.client.update(text, ts=ts, channel=channel)  # the parent's header says it is over, or grew
+        if delivery.ok and post.rewrite is not None:
+            target, _, target_ts = post.rewrite.thread.partition("|")
+            self.client.update(message.summary(post.rewrite.summary) if post.rewrite.summary else text, ts=target_ts, channel=target)
         return delivery
+
+    def _text(self, post: Post) -> message.Message:
+        if post.repeat is not None:
+            return message.summary_again(len(post.entries))
+        if post.summary:
+            return message.summary(post.notices)
+        hint = silences.command_for(post.notice, state_dir=None if self.state_dir is None else str(self.state_dir))
+        return message.for_notice(post.notice, host=self.host, version=__version__, silence=hint)
 
     def send_plot(self, plot: Plot) -> Delivery:
         """Into the incident's thread (where its alert went: its own message, a burst's summary or
