@@ -873,11 +873,16 @@ class State:
         ).fetchone()
         return bool(row and row[0])
 
-    def hold(self, entries: Sequence[OutboxEntry], silence: Silence, *, now: float) -> None:
-        """Entries a silence covers: settled without being sent, and remembered as held by it."""
+    def hold(self, entries: Sequence[OutboxEntry], silence: Silence, *, now: float) -> bool:
+        """Entries a silence covers: settled without being sent, and remembered as held by it.
+        False (nothing held) when the silence's end was reported meanwhile (another sink's sender,
+        after this one read the silences): what it held then would never be reported."""
         with self.transaction():
+            if self.db.execute("SELECT reported IS NULL FROM silences WHERE id=?", (silence.id,)).fetchone() != (1,):
+                return False
             for e in entries:
                 self.db.execute("UPDATE outbox SET sent_at=?, silenced=? WHERE id=? AND sent_at IS NULL", (now, silence.id, e.id))
+        return True
 
     def end_silences(self, now: float) -> int:
         """Silences that ended since the last look: what they held back and is still wrong (an

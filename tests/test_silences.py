@@ -552,3 +552,28 @@ def test_the_daemon_sends_the_resolution_of_an_alert_that_recovers_under_a_silen
         assert [(e["event"], e["run"], e["step"]) for e in ev] == [("opened", "gpt-a", 20), ("resolved", "gpt-a", 20)]
     finally:
         w.stop_and_read()
+
+
+def test_a_silence_another_sinks_sender_reported_meanwhile_holds_nothing(state, tmp_path):
+    """Each sink has its own sender: one reads the silences in force, then (before it holds its
+    entry) the silence is expired and the other sender's round reports its end. Held then, the
+    alert would never be said (its silence's report was made without it)."""
+    from lossguard.alerts.sinks import ConsoleSink
+
+    out = tmp_path / "out.jsonl"
+    s = state.add_silence(run="*", rule=None, metric=None, cause=None, starts=1000.0, ends=4600.0, comment="x", author="")
+    _raise(state, INC)
+    other = Dispatcher(state.secondary(), {"console": ConsoleSink(print)}, wall=lambda: 1005.0, configured=["jsonl", "console"])
+    calls = []
+
+    def wall() -> float:
+        calls.append(1)
+        if len(calls) == 2:  # the jsonl sender's _hold: the silence expired and reported meanwhile
+            state.expire_silence(s.id, now=1004.0)
+            other.round()
+        return 1003.0 if len(calls) < 2 else 1005.0
+
+    sender = Dispatcher(state.secondary(), {"jsonl": JsonlSink(out)}, wall=wall, configured=["jsonl", "console"])
+    sender.round()
+    sender.round()
+    assert [e["event"] for e in _events(out)] == ["opened"]

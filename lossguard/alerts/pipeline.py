@@ -324,9 +324,11 @@ class Dispatcher:
             else:
                 held.setdefault(silence.id, (silence, []))[1].append(e)
         for silence, some in held.values():
-            self.state.hold(some, silence, now=now)
-            log.info("%d notification(s) to %s held back by silence %s", len(some), sink.name, silence.describe())
-        return free
+            if self.state.hold(some, silence, now=now):
+                log.info("%d notification(s) to %s held back by silence %s", len(some), sink.name, silence.describe())
+            else:  # (its end was reported since this round read it: it holds nothing)
+                free += some
+        return sorted(free, key=lambda e: e.id)
 
     def _pace(self, sink: Sink, channel: str | None) -> None:
         key = (sink.name, channel)
