@@ -33,7 +33,10 @@ def load_toml(path: Path) -> dict[str, Any]:
     return load_toml_text(read_text(path), origin=str(path))
 
 
-def read_text(path: Path, *, what: str = "a rules or config file", limit: int = MAX_BYTES) -> str:
+RULES_OR_CONFIG = "a rules or config file"
+
+
+def read_text(path: Path, *, what: str = RULES_OR_CONFIG, limit: int = MAX_BYTES) -> str:
     """The text of `path`, a regular file of at most `limit` bytes, or a ConfigError saying why not
     (`what` the file should be: a credential file is read the same way, with a smaller cap).
     What is checked is the file opened, not a name looked at before: opened without blocking (a
@@ -48,7 +51,8 @@ def read_text(path: Path, *, what: str = "a rules or config file", limit: int = 
     mode = os.fstat(fd).st_mode
     if not stat.S_ISREG(mode):
         os.close(fd)
-        kind = f"is a folder, not {what}" if stat.S_ISDIR(mode) else "not a regular file (a FIFO or a device is not read)"
+        noun = "a TOML file" if what == RULES_OR_CONFIG else what
+        kind = f"is a folder, not {noun}" if stat.S_ISDIR(mode) else "not a regular file (a FIFO or a device is not read)"
         raise ConfigError(f"{path}: {kind}")
     with os.fdopen(fd, "rb") as file:
         try:
