@@ -568,9 +568,12 @@ def _cmd_outbox(args: argparse.Namespace) -> int:
                 why = ("PERMANENT: " if e.permanent else "") + (e.error or "not tried yet")
                 print(f"  #{e.id}  {e.sink}  {e.kind}  {printable(e.run)}  {age:.0f} min old  attempts {e.attempts}  {scrub(printable(why))}")
             return EXIT_OK
+        missing = sorted(set(args.ids) - {e.id for e in state.undelivered(ids)}) if ids else []
         done = state.retry(ids) if args.action == "retry" else state.drop(ids)
         verb = "back in line" if args.action == "retry" else "dropped"
         print(f"{done} notification(s) {verb}" + ("" if args.action == "drop" else " (the daemon sends them at its next round)"))
+        if missing:  # (delivered already, or never there: as `silence expire` says of an id it does not know)
+            raise _no_such("undelivered outbox entry", missing, "lossguard outbox list")
         return EXIT_OK
     finally:
         state.close()

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -92,6 +92,27 @@ def _capped(row: FileRow, limit: int) -> int:
     return min(limit, left) if left > 0 else limit
 
 
+class Steady:
+    """The wall clock with the steps it took since this process started taken out (each pass's
+    wall time, less what it moved beyond the monotonic clock since the pass before): the time
+    durations inside one process are measured in, which stored wall times of an earlier process
+    still compare with."""
+
+    def __init__(self, monotonic: Callable[[], float] | None) -> None:
+        self.monotonic = monotonic
+        self.skew = 0.0
+        self.now = 0.0
+        self._last: tuple[float, float] | None = None
+
+    def tick(self, wall: float) -> None:
+        if self.monotonic is not None:
+            mono = self.monotonic()
+            if self._last is not None:
+                self.skew += (wall - self._last[0]) - (mono - self._last[1])
+            self._last = (wall, mono)
+        self.now = wall - self.skew
+
+
 @dataclass
 class FileWrites:
     """The file rows a pass's walk and reads change, kept until the pass commits: those steps run
@@ -127,7 +148,13 @@ class Follower:
         read_limit: int = READ_LIMIT,
         pass_budget: float = PASS_BUDGET,
         log: Callable[[str], None] = print,
+        clock: Callable[[], float] | None = None,
     ) -> None:
+        self.steady = Steady(clock)
+        """How long a run has been quiet, with the wall clock's steps taken out (the daemon passes
+        time.monotonic; None: each pass's `now` is trusted, as the tests give it)."""
+        self._advanced_at: dict[str, float] = {}
+        """Runs that logged a new step while this process ran: when (steady time)."""
         self.rules = rules
         self.state = state
         self.options = options
@@ -153,6 +180,7 @@ class Follower:
         """One pass: over every file under the roots, or (`changed`, from inotify) over just those
         paths, which falls back to the whole walk when they are not all files already followed."""
         report = PassReport()
+        self.steady.tick(now)
         # The walk and the reads before the write lock is taken: a walk that hangs on NFS or a slow
         # read holds up no other writer (the sender recording a delivered alert, a `silence add`);
         # the lock is held only while judging and committing, a few ms.
@@ -431,16 +459,22 @@ class Follower:
     def _advanced(self, tx: Transaction, known: RunRow | None, run: str, last_step: int, *, now: float, report: PassReport) -> bool:
         """Whether the run's last step moved (a stalled run that moves has resumed: said here)."""
         if known is None or known.last_step is None or last_step != known.last_step:
+            self._advanced_at[run] = self.steady.now
             if known is not None and known.stalled:
                 self._notify(tx, Notice("resumed", run, step=last_step), None, now, report)
             return True
         return False
 
     def _stalls(self, tx: Transaction, now: float, active_runs: set[str], report: PassReport) -> None:
+        """Runs quiet for `stall_after`, measured on the steady clock: a wall clock stepped forward
+        (NTP after boot) stalls no run that is writing, and one stepped back delays no stall. A run
+        last seen by an earlier process counts from the wall time it stored."""
+        steady = self.steady.now
         for row in self.state.runs() if self.stall_after > 0 else ():
-            if row.run not in active_runs and stalled(row, now=now, stall_after=self.stall_after):
+            row = replace(row, advanced_at=self._advanced_at.get(row.run, row.advanced_at))
+            if row.run not in active_runs and stalled(row, now=steady, stall_after=self.stall_after):
                 tx.mark_stalled(row.run)
-                minutes = round((now - row.advanced_at) / 60, 1)
+                minutes = round((steady - row.advanced_at) / 60, 1)
                 self._notify(tx, Notice("stalled", row.run, step=row.last_step, minutes=minutes), None, now, report)
 
     def _notify(self, tx: Transaction, notice: Notice, incident_id: int | None, now: float, report: PassReport) -> None:

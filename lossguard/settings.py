@@ -21,8 +21,10 @@ from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource
 
 from .errors import ConfigError
 from .redact import mask_url, remember
-from .tomlio import key_line, load_toml
+from .tomlio import key_line, load_toml, read_text
 
+CREDENTIAL_BYTES = 64 << 10
+"""A token or a URL is a few hundred bytes: a credential file past 64 KiB is the wrong file."""
 SECRET_FILES = ("slack_token", "slack_webhook_url", "alertmanager_password", "alertmanager_bearer_token")
 TABLES = ("slack", "alertmanager")
 """lossguard.toml's tables of settings: `[slack] token` is the setting slack_token."""
@@ -74,14 +76,12 @@ class _FileSecrets(PydanticBaseSettingsSource):
         for name in SECRET_FILES:
             path = os.environ.get(f"LOSSGUARD_{name.upper()}_FILE")
             candidate = Path(path) if path else (Path(creds) / name if creds else None)
-            if candidate is None or not candidate.is_file():
-                if path:
-                    raise ConfigError(f"LOSSGUARD_{name.upper()}_FILE: {path}: no such file")
+            if candidate is None or not (path or candidate.exists()):
                 continue
-            try:
-                value = candidate.read_text("utf-8").strip()
-            except OSError as exc:
-                raise ConfigError(f"{candidate}: cannot read: {exc.strerror or exc}") from None
+            try:  # (as a rules file is: a FIFO or /dev/zero named here is refused, not read)
+                value = read_text(candidate, what="a credential file", limit=CREDENTIAL_BYTES).strip()
+            except ConfigError as exc:
+                raise ConfigError(f"LOSSGUARD_{name.upper()}_FILE: {exc}" if path else str(exc)) from None
             if value:  # an empty credential (the unit's SetCredential= fallback) means "not set"
                 found[name] = value
         return found

@@ -33,8 +33,12 @@ def load_toml(path: Path) -> dict[str, Any]:
     return load_toml_text(read_text(path), origin=str(path))
 
 
-def read_text(path: Path) -> str:
-    """The text of `path`, a regular file of at most MAX_BYTES, or a ConfigError saying why not.
+RULES_OR_CONFIG = "a rules or config file"
+
+
+def read_text(path: Path, *, what: str = RULES_OR_CONFIG, limit: int = MAX_BYTES) -> str:
+    """The text of `path`, a regular file of at most `limit` bytes, or a ConfigError saying why not
+    (`what` the file should be: a credential file is read the same way, with a smaller cap).
     What is checked is the file opened, not a name looked at before: opened without blocking (a
     FIFO would wait for a writer forever), then refused unless fstat says it is a regular file
     (/dev/zero would never end), and never read past the cap."""
@@ -47,15 +51,17 @@ def read_text(path: Path) -> str:
     mode = os.fstat(fd).st_mode
     if not stat.S_ISREG(mode):
         os.close(fd)
-        what = "is a folder, not a TOML file" if stat.S_ISDIR(mode) else "not a regular file (a FIFO or a device is not read)"
-        raise ConfigError(f"{path}: {what}")
+        noun = "a TOML file" if what == RULES_OR_CONFIG else what
+        kind = f"is a folder, not {noun}" if stat.S_ISDIR(mode) else "not a regular file (a FIFO or a device is not read)"
+        raise ConfigError(f"{path}: {kind}")
     with os.fdopen(fd, "rb") as file:
         try:
-            data = file.read(MAX_BYTES + 1)
+            data = file.read(limit + 1)
         except OSError as exc:
             raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    if len(data) > MAX_BYTES:
-        raise ConfigError(f"{path}: larger than {MAX_BYTES >> 20} MiB, too large for a rules or config file (is it the right file?)")
+    if len(data) > limit:
+        size = f"{limit >> 20} MiB" if limit >= 1 << 20 else f"{limit >> 10} KiB"
+        raise ConfigError(f"{path}: larger than {size}, too large for {what} (is it the right file?)")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -4,6 +4,8 @@ tests/test_watch.py."""
 
 from __future__ import annotations
 
+import pytest
+
 import json
 import time
 
@@ -147,6 +149,19 @@ def test_a_quiet_run_is_said_stalled_once_and_resumed_when_it_logs_again(tmp_pat
         fh.write(_calm(range(5, 7)))
     (resumed,) = follower.run_pass(2001.0).notices
     assert (resumed.kind, resumed.run, resumed.step) == ("resumed", "exp", 6)
+    state.close()
+
+
+@pytest.mark.parametrize("step", [pytest.param(7200.0, id="stepped forward 2 h"), pytest.param(-3600.0, id="stepped back 1 h")])
+def test_a_wall_clock_step_neither_stalls_a_writing_run_nor_delays_a_stall(tmp_path, step):
+    mono = [0.0]
+    log, state, follower = one_run(tmp_path, _calm(range(1, 5)), stall_after=60, clock=lambda: mono[0])
+    assert follower.run_pass(1000.0).notices == []
+    mono[0] = 1.0
+    assert follower.run_pass(1001.0 + step).notices == []  # (the step: a second went by)
+    mono[0] = 60.0
+    (stalled,) = follower.run_pass(1060.0 + step).notices  # a minute of quiet, whatever the wall clock says
+    assert (stalled.kind, stalled.minutes) == ("stalled", 1.0)
     state.close()
 
 

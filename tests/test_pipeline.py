@@ -220,9 +220,9 @@ def test_a_burst_summary_shows_each_members_state_as_they_resolve_and_keeps_its_
     first, *_, last = updates(slack)
     assert len(updates(slack)) == 3 and all(u["ts"] == "1700000000.000001" for u in updates(slack))
     lines = first["text"].splitlines()
-    assert lines[0] == "3 new spikes:" and len(lines) == 4
+    assert lines[0] == "3 spikes, 1 resolved:" and len(lines) == 4
     assert lines[1].endswith(": open") and "resolved" in lines[2] and lines[3].endswith(": open")
-    assert all("resolved" in line for line in last["text"].splitlines()[1:])
+    assert last["text"].startswith("3 spikes, all resolved:") and all("resolved" in line for line in last["text"].splitlines()[1:])
 
 
 def test_the_resolved_header_is_rewritten_by_a_new_process_and_for_an_unsilenced_alert(slack, state):
@@ -258,6 +258,10 @@ def test_a_silence_ending_over_many_open_incidents_is_one_summary_with_replies(s
     tops = top_level(slack)
     assert len(tops) == 1 and tops[0]["text"].startswith("8 spikes still open as their silence ends")
     assert [p.get("thread_ts") for p in posts(slack)[1:]] == ["1700000000.000001"] * 8
+    resolve_(state, replace(BASE, run="exp3"))
+    dispatcher.round()
+    (update,) = updates(slack)  # the listing rewritten: its title says what now holds, not "new spikes"
+    assert update["ts"] == "1700000000.000001" and update["text"].startswith("8 spikes, 1 resolved:")
 
 
 class Dies(Exception):

@@ -181,6 +181,10 @@ def test_outbox_lists_retries_and_drops_what_was_not_delivered(tmp_path):
     assert refused.returncode == 2 and "needs the IDs" in refused.stderr
     assert _cli("outbox", "drop", "2", "3", "--state-dir", str(state)).stdout.startswith("2 notification(s) dropped")
     assert [e["id"] for e in json.loads(_cli("outbox", "list", "--state-dir", str(state), "--format", "json").stdout)] == [1]
+    for action in ("retry", "drop"):  # 2 was dropped, 9 never was: named, exit 2, and 1 still acted on
+        gone = _cli("outbox", action, "1", "2", "9", "--state-dir", str(state))
+        assert gone.returncode == 2 and gone.stderr.strip() == "lossguard: error: no undelivered outbox entry #2, #9 (see `lossguard outbox list`)", gone.stderr
+    assert json.loads(_cli("outbox", "list", "--state-dir", str(state), "--format", "json").stdout) == []
 
 
 # --- 10. a state directory or file that cannot be used: one line, exit 2, before anything runs ---

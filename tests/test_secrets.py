@@ -104,3 +104,31 @@ def test_status_scrubs_a_token_kept_in_an_older_states_outbox_error(tmp_path):
         done = _lossguard("status", "--state-dir", str(tmp_path / "state"), "--format", fmt, env={}, cwd=tmp_path)
         assert done.returncode == 0, done.stderr
         assert "Bearer ***" in done.stdout and "ECHOEDSECRET" not in done.stdout
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device", "too large", "folder"])
+@pytest.mark.parametrize("given", ["LOSSGUARD_SLACK_TOKEN_FILE", "CREDENTIALS_DIRECTORY"])
+def test_a_credential_that_is_no_small_regular_file_is_refused_in_one_line_without_reading_it(tmp_path, kind, given):
+    from .conftest import assert_one_error_line
+
+    creds = tmp_path / "creds"
+    creds.mkdir()
+    path = creds / "slack_token"
+    if kind == "fifo":
+        os.mkfifo(path)  # (read, it would wait for a writer forever)
+    elif kind == "device":
+        path = creds / "zero"
+        os.symlink("/dev/zero", path)
+        if given == "CREDENTIALS_DIRECTORY":
+            path.rename(creds / "slack_token")
+            path = creds / "slack_token"
+    elif kind == "too large":
+        path.write_text("xoxb-" + "1" * (100 << 10))
+    else:
+        path.mkdir()
+    env = {"LOSSGUARD_SLACK_TOKEN_FILE": str(path)} if given != "CREDENTIALS_DIRECTORY" else {"CREDENTIALS_DIRECTORY": str(creds)}
+    res = _lossguard("config", "check", env={**env, "LOSSGUARD_SLACK_CHANNEL": "#t"}, cwd=tmp_path)
+    line = assert_one_error_line(res, str(path))
+    assert "xoxb-111" not in res.stdout + res.stderr
+    assert {"fifo": "not a regular file", "device": "not a regular file", "too large": "too large for a credential file",
+            "folder": "is a folder"}[kind] in line

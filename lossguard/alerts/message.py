@@ -195,8 +195,13 @@ def summary(notices: tuple[Notice, ...]) -> Message:
         cause = inc.causes[0].cause.replace("_", " ") if inc.causes else "unknown"
         state = f":white_check_mark: resolved ({inc.ending})" if inc.over else "open"
         lines.append(f"• {escape(inc.run)}: {escape(inc.metric)} spike at step {inc.step} ({inc.severity}), likely {escape(cause)}: {state}")
-    still = all(n.kind == "unsilenced" for n in notices)
-    title = f"{len(notices)} spikes still open as their silence ends" if still else f"{len(notices)} new spikes"
+    resolved = sum(n.incident.over for n in notices)
+    if resolved:  # (a rewrite as members recover: what it first said, new or still open, no longer holds)
+        title = f"{len(notices)} spikes, all resolved" if resolved == len(notices) else f"{len(notices)} spikes, {resolved} resolved"
+    elif all(n.kind == "unsilenced" for n in notices):
+        title = f"{len(notices)} spikes still open as their silence ends"
+    else:
+        title = f"{len(notices)} new spikes"
     text = f"{title}:\n" + "\n".join(lines)
     return Message(cut_lines(text, MAX_TEXT), (_section(text),))
 
