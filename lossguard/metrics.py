@@ -51,6 +51,8 @@ MAX_CONNECTIONS = 32
 """Connections served at once; one more is closed as it is accepted. Each holds a file descriptor
 and a thread: without a cap, idle connections took every descriptor the daemon had (1,011 under
 systemd's 1,024), so it could open no log, no state, no socket to Slack, and alerted nothing."""
+CONNECTION_DEADLINE = 15.0
+"""Seconds a connection may last in all: a scrape takes milliseconds (Prometheus gives up at 10 s)."""
 
 
 class MetricsError(LossguardError):
@@ -410,10 +412,18 @@ class _Server(ThreadingWSGIServer):
             self._slots.release()
             raise
 
+    deadline = CONNECTION_DEADLINE
+
     def process_request_thread(self, request: socket.socket, client_address: object) -> None:
+        # IDLE_TIMEOUT bounds each wait for bytes; this bounds the whole connection, so a client
+        # that sends a byte every few seconds cannot keep a slot (32 such clients: no scrape at all).
+        cut = threading.Timer(self.deadline, _cut, (request,))
+        cut.daemon = True
+        cut.start()
         try:
             super().process_request_thread(request, client_address)
         finally:
+            cut.cancel()
             self._slots.release()
 
     def handle_error(self, request: object, client_address: object) -> None:
@@ -422,6 +432,14 @@ class _Server(ThreadingWSGIServer):
         exc = sys.exc_info()[1]
         if not isinstance(exc, OSError):
             log.warning("metrics: a connection failed: %s: %s", type(exc).__name__, exc)
+
+
+def _cut(request: socket.socket) -> None:
+    """End a connection that outlived the deadline (its thread then ends on the closed socket)."""
+    try:
+        request.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
 
 
 class _Quiet(WSGIRequestHandler):

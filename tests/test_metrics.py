@@ -415,3 +415,48 @@ def test_idle_connections_to_metrics_neither_take_the_daemons_files_nor_hold_bac
             s.close()
         err = w.stop_and_read()
     assert "no longer followed" not in err and "Traceback" not in err, err[-3000:]
+
+
+def test_clients_trickling_a_request_byte_by_byte_keep_no_slot_past_the_deadline(tmp_path, monkeypatch):
+    """Slowloris: each client sends a byte before the idle timeout, never a whole request. Every slot
+    taken that way is freed at the connection's deadline, and a scrape answers again."""
+    import socket
+
+    from lossguard import metrics as m
+
+    from .am_server import free_port
+
+    state = State(tmp_path / "state")
+    monkeypatch.setattr(m._Server, "max_connections", 4)
+    monkeypatch.setattr(m._Server, "deadline", 1.5)
+    port = free_port()
+    served = Metrics(state.path, sinks=[], listen=Endpoint("127.0.0.1", port))
+    served.start()
+    slow = []
+    try:
+        for _ in range(4):
+            s = socket.create_connection(("127.0.0.1", port), timeout=2)
+            s.sendall(b"G")
+            slow.append(s)
+        time.sleep(0.3)
+        with pytest.raises(OSError):  # every slot held: a scrape is closed at once
+            _scrape(port, timeout=1)
+        started = time.monotonic()
+        while True:
+            for s in slow:
+                try:
+                    s.sendall(b"E")  # (a byte, well within the idle timeout)
+                except OSError:
+                    pass
+            try:
+                body = _scrape(port, timeout=1)
+                break
+            except OSError:
+                assert time.monotonic() - started < 5, "the trickling clients kept their slots"
+                time.sleep(0.2)
+        assert "lossguard_files_followed" in body and time.monotonic() - started < 3
+    finally:
+        for s in slow:
+            s.close()
+        served.stop()
+        state.close()
