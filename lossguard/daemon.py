@@ -115,6 +115,8 @@ class Daemon:
         # while it waits for the running pass, so a pass asking for a run then would wait forever.
         self._scheduling = threading.RLock()  # (re-entrant: SIGHUP's handler wakes from the main thread)
         self._closing = False
+        self._retry_due: str | None = None
+        """A start's or reload's retry of what failed permanently, which met a locked state."""
         self._events = 0
         self._last_start = 0.0
         self._last_walk = 0.0
@@ -158,6 +160,8 @@ class Daemon:
             except LossguardError as exc:
                 log.error("new rules rejected, the old ones stay in force: %s", exc)
             self._retry_failed("reload")
+        elif self._retry_due is not None:
+            self._retry_failed(self._retry_due)
         with self.lock:
             try:
                 report = self.follower.run_pass(time.time(), None if walk else changed)
@@ -199,8 +203,14 @@ class Daemon:
     def _retry_failed(self, why: str) -> None:
         """A permanent failure (a revoked token, a missing channel) is fixed in the config, which a
         start or reload is the sign of: its notifications go back in line rather than wait forever."""
-        with self.lock:
-            n = self.state.retry()
+        self._retry_due = None
+        try:
+            with self.lock:
+                n = self.state.retry()
+        except StateBusy as exc:  # (an outside writer: asked again by the next pass, not forgotten)
+            log.warning("%s; what failed permanently is put back in line at the next pass", exc)
+            self._retry_due = why
+            return
         if n:
             log.warning("%d notification(s) that failed permanently before are tried again (%s)", n, why)
         if why == "reload":

@@ -147,3 +147,27 @@ def test_a_hanging_slack_delays_no_other_sink(tmp_path, slack):
         _wait(lambda: any('"b"' in json.dumps(p.body) or " b " in p.body["text"] for p in _posts(slack)[1:]), timeout=20)
     finally:
         w.stop_and_read()
+
+
+
+def test_a_reload_that_meets_a_locked_state_still_puts_permanent_failures_back_in_line(tmp_path):
+    from lossguard.daemon import Daemon
+    from lossguard.reader import ReadOptions
+
+    (tmp_path / "runs").mkdir()
+    daemon = Daemon([tmp_path / "runs"], rules_loader=lambda: load_rules(None), state_dir=tmp_path / "state",
+                    sinks={"jsonl": JsonlSink(tmp_path / "out.jsonl")}, options=ReadOptions())
+    try:
+        _queued(daemon.state, 2)
+        daemon.state.mark_failed(daemon.state.pending(sink="jsonl"), "permanent error: x", permanent=True)
+        daemon.state.db.execute("PRAGMA busy_timeout=100")  # (the daemon waits 30 s: the test, a moment)
+        outside = _lock(daemon.state.path)
+        daemon._retry_failed("reload")  # before: StateBusy out of the pass, and the reload's retry was lost
+        assert daemon.state.pending(sink="jsonl") == []
+        outside.execute("ROLLBACK")
+        daemon._one_pass()  # the next pass asks again
+        assert len(daemon.state.pending(sink="jsonl")) == 2
+    finally:
+        daemon.state.close()
+        for d in daemon.dispatchers.values():
+            d.state.close()
