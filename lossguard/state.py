@@ -739,13 +739,16 @@ class State:
         of a channel: the one message a resolution may rewrite); `joins`: an alert posted before
         that now announces their incidents too (an escalation's, whose header it rewrote)."""
         with self.transaction():
+            # (Idempotent: a delivery journal replayed after a kill that came before it was removed
+            # makes the same rows, not a second message row or attempt.)
             for e in entries:
-                self.db.execute("UPDATE outbox SET sent_at=?, attempts=attempts+1 WHERE id=?", (now, e.id))
+                self.db.execute("UPDATE outbox SET sent_at=?, attempts=attempts+1 WHERE id=? AND sent_at IS NULL", (now, e.id))
                 if thread and e.incident_id is not None:
                     self.db.execute("UPDATE incidents SET thread=? WHERE id=?", (thread, e.incident_id))
             if alert_in is not None and thread:
                 channel, _, ts = thread.partition("|")
-                message = self.db.execute(
+                known = self.db.execute("SELECT id FROM messages WHERE sink=? AND channel=? AND ts=? AND role='alert'", (alert_in, channel, ts)).fetchone()
+                message = known[0] if known else self.db.execute(
                     "INSERT INTO messages (sink, role, channel, ts, created) VALUES (?, 'alert', ?, ?, ?)", (alert_in, channel, ts, now)
                 ).lastrowid
                 self._list_in(message, entries)

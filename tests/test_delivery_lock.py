@@ -171,3 +171,16 @@ def test_a_reload_that_meets_a_locked_state_still_puts_permanent_failures_back_i
         daemon.state.close()
         for d in daemon.dispatchers.values():
             d.state.close()
+
+
+def test_a_journal_folded_again_after_a_kill_before_its_removal_makes_the_same_rows(tmp_path):
+    state = State(tmp_path / "state")
+    _queued(state, 1)
+    (entry,) = state.pending(sink="jsonl")
+    journal = Journal(state, "jsonl")
+    for _ in range(2):  # (the second: the first fold's rows committed, the file not yet removed)
+        journal.write("mark_sent", [entry], now=5.0, thread="C1|1.000001", alert_in="slack", joins=None)
+        assert journal.fold() and not journal.waiting()
+    assert state.db.execute("SELECT count(*) FROM messages").fetchone()[0] == 1
+    assert state.db.execute("SELECT attempts, sent_at FROM outbox").fetchall() == [(1, 5.0)]
+    state.close()

@@ -88,7 +88,7 @@ class Journal:
             try:
                 getattr(self.state, op)(entries, **args)
             except StateBusy:
-                self._keep(records[k:])  # (those applied are not applied twice: a post's message row is made once)
+                self._keep(records[k:])  # (those applied are not applied again)
                 return False
         os.unlink(self.path)
         if records:
