@@ -335,6 +335,31 @@ def test_hf_bar_counts_cut_by_hand_are_the_bar_regex_groups(texts):
     assert by_hand.row(-1) == (10, 300)
 
 
+
+@settings(max_examples=300, deadline=None)
+@given(texts=st.lists(st.lists(_BAR_PARTS, max_size=14).map("".join), min_size=1, max_size=20))
+def test_hf_first_bars_taken_from_the_last_on_lines_with_one_bar_are_every_line_s_own(texts):
+    """The loop's first bars and bar counts (_firsts runs BAR again only on lines with two `%|`)
+    are what BAR's matches on every line give, wherever the loop reads them."""
+    from lossguard.formats.hf_console import BAR, _count, _count_and_total, _firsts, _marked, _parts
+
+    bar = "  3%|▎         | 10/300 [00:03<01:30,  3.20it/s]"
+    texts = texts + [bar + "\r" + bar.replace("10/", "11/"), "{'loss': 2.0}" + bar + bar]
+    lines = pl.DataFrame({"line_no": range(len(texts)), "text": texts}, schema={"line_no": pl.Int64, "text": pl.Utf8})
+    head, tail = _parts()
+    every = lines.select(head.str.extract_all(BAR).alias("head"), tail.str.extract_all(BAR).alias("tail")).select(
+        _count(pl.col("head").list.first()).alias("hfirst"), _count(pl.col("tail").list.first()).alias("tfirst"),
+        pl.col("head").list.len().alias("head_k"), pl.col("tail").list.len().alias("tail_k"),
+    ).select(*_count_and_total("hfirst"), *_count_and_total("tfirst"), "head_k", "tail_k")
+    got = _firsts(lines, _marked(lines))
+    # The loop reads a part's first bar and count only when the part drew a bar (its last's total).
+    for part, first in (("head", "hfirst"), ("tail", "tfirst")):
+        read = [f"{first}_n", f"{first}_total", f"{part}_k"]
+        drawn = got.get_column(f"{part}_total").is_not_null()
+        assert got.filter(drawn).select(read).equals(every.filter(drawn).select(read))
+    assert got.select(every.columns).rows()[-2:] == [(10, 300, None, None, 2, 0), (None, None, 10, 300, 0, 2)]
+
+
 # nanoGPT / build-nanogpt key-value cells, and odd ones: a unit that eats an `inf`'s word boundary,
 # a bracket the regex allows no space after, spacing, two pairs in a cell, a number that carries on.
 KV_TYPICAL = ["step {i:6d}", "loss: 2.5", "lr 3.0e-04", "norm: 1.05", "dt: 351.23ms", "tok/sec: 1493812.55", "ver: 1.2.3"]
