@@ -204,7 +204,7 @@ CARRIED = ("steps", "bar", "bar_total", "per_epoch", "anchor", "since", "interva
 """The cursor's fields this format keeps across reads (what _Placing is made of)."""
 
 
-def carried(state: Cursor) -> dict[str, object]:
+def carried(state: Cursor | _Placing) -> dict[str, object]:
     """The HF fields of `state`, for the cursor a read of rows hands on."""
     return {name: getattr(state, name) for name in CARRIED}
 
@@ -246,7 +246,7 @@ class _Placing:
 
     def cursor(self, cursor: Cursor) -> Cursor:
         """`cursor` with these HF fields (its last step is records_to_rows' to hand on)."""
-        return cursor.advance(**{name: getattr(self, name) for name in CARRIED})
+        return cursor.advance(**carried(self))
 
     def drawn(self, n: int | None, total: int | None, first: int | None, first_total: int | None, k: int | None) -> None:
         """The bars drawn on part of a line (`k` of them; the last `n/total`, the first `first/first_total`):
@@ -273,10 +273,7 @@ class _Placing:
         bar, last, step = self.bar, self.last, None
         self.bar, self.refresh = None, False
         if bar is not None and bar >= 1 and (last is None or bar > last):
-            if self.anchor is not None:
-                self.interval = max(1.0, (bar - self.anchor) / (self.since + 1))
-            elif self.since:
-                self.interval = max(1.0, bar / (self.since + 1))  # the dicts before it, from step 0
+            self.interval = _implied(bar, self.anchor, self.since, self.interval)
             step, self.anchor, self.since = bar, bar, 0
             self.by_bar += 1
         elif self.interval is not None and self.anchor is not None and last is not None:
@@ -352,14 +349,22 @@ def _anchored(counts: pl.Series, cursor: Cursor) -> dict[str, object]:
         return {}
     last = int(counts[-1])
     if counts.len() > 1:
-        interval = max(1.0, float(last - counts[-2]))
-    elif cursor.anchor is not None:
-        interval = max(1.0, (last - cursor.anchor) / (cursor.since + 1))
-    elif cursor.since:
-        interval = max(1.0, last / (cursor.since + 1))
+        interval = _implied(last, int(counts[-2]), 0, cursor.interval)
     else:
-        interval = cursor.interval
+        interval = _implied(last, cursor.anchor, cursor.since, cursor.interval)
     return {"anchor": last, "since": 0, "interval": interval, "by_bar": cursor.by_bar + counts.len()}
+
+
+def _implied(bar: int, anchor: int | None, since: int, interval: float | None) -> float | None:
+    """The logging interval a bar's count `bar` implies as it places a dict, `since` dicts after
+    the one placed at `anchor`: the steps between them over the dicts (for the first anchor, from
+    step 0 over the dicts before it, if any: one dict alone might be a resumed run's first; else
+    the interval known stays)."""
+    if anchor is not None:
+        return max(1.0, (bar - anchor) / (since + 1))
+    if since:
+        return max(1.0, bar / (since + 1))
+    return interval
 
 
 def _last_count(text: pl.Expr) -> pl.Expr:
