@@ -28,6 +28,8 @@ from ..errors import UsageError
 from ..escaping import decodable
 from ..problems import Problem
 
+CANNOT_ENTER, CANNOT_LIST = "cannot enter folder", "cannot list folder"
+"""How a walk says it could not see into a folder (the daemon keeps following the files under it)."""
 RUN_IS_FOLDER = {"trainer_state.json", "metrics.csv", "trainer_log.jsonl", "log_history.jsonl"}
 RUN_LOG_STEMS = {
     "train", "training", "train_log", "training_log", "log", "logs", "stdout", "stderr", "output", "out", "console",
@@ -180,7 +182,7 @@ def _walk(root: Path, problems: list[Problem], listings: Listings | None = None)
         try:
             st = os.stat(folder)
         except OSError as exc:
-            problems.append(Problem(folder, f"cannot enter folder: {exc.strerror or exc}"))
+            problems.append(Problem(folder, f"{CANNOT_ENTER}: {exc.strerror or exc}"))
             continue
         key = (st.st_dev, st.st_ino)
         if key in seen:
@@ -193,7 +195,7 @@ def _walk(root: Path, problems: list[Problem], listings: Listings | None = None)
             try:
                 entries = _list(folder, problems)
             except OSError as exc:
-                problems.append(Problem(folder, f"cannot list folder: {exc.strerror or exc}"))
+                problems.append(Problem(folder, f"{CANNOT_LIST}: {exc.strerror or exc}"))
                 continue
             if listings is not None:
                 listings.remember(folder, st, entries)

@@ -15,7 +15,7 @@ from ..cursor import Cursor
 from ..errors import UsageError
 from ..escaping import decodable
 from ..state import FileRow
-from .discover import Listings, collect, is_candidate
+from .discover import CANNOT_ENTER, CANNOT_LIST, Listings, collect, is_candidate
 
 FINGERPRINT = 64
 """Bytes at the head of a file that identify it together with (device, inode)."""
@@ -62,7 +62,7 @@ def _unread_folders(problems: Sequence) -> tuple[str, ...]:
     """Folders this walk could not enter or list but that are still there (no descriptor left, an
     NFS server not answering): the files under them are not gone, only unseen for now. Dropping
     them would read them again from the start once the folder can be listed."""
-    folders = (p.source for p in problems if p.message.startswith(("cannot list folder", "cannot enter folder")))
+    folders = (p.source for p in problems if p.message.startswith((CANNOT_LIST, CANNOT_ENTER)))
     return tuple(os.path.join(f, "") for f in folders if os.path.lexists(f))
 
 
