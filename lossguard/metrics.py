@@ -392,6 +392,7 @@ class _Server(ThreadingWSGIServer):
     following logs and delivering alerts need."""
 
     max_connections = MAX_CONNECTIONS
+    deadline = CONNECTION_DEADLINE
     request_queue_size = 64  # (the kernel holds these without a descriptor of ours)
 
     def __init__(self, *args: object, **kwargs: object) -> None:
@@ -411,8 +412,6 @@ class _Server(ThreadingWSGIServer):
         except BaseException:  # no thread started: the slot is free again
             self._slots.release()
             raise
-
-    deadline = CONNECTION_DEADLINE
 
     def process_request_thread(self, request: socket.socket, client_address: object) -> None:
         # IDLE_TIMEOUT bounds each wait for bytes; this bounds the whole connection, so a client

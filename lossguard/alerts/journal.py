@@ -17,6 +17,7 @@ import logging
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from ..state import OutboxEntry, State, StateBusy
 
@@ -44,22 +45,12 @@ class Journal:
         """Append one record and fsync it (an OSError here is the sender's to report: the post
         was made and could not be recorded anywhere)."""
         record = {"state": self.state.id, "op": op, "entries": [[e.id, e.incident_id] for e in entries], **args}
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        try:
-            os.write(fd, (json.dumps(record) + "\n").encode())
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        _synced(self.path, [record], os.O_APPEND)
 
     def _keep(self, records: list[dict]) -> None:
         """The journal holding only `records` (replaced whole: a crash leaves the old or the new)."""
         fresh = self.path.with_name(self.path.name + ".new")
-        fd = os.open(fresh, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            os.write(fd, "".join(json.dumps(r) + "\n" for r in records).encode())
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        _synced(fresh, records, os.O_TRUNC)
         os.replace(fresh, self.path)
 
     def waiting(self) -> bool:
@@ -94,3 +85,14 @@ class Journal:
         if records:
             log.info("%d delivery record(s) kept while the state was locked are now in the state", len(records))
         return True
+
+
+def _synced(path: Path, records: list[dict], mode: int) -> None:
+    """`records` as JSON lines written to `path` (private: run names, threads) and fsynced before
+    it returns (`mode`: O_APPEND or O_TRUNC)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | mode, 0o600)
+    try:
+        os.write(fd, "".join(json.dumps(r) + "\n" for r in records).encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
