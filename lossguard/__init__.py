@@ -13,7 +13,7 @@ The three are loaded on first use, so `import lossguard` (and the CLI's start-up
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+from .version import __version__
 
 __all__ = ["LossguardError", "LossguardWarning", "Report", "__version__", "detect", "read", "scan"]
 

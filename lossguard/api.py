@@ -19,7 +19,7 @@ from typing import Any
 import polars as pl
 
 from .errors import UsageError
-from .rules import RuleSet, load_rules
+from .detection.rules import RuleSet, load_rules
 
 Paths = str | PathLike | Iterable[str | PathLike]
 Rules = RuleSet | str | PathLike | Iterable[str | PathLike] | None
@@ -57,8 +57,8 @@ def read(paths: Paths, *, log_format: str | None = None) -> pl.DataFrame:
     one row per (run, source, step, metric, tag, value, wall_time), `metric` the canonical name
     (loss, lr, grad_norm, loss_scale, eval_loss...) or the tag itself. `log_format` forces a format
     (`lossguard read --help` lists them)."""
-    from .config import read_options
-    from .reader import read_paths
+    from .ingest.config import read_options
+    from .ingest.reader import read_paths
 
     options = read_options(None, fmt=log_format)
     if log_format is not None:
@@ -86,7 +86,7 @@ class Report:
         return _spike_frame(s for run in self.runs for s in run["spikes"])
 
     def to_json(self) -> str:
-        from .report import to_json
+        from .report.scan_report import to_json
 
         return to_json(self.result)
 
@@ -95,9 +95,9 @@ def scan(paths: Paths, *, rules: Rules = None, run: str | None = None) -> Report
     """The audit `lossguard scan` makes: every run under `paths`, judged by `rules` (None: the
     defaults; a preset name such as "olmo-core", a rules file or folder, or several), only the runs
     whose name matches the glob `run` if given."""
-    from .audit import scan as audit
-    from .config import read_options
-    from .report import document
+    from .report.audit import scan as audit
+    from .ingest.config import read_options
+    from .report.scan_report import document
 
     result = audit(_paths(paths), rules=_rules(rules), options=read_options(None), run_glob=run, jobs=1)
     _warn(result.all_problems)
@@ -107,7 +107,7 @@ def scan(paths: Paths, *, rules: Rules = None, run: str | None = None) -> Report
 def detect(frame: pl.DataFrame, *, rules: Rules = None) -> pl.DataFrame:
     """The spikes in a canonical table (`read`'s, or one you built with its columns; `run` and
     `source` may be left out), judged per run with `rules`, labelled with their likely causes."""
-    from .engine import analyse_run
+    from .detection.engine import analyse_run
 
     needed = {"step", "metric", "value"}
     if not needed <= set(frame.columns):

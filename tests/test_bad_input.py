@@ -12,11 +12,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lossguard.cursor import Cursor
+from lossguard.ingest.cursor import Cursor
 from lossguard.errors import UsageError
-from lossguard.reader import ReadOptions, read, read_paths
-from lossguard.formats import base
-from lossguard.sources import textfile
+from lossguard.ingest.reader import ReadOptions, read, read_paths
+from lossguard.ingest.formats import base
+from lossguard.ingest.sources import textfile
 
 from . import samples
 from .conftest import assert_one_error_line, run_lossguard
@@ -311,7 +311,7 @@ def test_a_csv_line_no_reader_can_parse_costs_that_line_only(tmp_path):
 
 def test_scan_reports_a_file_its_reader_fails_on_and_audits_the_other_runs(tmp_path, monkeypatch, capsys):
     from lossguard.cli import main
-    from lossguard.formats import dictlines
+    from lossguard.ingest.formats import dictlines
 
     (tmp_path / "good").mkdir()
     (tmp_path / "good" / "train.log").write_text("".join(f"iter {s}: loss {9.0 if s == 30 else 2.0}\n" for s in range(1, 40)))

@@ -8,9 +8,9 @@ import numpy as np
 import polars as pl
 import pytest
 
-from lossguard.engine import analyse_run
-from lossguard.reader import read_paths
-from lossguard.rules import RuleSet, default_rules, rule_from
+from lossguard.detection.engine import analyse_run
+from lossguard.ingest.reader import read_paths
+from lossguard.detection.rules import RuleSet, default_rules, rule_from
 
 from . import synth
 from .conftest import CORPUS

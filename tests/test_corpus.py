@@ -8,8 +8,8 @@ import math
 import polars as pl
 import pytest
 
-from lossguard.streams import stream
-from lossguard.reader import ReadOptions, read_paths
+from lossguard.detection.streams import stream
+from lossguard.ingest.reader import ReadOptions, read_paths
 
 from .conftest import CORPUS
 

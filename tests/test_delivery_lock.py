@@ -14,9 +14,9 @@ from pathlib import Path
 from lossguard.alerts.journal import Journal
 from lossguard.alerts.pipeline import Dispatcher
 from lossguard.alerts.sinks import JsonlSink
-from lossguard.follow import Follower
+from lossguard.watch.follow import Follower
 from lossguard.model import Notice
-from lossguard.rules import load_rules
+from lossguard.detection.rules import load_rules
 from lossguard.state import State
 
 from .slack_server import Answer
@@ -151,8 +151,8 @@ def test_a_hanging_slack_delays_no_other_sink(tmp_path, slack):
 
 
 def test_a_reload_that_meets_a_locked_state_still_puts_permanent_failures_back_in_line(tmp_path):
-    from lossguard.daemon import Daemon
-    from lossguard.reader import ReadOptions
+    from lossguard.watch.daemon import Daemon
+    from lossguard.ingest.reader import ReadOptions
 
     (tmp_path / "runs").mkdir()
     daemon = Daemon([tmp_path / "runs"], rules_loader=lambda: load_rules(None), state_dir=tmp_path / "state",

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from lossguard.cli import main
-from lossguard.settings import Settings
+from lossguard.watch.settings import Settings
 
 from .conftest import assert_one_error_line, run_lossguard
 

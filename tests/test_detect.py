@@ -12,13 +12,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from numpy.lib.stride_tricks import sliding_window_view
 
-from lossguard import kinds
-from lossguard.spikes import find_incidents
-from lossguard.engine import analyse_run
-from lossguard.kinds import Judgement, Rule
-from lossguard.reader import ReadOptions, read_paths
-from lossguard.rules import RuleSet, default_rules, rule_from
-from lossguard.streams import by_metric, collapse
+from lossguard.detection import kinds
+from lossguard.detection.spikes import find_incidents
+from lossguard.detection.engine import analyse_run
+from lossguard.detection.kinds import Judgement, Rule
+from lossguard.ingest.reader import ReadOptions, read_paths
+from lossguard.detection.rules import RuleSet, default_rules, rule_from
+from lossguard.detection.streams import by_metric, collapse
 from lossguard.validate import spec
 
 from . import synth
@@ -49,8 +49,8 @@ def stream_of(values, steps=None):
 
 def flagged_steps(values, r, steps=None):
     """Steps the rule flags, point by point (an incident's flagged points, not only its first)."""
-    from lossguard.spikes import _judge
-    from lossguard.streams import segments_with_history
+    from lossguard.detection.spikes import _judge
+    from lossguard.detection.streams import segments_with_history
 
     pts = stream_of(values, steps)
     if r.finite_only:
@@ -339,7 +339,7 @@ ALL_NAN_AFTER = [3.0 - 0.001 * k for k in range(300)] + [math.nan] * 20
 def test_a_loss_that_turns_nan_and_stays_nan_is_one_incident_under_the_llm_foundry_preset(values):
     from pathlib import Path
 
-    from lossguard.rules import load_rules
+    from lossguard.detection.rules import load_rules
 
     found = [i for r in load_rules([Path("llm-foundry")]).rules for i in find_incidents(stream_of(values), r, run="r")]
     (inc,) = found
@@ -352,7 +352,7 @@ def test_a_loss_that_turns_nan_and_stays_nan_is_one_incident_under_the_llm_found
 def test_no_rule_opens_incidents_that_overlap(preset, values):
     from pathlib import Path
 
-    from lossguard.rules import load_rules
+    from lossguard.detection.rules import load_rules
 
     rules = default_rules() if preset == "default" else load_rules([Path(preset)])
     for r in rules.rules:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import time
 
-from lossguard.sources.discover import Listings, discover
+from lossguard.ingest.discover import Listings, discover
 
 
 def test_repeated_walks_list_again_only_the_folders_that_changed(tmp_path):
@@ -36,7 +36,7 @@ def test_repeated_walks_list_again_only_the_folders_that_changed(tmp_path):
 def test_listings_of_folders_that_are_gone_are_forgotten(tmp_path):
     import shutil
 
-    from lossguard.sources.discover import collect
+    from lossguard.ingest.discover import collect
 
     for run in ("a", "b"):
         (tmp_path / run).mkdir()
@@ -58,8 +58,8 @@ def test_rotated_segments_join_their_live_log_oldest_first(tmp_path):
 
 
 def test_a_spike_in_a_rotated_segment_is_found_at_its_step(tmp_path):
-    from lossguard.rules import default_rules
-    from lossguard.audit import scan
+    from lossguard.detection.rules import default_rules
+    from lossguard.report.audit import scan
 
     (tmp_path / "exp").mkdir()
     step = 1
@@ -75,7 +75,7 @@ def test_a_spike_in_a_rotated_segment_is_found_at_its_step(tmp_path):
 
 
 def test_a_name_a_format_claims_is_a_log_whatever_its_suffix(tmp_path, monkeypatch):
-    from lossguard.formats import base, sniff
+    from lossguard.ingest.formats import base, sniff
 
     (tmp_path / "run").mkdir()
     for name in ("events.out.tfevents.1700000000.host.v2", "weights.toy", "notes.md"):
@@ -89,7 +89,7 @@ def test_a_name_a_format_claims_is_a_log_whatever_its_suffix(tmp_path, monkeypat
 
 
 def test_symlink_loops_are_said_once_each_and_the_runs_beside_them_are_read(tmp_path):
-    from lossguard.sources.discover import collect
+    from lossguard.ingest.discover import collect
 
     (tmp_path / "exp").mkdir()
     (tmp_path / "exp" / "metrics.jsonl").write_text('{"step": 1, "loss": 2.0}\n')
@@ -132,7 +132,7 @@ def test_the_daemon_keeps_the_run_name_a_file_was_first_followed_under(tmp_path)
     """The upgrade path for names an older lossguard gave by looking at sibling files (a lone
     `csv/x.csv` was run `csv`): a file already followed keeps its run, so its incidents, silences
     and alert threads stay where they are; only files met for the first time take the new name."""
-    from lossguard.sources.followed import Tracker
+    from lossguard.watch.followed import Tracker
     from lossguard.state import State
 
     (tmp_path / "runs" / "csv").mkdir(parents=True)

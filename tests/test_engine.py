@@ -1,4 +1,4 @@
-"""The one judge (lossguard.engine.judge), the incident's lossless JSON form, and the promise the
+"""The one judge (lossguard.detection.engine.judge), the incident's lossless JSON form, and the promise the
 judge exists for: the daemon, fed a log in random pieces, raises what the audit of the whole log
 finds."""
 
@@ -14,13 +14,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lossguard.engine import JUDGED, Seen, analyse_run, context_of, judge
-from lossguard.follow import Follower
+from lossguard.detection.engine import JUDGED, Seen, analyse_run, context_of, judge
+from lossguard.watch.follow import Follower
 from lossguard.model import Cause, Incident, Notice
-from lossguard.reader import ReadOptions, read_paths
-from lossguard.rules import default_rules, load_rules
+from lossguard.ingest.reader import ReadOptions, read_paths
+from lossguard.detection.rules import default_rules, load_rules
 from lossguard.state import State
-from lossguard.streams import by_metric
+from lossguard.detection.streams import by_metric
 
 from .conftest import FIXTURES
 

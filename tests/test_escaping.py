@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from lossguard.daemon import SafeFormatter
+from lossguard.watch.daemon import SafeFormatter
 from lossguard.escaping import html_text, markdown, markdown_code, printable
 
 
@@ -74,7 +74,7 @@ def test_html_text_escapes_quotes_for_attributes_and_shows_control_characters():
 def test_daemon_log_lines_carry_a_timestamp_unless_journald_stamps_them(monkeypatch, capsys):
     import re
 
-    from lossguard.daemon import setup_logging
+    from lossguard.watch.daemon import setup_logging
 
     for journal, stamped in (("", True), ("8:12345", False)):
         monkeypatch.setenv("JOURNAL_STREAM", journal) if journal else monkeypatch.delenv("JOURNAL_STREAM", raising=False)

@@ -7,9 +7,9 @@ import math
 
 import polars as pl
 
-from lossguard.cursor import Cursor
-from lossguard.reader import ReadOptions, read
-from lossguard.streams import stream
+from lossguard.ingest.cursor import Cursor
+from lossguard.ingest.reader import ReadOptions, read
+from lossguard.detection.streams import stream
 
 from . import samples
 from .test_text_formats import points, read_text

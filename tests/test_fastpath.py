@@ -11,14 +11,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lossguard import table
-from lossguard.cursor import Cursor
-from lossguard.formats import base, dictlines, fastpath
-from lossguard.formats.dictlines import parse, parse_json
-from lossguard.formats.kvlines import parse as parse_kv
-from lossguard.formats.megatron import CELL
-from lossguard.formats.megatron import parse as parse_megatron
-from lossguard.reader import ReadOptions, read
+from lossguard.ingest import table
+from lossguard.ingest.cursor import Cursor
+from lossguard.ingest.formats import base, dictlines, fastpath
+from lossguard.ingest.formats.dictlines import parse, parse_json
+from lossguard.ingest.formats.kvlines import parse as parse_kv
+from lossguard.ingest.formats.megatron import CELL
+from lossguard.ingest.formats.megatron import parse as parse_megatron
+from lossguard.ingest.reader import ReadOptions, read
 
 
 ODD = {
@@ -72,7 +72,7 @@ def test_fast_path_gives_what_the_regex_path_gives(kind, monkeypatch):
         return counted
 
     for module in ("dictlines", "kvlines"):
-        monkeypatch.setattr(f"lossguard.formats.{module}.fast_pairs", spy(fastpath.fast_pairs))
+        monkeypatch.setattr(f"lossguard.ingest.formats.{module}.fast_pairs", spy(fastpath.fast_pairs))
 
     def wide_spy(real):
         def counted(*args, **kwargs):
@@ -82,9 +82,9 @@ def test_fast_path_gives_what_the_regex_path_gives(kind, monkeypatch):
 
         return counted
 
-    monkeypatch.setattr("lossguard.formats.dictlines.json_wide", wide_spy(fastpath.json_wide))
-    monkeypatch.setattr("lossguard.formats.megatron.fast_wide", wide_spy(fastpath.fast_wide))
-    monkeypatch.setattr("lossguard.formats.dictlines.fast_wide", wide_spy(fastpath.fast_wide))
+    monkeypatch.setattr("lossguard.ingest.formats.dictlines.json_wide", wide_spy(fastpath.json_wide))
+    monkeypatch.setattr("lossguard.ingest.formats.megatron.fast_wide", wide_spy(fastpath.fast_wide))
+    monkeypatch.setattr("lossguard.ingest.formats.dictlines.fast_wide", wide_spy(fastpath.fast_wide))
     parse_fn(lines, Cursor(), raw)
     assert max(seen) > 2900
     monkeypatch.setattr(fastpath, "MIN_LINES", 10**9)
@@ -206,8 +206,8 @@ KEEPS = {"all": None, "loss and grad norm": lambda k: k in ("lm loss", "grad nor
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(odd=st.lists(st.tuples(st.integers(0, 10**6), MEGATRON_CELLS | TYPICAL_ODD | TYPICAL_SPACED | TYPICAL_SWAPPED), max_size=8), n=st.integers(1, 40), keep=st.sampled_from(sorted(KEEPS)))
 def test_fast_pairs_with_a_projection_give_the_kept_pairs_of_the_regex_path_and_every_line_with_any(odd, n, keep):
-    from lossguard.formats.megatron import CELL, PAIR
-    from lossguard.formats.pairs import merged, pairs_frame
+    from lossguard.ingest.formats.megatron import CELL, PAIR
+    from lossguard.ingest.formats.pairs import merged, pairs_frame
 
     lines = _megatron_lines(odd, n)
     kept = KEEPS[keep]
@@ -261,7 +261,7 @@ _ITERATION_PARTS = st.sampled_from([
 def test_megatron_steps_read_without_the_regex_are_the_regex_steps_or_left_to_it(lines):
     """The quick read of an iteration line's step gives the ITERATION regex's step, or null (the
     regex then decides); on a log's usual lines, it gives them all."""
-    from lossguard.formats.megatron import ITERATION, iteration_steps
+    from lossguard.ingest.formats.megatron import ITERATION, iteration_steps
 
     usual = [f" iteration {i:8d}/ 1000000 | lm loss: 2.0 |" for i in range(3)]
     frame = pl.DataFrame({"text": lines + usual})
@@ -303,7 +303,7 @@ def test_hf_steps_read_in_columns_are_the_loops(monkeypatch, lines, counting, la
     block where one dict would not take the bar's count); `counting`: the usual console, each dict
     after a redraw counting up; `spread`: the anchor, the dicts since it, the interval and an
     awaited refresh a cursor carries (dicts spread between bars)."""
-    from lossguard.formats import hf_console
+    from lossguard.ingest.formats import hf_console
 
     if counting:
         lines = [(template, 100 + 3 * i) for i, (template, _) in enumerate(lines)]
@@ -324,7 +324,7 @@ _BAR_PARTS = st.sampled_from(["3%", "100%", "%", "|", "▎", "███", " ", "
 @settings(max_examples=300, deadline=None)
 @given(texts=st.lists(st.lists(_BAR_PARTS, max_size=14).map("".join), min_size=1, max_size=20))
 def test_hf_bar_counts_cut_by_hand_are_the_bar_regex_groups(texts):
-    from lossguard.formats.hf_console import BAR, _count_and_total, _last_count
+    from lossguard.ingest.formats.hf_console import BAR, _count_and_total, _last_count
 
     frame = pl.DataFrame({"text": texts + ["  3%|▎         | 10/300 [00:03<01:30,  3.20it/s]"]})
     by_hand = frame.select(_last_count(pl.col("text")).alias("bar")).select(*_count_and_total("bar"))
@@ -341,7 +341,7 @@ def test_hf_bar_counts_cut_by_hand_are_the_bar_regex_groups(texts):
 def test_hf_first_bars_taken_from_the_last_on_lines_with_one_bar_are_every_line_s_own(texts):
     """The loop's first bars and bar counts (_firsts runs BAR again only on lines with two `%|`)
     are what BAR's matches on every line give, wherever the loop reads them."""
-    from lossguard.formats.hf_console import BAR, _count, _count_and_total, _firsts, _marked, _parts
+    from lossguard.ingest.formats.hf_console import BAR, _count, _count_and_total, _firsts, _marked, _parts
 
     bar = "  3%|▎         | 10/300 [00:03<01:30,  3.20it/s]"
     texts = texts + [bar + "\r" + bar.replace("10/", "11/"), "{'loss': 2.0}" + bar + bar]
@@ -376,8 +376,8 @@ KV_CELLS = st.sampled_from([
 def test_kv_fast_pairs_give_the_regex_paths_pairs(odd, n, version, first):
     """(`version`: a field whose unit could carry a number on, which no quick read takes; `first`:
     odd cells on the first line, the one the shape is read from.)"""
-    from lossguard.formats.kvlines import KEY_SEPARATOR, PAIR
-    from lossguard.formats.pairs import merged, pairs_frame
+    from lossguard.ingest.formats.kvlines import KEY_SEPARATOR, PAIR
+    from lossguard.ingest.formats.pairs import merged, pairs_frame
 
     typical = KV_TYPICAL if version else KV_TYPICAL[:-1]
     rows = [[c.format(i=i) for c in typical] for i in range(1, n + 1)]
@@ -400,8 +400,8 @@ def test_kv_fast_pairs_give_the_regex_paths_pairs(odd, n, version, first):
     ],
 )
 def test_kv_fast_pairs_read_the_cells_the_regex_reads_differently_as_it_does(first, other):
-    from lossguard.formats.kvlines import KEY_SEPARATOR, PAIR
-    from lossguard.formats.pairs import merged, pairs_frame
+    from lossguard.ingest.formats.kvlines import KEY_SEPARATOR, PAIR
+    from lossguard.ingest.formats.pairs import merged, pairs_frame
 
     texts = [f"step {i} | loss: 2.5 | {first if i % 2 else other} | norm: 1.0" for i in range(1, 9)]
     lines = pl.DataFrame({"line_no": range(1, 9), "text": texts}, schema={"line_no": pl.Int64, "text": pl.String})
@@ -427,8 +427,8 @@ _AFTER_MARK = st.lists(
 def test_megatron_cells_read_lean_give_the_regex_paths_pairs(odd, n, keep):
     """A needed field's number is read off its cell as cut, past the representative's key and mark:
     wherever it reads one, it is the regex's."""
-    from lossguard.formats.megatron import PAIR
-    from lossguard.formats.pairs import merged, pairs_frame
+    from lossguard.ingest.formats.megatron import PAIR
+    from lossguard.ingest.formats.pairs import merged, pairs_frame
 
     rows = [list(TYPICAL) for _ in range(n)]
     for at, field, after in odd:
@@ -452,7 +452,7 @@ def test_megatron_cells_read_lean_give_the_regex_paths_pairs(odd, n, keep):
 @given(odd=st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 3), _AFTER_MARK.filter(lambda s: "{" not in s)), max_size=10), n=st.integers(1, 30))
 def test_hf_dict_cells_read_lean_give_the_regex_paths_pairs(odd, n):
     """The same for HF's dicts, whose last cell ends in the dict's `}` (a strip character)."""
-    from lossguard.formats.pairs import merged, pairs_frame
+    from lossguard.ingest.formats.pairs import merged, pairs_frame
 
     keys = ["loss", "grad_norm", "learning_rate", "epoch"]
     rows = [[" 2.5", " 1.25", " 4.9e-05", " 0.01"] for _ in range(n)]
@@ -484,7 +484,7 @@ def test_hf_dict_cells_read_lean_give_the_regex_paths_pairs(odd, n):
 def test_megatron_steps_of_lines_starting_with_the_word_are_the_regex_steps_or_left_to_it(parts):
     """The anchored read of a line that starts with `iteration` (megatron.USUAL_ITERATION) gives
     ITERATION's step wherever it gives one: every spacing, digit and prefix it must not take."""
-    from lossguard.formats.megatron import ITERATION, iteration_steps
+    from lossguard.ingest.formats.megatron import ITERATION, iteration_steps
 
     frame = pl.DataFrame({"text": parts})
     quick = iteration_steps(frame)
@@ -511,7 +511,7 @@ def test_megatron_iteration_lines_that_all_fit_give_the_regex_paths_rows(monkeyp
     """Blocks whose iteration lines all take the fast path, whose rows come straight from the
     wide pairs (megatron._iteration_rows), with odd numbers, lines whose kept fields hold none, and
     validation and OVERFLOW lines among them."""
-    from lossguard.formats import megatron
+    from lossguard.ingest.formats import megatron
 
     lines = _megatron_lines([(at % (n - 1) + 1, cells) for at, cells in odd], n)  # the first line, typical, says the shape
     texts = lines.get_column("text").to_list()
@@ -532,7 +532,7 @@ def test_megatron_iteration_lines_that_all_fit_give_the_regex_paths_rows(monkeyp
     assert base.kept_rows(fast_rows, kept).equals(base.kept_rows(slow_rows, kept))
 
 
-from lossguard.formats.megatron import _iteration_rows as megatron_iteration_rows  # noqa: E402
+from lossguard.ingest.formats.megatron import _iteration_rows as megatron_iteration_rows  # noqa: E402
 
 
 _STEP_SPELLINGS = st.sampled_from(dictlines.STEP_KEYS).flatmap(
@@ -578,7 +578,7 @@ def test_hf_blocks_of_placed_training_dicts_give_the_long_ways_rows(monkeypatch,
     """Blocks whose lines are all training dicts after their bar, whose rows come straight from the
     wide pairs (hf_console._placed_rows): odd numbers, values that are no pair, and bars that do not
     place a dict (none drawn, not redrawn, a count of 0 or going back), which the long way settles."""
-    from lossguard.formats import hf_console
+    from lossguard.ingest.formats import hf_console
 
     counts = [10 + 3 * i for i in range(n)]
     values = [["2.5", "1.25", "4.9e-05", "0.01"] for _ in range(n)]

@@ -1,4 +1,4 @@
-"""The daemon's pass in-process (lossguard.follow.Follower over a real SQLite state and real files),
+"""The daemon's pass in-process (lossguard.watch.follow.Follower over a real SQLite state and real files),
 with the clock passed in: what a pass reads, judges and announces. The daemon as a process is
 tests/test_watch.py."""
 
@@ -9,10 +9,10 @@ import pytest
 import json
 import time
 
-from lossguard.budget import MIN_BLOCK
-from lossguard.follow import Follower
-from lossguard.rules import default_rules
-from lossguard.sources.followed import offset_of
+from lossguard.watch.budget import MIN_BLOCK
+from lossguard.watch.follow import Follower
+from lossguard.detection.rules import default_rules
+from lossguard.watch.followed import offset_of
 from lossguard.state import State
 
 from .test_watch import _calm, _line
@@ -112,7 +112,7 @@ def calm_runs(tmp_path, *names: str) -> tuple:
 
 def test_a_file_its_reader_fails_on_stops_alone_and_the_other_runs_are_still_judged(tmp_path, monkeypatch):
     root, state, follower, logged = calm_runs(tmp_path, "good", "bad")
-    from lossguard.formats import dictlines
+    from lossguard.ingest.formats import dictlines
 
     real_json_wide = dictlines.json_wide
     bad = root / "bad" / "metrics.jsonl"
@@ -315,8 +315,9 @@ def test_megatron_runs_read_together_pass_by_pass_alert_what_a_scan_of_their_log
     """A pass reads the new lines of many runs' Megatron logs in one parse (readmany); OVERFLOW
     lines that open a pass's piece take their step from the iteration before them, which the batch
     must not take from another run's file."""
-    from lossguard import audit, readmany
-    from lossguard.reader import ReadOptions
+    from lossguard.report import audit
+    from lossguard.ingest import readmany
+    from lossguard.ingest.reader import ReadOptions
 
     root = tmp_path / "runs"
     logs = []

@@ -18,9 +18,9 @@ import pytest
 
 from lossguard.alerts.message import build, digest, for_notice, summary
 from lossguard.alerts.slack import SlackBot
-from lossguard.engine import analyse_run
+from lossguard.detection.engine import analyse_run
 from lossguard.model import Notice
-from lossguard.rules import default_rules
+from lossguard.detection.rules import default_rules
 
 from . import synth
 from .conftest import FIXTURES, run_lossguard

@@ -67,7 +67,7 @@ def test_html_report_renders_in_a_headless_browser(tmp_path):
 
 # --- what a person reading the plots relies on -----------------------------------------------------
 def test_ticks_are_round_1_2_5_steps_with_labels_that_differ():
-    from lossguard.svg import labels, nice_ticks
+    from lossguard.report.svg import labels, nice_ticks
 
     assert nice_ticks(0.0, 1200.0, 6) == [0, 200, 400, 600, 800, 1000, 1200]
     assert nice_ticks(1.93, 2.61, 4) == [2.0, 2.2, 2.4, 2.6]
@@ -82,7 +82,7 @@ def test_ticks_are_round_1_2_5_steps_with_labels_that_differ():
 
 
 def test_a_constant_series_is_a_flat_line_on_an_axis_around_its_value():
-    from lossguard.svg import panel, y_range
+    from lossguard.report.svg import panel, y_range
 
     lo, hi = y_range([3e-4] * 100)
     assert lo < 3e-4 < hi and hi - lo < 1e-3  # not -1..1
@@ -91,7 +91,7 @@ def test_a_constant_series_is_a_flat_line_on_an_axis_around_its_value():
 
 
 def test_the_line_breaks_where_logged_steps_have_a_gap():
-    from lossguard.svg import panel
+    from lossguard.report.svg import panel
 
     steps = [*range(0, 100), *range(500, 600)]
     drawn = panel(steps, [2.0 + (s % 3) * 0.1 for s in steps], title="loss", x_range=(0, 599))
@@ -100,7 +100,7 @@ def test_the_line_breaks_where_logged_steps_have_a_gap():
 
 
 def test_a_late_small_spike_is_not_flattened_by_the_warmup():
-    from lossguard.svg import y_range
+    from lossguard.report.svg import y_range
 
     losses = [10.0 - 8.0 * min(1.0, s / 100) for s in range(1000)]  # 10 -> 2 over the warm-up
     losses[800] = 2.2  # 1.1x

@@ -11,18 +11,18 @@ import polars as pl
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from lossguard.cursor import Cursor
-from lossguard.engine import SCAN_NEEDS
-from lossguard.spikes import find_incidents
-from lossguard.formats.sniff import format_of
-from lossguard.kinds import Rule
+from lossguard.ingest.cursor import Cursor
+from lossguard.detection.engine import SCAN_NEEDS
+from lossguard.detection.spikes import find_incidents
+from lossguard.ingest.formats.sniff import format_of
+from lossguard.detection.kinds import Rule
 from lossguard.model import Incident
-from lossguard.needs import Needs
-from lossguard.reader import ReadOptions, read
-from lossguard.rules import rule_from
-from lossguard.sources.textfile import iter_blocks
-from lossguard.streams import collapse
-from lossguard.table import Span, joined
+from lossguard.ingest.needs import Needs
+from lossguard.ingest.reader import ReadOptions, read
+from lossguard.detection.rules import rule_from
+from lossguard.ingest.sources.textfile import iter_blocks
+from lossguard.detection.streams import collapse
+from lossguard.ingest.table import Span, joined
 
 from . import samples, synth
 from .conftest import CORPUS
@@ -149,7 +149,7 @@ def test_text_read_stops_at_the_size_the_file_had_when_opened(tmp_path):
 
 
 def test_event_read_stops_at_the_size_the_file_had_when_opened(tmp_path, monkeypatch):
-    import lossguard.formats.tfevents as tfevents
+    import lossguard.ingest.formats.tfevents as tfevents
 
     src = write_tb1(tmp_path / "src", [(s, "loss", 1.0) for s in range(200)])
     more = write_tb1(tmp_path / "more", [(s, "loss", 2.0) for s in range(200, 260)]).read_bytes()
@@ -252,7 +252,7 @@ def test_a_limited_read_stays_within_its_limit_unless_not_one_whole_record_fits(
     """What keeps history apart from what followed it (the daemon caps a read at the size a file
     had at its first start): `limit` is a bound, not a hint; only when not one whole line or event
     record fits does the one across it come whole (a read must always make progress)."""
-    from lossguard.reader import ReadOptions, read
+    from lossguard.ingest.reader import ReadOptions, read
 
     from .writers import write_tb1
 

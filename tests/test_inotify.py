@@ -7,7 +7,7 @@ import sys
 import threading
 import time
 
-from lossguard.inotify import watch
+from lossguard.watch.inotify import watch
 
 WRITER = """
 import sys, time

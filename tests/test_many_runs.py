@@ -10,13 +10,13 @@ from polars.testing import assert_frame_equal
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lossguard.cursor import Cursor
-from lossguard.engine import SCAN_NEEDS
-from lossguard.readmany import Job, read_many
-from lossguard.reader import ReadOptions, read
-from lossguard.rules import default_rules, rule_from
-from lossguard.spikes import find_incidents, find_incidents_by_run
-from lossguard.streams import collapse
+from lossguard.ingest.cursor import Cursor
+from lossguard.detection.engine import SCAN_NEEDS
+from lossguard.ingest.readmany import Job, read_many
+from lossguard.ingest.reader import ReadOptions, read
+from lossguard.detection.rules import default_rules, rule_from
+from lossguard.detection.spikes import find_incidents, find_incidents_by_run
+from lossguard.detection.streams import collapse
 
 KINDS = [
     {"kind": "ratio", "factor": 2.0, "window": 9},
@@ -152,7 +152,7 @@ def test_a_batch_too_big_for_one_file_alone_reads_what_each_file_gives(tmp_path)
 @settings(max_examples=60, deadline=None)
 @given(streams=st.lists(st.tuples(stream, st.lists(st.floats(0.5, 80.0), min_size=0, max_size=60)), min_size=1, max_size=5))
 def test_runs_judged_and_labelled_together_are_what_judge_says_of_each(streams):
-    from lossguard.engine import Seen, context_of, judge, judge_runs
+    from lossguard.detection.engine import Seen, context_of, judge, judge_runs
 
     rules = default_rules().rules
     runs = [f"run{k}" for k in range(len(streams))]
@@ -195,7 +195,7 @@ def _table(values: list[float], deltas: list[int], extra: list[float], tagged: b
 @settings(max_examples=60, deadline=None)
 @given(runs=st.lists(st.tuples(stream, st.lists(st.floats(0.5, 80.0), max_size=12), st.booleans()), min_size=1, max_size=5))
 def test_runs_analysed_together_are_what_each_run_analysed_alone_gives(runs):
-    from lossguard.engine import analyse_runs
+    from lossguard.detection.engine import analyse_runs
 
     rules = default_rules()
     frames = [_table(values, deltas, extra, tagged) for (values, deltas, _), extra, tagged in runs]
@@ -208,7 +208,7 @@ def test_runs_analysed_together_are_what_each_run_analysed_alone_gives(runs):
 
 
 def test_a_scan_cuts_its_runs_into_batches_in_order_within_the_bytes_a_batch_may_hold():
-    from lossguard.audit import BATCH_BYTES, BATCH_RUNS, batches
+    from lossguard.report.audit import BATCH_BYTES, BATCH_RUNS, batches
 
     runs = [f"r{k:03d}" for k in range(300)]
     sizes = {r: 100_000 for r in runs} | {"r010": BATCH_BYTES * 2}

@@ -8,9 +8,9 @@ from dataclasses import replace
 import pytest
 
 from lossguard.alerts.message import MAX_SECTION, MAX_TEXT, build, cut_lines, escape
-from lossguard.engine import analyse_run
+from lossguard.detection.engine import analyse_run
 from lossguard.model import Cause
-from lossguard.rules import default_rules
+from lossguard.detection.rules import default_rules
 
 from . import synth
 

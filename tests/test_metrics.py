@@ -13,10 +13,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from lossguard.errors import ConfigError
-from lossguard.follow import Follower
-from lossguard.metrics import Exposition, Health, Metrics, MetricsError
-from lossguard.rules import default_rules
-from lossguard.settings import Endpoint, load_settings, parse_listen
+from lossguard.watch.follow import Follower
+from lossguard.watch.metrics import Exposition, Health, Metrics, MetricsError
+from lossguard.detection.rules import default_rules
+from lossguard.watch.settings import Endpoint, load_settings, parse_listen
 from lossguard.state import State, StateReader, Tail
 
 from .test_watch import _calm, _line
@@ -255,9 +255,9 @@ def test_the_runs_text_is_what_prometheus_clients_generate_latest_writes(tmp_pat
 
     from prometheus_client import CollectorRegistry, generate_latest
 
-    from lossguard.follow import Follower
-    from lossguard.metrics import Exposition, Health, text_format
-    from lossguard.rules import default_rules
+    from lossguard.watch.follow import Follower
+    from lossguard.watch.metrics import Exposition, Health, text_format
+    from lossguard.detection.rules import default_rules
     from lossguard.state import State, StateReader
 
     from .test_watch import _calm, _line
@@ -285,7 +285,7 @@ def test_the_runs_text_is_what_prometheus_clients_generate_latest_writes(tmp_pat
 def test_runs_rendered_again_only_where_a_commit_changed_them_read_as_a_full_render_would(tmp_path):
     """The runs a pass changed are rendered again, the others reused: after each pass (a spike, its
     recovery, a new run, a stall, a run leaving the ttl) the text equals a render from scratch."""
-    from lossguard.metrics import text_format
+    from lossguard.watch.metrics import text_format
 
     for i in range(5):
         log = tmp_path / "runs" / f"r{i}" / "metrics.jsonl"
@@ -422,7 +422,7 @@ def test_clients_trickling_a_request_byte_by_byte_keep_no_slot_past_the_deadline
     taken that way is freed at the connection's deadline, and a scrape answers again."""
     import socket
 
-    from lossguard import metrics as m
+    from lossguard.watch import metrics as m
 
     from .am_server import free_port
 

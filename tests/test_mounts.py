@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lossguard.mounts import filesystem, parse_mountinfo, remote_roots
+from lossguard.watch.mounts import filesystem, parse_mountinfo, remote_roots
 
 # The shape of /proc/self/mountinfo on a cluster login node (proc(5)): optional fields before " - ",
 # spaces in mount points written as \040.

@@ -14,7 +14,7 @@ from lossguard.alerts.pipeline import BATCH, Dispatcher
 from lossguard.alerts.sinks import JsonlSink, SlackSink
 from lossguard.alerts.slack import SlackBot, SlackWebhook
 from lossguard.model import Incident, Notice
-from lossguard.settings import SlackRoute
+from lossguard.watch.settings import SlackRoute
 from lossguard.state import State
 
 from .slack_server import Answer

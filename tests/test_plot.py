@@ -23,7 +23,7 @@ from lossguard.alerts.plots import Plot, Plotter
 from lossguard.alerts.sinks import JsonlSink, SlackSink
 from lossguard.alerts.slack import SlackBot
 from lossguard.model import Incident, Notice
-from lossguard.plot import PANEL_HEIGHT, Picture, PlotError, draw, picture, render
+from lossguard.alerts.picture import PANEL_HEIGHT, Picture, PlotError, draw, picture, render
 from lossguard.state import State
 
 from .conftest import FIXTURES
@@ -112,7 +112,7 @@ def test_a_drawing_that_takes_too_long_is_given_up(tmp_path):
 def test_neither_importing_lossguard_nor_a_scan_imports_matplotlib(tmp_path):
     code = (
         "import sys\n"
-        "import lossguard.cli, lossguard.daemon, lossguard.follow, lossguard.plot, lossguard.alerts.plots\n"
+        "import lossguard.cli, lossguard.watch.daemon, lossguard.watch.follow, lossguard.alerts.picture, lossguard.alerts.plots\n"
         "assert 'matplotlib' not in sys.modules, 'on import'\n"
         f"code = lossguard.cli.main(['scan', {str(FIXTURES / 'runs')!r}, '--format', 'json', '--output', {str(tmp_path / 'r.json')!r}])\n"
         "assert code == 1 and 'matplotlib' not in sys.modules, ('on scan', code)\n"

@@ -8,13 +8,13 @@ import json
 import polars as pl
 import pytest
 
-from lossguard.aliases import Aliases
+from lossguard.ingest.aliases import Aliases
 from lossguard.cli import main
-from lossguard.cursor import Cursor
-from lossguard.engine import SCAN_NEEDS
-from lossguard.formats.sniff import format_of
-from lossguard.reader import ReadOptions, read
-from lossguard.table import span_of
+from lossguard.ingest.cursor import Cursor
+from lossguard.detection.engine import SCAN_NEEDS
+from lossguard.ingest.formats.sniff import format_of
+from lossguard.ingest.reader import ReadOptions, read
+from lossguard.ingest.table import span_of
 
 from .test_incremental import TEXTS
 
@@ -82,8 +82,8 @@ def test_a_rewritten_lightning_csv_projects_only_the_rows_not_read_before(tmp_pa
 
 
 def test_the_daemon_builds_rows_only_for_what_it_judges_and_the_rest_still_moves_the_run_on(tmp_path):
-    from lossguard.follow import Follower
-    from lossguard.rules import default_rules
+    from lossguard.watch.follow import Follower
+    from lossguard.detection.rules import default_rules
     from lossguard.state import State
 
     log = tmp_path / "runs" / "exp" / "metrics.csv"

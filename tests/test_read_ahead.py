@@ -12,12 +12,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lossguard.cursor import Cursor
-from lossguard.formats import base
-from lossguard.formats.ahead import read_ahead
-from lossguard.formats.kvlines import KV_LINES
-from lossguard.formats.megatron import MEGATRON
-from lossguard.sources import textfile
+from lossguard.ingest.cursor import Cursor
+from lossguard.ingest.formats import base
+from lossguard.ingest.formats.ahead import read_ahead
+from lossguard.ingest.formats.kvlines import KV_LINES
+from lossguard.ingest.formats.megatron import MEGATRON
+from lossguard.ingest.sources import textfile
 
 AHEAD = "lossguard-read-ahead"
 

@@ -17,13 +17,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lossguard import render
+from lossguard.report import rows as render
 from lossguard.cli import main
 from lossguard.model import json_number
-from lossguard.reader import read_paths
-from lossguard.render import BlockWriter
-from lossguard.sources import textfile
-from lossguard.table import SCHEMA
+from lossguard.ingest.reader import read_paths
+from lossguard.report.rows import BlockWriter
+from lossguard.ingest.sources import textfile
+from lossguard.ingest.table import SCHEMA
 
 from .conftest import FIXTURES
 
@@ -178,7 +178,7 @@ def test_read_piped_into_head_exits_quietly():
 
 
 def test_an_output_that_fails_stops_the_read_and_is_not_blamed_on_the_file(tmp_path):
-    from lossguard.reader import read_paths
+    from lossguard.ingest.reader import read_paths
 
     for k in range(3):
         (tmp_path / f"r{k}").mkdir()
@@ -195,9 +195,9 @@ def test_an_output_that_fails_stops_the_read_and_is_not_blamed_on_the_file(tmp_p
 
 
 def test_an_event_file_streams_a_chunk_at_a_time_and_projects_as_it_decodes(tmp_path, monkeypatch):
-    from lossguard.engine import SCAN_NEEDS
-    from lossguard.formats import tfevents
-    from lossguard.reader import ReadOptions, read
+    from lossguard.detection.engine import SCAN_NEEDS
+    from lossguard.ingest.formats import tfevents
+    from lossguard.ingest.reader import ReadOptions, read
 
     from .writers import write_tb1
 

@@ -263,7 +263,8 @@ def test_an_output_file_that_cannot_be_written_is_a_usage_error(tmp_path):
 
 
 def test_an_unexpected_exception_exits_3_with_one_line_and_a_hint(tmp_path, monkeypatch, capsys):
-    from lossguard import audit, cli
+    from lossguard.report import audit
+    from lossguard import cli
 
     def broken(*a, **k):
         raise RuntimeError("the bug")

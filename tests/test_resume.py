@@ -8,8 +8,8 @@ from __future__ import annotations
 import json
 
 from lossguard.cli import main
-from lossguard.follow import Follower
-from lossguard.rules import default_rules
+from lossguard.watch.follow import Follower
+from lossguard.detection.rules import default_rules
 from lossguard.state import State
 
 CRASH, RESUME = 100, 80

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from lossguard.errors import ConfigError
-from lossguard.rules import load_rules, preset_names
+from lossguard.detection.rules import load_rules, preset_names
 
 from .conftest import assert_one_error_line, run_lossguard
 

@@ -195,7 +195,7 @@ def test_output_file(tmp_path, capsys):
 def test_progress_line_counts_runs_and_bytes_and_ends_with_a_newline():
     import io
 
-    from lossguard.progress import Progress
+    from lossguard.cli.progress import Progress
 
     out = io.StringIO()
     progress = Progress(stream=out, delay=0.0)
@@ -229,7 +229,7 @@ def test_small_files_read_together_report_what_each_read_alone_reports(tmp_path,
     """A worker reads its batch's small JSON lines, Megatron and key-value logs in one parse (readmany); the
     report is the one reading each file alone gives, runs whose lines depend on their file's earlier
     lines (an OVERFLOW before any iteration, JSON lines with no step) included."""
-    from lossguard import audit
+    from lossguard.report import audit
 
     shutil.copytree(RUNS, tmp_path / "runs")
     shutil.copytree(FIXTURES / "corpus", tmp_path / "corpus")
@@ -276,7 +276,7 @@ def test_scan_workers_share_the_cores_and_a_users_polars_setting_stands(monkeypa
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    from lossguard import audit
+    from lossguard.report import audit
 
     monkeypatch.delenv("POLARS_MAX_THREADS", raising=False)
     cores = len(os.sched_getaffinity(0))

@@ -12,10 +12,10 @@ import polars as pl
 import pytest
 
 from lossguard.cli import main
-from lossguard.spikes import find_incidents
-from lossguard.engine import analyse_run, too_short
-from lossguard.rules import default_rules, load_rules, rule_from
-from lossguard.streams import collapse
+from lossguard.detection.spikes import find_incidents
+from lossguard.detection.engine import analyse_run, too_short
+from lossguard.detection.rules import default_rules, load_rules, rule_from
+from lossguard.detection.streams import collapse
 
 from .test_detect import DEFAULT_LOSS_RULE, seed_detect_loss_spike
 

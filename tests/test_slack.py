@@ -10,8 +10,8 @@ import pytest
 from lossguard.alerts.message import build
 from lossguard.alerts.slack import SlackBot, SlackWebhook
 from lossguard.cli import main
-from lossguard.engine import analyse_run
-from lossguard.rules import default_rules
+from lossguard.detection.engine import analyse_run
+from lossguard.detection.rules import default_rules
 
 from . import synth
 from .conftest import PROXY_VARIABLES
@@ -130,7 +130,7 @@ def test_alert_test_without_configuration_is_a_usage_error(monkeypatch, capsys):
 
 
 def test_token_from_the_systemd_credentials_directory_is_used_and_masked(tmp_path, monkeypatch):
-    from lossguard.settings import load_settings
+    from lossguard.watch.settings import load_settings
 
     (tmp_path / "slack_token").write_text(TOKEN + "\n")
     monkeypatch.setenv("CREDENTIALS_DIRECTORY", str(tmp_path))

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lossguard.formats import megatron
-from lossguard.formats.sniff import format_of
+from lossguard.ingest.formats import megatron
+from lossguard.ingest.formats.sniff import format_of
 
 from . import samples
 from .conftest import FIXTURES

@@ -7,10 +7,10 @@ import math
 import polars as pl
 import pytest
 
-from lossguard.cursor import Cursor
-from lossguard.engine import tags_used
-from lossguard.reader import ReadOptions, read, read_paths
-from lossguard.streams import stream
+from lossguard.ingest.cursor import Cursor
+from lossguard.detection.engine import tags_used
+from lossguard.ingest.reader import ReadOptions, read, read_paths
+from lossguard.detection.streams import stream
 
 from . import samples
 from .conftest import assert_one_error_line, run_lossguard
@@ -252,7 +252,7 @@ pattern = 'it=(?P<step>\\d+) objective=(?P<objective>\\S+) eta=(?P<lr>\\S+)'
     )
     log = tmp_path / "job.mylog"
     log.write_text("boot\nit=1 objective=4.5 eta=0.1\nnoise it=x\nit=2 objective=nan eta=0.1\n")
-    from lossguard.config import read_options
+    from lossguard.ingest.config import read_options
 
     frame, results, problems = read_paths([log], read_options(config))
     assert results[0].format == "mytrainer"
@@ -275,7 +275,7 @@ pattern = 'it=(?P<step>\\d+) objective=(?P<objective>\\S+) eta=(?P<lr>\\S+)'
     ],
 )
 def test_bad_config_names_the_file_and_the_problem(tmp_path, body, message):
-    from lossguard.config import read_options
+    from lossguard.ingest.config import read_options
     from lossguard.errors import ConfigError
 
     config = tmp_path / "lossguard.toml"

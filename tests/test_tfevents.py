@@ -10,9 +10,9 @@ import struct
 import numpy as np
 import pytest
 
-from lossguard.cursor import Cursor
-from lossguard.reader import ReadOptions, read, read_paths
-from lossguard.sources.tfrecord import masked_crc
+from lossguard.ingest.cursor import Cursor
+from lossguard.ingest.reader import ReadOptions, read, read_paths
+from lossguard.ingest.sources.tfrecord import masked_crc
 
 from .writers import tensor_event, write_tb1, write_tb2
 
@@ -191,7 +191,7 @@ def test_many_tags_and_step_widths_decode_like_the_protobuf_library(tmp_path):
 
 
 def test_real_hf_event_file_reads_in_small_chunks_like_in_one_go(corpus):
-    from lossguard.formats.tfevents import TFEVENTS
+    from lossguard.ingest.formats.tfevents import TFEVENTS
 
     src = next((corpus / "tfevents/t5_summarization_hf_trainer").iterdir())
     whole = TFEVENTS.read(src, Cursor(), final=True).rows
@@ -203,7 +203,7 @@ def test_real_hf_event_file_reads_in_small_chunks_like_in_one_go(corpus):
 def test_vectorised_crc_matches_the_crc32c_package():
     import crc32c
 
-    from lossguard.sources.tfrecord import crc32c_rows
+    from lossguard.ingest.sources.tfrecord import crc32c_rows
 
     rng = np.random.default_rng(1)
     for length in (0, 1, 8, 37, 300):

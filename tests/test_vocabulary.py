@@ -12,10 +12,10 @@ import sys
 import polars as pl
 import pytest
 
-from lossguard.aliases import Aliases
-from lossguard.engine import tags_used
-from lossguard.streams import preferred
-from lossguard.vocabulary import RANK_AGGREGATE, RANK_CANONICAL, RANK_SPELLING, RANK_TEST, recognise
+from lossguard.ingest.aliases import Aliases
+from lossguard.detection.engine import tags_used
+from lossguard.detection.streams import preferred
+from lossguard.ingest.vocabulary import RANK_AGGREGATE, RANK_CANONICAL, RANK_SPELLING, RANK_TEST, recognise
 
 from .synth import curves
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from ..escaping import printable
 from ..redact import scrub
-from ..plot import Picture, PlotError, draw
+from .picture import Picture, PlotError, draw
 from ..state import PlotRow, State
 from .delivery import Delivery, Sink
 

@@ -12,10 +12,11 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from .. import __version__, silences
+from .. import silences
 from ..escaping import printable
 from ..model import Notice
 from ..state import OutboxEntry, State
+from ..version import __version__
 from . import labels, message
 from .alertmanager import AlertmanagerClient
 from .delivery import Delivery, Manners, Post

@@ -63,7 +63,7 @@ def event_file(n_events: int, *, tf2: bool = False) -> Path:
     with new step, wall time and value bytes: the layout is exactly the writer's)."""
     import numpy as np
 
-    from lossguard.sources.tfrecord import masked_crc
+    from lossguard.ingest.sources.tfrecord import masked_crc
 
     DATA.mkdir(exist_ok=True)
     path = DATA / f"events.out.tfevents.{n_events}.{'tf2' if tf2 else 'tf1'}.bench"

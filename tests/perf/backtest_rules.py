@@ -18,8 +18,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from lossguard.rules import RuleSet, load_rules, rule_from  # noqa: E402
-from lossguard.audit import scan  # noqa: E402
+from lossguard.detection.rules import RuleSet, load_rules, rule_from  # noqa: E402
+from lossguard.report.audit import scan  # noqa: E402
 
 LABELLED = (
     "bloom176b_tr11_spike_31216", "tr8b_104b_resume_spike_17062", "tr8_104b_exp12_spike_8741_diverge_9027", "tr8_104b_exp2_glitch_6930",

@@ -38,10 +38,10 @@ def main() -> None:
     ap.add_argument("--points", type=int, default=10_000_000)
     ap.add_argument("--seed-points", type=int, default=200_000)
     args = ap.parse_args()
-    from lossguard.spikes import find_incidents
-    from lossguard.causes import RunContext
-    from lossguard.engine import Seen, judge
-    from lossguard.rules import default_rules
+    from lossguard.detection.spikes import find_incidents
+    from lossguard.detection.causes import RunContext
+    from lossguard.detection.engine import Seen, judge
+    from lossguard.detection.rules import default_rules
 
     rules = [r for r in default_rules().rules if r.metric == "loss"]
     pts = stream(args.points)

@@ -46,7 +46,7 @@ def render_after_commit(state_dir: Path, n: int, changed: int) -> float:
     where that many runs logged since the last scrape); the commit itself is not counted."""
     import numpy as np
 
-    from lossguard.metrics import Exposition, Health
+    from lossguard.watch.metrics import Exposition, Health
     from lossguard.state import State, StateReader, Tail
 
     state = State.attach(state_dir)

@@ -25,7 +25,7 @@ from _common import DATA, measure  # noqa: E402
 
 LOSSGUARD = """
 from pathlib import Path
-from lossguard.reader import read, ReadOptions
+from lossguard.ingest.reader import read, ReadOptions
 r = read(Path({path!r}), run="r", fmt={fmt!r}, final=True, options=ReadOptions())
 assert not r.problems, r.problems
 print(r.frame.height, r.frame.estimated_size())
@@ -53,7 +53,7 @@ for raw in RawEventFileLoader({path!r}).Load():
 print(n)
 """,
     "lossguard framing + CRC only": """
-from lossguard.sources.tfrecord import frame
+from lossguard.ingest.sources.tfrecord import frame
 data = open({path!r}, "rb").read()
 print(frame(data, base_offset=0, source="x").heads.size)
 """,
@@ -157,11 +157,11 @@ PATTERNS = {
 
 LOSSGUARD_TEXT = """
 from pathlib import Path
-from lossguard.reader import read, ReadOptions
+from lossguard.ingest.reader import read, ReadOptions
 kw = {{}}
 if {projected!r}:
     try:
-        from lossguard.engine import SCAN_NEEDS
+        from lossguard.detection.engine import SCAN_NEEDS
         kw["needs"] = SCAN_NEEDS
     except ImportError:
         pass  # a lossguard from before projection: the full read is what scan did

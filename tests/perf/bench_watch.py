@@ -331,8 +331,8 @@ def one_pass(runs: int, lines: int, passes: int = 10) -> tuple[float, float]:
     """In-process, what one pass costs over `runs` busy runs that each got `lines` new lines (one run
     in 20 with a spike among them): the median process CPU of a pass, and of the first pass over
     their history (199 lines each)."""
-    from lossguard.follow import Follower
-    from lossguard.rules import default_rules
+    from lossguard.watch.follow import Follower
+    from lossguard.detection.rules import default_rules
     from lossguard.state import State
 
     tmp, _ = small_runs(runs)

@@ -22,7 +22,7 @@ from _common import DATA, measure  # noqa: E402
 
 LOSSGUARD = """
 from pathlib import Path
-from lossguard.reader import read, ReadOptions
+from lossguard.ingest.reader import read, ReadOptions
 r = read(Path({path!r}), run="r", fmt="jsonl", final=True, options=ReadOptions())
 assert not r.problems, r.problems
 print(r.frame.height)

@@ -1,0 +1,440 @@
+"""Pure cause labelling: an incident and its run's context in, ranked causes with evidence out.
+
+The heuristics are those an experienced engineer applies when looking at the curves, written down so
+they can be judged (README, "Why lossguard says what it says"):
+
+- gradient_explosion: the grad norm peaks far above its median of the previous 50 logged values at,
+  or just before, the spike. 3x is suspicious, 10x and more is an explosion.
+- numerical_instability: a NaN/Inf in the loss or grad norm; an fp16 loss scale halving repeatedly
+  (DeepSpeed OVERFLOW lines); Megatron's skipped/NaN iteration counters rising.
+- lr_schedule: the LR moves by far more than the schedule's own step-to-step change right before the
+  spike (a scheduler restart, a wrong resume). An upward jump is damning; a drop much less so.
+- lr_too_high: the LR is at (>= 90% of) the highest value its schedule reached, warmup ended shortly
+  before (within about one warmup length), or the LR was still rising smoothly.
+- bad_batch: one or two flagged points that recover at once, with a calm grad norm and no LR event.
+- model_architecture: spikes that keep coming back (3 or more on the run) with a grad-norm baseline
+  that keeps climbing, or that each take a while to recover (this one included); or a NaN that
+  stays for many points. Recurring blips that recover at once on a flat grad norm are not it: a
+  detector tuned tight flags dozens on a healthy run, and a NaN in a log's last point says nothing
+  about whether it would have stayed.
+- unknown: no cause stands out; when the context that would tell causes apart was not logged, says
+  which metric and what it would have told.
+
+Confidences are independent plausibilities in [0, 1], not probabilities that sum to one.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+import polars as pl
+
+from ..model import Cause, Incident
+
+
+@dataclass(frozen=True)
+class Series:
+    steps: np.ndarray
+    values: np.ndarray
+
+    @classmethod
+    def of(cls, frame: pl.DataFrame | None) -> Series | None:
+        if frame is None or not frame.height:
+            return None
+        return cls(frame.get_column("step").to_numpy(), frame.get_column("value").to_numpy())
+
+    def between(self, lo: float, hi: float) -> tuple[np.ndarray, np.ndarray]:
+        a, b = np.searchsorted(self.steps, lo, "left"), np.searchsorted(self.steps, hi, "right")
+        return self.steps[a:b], self.values[a:b]
+
+    def before(self, step: float, n: int) -> np.ndarray:
+        i = np.searchsorted(self.steps, step, "left")
+        return self.values[max(0, i - n) : i]
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """What the labeller may look at: the run's context streams (sorted by step) and its incidents."""
+
+    loss: Series | None
+    lr: Series | None = None
+    grad_norm: Series | None = None
+    loss_scale: Series | None = None
+    overflow: Series | None = None
+    skipped: Series | None = None
+    nan_iterations: Series | None = None
+    incidents: tuple[Incident, ...] = field(default=())
+    timelines: Mapping[str, pl.DataFrame] = field(default_factory=dict)
+    """The context streams with their segments (step, value, segment; a step going back is a resume),
+    for `as_of`. The streams above hold, for each step, the last value written: after a resume the
+    replay's, which is right for the replay and wrong for the timeline it replaced."""
+
+    def as_of(self, back: int) -> RunContext:
+        """The context as it stood `back` resumes before the end: each stream's segments up to that
+        one (the later write of a step winning within them). A spike just before a crash is then
+        explained by the grad norms logged at it, not by the clean ones of the replay. A stream that
+        saw fewer resumes than that (logged later, or its tail is short) keeps all it has."""
+        if back <= 0 or not self.timelines:
+            return self
+        changed = {}
+        for name, points in self.timelines.items():
+            upto = (int(points.get_column("segment").max()) if points.height else 0) - back
+            if upto >= 0:
+                kept = points.filter(pl.col("segment") <= upto)
+                changed[name] = Series.of(kept.unique(subset=["step"], keep="last", maintain_order=True).sort("step").select("step", "value"))
+        return replace(self, **changed)
+
+    @property
+    def interval(self) -> float:
+        """Typical steps between two loss points (HF logs every 500 steps, nanoGPT every step)."""
+        if self.loss is None or self.loss.steps.size < 2:
+            return 1.0
+        d = np.diff(self.loss.steps)
+        d = d[d > 0]
+        return float(np.median(d)) if d.size else 1.0
+
+
+def _fmt(x: float) -> str:
+    if not math.isfinite(x):
+        return "NaN" if math.isnan(x) else ("Inf" if x > 0 else "-Inf")
+    if x == 0:
+        return "0"
+    if abs(x) >= 1e4 or abs(x) < 1e-2:
+        return f"{x:.1e}"
+    return f"{x:.3g}"
+
+
+SLOW_POINTS = 3
+"""A spike still above its threshold more than this many points after it began recovered slowly
+(recovering "at once", as a bad batch does, is within it)."""
+STAYING_POINTS = 10
+"""Non-finite points up to the end of the log that make a NaN one that stays: fewer is what a job
+killed at its first NaN, or a few overflow steps just before the log ends, look like."""
+MISSING = {
+    "grad_norm": ("grad norm", "to tell a gradient explosion from a bad batch"),
+    "lr": ("learning rate", "to tell an LR too high or an LR-schedule jump from the other causes"),
+}
+"""What each context metric tells apart, for the label that has to do without it."""
+
+
+def _missing(inc: Incident, ctx: RunContext, metric: str) -> str | None:
+    """What the log lacks of a context metric for this spike, and why it matters; None: logged."""
+    series: Series | None = getattr(ctx, metric)
+    name, why = MISSING[metric]
+    if series is None or not np.isfinite(series.values).any():
+        return f"no {name} in this log: log it {why}"
+    if not np.isfinite(series.before(max(inc.peak_step, inc.step) + 1, 1 << 62)).any():
+        return f"no {name} logged before step {inc.step}: log it from the start {why}"
+    return None
+
+
+def _steps_phrase(n: float) -> str:
+    n = int(round(n))
+    if n == 0:
+        return "at the same step as the loss spike"
+    if n > 0:
+        return f"{n} step{'s' if n != 1 else ''} before the loss spike"
+    return f"{-n} step{'s' if n != -1 else ''} after the loss spike began"
+
+
+def _gradient(inc: Incident, ctx: RunContext, near_lo: float) -> tuple[Cause | None, float | None]:
+    gn = ctx.grad_norm
+    if gn is None:
+        return None, None
+    prior = gn.before(near_lo, 50)
+    prior = prior[np.isfinite(prior)]
+    if prior.size < 3:
+        # A short log: the values before the spike step itself are all the history there is.
+        prior = gn.before(inc.step, 50)
+        prior = prior[np.isfinite(prior)]
+    steps, values = gn.between(near_lo, max(inc.peak_step, inc.step))
+    finite = np.isfinite(values)
+    if prior.size < 2 or not finite.any():
+        return None, None
+    median = float(np.median(prior))
+    if median <= 0:
+        return None, None
+    k = int(np.argmax(np.where(finite, values, -np.inf)))
+    peak, at = float(values[k]), int(steps[k])
+    ratio = peak / median
+    if ratio < 3:
+        return None, ratio
+    confidence = min(0.95, 0.45 + 0.15 * math.log2(ratio / 1.5))
+    onset = int(steps[np.argmax(np.where(finite, values, -np.inf) >= 3 * median)])
+    evidence = f"grad_norm {_fmt(peak)} = {ratio:.0f}x its median over the previous {prior.size} values"
+    if inc.metric == "grad_norm":  # the grad-norm spike itself: say whether the loss has followed yet
+        evidence += f" (step {at}); {_loss_after(ctx, inc.step, interval=max(1.0, (inc.step - near_lo) / 3))}"
+    elif onset == at:
+        evidence += f", {_steps_phrase(inc.step - at)}"
+    else:
+        evidence += f" at step {at}; first above 3x {_steps_phrase(inc.step - onset)} (step {onset})"
+    suggestion = "Clip gradients (max_norm=1.0; lower it if already clipping) and resume from a checkpoint before step " f"{inc.step}."
+    return Cause("gradient_explosion", confidence, evidence, suggestion), ratio
+
+
+def _loss_after(ctx: RunContext, step: int, *, interval: float) -> str:
+    """Where the loss stands at a grad-norm spike, against its median before: an explosion usually
+    reaches the loss an interval or more later, so "not yet" is the early warning."""
+    if ctx.loss is None:
+        return "no loss logged beside it"
+    before = ctx.loss.before(step, 20)
+    before = before[np.isfinite(before)]
+    _, now = ctx.loss.between(step, step + 2 * interval)
+    if not before.size or not now.size:
+        return "the loss around it is not logged"
+    median, latest = float(np.median(before)), float(now[-1])
+    if not math.isfinite(latest):
+        return f"the loss is already {_fmt(latest)}"
+    if median > 0 and latest > 1.5 * median:
+        return f"the loss has followed ({_fmt(latest)}, its median {_fmt(median)})"
+    return f"the loss has not followed yet ({_fmt(latest)}, its median {_fmt(median)}): it often does within a few intervals"
+
+
+def _numerical(inc: Incident, ctx: RunContext, lo: float, hi: float) -> Cause | None:
+    found: list[tuple[float, str]] = []
+    if inc.kind == "nonfinite":
+        found.append((0.95, f"{inc.metric} is {_fmt(inc.value)} at step {inc.step}"))
+    for name, series in (("loss", ctx.loss), ("grad_norm", ctx.grad_norm)):
+        if series is None or (inc.kind == "nonfinite" and inc.metric == name):
+            continue
+        steps, values = series.between(lo, hi)
+        bad = ~np.isfinite(values)
+        if bad.any():
+            found.append((0.85, f"{name} is {_fmt(float(values[bad][0]))} at step {int(steps[bad][0])}"))
+    if ctx.loss_scale is not None:
+        steps, values = ctx.loss_scale.between(lo, hi)
+        before = ctx.loss_scale.before(lo, 1)
+        seq = np.concatenate([before, values]) if before.size else values
+        seq = seq[np.isfinite(seq)]
+        if seq.size >= 2:
+            halvings = int(np.sum(np.diff(seq) < 0))
+            drop = seq[0] / seq.min() if seq.min() > 0 else math.inf
+            if halvings >= 2 or drop >= 4:
+                found.append((0.75, f"fp16 loss scale fell {_fmt(seq[0])} -> {_fmt(float(seq.min()))} ({halvings} reductions) around the spike"))
+    if ctx.overflow is not None:
+        steps, _ = ctx.overflow.between(lo, hi)
+        if steps.size:
+            found.append((0.6 + min(0.2, 0.04 * steps.size), f"{steps.size} DeepSpeed OVERFLOW (skipped step) line{'s' if steps.size != 1 else ''} between steps {int(steps[0])} and {int(steps[-1])}"))
+    for label, series in (("skipped", ctx.skipped), ("NaN", ctx.nan_iterations)):
+        if series is None:
+            continue
+        steps, values = series.between(lo, hi)
+        positive = values[np.isfinite(values) & (values > 0)]
+        if positive.size:
+            found.append((0.6, f"Megatron counted {int(positive.sum())} {label} iteration(s) around the spike"))
+    if not found:
+        return None
+    found.sort(key=lambda f: -f[0])
+    confidence = min(0.97, found[0][0] + 0.05 * (len(found) - 1))
+    return Cause(
+        "numerical_instability",
+        confidence,
+        "; ".join(text for _, text in found),
+        "Prefer bf16 to fp16 (or keep softmax/attention logits in fp32), check the loss-scaler settings "
+        "(initial and minimum scale), and look for log(0) or division by zero in the loss.",
+    )
+
+
+def _lr_events(inc: Incident, ctx: RunContext, interval: float) -> tuple[Cause | None, Cause | None]:
+    lr = ctx.lr
+    if lr is None or lr.steps.size < 3:
+        return None, None
+    upto = lr.steps <= inc.step
+    if not upto.any():
+        return None, None
+    steps, values = lr.steps[upto], lr.values[upto]
+    finite = np.isfinite(values)
+    steps, values = steps[finite], values[finite]
+    if steps.size < 2:
+        return None, None
+    schedule: Cause | None = None
+    diffs = np.diff(values)
+    recent = np.abs(diffs[-60:-3]) if diffs.size > 6 else np.abs(diffs[:-1])
+    moving = recent[recent > 0]
+    typical = float(np.median(moving)) if moving.size else 0.0
+    lo = inc.step - max(3 * interval, 1)
+    for j in range(diffs.size - 1, -1, -1):
+        at = steps[j + 1]
+        if at < lo:
+            break
+        prev, cur = float(values[j]), float(values[j + 1])
+        jump = cur - prev
+        big = abs(jump) >= max(10 * typical, 0.2 * abs(prev)) and abs(jump) > 0
+        if big:
+            up = jump > 0
+            schedule = Cause(
+                "lr_schedule",
+                0.8 if up else 0.35,
+                f"lr {'jumped' if up else 'dropped'} {_fmt(prev)} -> {_fmt(cur)} at step {int(at)}, "
+                f"{_steps_phrase(inc.step - at).replace('the loss spike', 'the spike')}; the schedule's usual step-to-step change is {_fmt(typical)}",
+                "Check the LR scheduler: a jump like this usually means it restarted or was not restored on resume; "
+                "restore its state (or set the intended LR) and resume from a checkpoint before the jump.",
+            )
+            break
+    # The schedule's peak as far as the log shows it (the whole run in an audit, so far in the daemon).
+    all_values = lr.values[np.isfinite(lr.values)]
+    all_steps = lr.steps[np.isfinite(lr.values)]
+    peak = float(all_values.max())
+    current = float(values[-1])
+    if peak <= 0:
+        return None, schedule
+    frac = current / peak
+    high: Cause | None = None
+    reached = int(all_steps[np.argmax(all_values >= 0.99 * peak)])
+    first_step, start = int(all_steps[0]), float(all_values[0])
+    warmup = start < 0.5 * peak and reached > first_step
+    warm_len = reached - first_step
+    since = inc.step - reached
+    rising = values.size >= 2 and values[-1] > values[-2]
+    if schedule is None and warmup and since < 0 and rising and frac >= 0.5:
+        confidence, when = 0.5, f"still warming up toward {_fmt(peak)} (reached at step {reached})"
+    elif schedule is None and frac >= 0.9 and since >= 0:
+        if warmup and since <= max(warm_len, 3 * interval):
+            confidence, when = 0.75, f"warmup ended {since} steps earlier (at step {reached})"
+        elif warmup and since <= 3 * warm_len:
+            confidence, when = 0.55, f"warmup ended {since} steps earlier (at step {reached})"
+        elif warmup:
+            confidence, when = 0.3, f"the LR has been near its peak since step {reached}"
+        else:
+            confidence, when = 0.3, "no warmup visible in the log"
+    else:
+        return None, schedule
+    high = Cause(
+        "lr_too_high",
+        confidence,
+        f"lr {_fmt(current)} = {frac:.0%} of its max {_fmt(peak)}, {when}",
+        f"Lower the peak LR (e.g. to {_fmt(peak / 2)}) or lengthen warmup, and resume from a checkpoint before step {inc.step}.",
+    )
+    return high, schedule
+
+
+def _climbing_grad_norm(ctx: RunContext) -> tuple[float, float] | None:
+    """The grad-norm baseline early and late in the run when it at least doubled, else None."""
+    gn = ctx.grad_norm
+    if gn is None:
+        return None
+    values = gn.values[np.isfinite(gn.values)]
+    if values.size < 40:
+        return None
+    # Skip the first tenth (warmup's large norms), compare the next quarter with the last.
+    tenth, quarter = values.size // 10, values.size // 4
+    early, late = float(np.median(values[tenth : tenth + quarter])), float(np.median(values[-quarter:]))
+    return (early, late) if early > 0 and late / early >= 2 else None
+
+
+def _slow(inc: Incident, ctx: RunContext, interval: float) -> bool:
+    """Took more than SLOW_POINTS points to recover, or is still open that long before the log ends."""
+    end = inc.end_step
+    if end is None:
+        series = getattr(ctx, inc.metric, None) if inc.metric in ("loss", "lr", "grad_norm", "loss_scale") else None
+        series = series if series is not None else ctx.loss
+        end = int(series.steps[-1]) if series is not None and series.steps.size else inc.step
+    return end - inc.step > SLOW_POINTS * interval
+
+
+def _recurrence(inc: Incident, ctx: RunContext, interval: float) -> Cause | None:
+    same = [i for i in ctx.incidents if i.metric == inc.metric and i.kind != "nonfinite"]
+    notes: list[str] = []
+    confidence = 0.0
+    if len(same) >= 3 and inc.kind != "nonfinite":
+        # Recurrence alone is what a tight detector finds on any noisy run: it points at the model
+        # only with a grad norm drifting up under it, or with spikes the model is slow to get over.
+        climbing = _climbing_grad_norm(ctx)
+        slow = [i for i in same if _slow(i, ctx, interval)]
+        slow_ones = len(slow) >= 3 and _slow(inc, ctx, interval)
+        if climbing is not None or slow_ones:
+            confidence = min(0.7, 0.45 + 0.1 * ((len(same) if climbing is not None else len(slow)) - 3))
+            notes.append(f"{len(same)} {inc.metric} spikes on this run (steps {', '.join(str(i.step) for i in same[:6])}{'...' if len(same) > 6 else ''})")
+            if slow_ones:
+                notes.append(f"{len(slow)} of them took more than {SLOW_POINTS} points to recover")
+            if climbing is not None:
+                confidence = min(0.9, confidence + 0.2)
+                notes.append(f"grad_norm baseline climbing ({_fmt(climbing[0])} -> {_fmt(climbing[1])} median)")
+    if inc.kind == "nonfinite" and not inc.over and inc.points >= STAYING_POINTS:
+        confidence = max(confidence, 0.7)
+        notes.append(f"{inc.metric} stays non-finite for {inc.points} points, from step {inc.step} to the end of the log")
+    if not notes:
+        return None
+    return Cause(
+        "model_architecture",
+        confidence,
+        "; ".join(notes),
+        "Check where NaN/Inf first appear and add normalization (pre-LN, QK-layernorm, a z-loss on the logits); "
+        "scale down the init of residual projections.",
+    )
+
+
+def _bad_batch(
+    inc: Incident, ctx: RunContext, interval: float, gn_ratio: float | None, lr_event: bool, numerical: Cause | None
+) -> Cause | None:
+    if inc.end_step is None or inc.points > 2:
+        return None
+    quick = inc.end_step - inc.step <= 3 * interval
+    if not quick:
+        return None
+    if gn_ratio is not None and gn_ratio >= 3:
+        return None
+    if lr_event:
+        return None
+    recovered = f"back under the threshold {int((inc.end_step - inc.step) / interval) or 1} point(s) later"
+    if gn_ratio is None:
+        confidence = 0.45
+        calm = _missing(inc, ctx, "grad_norm") or "too few grad norm values before the spike to rule out an explosion"
+    else:
+        confidence, calm = 0.7, f"grad_norm only {gn_ratio:.1f}x its median"
+    # Without an LR there is no LR event to see, which is not the same as none.
+    lr_note = "no LR event" if _missing(inc, ctx, "lr") is None else "no learning rate logged to rule out an LR event"
+    notes = []
+    if len([i for i in ctx.incidents if i.metric == inc.metric and i.kind != "nonfinite"]) >= 3:
+        confidence -= 0.2
+        notes.append("but spikes recur on this run")
+    if numerical is not None and numerical.confidence >= 0.6:
+        # A bad batch can produce a NaN, but the numerics are then the better lead.
+        confidence = min(confidence, 0.4)
+    return Cause(
+        "bad_batch",
+        max(0.1, confidence),
+        "; ".join([f"isolated spike at step {inc.step}, {recovered}", calm, lr_note, *notes]),
+        f"Inspect the batch(es) of step {inc.step} (data order is deterministic) and skip them on resume; gradient clipping limits the damage.",
+    )
+
+
+def label(inc: Incident, ctx: RunContext) -> tuple[Cause, ...]:
+    interval = ctx.interval
+    near_lo = inc.step - 3 * interval
+    hi = max(inc.peak_step, inc.step) + interval
+    causes: list[Cause] = []
+    grad, gn_ratio = _gradient(inc, ctx, near_lo)
+    numerical = _numerical(inc, ctx, inc.step - 10 * interval, hi)
+    high, schedule = _lr_events(inc, ctx, interval)
+    recurrence = _recurrence(inc, ctx, interval)
+    batch = _bad_batch(inc, ctx, interval, gn_ratio, schedule is not None and schedule.confidence >= 0.5, numerical)
+    causes = [c for c in (grad, numerical, high, schedule, recurrence, batch) if c is not None]
+    missing = {name: why for name in MISSING if (why := _missing(inc, ctx, name)) is not None}
+    top = max((c.confidence for c in causes), default=0.0)
+    if missing and top < 0.6:
+        causes.append(
+            Cause(
+                "unknown",
+                0.5 if top < 0.4 else 0.3,
+                "; ".join(missing.values()),
+                f"Log {' and '.join(missing)} (HF Trainer logs both; Lightning: LearningRateMonitor and a grad-norm callback) so the next spike can be diagnosed.",
+            )
+        )
+    elif top < 0.4:
+        causes.append(
+            Cause(
+                "unknown",
+                0.35,
+                "no clear signal in lr, grad_norm or loss scale around the spike",
+                f"Look at the data and the job's other logs (restarts, node failures) around step {inc.step}.",
+            )
+        )
+    return tuple(sorted(causes, key=lambda c: (-c.confidence, c.cause)))
+
+
+def label_all(incidents: Sequence[Incident], ctx: RunContext) -> list[Incident]:
+    return [inc.with_causes(label(inc, ctx)) for inc in incidents]

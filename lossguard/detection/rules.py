@@ -1,0 +1,112 @@
+"""Spike rules: loading and checking the TOML files in rules/ (and the packaged defaults and
+presets). Rules are data, checked field by field (lossguard.validate); nothing in a rules file is ever
+evaluated as code. What each kind means, its parameters and how it judges a point, is its class in
+lossguard.detection.kinds.
+
+    [[rule]]
+    name = "loss-spike"
+    metric = "loss"
+    kind = "ratio"        # a kind from lossguard.detection.kinds: its parameters follow
+    factor = 2.0
+    window = 9
+    severity = "warning"  # info | warning | critical
+    runs = "*"            # glob on the run name
+    cooldown = 0          # steps after an incident during which this rule opens no new one on the run
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from ..errors import ConfigError
+from .kinds import RULE_KINDS, Rule
+from .presets import preset_names, preset_text
+from ..tomlio import load_toml, load_toml_text
+from ..validate import build
+
+
+def rule_from(raw: object) -> Rule:
+    """One rule from its TOML table; ValueError says what is wrong with it."""
+    if not isinstance(raw, dict):
+        raise ValueError("each [[rule]] must be a table")
+    if "kind" not in raw:
+        raise ValueError(f"missing `kind`; one of: {', '.join(RULE_KINDS)}")
+    cls = RULE_KINDS.get(raw["kind"]) if isinstance(raw["kind"], str) else None
+    if cls is None:
+        raise ValueError(f"unknown kind {raw['kind']!r}; one of: {', '.join(RULE_KINDS)}")
+    return build(cls, raw)
+
+
+@dataclass(frozen=True)
+class RuleSet:
+    rules: tuple[Rule, ...]
+    origin: str
+
+    def for_run(self, run: str) -> tuple[Rule, ...]:
+        return tuple(r for r in self.rules if r.applies_to(run))
+
+
+def parse_rules(data: dict, *, origin: str) -> tuple[Rule, ...]:
+    raw_rules = data.get("rule", [])
+    unknown = set(data) - {"rule"}
+    if unknown:
+        raise ConfigError(f"{origin}: unknown top-level key(s) {', '.join(sorted(unknown))}; rules go in [[rule]] tables")
+    if not isinstance(raw_rules, list):
+        raise ConfigError(f"{origin}: `rule` must be an array of tables ([[rule]])")
+    rules = []
+    names: set[str] = set()
+    for i, raw in enumerate(raw_rules):
+        label = raw.get("name") if isinstance(raw, dict) and isinstance(raw.get("name"), str) else f"#{i + 1}"
+        try:
+            rule = rule_from(raw)
+        except ValueError as exc:
+            raise ConfigError(f"{origin}: rule {label!r}: {exc}") from None
+        if rule.name in names:
+            raise ConfigError(f"{origin}: rule {rule.name!r}: a rule of that name is already defined")
+        names.add(rule.name)
+        rules.append(rule)
+    if not rules:
+        # An empty file (or one of comments, or a typo'd table name caught above) would load as no
+        # rules at all: a daemon that runs for weeks and can never alert.
+        raise ConfigError(f"{origin}: no rules in this file; each rule is a [[rule]] table")
+    return tuple(rules)
+
+
+def default_rules() -> RuleSet:
+    text = resources.files("lossguard").joinpath("data/default.toml").read_text("utf-8")
+    origin = "default"
+    return RuleSet(parse_rules(load_toml_text(text, origin=origin), origin=origin), origin)
+
+
+def load_rules(paths: Sequence[Path] | None) -> RuleSet:
+    """Rules from files or folders of *.toml (a preset name such as `olmo-core` also works); the
+    packaged defaults when none are given."""
+    if not paths:
+        return default_rules()
+    rules: list[Rule] = []
+    origins = []
+    for path in paths:
+        if not path.exists() and str(path) == "default":  # what the report's header calls them
+            rules.extend(default_rules().rules)
+            origins.append("default")
+            continue
+        if not path.exists() and str(path) in preset_names():
+            text = preset_text(str(path))
+            rules.extend(parse_rules(load_toml_text(text, origin=f"preset {path}"), origin=f"preset {path}"))
+            origins.append(f"preset {path}")
+            continue
+        files = sorted(path.glob("*.toml")) if path.is_dir() else [path]
+        if path.is_dir() and not files:
+            raise ConfigError(f"{path}: no *.toml rules files in this folder")
+        for file in files:
+            rules.extend(parse_rules(load_toml(file), origin=str(file)))
+            origins.append(str(file))
+    seen: set[str] = set()
+    for rule in rules:
+        if rule.name in seen:
+            raise ConfigError(f"rule {rule.name!r} is defined twice across {', '.join(origins)}")
+        seen.add(rule.name)
+    return RuleSet(tuple(rules), ", ".join(origins))

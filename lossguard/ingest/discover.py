@@ -1,0 +1,279 @@
+"""Finding the log files under a folder and naming their runs the way TensorBoard does: the run is
+the folder holding the logs, relative to the scanned root ("." for the root itself).
+
+Files whose name says nothing about the run (events.out.tfevents.*, trainer_state.json, metrics.csv,
+trainer_log.jsonl...) belong to their folder's run, and so does a free-named log (`train.log`) that is
+the only one in its folder. Where a folder holds several free-named logs (`exp3.out`, `exp4.out`: one
+folder collecting the logs of many jobs), each is a run of its own, named folder/stem.
+
+The walk follows symlinks (runs are often linked in from scratch storage) but never enters a folder
+twice, so a symlink loop under the root ends the walk instead of hanging it.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import stat
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from fnmatch import fnmatch
+from functools import lru_cache
+from pathlib import Path
+
+from .formats.sniff import by_name
+from ..errors import UsageError
+from ..escaping import decodable
+from .problems import Problem
+
+CANNOT_ENTER, CANNOT_LIST = "cannot enter folder", "cannot list folder"
+"""How a walk says it could not see into a folder (the daemon keeps following the files under it)."""
+RUN_IS_FOLDER = {"trainer_state.json", "metrics.csv", "trainer_log.jsonl", "log_history.jsonl"}
+RUN_LOG_STEMS = {
+    "train", "training", "train_log", "training_log", "log", "logs", "stdout", "stderr", "output", "out", "console",
+    "nohup", "metrics", "progress", "history", "log_history", "trainer_log",
+}
+"""Stems (any log suffix, any case) of the names trainers and launchers give the one log of a run
+folder: `train.log` (nanoGPT, Megatron launch scripts), `log.txt`, `stdout.log`, `nohup.out`,
+`metrics.jsonl`. Such a file's run is its folder; a free name (`slurm-4242.out`, `eval.log`) is a
+run of its own, `folder/stem`."""
+LOG_SUFFIXES = {".log", ".txt", ".out", ".err", ".jsonl", ".ndjson", ".json", ".csv", ".stdout", ".stderr"}
+SKIP_DIRS = {".git", "__pycache__", ".hg", ".svn", "wandb", ".ipynb_checkpoints", "node_modules"}
+NOT_LOGS = {"config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json",
+            "adapter_config.json", "vocab.json", "training_args.json", "requirements.txt", "merges.txt", "hparams.json",
+            "all_results.json", "train_results.json", "eval_results.json", "model.safetensors.index.json", "README.txt"}
+_CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
+_ROTATED = re.compile(r"^(?P<base>.+)\.(?P<n>[1-9]\d{0,2})$")
+
+
+@dataclass(frozen=True, order=True)
+class Found:
+    run: str
+    path: Path
+
+
+def live_name(name: str) -> tuple[str, int]:
+    """The name of the log a rotated segment was (`train.log.2` -> `train.log`, 2), as logrotate and
+    Python's RotatingFileHandler number them; (name, 0) for a file that is not one."""
+    match = _ROTATED.match(name)
+    if match and os.path.splitext(match["base"])[1].lower() in LOG_SUFFIXES and match["base"] not in NOT_LOGS:
+        return match["base"], int(match["n"])
+    return name, 0
+
+
+def segment_order(path: str) -> tuple[str, int]:
+    """Sort key that puts a log's rotated segments before it, oldest (highest number) first."""
+    folder, name = os.path.split(path)
+    base, n = live_name(name)
+    return os.path.join(folder, base), -n
+
+
+def is_candidate(name: str, extra_globs: Sequence[str] = ()) -> bool:
+    if by_name(name) is not None:
+        return True  # a name a format claims (events.out.tfevents.*), whatever its suffix
+    name = live_name(name)[0]
+    if name in NOT_LOGS:
+        return False
+    if any(fnmatch(name, g) for g in extra_globs):
+        return True
+    return os.path.splitext(name)[1].lower() in LOG_SUFFIXES
+
+
+def _says_nothing(name: str) -> bool:
+    """A name every run's file of its kind has (an event file, `trainer_state.json`): only its
+    folder can name the run, even for a file named on the command line."""
+    return name.startswith("events.out.tfevents") or name in RUN_IS_FOLDER
+
+
+def _names_its_run(name: str, folder: str) -> bool:
+    """A file named as the log of the run in its folder (an event file, `trainer_state.json`,
+    `train.log`, `stdout.txt`, `exp1/exp1.log`): the folder is the run. Any other name is a run of
+    its own. The name alone decides, never what else the folder holds: a second log appearing
+    beside the first must not rename the first's run (the daemon's incidents, silences and alert
+    threads are keyed by it)."""
+    if _says_nothing(name):
+        return True
+    stem, suffix = os.path.splitext(name)
+    return suffix.lower() in LOG_SUFFIXES and (stem.lower() in RUN_LOG_STEMS or (stem == folder and stem != ""))
+
+
+@lru_cache(maxsize=65536)
+def run_name(path: Path, root: Path) -> str:
+    """The run a file belongs to, relative to the root it was found under."""
+    folder = path.parent
+    if root == path and not _says_nothing(path.name):
+        return path.stem  # a file named on the command line (`train.log` -> train)
+    if _names_its_run(path.name, folder.name):
+        if folder.name and _CHECKPOINT.match(folder.name):
+            folder = folder.parent
+        if root == path:
+            return folder.name or "."
+        rel = os.path.relpath(folder, root)
+        return Path(rel).as_posix()
+    if root == path:
+        return path.stem
+    rel = os.path.relpath(folder, root)
+    return path.stem if rel == "." else f"{Path(rel).as_posix()}/{path.stem}"
+
+
+class Listings:
+    """What each folder held at the last walk, for a process that walks the same tree again and
+    again (the daemon polling NFS): a folder whose modification time has not moved holds the same
+    names, so it is not listed again, and a tree where no folder moved discovers the same files.
+    A folder changed within the last RACY seconds is always listed: on filesystems that keep
+    coarse times, a file added in the same second as the last listing would not move the time."""
+
+    RACY = 2.0
+
+    def __init__(self) -> None:
+        self.folders: dict[str, tuple[tuple[int, int, int], list[tuple[str, str, bool]]]] = {}
+        self.found: dict[tuple[str, tuple[str, ...]], tuple[frozenset[str], list[Found]]] = {}
+        self.listed = 0
+        """Folders listed (not taken from memory) by the last walk."""
+        self._visited: set[str] = set()
+
+    def forget_unvisited(self) -> None:
+        """After a full walk of every root: folders that are gone leave no listing behind (a daemon
+        runs for weeks while runs come and go)."""
+        for folder in set(self.folders) - self._visited:
+            del self.folders[folder]
+        self._visited = set()
+
+    def entries(self, folder: str, st: os.stat_result) -> list[tuple[str, str, bool]] | None:
+        self._visited.add(folder)
+        stamp = (st.st_dev, st.st_ino, st.st_mtime_ns)
+        known = self.folders.get(folder)
+        if known is not None and known[0] == stamp and time.time_ns() - st.st_mtime_ns > self.RACY * 1e9:
+            return known[1]
+        return None
+
+    def remember(self, folder: str, st: os.stat_result, entries: list[tuple[str, str, bool]]) -> None:
+        self.listed += 1
+        self._visited.add(folder)
+        self.folders[folder] = ((st.st_dev, st.st_ino, st.st_mtime_ns), entries)
+
+
+def _list(folder: str, problems: list[Problem]) -> list[tuple[str, str, bool]]:
+    """(name, path, is a folder) of the entries that are folders or files, by name. A symlink that
+    resolves to itself (`a -> a`, `a -> b -> a`) is a loop the kernel refuses: said, not followed;
+    one that points nowhere (a `latest` link to a deleted checkpoint) is not a log: skipped."""
+    out = []
+    for entry in sorted(os.scandir(folder), key=lambda e: e.name):
+        try:
+            if entry.is_dir(follow_symlinks=True):
+                out.append((entry.name, entry.path, True))
+            elif entry.is_file(follow_symlinks=True):
+                out.append((entry.name, entry.path, False))
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                problems.append(Problem(entry.path, "symlink loop (it resolves to itself); not followed"))
+    return out
+
+
+def _walk(root: Path, problems: list[Problem], listings: Listings | None = None) -> Iterable[str]:
+    """Paths (strings: a walk the daemon repeats should not build thousands of Path objects) of
+    the files under root, folder by folder in name order."""
+    seen: set[tuple[int, int]] = set()
+    stack = [str(root)]
+    while stack:
+        folder = stack.pop()
+        try:
+            st = os.stat(folder)
+        except OSError as exc:
+            problems.append(Problem(folder, f"{CANNOT_ENTER}: {exc.strerror or exc}"))
+            continue
+        key = (st.st_dev, st.st_ino)
+        if key in seen:
+            if os.path.islink(folder):
+                problems.append(Problem(folder, "symlink to a folder already walked (loop?); not followed again"))
+            continue
+        seen.add(key)
+        entries = listings.entries(folder, st) if listings is not None else None
+        if entries is None:
+            try:
+                entries = _list(folder, problems)
+            except OSError as exc:
+                problems.append(Problem(folder, f"{CANNOT_LIST}: {exc.strerror or exc}"))
+                continue
+            if listings is not None:
+                listings.remember(folder, st, entries)
+        subdirs = []
+        for entry_name, entry_path, is_dir in entries:
+            if is_dir:
+                if entry_name not in SKIP_DIRS:
+                    subdirs.append(entry_path)
+            else:
+                yield entry_path
+        stack.extend(reversed(subdirs))
+
+
+def _newest_trainer_states(files: list[Path]) -> list[Path]:
+    """A HF output folder holds trainer_state.json in each checkpoint-N/ (and at the top at the end
+    of training); each is a prefix of the next, so the run is read once, from the newest."""
+    best: dict[Path, tuple[float, Path]] = {}
+    kept: list[Path] = []
+    for path in files:
+        if path.name != "trainer_state.json":
+            kept.append(path)
+            continue
+        match = _CHECKPOINT.match(path.parent.name)
+        owner = path.parent.parent if match else path.parent
+        rank = float(match.group(1)) if match else float("inf")
+        if owner not in best or rank > best[owner][0]:
+            best[owner] = (rank, path)
+    kept.extend(p for _, p in best.values())
+    return sorted(kept)
+
+
+def discover(root: Path, *, extra_globs: Sequence[str] = (), problems: list[Problem], listings: Listings | None = None) -> list[Found]:
+    """Every candidate log file under root (or root itself, if it is a file), with its run name."""
+    if root.is_file():
+        return [Found(decodable(run_name(root, root)), root)]
+    if listings is None:
+        paths = list(_walk(root, problems))
+    else:
+        listed_before = listings.listed
+        paths = list(_walk(root, problems, listings))
+        key = (str(root), tuple(extra_globs))
+        names = frozenset(paths)
+        known = listings.found.get(key)
+        if listings.listed == listed_before and not problems and known is not None and known[0] == names:
+            return known[1]  # no folder changed: the same files, the same runs
+    files = _newest_trainer_states([Path(p) for p in paths if is_candidate(os.path.basename(p), extra_globs)])
+    # Rotated segments (train.log.1) belong to their live log's run and are read before it.
+    live = {p: p.with_name(live_name(p.name)[0]) for p in files}
+    found = sorted(
+        (Found(decodable(run_name(live[p], root)), p) for p in files),  # (a name that is not UTF-8 as \xe9: it is stored and shown)
+        key=lambda f: (f.run, segment_order(str(f.path))),
+    )
+    if listings is not None:
+        listings.found[key] = (names, found)
+    return found
+
+
+def collect(paths: Sequence[Path], *, globs: Sequence[str] = (), listings: Listings | None = None) -> tuple[list[Found], list[Problem]]:
+    """The runs under every root (`globs`: names the user's own formats claim)."""
+    problems: list[Problem] = []
+    found: list[Found] = []
+    for root in paths:
+        try:
+            mode = os.stat(root).st_mode
+        except FileNotFoundError:
+            raise UsageError(f"{root}: no such file or folder") from None
+        except OSError as exc:
+            raise UsageError(f"{root}: cannot read: {exc.strerror or exc}") from None
+        if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+            # A FIFO would block the first read forever, /dev/zero never end: the stat says so without
+            # opening either.
+            raise UsageError(f"{root}: not a regular file or folder")
+        here = discover(root, extra_globs=globs, problems=problems, listings=listings)
+        if len(paths) > 1:
+            # Several roots: "." (or the same relative name) under two of them must not merge.
+            label = root.name or str(root)
+            here = [Found(label if f.run == "." else f"{label}/{f.run}", f.path) for f in here]
+        found.extend(here)
+    if listings is not None:
+        listings.forget_unvisited()
+    return found, problems

@@ -1,0 +1,347 @@
+"""The one-shot audit: find runs under the given paths, read each run's files, analyse the run, and
+keep what the reports need (never the whole table: memory stays bounded by the largest run).
+
+Runs are independent, so with jobs > 1 they are read and analysed in worker processes; results come
+back sorted by run name, so the output does not depend on which worker finished first.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from ..ingest import readmany, table
+from ..ingest.cursor import Cursor
+from ..detection.engine import SCAN_NEEDS, RunAnalysis, analyse_runs
+from ..escaping import decodable
+from ..model import Incident
+from ..ingest.problems import Problem, summarised
+from ..ingest.readmany import Job
+from ..ingest.reader import FileResult, ReadOptions, read_found, unrecognised
+from ..detection.rules import RuleSet
+from ..ingest.discover import Found, collect
+from ..detection.streams import Points, context, context_points
+
+CURVE_POINTS = 1500
+PARALLEL_BYTES = 64 << 20
+SPARK_BEFORE, SPARK_AFTER = 24, 12
+
+
+@dataclass(frozen=True)
+class Curve:
+    steps: tuple[int, ...]
+    values: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class RunReport:
+    analysis: RunAnalysis
+    source: str
+    formats: tuple[str, ...]
+    files: int
+    problems: tuple[Problem, ...] = ()
+    curves: dict[str, Curve] = field(default_factory=dict)
+    sparks: dict[tuple[str, int], tuple[float, ...]] = field(default_factory=dict)
+    """Loss values around each incident, keyed by (rule, step)."""
+
+    @property
+    def run(self) -> str:
+        return self.analysis.run
+
+    @property
+    def incidents(self) -> tuple[Incident, ...]:
+        return self.analysis.incidents
+
+
+@dataclass(frozen=True)
+class ScanResult:
+    rules: RuleSet
+    runs: tuple[RunReport, ...]
+    problems: tuple[Problem, ...]
+    """Problems of files that belong to no run report (discovery, unrecognised files)."""
+    files: int
+    bytes: int
+
+    @property
+    def incidents(self) -> list[Incident]:
+        return [i for r in self.runs for i in r.incidents]
+
+    @property
+    def all_problems(self) -> list[Problem]:
+        return [*self.problems, *(p for r in self.runs for p in r.problems)]
+
+
+def _decimate(steps: np.ndarray, values: np.ndarray, limit: int = CURVE_POINTS) -> Curve:
+    """At most `limit` points, keeping each bucket's min and max so spikes stay visible."""
+    if steps.size <= limit:
+        return Curve(tuple(steps.tolist()), tuple(values.tolist()))
+    buckets = np.array_split(np.arange(steps.size), limit // 2)
+    keep: list[int] = []
+    for b in buckets:
+        vals = values[b]
+        finite = np.isfinite(vals)
+        if not finite.all():
+            keep.append(int(b[np.argmax(~finite)]))
+        if finite.any():
+            idx = b[finite]
+            keep.extend({int(idx[np.argmin(vals[finite])]), int(idx[np.argmax(vals[finite])])})
+    keep = sorted(set(keep))
+    return Curve(tuple(int(steps[i]) for i in keep), tuple(float(values[i]) for i in keep))
+
+
+def _spark(loss: tuple[np.ndarray, np.ndarray], inc: Incident) -> tuple[float, ...]:
+    steps, values = loss
+    i = int(np.searchsorted(steps, inc.step))
+    j = int(np.searchsorted(steps, inc.end_step if inc.end_step is not None else inc.peak_step, side="right"))
+    return tuple(values[max(0, i - SPARK_BEFORE) : min(values.size, max(j, i + 1) + SPARK_AFTER)].tolist())
+
+
+@dataclass(frozen=True)
+class _Read:
+    """A run's files, read: what its analysis and report are made from."""
+
+    run: str
+    paths: Sequence[str]
+    frame: pl.DataFrame
+    formats: tuple[str, ...]
+    problems: tuple[Problem, ...]
+    span: table.Span | None
+
+
+TOGETHER_BYTES = 2 << 20
+"""Files below this size are read together with the batch's other small files of their format
+(lossguard.ingest.readmany): a read's fixed cost, a few dozen polars queries, is most of a small file's."""
+
+
+def _read_together(batch: Sequence[tuple[str, Sequence[str]]], options: ReadOptions) -> dict[str, FileResult | str | None]:
+    """The batch's small files that can be read together, read (path -> result); any other file's
+    format as sniffed here (path -> name, or None: no format claims it), so it is not sniffed twice."""
+    out: dict[str, FileResult | str | None] = {}
+    jobs: list[Job] = []
+    for run, paths in batch:
+        for path in paths:
+            try:
+                size = os.stat(path).st_size
+            except OSError:
+                continue  # read_found says what went wrong
+            if not 0 < size < TOGETHER_BYTES:
+                continue
+            fmt = out[path] = options.format_of(Path(path))
+            if readmany.batched(fmt, options):
+                jobs.append(Job(Path(path), Cursor(), run, fmt, final=True))
+    for job, res in zip(jobs, readmany.read_many(jobs, options=options, needs=SCAN_NEEDS, lean=True, largest=TOGETHER_BYTES)):
+        if res is not None:
+            out[str(job.path)] = FileResult(Found(job.run, job.path), job.fmt, res)
+    return out
+
+
+def _read_run(run: str, paths: Sequence[str], options: ReadOptions, explicit: frozenset[str], ready: dict[str, FileResult | str | None]) -> _Read | RunReport:
+    """The run's files read (`ready`: those read together already, or sniffed); a report already
+    when none of them could be."""
+    frames, formats, problems, spans = [], [], [], []
+    for path in paths:
+        got = ready.get(path, "")  # "": neither read nor sniffed yet
+        if isinstance(got, FileResult):
+            res = got
+        elif got is None:
+            res = FileResult(Found(run, Path(path)), None, None)  # sniffed: no format claims it
+        else:
+            # Only what judging reads (SCAN_NEEDS): the other metrics' rows are never built.
+            res = read_found(Found(run, Path(path)), options, lean=True, explicit=path in explicit, needs=SCAN_NEEDS, fmt=got or None)
+        if res.result is None:
+            problem = unrecognised(Path(path), explicit=path in explicit)
+            if problem:
+                problems.append(problem)
+            continue
+        problems.extend(res.result.problems)
+        # A file counts as read if it gave rows (kept or not), or gave no complaint (a run that just started).
+        if res.format and (res.result.span is not None or not res.result.problems):
+            formats.append(res.format)
+        spans.append(res.result.span)
+        if res.result.frame.height:
+            frames.append(res.result.frame)
+    if not formats:
+        # No file of the run was read: the scan keeps only its problems (thousands of empty files, each
+        # a run of its own, once cost an analysis of nothing each).
+        return RunReport(RunAnalysis(run, {}, 0, None, None, ()), paths[0], (), len(paths), tuple(problems))
+    frame = pl.concat(frames, rechunk=False) if frames else table.empty(lean=True)
+    return _Read(run, paths, frame, tuple(dict.fromkeys(formats)), tuple(problems), table.joined(spans))
+
+
+def _report(read: _Read, analysis: RunAnalysis, streams: dict[str, Points]) -> RunReport:
+    contexts = {m: context_points(p) for m, p in streams.items()}
+    for metric in {inc.metric for inc in analysis.incidents} - set(contexts):
+        c = context(read.frame, metric)
+        contexts[metric] = (c.get_column("step").to_numpy(), c.get_column("value").to_numpy())
+    curves = {}
+    for metric in ("loss", "lr", "grad_norm", "loss_scale", "eval_loss"):
+        steps, values = contexts[metric]
+        if steps.size:
+            curves[metric] = _decimate(steps, values)
+    sparks = {(inc.rule, inc.step): _spark(contexts[inc.metric], inc) for inc in analysis.incidents}
+    paths = read.paths
+    parents = {str(Path(p).parent) for p in paths}
+    source = paths[0] if len(paths) == 1 else (parents.pop() if len(parents) == 1 else os.path.commonpath(paths))
+    return RunReport(analysis, decodable(source), read.formats, len(paths), read.problems, curves, sparks)
+
+
+def scan_runs(batch: Sequence[tuple[str, Sequence[str]]], rules: RuleSet, options: ReadOptions, explicit: frozenset[str] = frozenset()) -> list[RunReport]:
+    """Read and analyse runs, each file on its own and all the runs' analysis at once (a worker takes
+    many small runs at a time); a module-level function so worker processes can run it."""
+    ready = _read_together(batch, options)
+    read = [_read_run(run, paths, options, explicit, ready) for run, paths in batch]
+    todo = [r for r in read if isinstance(r, _Read)]
+    analysed = iter(analyse_runs([r.frame for r in todo], rules, runs=[r.run for r in todo], spans=[r.span for r in todo]) if todo else ())
+    return [r if isinstance(r, RunReport) else _report(r, *next(analysed)) for r in read]
+
+
+BATCH_RUNS, BATCH_BYTES = 64, 16 << 20
+"""A worker's batch: at most this many runs and bytes of logs (their tables are held until the batch's
+analysis), and at least four batches per worker when there are enough runs, so that the last slow
+batch does not leave a core idle."""
+
+
+def batches(runs: Sequence[str], sizes: dict[str, int], *, workers: int) -> list[list[str]]:
+    """The runs, in order, cut into batches (BATCH_RUNS, BATCH_BYTES)."""
+    per = max(1, min(BATCH_RUNS, -(-len(runs) // (4 * workers))))
+    out: list[list[str]] = []
+    held = 0
+    for run in runs:
+        size = sizes.get(run, 0)
+        if not out or len(out[-1]) >= per or (held + size > BATCH_BYTES and out[-1]):
+            out.append([])
+            held = 0
+        out[-1].append(run)
+        held += size
+    return out
+
+
+def _leave_sigint() -> None:
+    """In a worker: Ctrl-C is the parent's to handle. A terminal sends SIGINT to the whole process
+    group, and each worker would print its own traceback and finish its run before exiting."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@contextmanager
+def _sigint_ignored() -> Iterator[None]:
+    """SIGINT ignored while the pool starts its workers: an ignored signal stays ignored across
+    spawn's exec, and Python then never turns it into KeyboardInterrupt, even while a worker is
+    still importing (where _leave_sigint has not run yet, and a loaded machine makes that long)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _fine_grained(sizes: dict[str, int], jobs: int) -> bool:
+    """Whether a scan's work is spread over runs small enough to keep every worker busy to the end
+    (the largest run at most an eighth of each worker's share): then each worker is best held to its
+    share of the cores. A scan of a few large runs instead ends with one worker parsing the last
+    of them, which then wants every core."""
+    total = sum(sizes.values())
+    return bool(sizes) and max(sizes.values()) * 8 * jobs <= total
+
+
+@contextmanager
+def _threads_each(jobs: int) -> Iterator[None]:
+    """Each worker's polars pool sized to its share of the cores (of `jobs` workers), for the workers
+    the pool starts meanwhile (spawn's children take the environment as it is; polars reads it on
+    import). Each worker's polars would otherwise start a thread per core: on 2 cores, 2 workers of
+    2 threads cost ~10-25% more CPU a small run (8.2-8.4 against 9.0-10.5 ms), threads waking each
+    other for frames of a few thousand rows. A user's own setting stands."""
+    if "POLARS_MAX_THREADS" in os.environ:
+        yield
+        return
+    os.environ["POLARS_MAX_THREADS"] = str(max(1, len(os.sched_getaffinity(0)) // jobs))
+    try:
+        yield
+    finally:
+        del os.environ["POLARS_MAX_THREADS"]
+
+
+def _stop(pool: ProcessPoolExecutor) -> None:
+    """Interrupted: the workers are stopped now rather than left to finish the runs they hold
+    (which kept Ctrl-C waiting up to 20 s)."""
+    workers = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for proc in workers:
+        proc.terminate()
+    for proc in workers:
+        proc.join(timeout=1.0)
+
+
+def scan(
+    paths: Sequence[Path],
+    *,
+    rules: RuleSet,
+    options: ReadOptions = ReadOptions(),
+    run_glob: str | None = None,
+    jobs: int | None = 1,
+    progress: Callable[[int, int, int], None] | None = None,
+) -> ScanResult:
+    found, problems = collect(paths, globs=options.globs)
+    if run_glob:
+        found = [f for f in found if fnmatchcase(f.run, run_glob)]
+    by_run: dict[str, list[str]] = {}
+    sizes: dict[str, int] = {}
+    for f in found:
+        by_run.setdefault(f.run, []).append(str(f.path))
+        try:
+            sizes[f.run] = sizes.get(f.run, 0) + f.path.stat().st_size
+        except OSError:
+            pass
+    total = sum(sizes.values())
+    explicit = frozenset(str(p) for p in paths if p.is_file())
+    reports: list[RunReport] = []
+    done_bytes = 0
+    runs = sorted(by_run)
+    if jobs is None:
+        # Worker processes cost ~0.3 s each to start (polars import): worth it for large scans only.
+        jobs = len(os.sched_getaffinity(0)) if total >= PARALLEL_BYTES else 1
+    if jobs > 1 and len(runs) > 1:
+        import multiprocessing
+        from concurrent.futures import as_completed
+
+        # "spawn": forking a process that already runs polars' thread pool can deadlock.
+        pool = ProcessPoolExecutor(max_workers=min(jobs, len(runs)), mp_context=multiprocessing.get_context("spawn"), initializer=_leave_sigint)
+        try:
+            # The workers start with SIGINT ignored (inherited, before any import) and their share of the cores.
+            with _sigint_ignored(), _threads_each(jobs if _fine_grained(sizes, jobs) else 1):
+                futures = {
+                    pool.submit(scan_runs, [(run, by_run[run]) for run in batch], rules, options, explicit): batch
+                    for batch in batches(runs, sizes, workers=jobs)
+                }
+            for fut in as_completed(futures):
+                reports.extend(fut.result())
+                done_bytes += sum(sizes.get(run, 0) for run in futures[fut])
+                if progress:
+                    progress(len(reports), len(runs), done_bytes)
+        except BaseException:
+            _stop(pool)
+            raise
+        pool.shutdown()
+    else:
+        for batch in batches(runs, sizes, workers=1):
+            reports.extend(scan_runs([(run, by_run[run]) for run in batch], rules, options, explicit))
+            done_bytes += sum(sizes.get(run, 0) for run in batch)
+            if progress:
+                progress(len(reports), len(runs), done_bytes)
+    # A "run" in which no file was recognised is no run: only its warnings are kept.
+    ordered = sorted(reports, key=lambda r: r.run)
+    kept = tuple(r for r in ordered if r.formats)
+    orphans = [p for r in ordered if not r.formats for p in r.problems]
+    return ScanResult(rules, kept, tuple(summarised([*problems, *orphans])), files=len(found), bytes=total)

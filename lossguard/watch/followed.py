@@ -1,0 +1,163 @@
+"""Which files the daemon follows, and whether a path still holds the file it was reading: a stat
+and the first bytes tell an append from a rotation (renamed: read on under the new name), a
+replacement (read the new file from the start) or a truncation in place (copytruncate: start over).
+Nothing here reads content or writes the state: it says what is what, the pass acts on it."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
+from pathlib import Path
+
+from ..ingest.cursor import Cursor
+from ..errors import UsageError
+from ..escaping import decodable
+from ..state import FileRow
+from ..ingest.discover import CANNOT_ENTER, CANNOT_LIST, Listings, collect, is_candidate
+
+FINGERPRINT = 64
+"""Bytes at the head of a file that identify it together with (device, inode)."""
+
+
+@lru_cache(maxsize=65536)
+def _cursor(text: str) -> Cursor:
+    return Cursor.from_json(text)
+
+
+def offset_of(row: FileRow) -> Cursor:
+    """The row's cursor (parsed once per distinct state: idle passes see the same JSON again)."""
+    return _cursor(row.cursor)
+
+
+def _head(path: str) -> bytes:
+    with open(path, "rb") as fh:
+        return fh.read(FINGERPRINT)
+
+
+def _same_file(row: FileRow, device: int, inode: int, head: bytes) -> bool:
+    if (row.device, row.inode) != (device, inode):
+        return False
+    n = min(len(row.fingerprint), len(head))
+    return row.fingerprint[:n] == head[:n]
+
+
+@dataclass(frozen=True)
+class Sighting:
+    """A followed file as a pass finds it: the row to read it with, and its size and mtime now."""
+
+    row: FileRow
+    size: int
+    mtime: int
+
+    @property
+    def unchanged(self) -> bool:
+        """Nothing new since the last read: no read, no write (what keeps 1,000 idle runs cheap)."""
+        cursor = offset_of(self.row)
+        return self.row.format is not None and self.size == cursor.offset and self.row.mtime == self.mtime and not cursor.skipping
+
+
+def _unread_folders(problems: Sequence) -> tuple[str, ...]:
+    """Folders this walk could not enter or list but that are still there (no descriptor left, an
+    NFS server not answering): the files under them are not gone, only unseen for now. Dropping
+    them would read them again from the start once the folder can be listed."""
+    folders = (p.source for p in problems if p.message.startswith((CANNOT_LIST, CANNOT_ENTER)))
+    return tuple(os.path.join(f, "") for f in folders if os.path.lexists(f))
+
+
+@dataclass
+class Tracker:
+    roots: Sequence[Path]
+    globs: Sequence[str] = ()
+    """File-name patterns of the user's own formats (ReadOptions.globs)."""
+    log: Callable[[str], None] = print
+    _listings: Listings = field(default_factory=Listings)
+    _warned: set[str] = field(default_factory=set)
+
+    def walk(self, tracked: Mapping[str, FileRow], *, quiet: bool) -> tuple[dict[str, Sighting], list[str]]:
+        """Every log under the roots, and the followed paths that are gone. `quiet`: files met now
+        are history (the first start): read for the windows, not alerted on."""
+        try:
+            found, problems = collect(self.roots, globs=self.globs, listings=self._listings)
+        except UsageError as exc:
+            self._warn_once(str(exc))
+            found, problems = [], []
+        for p in problems:
+            self._warn_once(str(p))
+        by_ident = {(r.device, r.inode): r for r in tracked.values()}
+        current: dict[str, Sighting] = {}
+        for f in found:
+            path = str(f.path)
+            if not path.isascii() and decodable(path) != path:
+                self._warn_once(f"{decodable(path)}: the name is not valid UTF-8; read all the same, and shown with the bytes escaped")
+            seen = self._identify(path, f.run, tracked.get(path), by_ident, quiet)
+            if seen is not None:
+                current[path] = seen
+        listed = {str(f.path) for f in found}
+        idents = {(s.row.device, s.row.inode) for s in current.values()}
+        unread = _unread_folders(problems)
+        gone = [p for p, r in tracked.items() if p not in current and p not in listed and (r.device, r.inode) not in idents
+                and not p.startswith(unread)]
+        for path in gone:
+            self.log(f"{path}: file is gone; no longer followed")
+        return current, gone
+
+    def recheck(self, changed: Collection[str], tracked: Mapping[str, FileRow]) -> dict[str, Sighting] | None:
+        """The files inotify said changed, when they are all files we follow (appends: the hot
+        path); None when the tree itself changed (a new log, a file gone) and only a walk can tell
+        what is what."""
+        current: dict[str, Sighting] = {}
+        for path in changed:
+            row = tracked.get(path)
+            if row is None:
+                if is_candidate(os.path.basename(path), self.globs):
+                    return None
+                continue  # checkpoints, wandb files, our own state: nothing to read
+            seen = self._identify(path, row.run, row, {}, False)
+            if seen is None:
+                return None
+            current[path] = seen
+        return current
+
+    def _identify(self, path: str, run: str, row: FileRow | None, by_ident: Mapping, quiet: bool) -> Sighting | None:
+        """The row to read `path` with: the saved one if the file is the one we followed, a fresh one
+        if it is new, replaced or truncated, the old one renamed if it moved here (rotation)."""
+        try:
+            st = os.stat(path)
+            # A stat is enough for a file untouched since the last read; one that changed gets its
+            # first bytes compared too (truncated and rewritten between two passes, even to the
+            # same size).
+            settled = (
+                row is not None and (row.device, row.inode) == (st.st_dev, st.st_ino) and len(row.fingerprint) >= FINGERPRINT
+                and st.st_size == offset_of(row).offset and row.mtime == st.st_mtime_ns
+            )
+            head = row.fingerprint if settled else _head(path)
+        except OSError:
+            return None
+        found = self._row(path, run, row, by_ident, quiet, (st.st_dev, st.st_ino, st.st_size), head)
+        return Sighting(found, st.st_size, st.st_mtime_ns)
+
+    def _row(self, path: str, run: str, row: FileRow | None, by_ident: Mapping, quiet: bool, stat: tuple[int, int, int], head: bytes) -> FileRow:
+        device, inode, size = stat
+        if row is not None and _same_file(row, device, inode, head):
+            if size < offset_of(row).offset:
+                self.log(f"{path}: file shrank below the read offset (truncated in place, copytruncate?): reading it again from the start")
+                return FileRow(path, row.run, row.format, device, inode, head, Cursor().to_json(), False, 0)
+            if len(row.fingerprint) < FINGERPRINT and len(head) > len(row.fingerprint):
+                return replace(row, fingerprint=head)
+            return row
+        moved = by_ident.get((device, inode))
+        if moved is not None and moved.path != path and _same_file(moved, device, inode, head):
+            # Renamed (log rotation): keep reading it from where we were, under its new name.
+            self.log(f"{moved.path}: renamed to {path}; reading on from byte {offset_of(moved).offset}")
+            return replace(moved, path=path)
+        if row is not None:
+            self.log(f"{path}: replaced by another file; reading the new one from the start")
+        # History found at the first start is read (to fill the windows) but not alerted on.
+        return FileRow(path, run, None, device, inode, head, Cursor().to_json(), False, size if quiet else 0)
+
+    def _warn_once(self, text: str) -> None:
+        if text not in self._warned:
+            self._warned.add(text)
+            self.log(f"warning: {text}")
