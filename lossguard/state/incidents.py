@@ -1,0 +1,71 @@
+"""The state's reads of what it judged: the runs (their last step, whether they stalled) and the
+incidents raised on them, one run at a time or many at once (a pass over hundreds of busy runs
+asks in one query per CHUNK of them)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from .columns import INCIDENT, INCIDENT_RUN, RUN, chunks, incident_row, marks, run_row
+from .rows import IncidentRow, RunRow
+from .transaction import Connected
+
+
+class RunsAndIncidents(Connected):
+    """State's reads of the `runs` and `incidents` tables (a pass writes them through Transaction)."""
+
+    def incident_keys_of(self, since: Mapping[str, int]) -> dict[str, frozenset[tuple[str, int]]]:
+        """`incident_keys` of many runs (run -> since) in one query per 500 runs."""
+        found: dict[str, set[tuple[str, int]]] = {}
+        for chunk in chunks(list(since)):
+            values = ",".join(["(?,?)"] * len(chunk))
+            rows = self.db.execute(
+                f"WITH w(run, since) AS (VALUES {values}) SELECT i.run, i.rule, i.step FROM incidents i JOIN w ON i.run = w.run AND i.step >= w.since",
+                [x for run in chunk for x in (run, since[run])],
+            )
+            for run, rule, step in rows:
+                found.setdefault(run, set()).add((rule, step))
+        return {run: frozenset(keys) for run, keys in found.items()}
+
+    def open_incidents_of(self, runs: Sequence[str]) -> dict[str, list[IncidentRow]]:
+        """`open_incidents` of many runs in one query per 500 runs (runs with none left out)."""
+        out: dict[str, list[IncidentRow]] = {}
+        for chunk in chunks(runs):
+            for r in self.db.execute(f"{INCIDENT_RUN} WHERE status='open' AND run IN ({marks(chunk)}) ORDER BY id", chunk):
+                out.setdefault(r[0], []).append(incident_row(r[1:]))
+        return out
+
+    def runs_of(self, runs: Sequence[str]) -> dict[str, RunRow]:
+        """`run` of many runs in one query per 500 runs (runs not known yet left out)."""
+        out = {}
+        for chunk in chunks(runs):
+            for r in self.db.execute(f"{RUN} WHERE run IN ({marks(chunk)})", chunk):
+                out[r[0]] = run_row(r)
+        return out
+
+    def incident(self, run: str, rule: str, step: int) -> IncidentRow | None:
+        row = self.db.execute(f"{INCIDENT} WHERE run=? AND rule=? AND step=?", (run, rule, step)).fetchone()
+        return None if row is None else incident_row(row)
+
+    def incident_keys(self, run: str, *, since: int) -> frozenset[tuple[str, int]]:
+        """(rule, first step) of the run's incidents that start at or after `since`."""
+        rows = self.db.execute("SELECT rule, step FROM incidents WHERE run=? AND step>=?", (run, since))
+        return frozenset((rule, step) for rule, step in rows)
+
+    def open_incidents(self, run: str) -> list[IncidentRow]:
+        return [incident_row(r) for r in self.db.execute(f"{INCIDENT} WHERE run=? AND status='open'", (run,))]
+
+    def firing(self) -> tuple[list[IncidentRow], list[RunRow]]:
+        """What is wrong right now and was said (not history found at the first start): the open
+        incidents and the stalled runs, which a sink whose receiver forgets (Alertmanager) is told
+        again and again."""
+        incidents = [incident_row(r) for r in self.db.execute(f"{INCIDENT} WHERE status='open' AND quiet=0 ORDER BY id")]
+        runs = [run_row(r) for r in self.db.execute(f"{RUN} WHERE stalled=1 ORDER BY run")]
+        return incidents, runs
+
+    def run(self, run: str) -> RunRow | None:
+        row = self.db.execute(f"{RUN} WHERE run=?", (run,)).fetchone()
+        return None if row is None else run_row(row)
+
+    def runs(self) -> list[RunRow]:
+        return [run_row(r) for r in self.db.execute(RUN)]
