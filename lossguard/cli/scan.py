@@ -91,15 +91,6 @@ def _unsilenced(result, state_db: Path):  # noqa: ANN001, ANN202
 
 
 def _run(args: argparse.Namespace) -> int:
-    import os
-    from dataclasses import replace
-
-    from ..report import compare as cmp
-    from ..report import scan_report as report
-    from .progress import Progress
-    from ..detection.rules import load_rules
-    from ..report.audit import scan
-
     options = read_options_of(args)
     if args.log_format:
         options.reader(args.log_format)  # an unknown name is a usage error before anything is read
@@ -109,49 +100,12 @@ def _run(args: argparse.Namespace) -> int:
         args.rules = args.rules or list(settings.rules) or None
         if not args.paths:
             raise UsageError("nothing to scan: give PATH arguments or `paths` in --config")
-    jobs = args.jobs
-    if jobs is not None and jobs < 1:
+    if args.jobs is not None and args.jobs < 1:
         raise UsageError("--jobs must be at least 1")
-    show_progress = sys.stderr.isatty() and not args.quiet
-    rule_sets = [load_rules([p]) for p in args.compare_rules] if args.compare_rules else [load_rules(args.rules)]
-    results = []
-    for rules in rule_sets:
-        progress = Progress() if show_progress else None
-        try:
-            result = scan(args.paths, rules=rules, options=options, run_glob=args.run, jobs=jobs, progress=progress)
-        finally:
-            if progress:
-                progress.close()
-        if args.metric or args.since is not None:
-            keep = lambda i: (not args.metric or i.metric == args.metric) and (args.since is None or i.step >= args.since)  # noqa: E731
-            runs = tuple(replace(r, analysis=replace(r.analysis, incidents=tuple(filter(keep, r.incidents)))) for r in result.runs)
-            result = replace(result, runs=runs)
-        results.append(result)
+    results = _scanned(args, options)
+    _refuse_empty(results, args, options)
     result = results[0]
-    if args.run and not result.runs:
-        from ..ingest.discover import collect
-
-        names = sorted({f.run for f in collect(args.paths, globs=options.globs)[0]})
-        shown = ", ".join(printable(n) for n in names[:10]) + (f", ... ({len(names)} in all)" if len(names) > 10 else "")
-        raise UsageError(f"no run matches {printable(args.run)!r} (runs found: {shown or 'none'})")
-    if not result.runs and not result.all_problems:
-        raise UsageError(f"no training logs found under {', '.join(map(str, args.paths))}")
-    if args.metric:
-        known = {m for r in results for rep in r.runs for m in rep.analysis.metrics} | {rule.metric for r in results for rule in r.rules.rules}
-        if args.metric not in known:
-            raise UsageError(f"no run logs a metric {printable(args.metric)!r} and no rule judges one (metrics found: {', '.join(sorted(known))})")
-    if args.compare_rules:
-        rows = cmp.compare(results[0], results[1])
-        names = [results[0].rules.origin, results[1].rules.origin]
-        if args.format == "json":
-            import json
-
-            text = json.dumps(cmp.to_json(rows, *names), indent=2) + "\n"
-        else:
-            text = cmp.to_text(rows, *names)
-    else:
-        colour = args.output is None and sys.stdout.isatty() and not os.environ.get("NO_COLOR")
-        text = report.render(result, args.format, colour=colour)
+    text = _report_text(results, args)
     if args.output:
         write_file(args.output, text)
     else:
@@ -167,4 +121,68 @@ def _run(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     if args.strict and problems:
         return EXIT_USAGE
-    return EXIT_FOUND if any(r.incidents for r in results[0].runs) else EXIT_OK
+    return EXIT_FOUND if any(r.incidents for r in result.runs) else EXIT_OK
+
+
+def _scanned(args: argparse.Namespace, options) -> list:  # noqa: ANN001 - a ReadOptions; ScanResults
+    """The scan with the rules in force, or one per rule set compared (--compare-rules A B), each
+    with only the spikes --metric and --since keep."""
+    from dataclasses import replace
+
+    from ..detection.rules import load_rules
+    from ..report.audit import scan
+    from .progress import Progress
+
+    show_progress = sys.stderr.isatty() and not args.quiet
+    rule_sets = [load_rules([p]) for p in args.compare_rules] if args.compare_rules else [load_rules(args.rules)]
+    results = []
+    for rules in rule_sets:
+        progress = Progress() if show_progress else None
+        try:
+            result = scan(args.paths, rules=rules, options=options, run_glob=args.run, jobs=args.jobs, progress=progress)
+        finally:
+            if progress:
+                progress.close()
+        if args.metric or args.since is not None:
+            keep = lambda i: (not args.metric or i.metric == args.metric) and (args.since is None or i.step >= args.since)  # noqa: E731
+            runs = tuple(replace(r, analysis=replace(r.analysis, incidents=tuple(filter(keep, r.incidents)))) for r in result.runs)
+            result = replace(result, runs=runs)
+        results.append(result)
+    return results
+
+
+def _refuse_empty(results: list, args: argparse.Namespace, options) -> None:  # noqa: ANN001 - a ReadOptions
+    """A scan that found nothing to judge because of what it was asked (a --run glob that matches no
+    run, no logs at all, a --metric nothing logs or judges) is a usage error, said with what is there."""
+    result = results[0]
+    if args.run and not result.runs:
+        from ..ingest.discover import collect
+
+        names = sorted({f.run for f in collect(args.paths, globs=options.globs)[0]})
+        shown = ", ".join(printable(n) for n in names[:10]) + (f", ... ({len(names)} in all)" if len(names) > 10 else "")
+        raise UsageError(f"no run matches {printable(args.run)!r} (runs found: {shown or 'none'})")
+    if not result.runs and not result.all_problems:
+        raise UsageError(f"no training logs found under {', '.join(map(str, args.paths))}")
+    if args.metric:
+        known = {m for r in results for rep in r.runs for m in rep.analysis.metrics} | {rule.metric for r in results for rule in r.rules.rules}
+        if args.metric not in known:
+            raise UsageError(f"no run logs a metric {printable(args.metric)!r} and no rule judges one (metrics found: {', '.join(sorted(known))})")
+
+
+def _report_text(results: list, args: argparse.Namespace) -> str:
+    """The report in --format, or with --compare-rules what the two rule sets flag differently."""
+    import os
+
+    from ..report import compare as cmp
+    from ..report import scan_report as report
+
+    if args.compare_rules:
+        rows = cmp.compare(results[0], results[1])
+        names = [results[0].rules.origin, results[1].rules.origin]
+        if args.format == "json":
+            import json
+
+            return json.dumps(cmp.to_json(rows, *names), indent=2) + "\n"
+        return cmp.to_text(rows, *names)
+    colour = args.output is None and sys.stdout.isatty() and not os.environ.get("NO_COLOR")
+    return report.render(results[0], args.format, colour=colour)
