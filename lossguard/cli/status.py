@@ -43,16 +43,20 @@ def _run(args: argparse.Namespace) -> int:
         print(json.dumps(summary, indent=2))
         return EXIT_OK
     p = printable
-    print(f"following {len(summary['files'])} file(s){':' if summary['files'] else ''}")
-    for f in summary["files"]:
-        print(f"  {p(f['run'])}  {p(f['path'])}  {p(f['format'] or '?')}  byte {f['offset']}{'  (unreadable)' if f['dead'] else ''}")
-    print(f"{len(summary['open_incidents'])} open incident(s){':' if summary['open_incidents'] else ''}")
-    for inc in summary["open_incidents"]:
-        print(f"  {p(inc['run'])}  step {inc['step']}  {p(inc['rule'])}")
-    print(f"{len(summary['undelivered'])} undelivered notification(s){':' if summary['undelivered'] else ''}")
-    for n in summary["undelivered"]:
-        print(f"  #{n['id']} {n['kind']}  attempts {n['attempts']}{'  PERMANENT' if n['permanent'] else ''}  {p(n['error'] or '')}")
-    print(f"{len(summary['silences'])} silence(s) in force{':' if summary['silences'] else ''}")
-    for s in summary["silences"]:
-        print(f"  {silence_line(Silence.from_json(s))}")
+    files, incidents, undelivered, silences = (summary[k] for k in ("files", "open_incidents", "undelivered", "silences"))
+    _section(f"following {len(files)} file(s)", [
+        f"{p(f['run'])}  {p(f['path'])}  {p(f['format'] or '?')}  byte {f['offset']}{'  (unreadable)' if f['dead'] else ''}" for f in files
+    ])
+    _section(f"{len(incidents)} open incident(s)", [f"{p(inc['run'])}  step {inc['step']}  {p(inc['rule'])}" for inc in incidents])
+    _section(f"{len(undelivered)} undelivered notification(s)", [
+        f"#{n['id']} {n['kind']}  attempts {n['attempts']}{'  PERMANENT' if n['permanent'] else ''}  {p(n['error'] or '')}" for n in undelivered
+    ])
+    _section(f"{len(silences)} silence(s) in force", [silence_line(Silence.from_json(s)) for s in silences])
     return EXIT_OK
+
+
+def _section(heading: str, lines: list[str]) -> None:
+    """One part of the table: its heading (with a colon when something follows), then each line indented."""
+    print(heading + (":" if lines else ""))
+    for line in lines:
+        print(f"  {line}")
