@@ -2,8 +2,9 @@
 wall clock's steps do not move, and the resumed and stalled notices that follow from it.
 
 A wall clock stepped forward (NTP after boot) must stall no run that is writing, and one stepped
-back must delay no stall; a run last seen by an earlier process counts from the wall time it
-stored, so the clock durations are measured on still compares with stored wall times (`Steady`)."""
+back must delay no stall; yet a run last seen by an earlier process counts from the wall time it
+stored. So quiet spells are measured on `Steady`, a clock that keeps the wall clock's reading but
+not its steps."""
 
 from __future__ import annotations
 
