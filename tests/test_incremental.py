@@ -176,10 +176,10 @@ def _stream(values: list[float]) -> pl.DataFrame:
 
 
 def _judged_in_passes(values: list[float], cuts: list[int], rule: Rule, *, spare: bool = True) -> list[Incident]:
-    """What the daemon raises, pass by pass (follow.py's _judge_run and _keep_tails): each pass judges
+    """What the daemon raises, pass by pass (lossguard.watch.tails: windows_of and kept_tails): each pass judges
     the stream's kept tail plus what arrived with the scan's own find_incidents, raises what is new and
     updates what it knows, then keeps as tail the rule's lookback plus the span of the incidents still
-    open. `spare`: keep what follow.py keeps (at least 16, and 8 more); without it, the lookback
+    open. `spare`: keep what the daemon keeps (at least 16, and 8 more); without it, the lookback
     alone, which must be enough."""
     points = _stream(values)
     known: dict[int, Incident] = {}

@@ -71,6 +71,23 @@ def fast_wide(
         return _NO_WIDE, lines
     free, fields = shape
     wanted = [f for f in fields if keep is None or keep(f.key)] or fields
+    read, fits = _fitting(cells, free, fields, wanted, sep=sep, strip=strip)
+    n_fit = int(fits.sum())
+    if not n_fit:
+        return _NO_WIDE, lines
+    every = n_fit == fits.len()
+    values = read.drop("fits") if every else read.filter(fits).drop("fits")
+    kept = cells if every else cells.filter(fits)
+    wanted, values, still = _numbers_wanted(kept, values, fields, wanted, cell_re=cell_re, strip=strip)
+    return _taken(lines, fits, every, [f.key for f in wanted], values, still)
+
+
+def _fitting(
+    cells: pl.DataFrame, free: list[tuple[int, pl.Expr]], fields: list[_Field], wanted: list[_Field], *, sep: str, strip: str
+) -> tuple[pl.DataFrame, pl.Series]:
+    """The quick reads of the `wanted` fields (_quick_read, a column `fits` first) and which lines
+    are of the shape (_shape's `free` cells and `fields`): those whose last field is whole and that
+    pass the checks, each asked as cheaply as what it must rule out allows."""
     counts = [f.count for f in fields if f.count is not None]
     # A quick read of a field the regex can not read otherwise (_Field.trusted) says its cell holds
     # one pair: the count, a regex pass a field, is then asked only of lines where a quick read failed.
@@ -102,25 +119,33 @@ def fast_wide(
         if odd.any():
             one = cells.filter(odd).lazy().select([_stripped(i, strip) for i in range(cells.width)]).select(pl.all_horizontal(counts)).collect()
             fits = fits.scatter(odd.arg_true(), one.to_series().fill_null(False))
-    n_fit = int(fits.sum())
-    if not n_fit:
-        return _NO_WIDE, lines
-    every = n_fit == fits.len()
-    values = read.drop("fits") if every else read.filter(fits).drop("fits")
-    kept = cells if every else cells.filter(fits)
+    return read, fits
+
+
+def _numbers_wanted(
+    kept: pl.DataFrame, values: pl.DataFrame, fields: list[_Field], wanted: list[_Field], *, cell_re: str, strip: str
+) -> tuple[list[_Field], pl.DataFrame, pl.Series | None]:
+    """(the fields read, their numbers on the lines of the shape, which lines still are: _numbers):
+    the `wanted` fields' (`values`: their quick reads), or every field's where a line's wanted ones
+    hold none: its other pairs make it a record."""
     values, still = _numbers(kept, values, wanted, cell_re)
     if len(wanted) < len(fields) and values.select(pl.all_horizontal(pl.all().is_null()).any()).item():
-        # A line whose needed fields hold no number: its other pairs make it a record.
-        wanted = fields
-        values, still = _numbers(kept, _quick_read(kept, strip, fields, lean=not counts), fields, cell_re)
+        lean = all(f.count is None for f in fields)  # (as _fitting read them)
+        values, still = _numbers(kept, _quick_read(kept, strip, fields, lean=lean), fields, cell_re)
+        return fields, values, still
+    return wanted, values, still
+
+
+def _taken(lines: pl.DataFrame, fits: pl.Series, every: bool, keys: list[str], values: pl.DataFrame, still: pl.Series | None) -> tuple[Wide, pl.DataFrame]:
+    """The pairs of the lines of the shape (`fits`; `every`: all), and the lines left for the regex
+    path: those not of the shape, and those where it found another key's pair (`still` false)."""
     line_nos = lines.get_column("line_no").to_numpy()
     line_nos = line_nos if every else line_nos[fits.to_numpy()]
     if still is not None:
-        # Lines whose regex found another key's pair: back to the regex path, whole.
         values, line_nos = values.filter(still), line_nos[still.to_numpy()]
         fits = fits.scatter(fits.arg_true().filter(~still), False)
         every = False
-    return Wide(line_nos, [f.key for f in wanted], values), lines.clear() if every else lines.filter(~fits)
+    return Wide(line_nos, keys, values), lines.clear() if every else lines.filter(~fits)
 
 
 def _cut(texts: pl.Series, seps: pl.Series, *, sep: str) -> pl.DataFrame | None:

@@ -92,19 +92,42 @@ def records_to_rows(
     before them, they are not read (fairseq's validation lines belong to the update they ran at).
     """
     # Keys compared on the few distinct names, not on every row (tens of millions in a big log).
-    names = pairs.get_column("key").unique().to_list()
-    drop = [k for k in names if k is not None and k.lower() in drop_record_keys]
-    if drop:
-        bad = pairs.filter(pl.col("key").is_in(drop)).get_column("line_no").unique()
-        pairs = pairs.filter(~pl.col("line_no").is_in(bad.implode()))
-    step_names = [k for k in names if k is not None and k.lower() in step_keys]
+    names = [k for k in pairs.get_column("key").unique().to_list() if k is not None]
+    pairs = _without_records(pairs, [k for k in names if k.lower() in drop_record_keys])
+    step_names = [k for k in names if k.lower() in step_keys]
     is_step = pl.col("key").is_in(step_names) if step_names else pl.lit(False)
     # One plan, collected once on the in-memory engine (the daemon runs this for every few hundred
     # new lines, where each separate query costs more than its work; eager steps run there too).
     lazy = pairs.lazy()
+    steps = _record_steps(lazy.filter(is_step), line_steps=line_steps, unreadable_steps=unreadable_steps)
+    metrics = lazy.filter(~is_step)
+    records = metrics.select("line_no").unique(maintain_order=True).join(steps, on="line_no", how="left", maintain_order="left")
+    records = _placed(records, cursor, require_step=require_step, unnumbered=unnumbered)
+    # Joins keep the pairs' order (line, then position in the line) only when asked to.
+    rows = metrics.join(records.select("line_no", pl.col("filled").alias("step")), on="line_no", how="inner", maintain_order="left").select(
+        "step", pl.col("key").alias("tag"), "value", pl.lit(None, dtype=pl.Float64).alias("wall_time"), "line_no"
+    )
+    summary = records.select(pl.len().alias("n"), pl.col("step").drop_nulls().last().alias("last_step"))
+    rows, summary = pl.collect_all([rows, summary], engine="in-memory")
+    n, own_last = summary.row(0)
+    if n == 0:
+        return table.empty_raw().with_columns(pl.lit(None, dtype=pl.Int64).alias("line_no")), cursor
+    return rows, cursor.advance(index=cursor.index + n, last_step=own_last if own_last is not None else cursor.last_step)
+
+
+def _without_records(pairs: pl.DataFrame, drop: list[str]) -> pl.DataFrame:
+    """The pairs less every record (line) holding any of the keys `drop` (a summary, not a point)."""
+    if not drop:
+        return pairs
+    bad = pairs.filter(pl.col("key").is_in(drop)).get_column("line_no").unique()
+    return pairs.filter(~pl.col("line_no").is_in(bad.implode()))
+
+
+def _record_steps(keyed: pl.LazyFrame, *, line_steps: pl.DataFrame | None, unreadable_steps: pl.Series | None) -> pl.LazyFrame:
+    """(line_no, step, keyed) of every record with a step of its own: its step key's (`keyed`: its
+    pairs of step keys), else its line's (`line_steps`); null where the key holds no step."""
     steps = (
-        lazy.filter(is_step)
-        .group_by("line_no", maintain_order=True)
+        keyed.group_by("line_no", maintain_order=True)
         .agg(pl.col("value").first())
         .select("line_no", usable_step(pl.col("value")).alias("step"), pl.lit(True).alias("keyed"))
     )
@@ -118,8 +141,12 @@ def records_to_rows(
     if unreadable_steps is not None and unreadable_steps.len():
         unreadable = pl.LazyFrame({"line_no": unreadable_steps.cast(pl.Int64)}).select("line_no", pl.lit(None, dtype=pl.Int64).alias("step"), pl.lit(True).alias("keyed"))
         steps = pl.concat([steps, unreadable]).unique("line_no", keep="first", maintain_order=True)
-    metrics = lazy.filter(~is_step)
-    records = metrics.select("line_no").unique(maintain_order=True).join(steps, on="line_no", how="left", maintain_order="left")
+    return steps
+
+
+def _placed(records: pl.LazyFrame, cursor: Cursor, *, require_step: bool, unnumbered: pl.Series | None) -> pl.LazyFrame:
+    """The records (line_no, step, keyed) with the step each is placed at (`filled`): its own, the
+    last one before it, the cursor's, or its number; null where its step key holds no step."""
     # A step key that is there but holds no step: the record is unplaceable, whatever came before.
     bad = pl.col("keyed").fill_null(False) & pl.col("step").is_null()
     if require_step:
@@ -139,13 +166,4 @@ def records_to_rows(
     )
     if unnumbered is not None and unnumbered.len():
         records = records.filter(pl.col("filled").is_not_null() | bad)
-    # Joins keep the pairs' order (line, then position in the line) only when asked to.
-    rows = metrics.join(records.select("line_no", pl.col("filled").alias("step")), on="line_no", how="inner", maintain_order="left").select(
-        "step", pl.col("key").alias("tag"), "value", pl.lit(None, dtype=pl.Float64).alias("wall_time"), "line_no"
-    )
-    summary = records.select(pl.len().alias("n"), pl.col("step").drop_nulls().last().alias("last_step"))
-    rows, summary = pl.collect_all([rows, summary], engine="in-memory")
-    n, own_last = summary.row(0)
-    if n == 0:
-        return table.empty_raw().with_columns(pl.lit(None, dtype=pl.Int64).alias("line_no")), cursor
-    return rows, cursor.advance(index=cursor.index + n, last_step=own_last if own_last is not None else cursor.last_step)
+    return records

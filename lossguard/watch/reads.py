@@ -1,0 +1,211 @@
+"""What a pass reads: the new lines of each followed file, from its cursor, before the write lock.
+
+The reads run before the pass takes the state's write lock (a slow read holds up no other writer),
+so the file rows they move on are kept (`FileWrites`) and written in the pass's transaction. Which
+runs are read first, and how long the pass waits for a file, is the budget's (lossguard.watch.
+budget); files of formats read together, with little new in them, are read in one batch
+(lossguard.ingest.readmany)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import polars as pl
+
+from ..detection.engine import SCAN_NEEDS
+from ..ingest import readmany
+from ..ingest.discover import segment_order
+from ..ingest.reader import ReadOptions, ReadResult, read
+from ..state import FileRow, Transaction
+from .budget import Budget
+from .followed import Sighting, offset_of
+from .pass_report import PassReport
+
+BATCH_BYTES = 8 << 20
+"""New bytes a pass reads in one batch at most (lossguard.ingest.readmany): the first pass over a thousand
+runs' history reads them over a few passes rather than in one long one."""
+READ_LIMIT = 16 << 20
+"""Bytes of one file a pass reads at most: a long history is read over several passes, so the
+daemon's memory is bounded by this, the streams and their windows, not by the size of the logs."""
+
+Part = tuple[pl.DataFrame, bool, tuple[int, int]]
+"""One file's read: its new rows, whether they are all history, and the span of steps its lines reached."""
+
+
+@dataclass
+class FileWrites:
+    """The file rows a pass's walk and reads change, kept until the pass commits: those steps run
+    before the write lock is taken, and their rows are written in the pass's transaction, with the
+    incidents and outbox entries they led to (still one commit: a crash loses or repeats nothing)."""
+
+    writes: list[FileRow | str] = field(default_factory=list)
+    """In the order made: a row to put, or the path of a file no longer followed."""
+
+    def put_file(self, f: FileRow) -> None:
+        self.writes.append(f)
+
+    def forget_file(self, path: str) -> None:
+        self.writes.append(path)
+
+    def apply(self, tx: Transaction) -> None:
+        for w in self.writes:
+            tx.forget_file(w) if isinstance(w, str) else tx.put_file(w)
+
+
+@dataclass
+class NewRows:
+    """What a pass's reads found, per run."""
+
+    frames: dict[str, list[pl.DataFrame]]
+    """The new rows (only of the tags judging reads: SCAN_NEEDS), a frame per file read."""
+    quiet: dict[str, bool]
+    """Whether all of them are history (read from what the file held at the first start)."""
+    last_steps: dict[str, int]
+    """The last step each run's new lines reached, whatever tags they hold."""
+
+
+def _capped(row: FileRow, limit: int) -> int:
+    """How much of the file a read may take: history found at the first start is read apart from
+    what was written after it (a read ends where the file ended then), so a spike appended while
+    the history is still being read is never taken for history with its last block."""
+    left = row.quiet - offset_of(row).offset
+    return min(limit, left) if left > 0 else limit
+
+
+def _pending(seen: Sighting) -> int:
+    """Bytes waiting in the file past its cursor."""
+    return seen.size - offset_of(seen.row).offset
+
+
+class Reads:
+    """A pass's reads, with the budget that orders and bounds them and the formats it sniffed."""
+
+    def __init__(self, *, options: ReadOptions, budget: Budget, log: Callable[[str], None]) -> None:
+        self.options = options
+        self.budget = budget
+        self.log = log
+        self._formats: dict[str, str | None] = {}
+        """The formats sniffed in this pass (of files not read before)."""
+
+    def read(self, tx: FileWrites, sightings: dict[str, Sighting], report: PassReport) -> NewRows:
+        """The new rows of each run whose files changed. Runs left over from the last pass first,
+        then the cheapest; a run whose file is slow to read waits for it, the others do not
+        (lossguard.watch.budget)."""
+        todo: dict[str, list[tuple[str, Sighting]]] = {}
+        for path, seen in sightings.items():
+            if not (seen.row.dead or seen.unchanged):
+                todo.setdefault(seen.row.run, []).append((path, seen))
+        order = self.budget.order({run: [(path, _pending(seen)) for path, seen in files] for run, files in todo.items()})
+        self.budget.deferred = set()
+        for run in todo:
+            # A rotated segment before its live log, so a run's lines are judged in the order written.
+            todo[run].sort(key=lambda item: segment_order(item[0]))
+        self._formats = {}
+        together = self._read_together(tx, order, todo, report)
+        rest = [run for run in order if run not in together]
+        for i, run in enumerate(rest):
+            if (i or together) and self.budget.spent():
+                self.budget.deferred = set(rest[i:])
+                report.unfinished += [path for r in rest[i:] for path, _ in todo[r]]
+                break
+            got: list[Part] = []
+            for path, seen in todo[run]:
+                if not self._read_file(tx, path, seen, got, report):
+                    break  # still reading: the run's later files wait for it, to keep their order
+            together[run] = got
+        return _by_run(order, together)
+
+    def _read_together(self, tx: FileWrites, order: list[str], todo: dict[str, list[tuple[str, Sighting]]], report: PassReport) -> dict[str, list[Part]]:
+        """The runs whose files are of formats read together (JSON lines, Megatron, key-value logs)
+        with little new in them, read in one batch (lossguard.ingest.readmany: a parse per format), in `order`
+        up to BATCH_BYTES; a file the batch leaves is read on its own, in its place among its run's
+        files. Returns each run's parts."""
+        chosen = self._batch(order, todo)
+        jobs = [(path, seen) for run in chosen for path, seen in todo[run]]
+        if not jobs:
+            return {}
+        started = time.monotonic()
+        results = readmany.read_many(
+            [
+                readmany.Job(Path(path), offset_of(seen.row), seen.row.run, self._format(path, seen) or "", _capped(seen.row, self.budget.block(path)))
+                for path, seen in jobs
+            ],
+            options=self.options,
+            needs=SCAN_NEEDS,
+        )
+        share = (time.monotonic() - started) / len(jobs)
+        got: dict[str, list[Part]] = {run: [] for run in chosen}
+        for (path, seen), res in zip(jobs, results):
+            if res is not None:
+                self.budget.took(path, offset_of(seen.row), res, share)
+            self._read_file(tx, path, seen, got[seen.row.run], report, res=res)
+        return got
+
+    def _batch(self, order: list[str], todo: dict[str, list[tuple[str, Sighting]]]) -> list[str]:
+        """The runs read in one batch: those whose every file may be (readmany.batched, and little
+        waiting by the budget), in `order`, until BATCH_BYTES are waiting in them."""
+        chosen, waiting = [], 0
+        for run in order:
+            files = todo[run]
+            pending = [_pending(seen) for _, seen in files]
+            if not all(readmany.batched(self._format(path, seen), self.options) and self.budget.together(path, n) for (path, seen), n in zip(files, pending)):
+                continue
+            if chosen and waiting + sum(pending) > BATCH_BYTES:
+                break
+            chosen.append(run)
+            waiting += sum(pending)
+        return chosen
+
+    def _format(self, path: str, seen: Sighting) -> str | None:
+        """The file's format: as read before, else as sniffed (once a pass: a new file's head)."""
+        if seen.row.format:
+            return seen.row.format
+        if path not in self._formats:
+            self._formats[path] = self.options.format_of(Path(path))
+        return self._formats[path]
+
+    def _read_file(self, tx: FileWrites, path: str, seen: Sighting, got: list[Part], report: PassReport, *, res: ReadResult | None = None) -> bool:
+        """Read `path` on from its cursor (`res`: already read); False while the read still runs
+        (lossguard.watch.budget)."""
+        row = seen.row
+        fmt = self._format(path, seen)
+        if fmt is None:
+            return True
+        cursor = offset_of(row)
+        block = self.budget.block(path)
+        if res is None:
+            job = lambda limit: read(  # noqa: E731
+                Path(path), cursor, run=row.run, fmt=fmt, final=False, options=self.options, limit=_capped(row, limit), needs=SCAN_NEEDS
+            )
+            res = self.budget.read(path, cursor, seen.size - cursor.offset, job)
+        if res is None:
+            return False
+        for p in res.problems:
+            self.log(f"warning: {p}")
+        report.problems += len(res.problems)
+        report.files += 1
+        if seen.size > cursor.offset + _capped(row, block):  # (the read was cut short: more than a partial line waits)
+            report.unfinished.append(path)
+        if res.span is not None:
+            # Lines holding only tags no rule reads give no rows, but their steps still move the run on.
+            got.append((res.frame, cursor.offset < row.quiet, res.span))
+        # Quiet until the read passes the size the file had at the first start.
+        quiet_until = row.quiet if res.cursor.offset < row.quiet else 0
+        updated = FileRow(path, row.run, fmt, row.device, row.inode, row.fingerprint, res.cursor.to_json(), res.dead, quiet_until, seen.mtime)
+        if updated != row:
+            tx.put_file(updated)
+        return True
+
+
+def _by_run(order: list[str], parts: dict[str, list[Part]]) -> NewRows:
+    """The parts read, gathered per run in `order` (a run the budget left has none)."""
+    rows = NewRows({}, {}, {})
+    for run in order:
+        for frame, history, span in parts.get(run, ()):
+            rows.frames.setdefault(run, []).append(frame)
+            rows.quiet[run] = rows.quiet.get(run, True) and history
+            rows.last_steps[run] = max(rows.last_steps.get(run, span[1]), span[1])
+    return rows

@@ -1,0 +1,77 @@
+"""Which runs moved on and which went quiet: when each run last logged a new step, on a clock the
+wall clock's steps do not move, and the resumed and stalled notices that follow from it.
+
+A wall clock stepped forward (NTP after boot) must stall no run that is writing, and one stepped
+back must delay no stall; yet a run last seen by an earlier process counts from the wall time it
+stored. So quiet spells are measured on `Steady`, a clock that keeps the wall clock's reading but
+not its steps."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+from ..alerts.lifecycle import stalled
+from ..model import Notice
+from ..state import RunRow, State, Transaction
+from .notices import Notices
+from .pass_report import PassReport
+
+
+class Steady:
+    """The wall clock with the steps it took since this process started taken out (each pass's
+    wall time, less what it moved beyond the monotonic clock since the pass before): the time
+    durations inside one process are measured in, which stored wall times of an earlier process
+    still compare with."""
+
+    def __init__(self, monotonic: Callable[[], float] | None) -> None:
+        self.monotonic = monotonic
+        self.skew = 0.0
+        self.now = 0.0
+        self._last: tuple[float, float] | None = None
+
+    def tick(self, wall: float) -> None:
+        if self.monotonic is not None:
+            mono = self.monotonic()
+            if self._last is not None:
+                self.skew += (wall - self._last[0]) - (mono - self._last[1])
+            self._last = (wall, mono)
+        self.now = wall - self.skew
+
+
+class Stalls:
+    """When each run last advanced while this process ran, and which runs are quiet for `stall_after`."""
+
+    def __init__(self, *, state: State, clock: Callable[[], float] | None, stall_after: float, notices: Notices) -> None:
+        self.state = state
+        self.steady = Steady(clock)
+        """How long a run has been quiet, with the wall clock's steps taken out (the daemon passes
+        time.monotonic; None: each pass's `now` is trusted, as the tests give it)."""
+        self.stall_after = stall_after
+        self.notices = notices
+        self._advanced_at: dict[str, float] = {}
+        """Runs that logged a new step while this process ran: when (steady time)."""
+
+    def tick(self, now: float) -> None:
+        """A pass begins at wall time `now`."""
+        self.steady.tick(now)
+
+    def advanced(self, tx: Transaction, known: RunRow | None, run: str, last_step: int, *, now: float, report: PassReport) -> bool:
+        """Whether the run's last step moved (a stalled run that moves has resumed: said here)."""
+        if known is None or known.last_step is None or last_step != known.last_step:
+            self._advanced_at[run] = self.steady.now
+            if known is not None and known.stalled:
+                self.notices.send(tx, Notice("resumed", run, step=last_step), None, now, report)
+            return True
+        return False
+
+    def mark(self, tx: Transaction, now: float, active_runs: set[str], report: PassReport) -> None:
+        """Mark and say the runs quiet for `stall_after`, measured on the steady clock (`active_runs`
+        moved in this pass)."""
+        steady = self.steady.now
+        for row in self.state.runs() if self.stall_after > 0 else ():
+            row = replace(row, advanced_at=self._advanced_at.get(row.run, row.advanced_at))
+            if row.run not in active_runs and stalled(row, now=steady, stall_after=self.stall_after):
+                tx.mark_stalled(row.run)
+                minutes = round((steady - row.advanced_at) / 60, 1)
+                self.notices.send(tx, Notice("stalled", row.run, step=row.last_step, minutes=minutes), None, now, report)
