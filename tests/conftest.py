@@ -6,8 +6,19 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# A property test pins what a function returns, never how fast: hypothesis' 200 ms deadline per example
+# fails a loaded 2-core box (two workers, daemons beside them) for nothing.
+settings.register_profile("lossguard", deadline=None)
+settings.load_profile("lossguard")
 
 FIXTURES = Path(__file__).parent / "fixtures"
+
+WAIT_FOR_EVERY_READ = 3600.0
+"""A Follower's pass_budget for in-process tests that pin what one pass raises: the pass waits for
+every read, so a loaded machine (a file's first read on a thread outlasting the 0.25 s budget) cannot
+move a notice to a later pass. The budget itself is tested with budgets of its own."""
 CORPUS = FIXTURES / "corpus"
 
 

@@ -15,6 +15,8 @@ from lossguard.detection.rules import default_rules
 from lossguard.watch.followed import offset_of
 from lossguard.state import State
 
+from .conftest import WAIT_FOR_EVERY_READ
+
 from .test_watch import _calm, _line
 
 
@@ -24,7 +26,7 @@ def one_run(tmp_path, text: str, **options) -> tuple:  # noqa: ANN003
     log.parent.mkdir(parents=True)
     log.write_text(text)
     state = State(tmp_path / "state")
-    return log, state, Follower([tmp_path / "runs"], rules=default_rules(), state=state, log=lambda _: None, **options)
+    return log, state, Follower([tmp_path / "runs"], rules=default_rules(), state=state, log=lambda _: None, **{"pass_budget": WAIT_FOR_EVERY_READ, **options})
 
 
 def test_inotify_passes_read_the_named_files_and_walk_only_when_the_tree_changed(tmp_path):
@@ -33,7 +35,7 @@ def test_inotify_passes_read_the_named_files_and_walk_only_when_the_tree_changed
         (root / name).mkdir(parents=True)
         (root / name / "metrics.jsonl").write_text(_calm(range(1, 20)))
     state = State(tmp_path / "state")
-    follower = Follower([root], rules=default_rules(), state=state, log=lambda _: None)
+    follower = Follower([root], rules=default_rules(), state=state, log=lambda _: None, pass_budget=WAIT_FOR_EVERY_READ)
     assert follower.run_pass(1.0).walked
     a = root / "a" / "metrics.jsonl"
     with open(a, "a") as fh:
@@ -105,7 +107,7 @@ def calm_runs(tmp_path, *names: str) -> tuple:
         (root / name / "metrics.jsonl").write_text(_calm(range(1, 20)))
     logged: list[str] = []
     state = State(tmp_path / "state")
-    follower = Follower([root], rules=default_rules(), state=state, log=logged.append)
+    follower = Follower([root], rules=default_rules(), state=state, log=logged.append, pass_budget=WAIT_FOR_EVERY_READ)
     follower.run_pass(1.0)
     return root, state, follower, logged
 
@@ -245,7 +247,7 @@ def test_an_hf_console_dict_read_a_pass_after_its_bar_is_alerted_at_the_bars_ste
     log.parent.mkdir(parents=True)
     log.write_text(calm)
     state = State(tmp_path / "state")
-    follower = Follower([tmp_path / "runs"], rules=default_rules(), state=state, log=lambda _: None)
+    follower = Follower([tmp_path / "runs"], rules=default_rules(), state=state, log=lambda _: None, pass_budget=WAIT_FOR_EVERY_READ)
     assert follower.run_pass(1.0).notices == []
     bar, spike = _hf_dict(210, 9.0).splitlines(keepends=True)
     for now, text in ((2.0, bar), (3.0, spike)):  # the daemon's passes see the bar, then the dict
@@ -336,7 +338,7 @@ def test_megatron_runs_read_together_pass_by_pass_alert_what_a_scan_of_their_log
 
     monkeypatch.setattr(readmany, "read_many", counted)
     state = State(tmp_path / "state")
-    follower = Follower([root], rules=default_rules(), state=state, log=lambda _: None)
+    follower = Follower([root], rules=default_rules(), state=state, log=lambda _: None, pass_budget=WAIT_FOR_EVERY_READ)
     follower.run_pass(1.0)  # history
     opened = set()
     for p, (lo, hi) in enumerate([(30, 45), (45, 61), (61, 80)]):

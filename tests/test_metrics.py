@@ -19,6 +19,8 @@ from lossguard.detection.rules import default_rules
 from lossguard.watch.settings import Endpoint, load_settings, parse_listen
 from lossguard.state import State, StateReader, Tail
 
+from .conftest import WAIT_FOR_EVERY_READ
+
 from .test_watch import _calm, _line
 
 DAY = 86400.0
@@ -51,7 +53,7 @@ def test_a_scrape_shows_each_runs_step_update_latest_values_open_incidents_and_s
         (root / run).mkdir(parents=True)
         (root / run / "metrics.jsonl").write_text(_calm(range(1, 30)))
     state = State(tmp_path / "state")
-    follower = Follower([root], rules=default_rules(), state=state, log=lambda _: None)
+    follower = Follower([root], rules=default_rules(), state=state, log=lambda _: None, pass_budget=WAIT_FOR_EVERY_READ)
     follower.run_pass(1000.0)  # history
     with open(root / "a" / "metrics.jsonl", "a") as fh:
         fh.write(_line(30, 9.0, gn=2.5))  # a spike, still open
@@ -148,7 +150,7 @@ def test_a_scrape_reading_the_state_never_holds_up_a_pass(tmp_path):
     log = root / "exp" / "metrics.jsonl"
     log.write_text(_calm(range(1, 30)))
     state = State(tmp_path / "state")
-    follower = Follower([root], rules=default_rules(), state=state, log=lambda _: None)
+    follower = Follower([root], rules=default_rules(), state=state, log=lambda _: None, pass_budget=WAIT_FOR_EVERY_READ)
     follower.run_pass(1.0)
     reader = StateReader(state.path)
     with reader._lock:  # a scrape mid-way: its read transaction holds a snapshot
@@ -267,7 +269,7 @@ def test_the_runs_text_is_what_prometheus_clients_generate_latest_writes(tmp_pat
         log.parent.mkdir(parents=True)
         log.write_text(_calm(range(1, 30)))
     state = State(tmp_path / "state")
-    follower = Follower([tmp_path / "runs"], rules=default_rules(), state=state, log=lambda _: None)
+    follower = Follower([tmp_path / "runs"], rules=default_rules(), state=state, log=lambda _: None, pass_budget=WAIT_FOR_EVERY_READ)
     now = _time.time()
     follower.run_pass(now)
     with open(tmp_path / "runs" / "spiky" / "metrics.jsonl", "a") as fh:
@@ -292,7 +294,7 @@ def test_runs_rendered_again_only_where_a_commit_changed_them_read_as_a_full_ren
         log.parent.mkdir(parents=True)
         log.write_text(_calm(range(1, 30)))
     state = State(tmp_path / "state")
-    follower = Follower([tmp_path / "runs"], rules=default_rules(), state=state, stall_after=60, log=lambda _: None)
+    follower = Follower([tmp_path / "runs"], rules=default_rules(), state=state, stall_after=60, log=lambda _: None, pass_budget=WAIT_FOR_EVERY_READ)
     clock = [time.time()]
     reader = StateReader(tmp_path / "state" / "state.db")
     kept = Exposition(reader, Health(["console"]), run_ttl=600, clock=lambda: clock[0])

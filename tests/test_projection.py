@@ -16,6 +16,8 @@ from lossguard.ingest.formats.sniff import format_of
 from lossguard.ingest.reader import ReadOptions, read
 from lossguard.ingest.table import span_of
 
+from .conftest import WAIT_FOR_EVERY_READ
+
 from .test_incremental import TEXTS
 
 OPTIONS = ReadOptions()
@@ -90,7 +92,7 @@ def test_the_daemon_builds_rows_only_for_what_it_judges_and_the_rest_still_moves
     log.parent.mkdir(parents=True)
     log.write_text("epoch,step,train_loss,lr-AdamW,val_acc,tokens\n" + "".join(f"0,{i},{2 + (i % 7) / 100},0.0003,,{i * 512}\n" for i in range(1, 101)))
     state = State(tmp_path / "state")
-    follower = Follower([tmp_path / "runs"], rules=default_rules(), state=state, log=lambda _: None)
+    follower = Follower([tmp_path / "runs"], rules=default_rules(), state=state, log=lambda _: None, pass_budget=WAIT_FOR_EVERY_READ)
     report = follower.run_pass(1.0)
     assert report.rows == 200  # loss and LR of 100 steps; not the epoch, tokens or accuracy
     with open(log, "a") as fh:

@@ -12,6 +12,8 @@ from lossguard.watch.follow import Follower
 from lossguard.detection.rules import default_rules
 from lossguard.state import State
 
+from .conftest import WAIT_FOR_EVERY_READ
+
 CRASH, RESUME = 100, 80
 
 
@@ -60,7 +62,7 @@ def test_the_daemon_labels_it_from_its_segment_and_resolves_it_when_the_run_resu
     log.parent.mkdir(parents=True)
     log.write_text("")
     state = State(tmp_path / "state")
-    follower = Follower([tmp_path / "runs"], rules=default_rules(), state=state, log=lambda _: None)
+    follower = Follower([tmp_path / "runs"], rules=default_rules(), state=state, log=lambda _: None, pass_budget=WAIT_FOR_EVERY_READ)
     follower.run_pass(1.0)
     log.write_text(_before_the_crash())
     opened = [n for n in follower.run_pass(2.0).notices if n.incident and n.incident.metric == "loss"]
