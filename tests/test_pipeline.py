@@ -277,7 +277,7 @@ class Dies(Exception):
 def test_a_kill_during_the_summarys_post_does_not_list_its_incidents_again(slack, state):
     class Killed(SlackBot):
         def post(self, message, **kw):  # noqa: ANN001, ANN003
-            delivery = super().post(message, **kw)
+            super().post(message, **kw)
             raise Dies
 
     burst = [replace(BASE, run=f"exp{i}") for i in range(4)]
