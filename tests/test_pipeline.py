@@ -5,12 +5,18 @@ passed in."""
 from __future__ import annotations
 
 import json
+import threading
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
+from lossguard.alerts import sinks
+from lossguard.alerts.delivery import Post
+from lossguard.alerts.picture import Picture
 from lossguard.alerts.pipeline import BATCH, Dispatcher
+from lossguard.alerts.plots import Plot
 from lossguard.alerts.sinks import JsonlSink, SlackSink
 from lossguard.alerts.slack import SlackBot, SlackWebhook
 from lossguard.model import Incident, Notice
@@ -271,7 +277,7 @@ class Dies(Exception):
 def test_a_kill_during_the_summarys_post_does_not_list_its_incidents_again(slack, state):
     class Killed(SlackBot):
         def post(self, message, **kw):  # noqa: ANN001, ANN003
-            delivery = super().post(message, **kw)
+            super().post(message, **kw)
             raise Dies
 
     burst = [replace(BASE, run=f"exp{i}") for i in range(4)]
@@ -311,3 +317,36 @@ def test_a_jsonl_line_a_kill_cut_short_does_not_swallow_the_next_record(tmp_path
     Dispatcher(state, {"jsonl": JsonlSink(out)}).round()
     torn, line = out.read_text().splitlines()
     assert json.loads(line)["step"] == 20 and torn.endswith('"ru')
+
+
+def test_a_jsonl_alert_a_kill_left_unrecorded_is_not_written_again_while_the_plotter_reads_the_file(tmp_path, state, monkeypatch):
+    """The restarted daemon's sender and plotter share one sink, on two threads: the sender's retry
+    must find the line the killed daemon wrote even when the plotter is the one reading the file
+    (it used to see the ids read so far: none, and wrote the alert a second time)."""
+    out = tmp_path / "alerts.jsonl"
+    raise_(state, BASE, sinks=("jsonl",))
+    (entry,) = state.pending(sink="jsonl")
+    assert JsonlSink(out).send(Post((entry,))).ok  # the killed daemon's write; its record never came
+    sink = JsonlSink(out)
+    reading, go = threading.Event(), threading.Event()
+    real_open = open
+
+    def read_halfway(file, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003
+        if isinstance(file, Path) and file == out and not reading.is_set():  # the first look at the file's ids
+            reading.set()
+            go.wait(30)
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr(sinks, "open", read_halfway, raising=False)
+    plot = Plot(tmp_path / "plot.png", Picture(BASE, ()), None, f"{entry.key}-plot", entry.key)
+    plotter = threading.Thread(target=sink.send_plot, args=(plot,))
+    plotter.start()
+    assert reading.wait(30)
+    sender = threading.Thread(target=Dispatcher(state, {"jsonl": sink}).round)
+    sender.start()
+    sender.join(0.5)  # (a sender that does not wait for the plotter's read is done by now)
+    go.set()
+    plotter.join(30)
+    sender.join(30)
+    assert [json.loads(line)["id"] for line in out.read_text().splitlines()] == [entry.key, plot.key]
+    assert state.pending() == []

@@ -145,6 +145,12 @@ def test_history_is_read_but_not_alerted_and_a_new_spike_is_alerted_once(runs):
     assert w.proc.returncode == 0, err
 
 
+KILLED_DEADLINE = 120.0
+"""How long the daemon left after the kills may take to say everything: a deadline, not a wait (it
+is met in seconds). Each kill -9 leaves its picture's drawing child running, so a loaded 2-core box
+starts the last daemon beside a few matplotlib processes."""
+
+
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_kill_9_at_random_moments_loses_and_repeats_nothing(runs, seed):
     rng = random.Random(seed)
@@ -153,28 +159,33 @@ def test_kill_9_at_random_moments_loses_and_repeats_nothing(runs, seed):
     spikes = []
     step = 20
     w = Watch(runs).start()
-    w.wait_ready()
-    for _ in range(6):
-        chunk = _calm(range(step, step + 15))
-        spike = step + 15
-        spikes.append(spike)
-        chunk += _line(spike, 9.0) + _calm(range(spike + 1, spike + 5))
-        step = spike + 5
-        cut = rng.randrange(len(chunk))
-        with open(log, "a") as fh:
-            fh.write(chunk[:cut])
-        time.sleep(rng.uniform(0.05, 0.6))
-        with open(log, "a") as fh:
-            fh.write(chunk[cut:])
-        time.sleep(rng.uniform(0.0, 0.8))
-        w.kill9()
-        w = Watch(runs).start()
-    w.wait_for(lambda ev: sorted(s for _, s in opened(ev)) == spikes, timeout=30)
-    ev = w.settle()
-    w.stop_and_read()
-    assert sorted(opened(ev)) == [("loss-spike", s) for s in spikes]
+    try:
+        w.wait_ready(timeout=KILLED_DEADLINE)
+        for _ in range(6):
+            chunk = _calm(range(step, step + 15))
+            spike = step + 15
+            spikes.append(spike)
+            chunk += _line(spike, 9.0) + _calm(range(spike + 1, spike + 5))
+            step = spike + 5
+            cut = rng.randrange(len(chunk))
+            with open(log, "a") as fh:
+                fh.write(chunk[:cut])
+            time.sleep(rng.uniform(0.05, 0.6))
+            with open(log, "a") as fh:
+                fh.write(chunk[cut:])
+            time.sleep(rng.uniform(0.0, 0.8))
+            w.kill9()
+            w = Watch(runs).start()
+        # Until every spike was said at least once (a repeat is then reported as one, not as a
+        # timeout), and everything before the sentinel delivered.
+        w.wait_for(lambda ev: set(spikes) <= {s for _, s in opened(ev)}, timeout=KILLED_DEADLINE)
+        ev = w.settle(timeout=KILLED_DEADLINE)
+    finally:
+        w.stop_and_read()
+    said = sorted((e["rule"], e["step"], e["id"]) for e in ev if e["event"] == "opened")
+    assert [(rule, s) for rule, s, _ in said] == [("loss-spike", s) for s in spikes], said  # (the ids: one entry twice, or two)
     ids = [e["id"] for e in ev]
-    assert len(ids) == len(set(ids))
+    assert len(ids) == len(set(ids)), sorted(i for i in ids if ids.count(i) > 1)
 
 
 def test_rotation_truncation_and_resume(runs):

@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import socket
+import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -49,7 +50,10 @@ class JsonlSink:
     outbox key (`id`: the state's random id and the entry's number, so a state started over after
     damage never reuses one): if the daemon died after writing a line but before recording it as
     sent, the retry finds the line and does not repeat it. The file is private (0600) from its
-    first line: it holds run names and paths."""
+    first line: it holds run names and paths. One sink serves two threads (the sender's alerts and
+    the plotter's pictures): an append is one step under a lock, so neither sees the ids of the
+    file half read by the other (after a restart, the alert the kill left unrecorded was
+    written again)."""
 
     name = "jsonl"
     manners = Manners()
@@ -60,6 +64,8 @@ class JsonlSink:
         self._written: set[str] | None = None
         self._torn: bool | None = None
         """The file ends in a line a kill cut short (None: not looked at yet)."""
+        self._lock = threading.Lock()
+        """Held from reading what the file holds to recording what was appended."""
 
     def _already(self) -> set[str]:
         if self._written is None:
@@ -101,6 +107,11 @@ class JsonlSink:
         return self._append({plot.key: record})
 
     def _append(self, records: dict[str, dict]) -> Delivery:
+        with self._lock:
+            return self._append_locked(records)
+
+    def _append_locked(self, records: dict[str, dict]) -> Delivery:
+        """The records not in the file yet, appended (the caller holds the lock)."""
         todo = {key: record for key, record in records.items() if key not in self._already()}
         lines = "".join(json.dumps(record) + "\n" for record in todo.values())
         try:
