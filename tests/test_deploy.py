@@ -185,3 +185,11 @@ def test_install_again_keeps_the_users_config_and_uninstall_keeps_config_and_sta
 def test_the_service_raises_its_open_file_limit_above_systemds_1024():
     limits = re.findall(r"^LimitNOFILE=(\d+)$", (REPO / "systemd/lossguard.service").read_text(), re.M)
     assert len(limits) == 1 and int(limits[0]) >= 8192, limits
+
+
+def test_ci_runs_the_readmes_test_command_verbatim():
+    # What a contributor is told to run is what CI proves: the same extras, the same workers.
+    readme = (REPO / "README.md").read_text()
+    command = re.search(r"^# Run the whole test suite.*\n(.+)$", readme, re.M).group(1)
+    assert "pytest" in command and "-n " in command
+    assert (REPO / ".ci/run").read_text().rstrip("\n").splitlines()[-1] == command
