@@ -35,7 +35,7 @@ def free_port() -> int:
 LISTENING = re.compile(rb'msg="Listening on" address=127\.0\.0\.1:(\d+)')
 
 
-def listening_port(proc: subprocess.Popen, log: Path, *, since: int = 0, timeout: float = 20) -> int:
+def listening_port(proc: subprocess.Popen, log: Path, *, since: int = 0, timeout: float = 60) -> int:
     """The port a Prometheus-family server started with `--web.listen-address=127.0.0.1:0` bound,
     from its info line `msg="Listening on" address=...` in `log` (after byte `since`)."""
     deadline = time.monotonic() + timeout
@@ -144,7 +144,7 @@ class Alertmanager:
             stdout=subprocess.DEVNULL, stderr=open(log, "ab"),
         )
         self.port = listening_port(self.proc, log, since=seen)
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             assert self.proc.poll() is None, log.read_text()
             try:
@@ -170,7 +170,7 @@ class Alertmanager:
             return [a for a in json.loads(r.read()) if all(a["labels"].get(k) == v for k, v in filters.items())]
 
 
-def wait(predicate, timeout: float = 20, what: str = "condition"):  # noqa: ANN001, ANN201
+def wait(predicate, timeout: float = 60, what: str = "condition"):  # noqa: ANN001, ANN201
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:

@@ -109,7 +109,7 @@ def test_a_post_accepted_while_the_state_is_locked_is_never_posted_again_through
         outside = _lock(db)
         locked.set()  # (Slack accepts it now, the state locked: however slow this machine is)
         journal = tmp_path / "state" / "delivered.journal.slack"
-        _wait(lambda: journal.exists(), timeout=10)
+        _wait(lambda: journal.exists())
         time.sleep(2.5)  # rounds come every second: none of them posts it again
         assert len(_posts(slack)) == 1
         w.kill9()
@@ -148,7 +148,7 @@ def test_a_hanging_slack_delays_no_other_sink(tmp_path, slack):
         took = time.monotonic() - wrote
         assert not hanging.answered.is_set() and len(_posts(slack)) == 1, (took, len(_posts(slack)))  # Slack still hangs
         hanging.hold.set()
-        _wait(lambda: any('"b"' in json.dumps(p.body) or " b " in p.body["text"] for p in _posts(slack)[1:]), timeout=20)
+        _wait(lambda: any('"b"' in json.dumps(p.body) or " b " in p.body["text"] for p in _posts(slack)[1:]))
     finally:
         w.stop_and_read()
 

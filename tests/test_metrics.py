@@ -365,7 +365,6 @@ def test_idle_connections_to_metrics_neither_take_the_daemons_files_nor_hold_bac
     import os
     import resource
     import socket
-    import subprocess
 
     from .am_server import free_port
     from .test_watch import Watch
@@ -380,7 +379,7 @@ def test_idle_connections_to_metrics_neither_take_the_daemons_files_nor_hold_bac
     def lowered() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
 
-    w.proc = subprocess.Popen(w.args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=w.env, preexec_fn=lowered)  # noqa: PLW1509
+    w.start(preexec_fn=lowered)
     idle: list[socket.socket] = []
     try:
         w.wait_settled()
@@ -397,7 +396,7 @@ def test_idle_connections_to_metrics_neither_take_the_daemons_files_nor_hold_bac
         with open(log, "a") as fh:
             fh.write(_line(30, 9.0))
         started = time.monotonic()
-        w.wait_for(lambda ev: any(e["event"] == "opened" and e["run"] == "exp" for e in ev), timeout=20)  # before: never
+        w.wait_for(lambda ev: any(e["event"] == "opened" and e["run"] == "exp" for e in ev))  # before: never
         alerted = time.monotonic() - started
         deadline = time.monotonic() + 20
         while True:  # a scrape answers (at once if a slot is free, else once the idle ones time out)
@@ -408,7 +407,7 @@ def test_idle_connections_to_metrics_neither_take_the_daemons_files_nor_hold_bac
                 assert time.monotonic() < deadline, "no scrape answered"
                 time.sleep(0.1)
         assert 'lossguard_run_last_step{host="' in body and "lossguard_files_followed 1.0" in body
-        assert alerted < 5, alerted
+        assert alerted < 10, alerted  # (not held until the idle ones' 15 s deadline; ~0.5 s here)
         assert used < limit // 2, used  # before: every descriptor (160) taken by idle connections
     finally:
         for s in idle:

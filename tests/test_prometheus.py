@@ -81,7 +81,7 @@ def test_a_real_scrape_of_the_daemon_passes_promtool_and_parses_and_counts_its_a
         watch.wait_for(lambda ev: any(e["event"] == "opened" and e["run"] == "exp" for e in ev))
         url = f"http://127.0.0.1:{port}/metrics"
         counted = 'lossguard_deliveries_total{sink="jsonl"} 1.0'
-        text = wait_until("the delivery is counted", lambda: next((t for t in [get(url)] if counted in t), None), 10)
+        text = wait_until("the delivery is counted", lambda: next((t for t in [get(url)] if counted in t), None), 60)
         done = subprocess.run([PROMTOOL, "check", "metrics"], input=text, capture_output=True, text=True)
         assert done.returncode == 0 and done.stdout.strip() == "" and done.stderr.strip() == "", done.stdout + done.stderr
         names = {f.name for f in text_string_to_metric_families(text)}
@@ -97,7 +97,7 @@ def test_a_metrics_port_already_taken_stops_the_daemon_with_one_line(tmp_path):
         port = taken.getsockname()[1]
         watch = metrics_watch(tmp_path, port).start()
         watch.proc.wait(timeout=30)
-    err = watch.proc.stderr.read().strip().splitlines()
+    err = watch.output().strip().splitlines()
     assert watch.proc.returncode == 2
     assert err[-1] == f"lossguard: error: metrics_listen: 127.0.0.1:{port}: cannot listen: Address already in use", err
 
@@ -170,7 +170,7 @@ def test_real_prometheus_fires_run_stalled_for_a_run_that_stops_writing_and_aler
             alerts = json.loads(get(f"http://127.0.0.1:{prom_port}/api/v1/alerts"))["data"]["alerts"]
             return [a for a in alerts if a["labels"]["alertname"] == "RunStalled" and a["state"] == "firing"]
 
-        stalled = wait_until("RunStalled fires in Prometheus", firing, 40, prom, tmp_path / "prometheus.log")
+        stalled = wait_until("RunStalled fires in Prometheus", firing, 60, prom, tmp_path / "prometheus.log")
         assert {a["labels"]["run"] for a in stalled} == {"quitter"}
         assert stalled[0]["labels"]["host"] == socket.gethostname() and stalled[0]["labels"]["job"] == "lossguard"
         up = json.loads(get(f"http://127.0.0.1:{prom_port}/api/v1/query?query=up"))["data"]["result"]
@@ -180,7 +180,7 @@ def test_real_prometheus_fires_run_stalled_for_a_run_that_stops_writing_and_aler
                 alerts = json.loads(get(f"http://127.0.0.1:{am_port}/api/v2/alerts"))
                 return [a for a in alerts if a["labels"]["alertname"] == "RunStalled"]
 
-            got = wait_until("RunStalled reaches Alertmanager", received, 20, procs[0], tmp_path / "alertmanager.log")
+            got = wait_until("RunStalled reaches Alertmanager", received, 60, procs[0], tmp_path / "alertmanager.log")
             assert {a["labels"]["run"] for a in got} == {"quitter"}
             assert got[0]["labels"]["severity"] == "warning"
     finally:

@@ -15,7 +15,7 @@ import pytest
 
 from .images import png_size
 from .slack_server import Answer
-from .test_watch import Watch, _calm, _line
+from .test_watch import PATIENCE, Watch, _calm, _line
 
 TOKEN = "xoxb-1111-SECRET"
 
@@ -38,7 +38,7 @@ def _posts(slack, path="/api/chat.postMessage"):
     return [r for r in slack.requests if r.path == path]
 
 
-def _wait(predicate, timeout=30):
+def _wait(predicate, timeout=PATIENCE):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():
