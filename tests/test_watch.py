@@ -198,7 +198,7 @@ def test_kill_9_at_random_moments_loses_and_repeats_nothing(runs, seed):
         w = Watch(runs).start()
     w.wait_for(lambda ev: sorted(s for _, s in opened(ev)) == spikes)
     ev = w.settle()
-    w.stop_and_read()
+    w.kill9()  # (a last one: a SIGTERM waited for the round of plots it was drawing, 3-20 s)
     assert sorted(opened(ev)) == [("loss-spike", s) for s in spikes]
     ids = [e["id"] for e in ev]
     assert len(ids) == len(set(ids))

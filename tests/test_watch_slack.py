@@ -286,6 +286,7 @@ def test_runs_growing_live_through_three_kills_post_each_incident_once_at_top_le
         w.settle()
         db = tmp_path / "state" / "state.db"
         _wait(lambda: sqlite3.connect(db).execute("SELECT count(*) FROM outbox WHERE sent_at IS NULL AND sink='slack'").fetchone()[0] == 0)
+        w.kill9()  # (a fourth: a SIGTERM waited for the round of plots it was uploading)
     finally:
         stop.set()
         w.stop_and_read()
