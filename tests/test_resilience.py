@@ -301,13 +301,32 @@ def busy_runs(tmp_path_factory):
     return root, time.monotonic() - began
 
 
+def _cpu_of_children(pid: int) -> list[float]:
+    """The CPU seconds of each process whose parent is `pid` (from /proc)."""
+    ticks, out = os.sysconf("SC_CLK_TCK"), []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # (gone meanwhile)
+        if int(fields[1]) == pid:
+            out.append((int(fields[11]) + int(fields[12])) / ticks)
+    return out
+
+
 @pytest.mark.parametrize("to", ["process group", "parent only"])
 def test_ctrl_c_in_a_parallel_scan_exits_130_promptly_without_tracebacks(busy_runs, to):
     root, whole = busy_runs
+    began = time.monotonic()
     proc = subprocess.Popen([*LOSSGUARD, "scan", str(root), "--jobs", "2", "--format", "json"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    wait = min(2.0, whole / 3)
-    time.sleep(wait)  # workers started and reading
+    # Until both workers are reading (past their imports), however loaded the machine is: a fixed
+    # sleep came after the whole scan when the machine was quieter than when `whole` was measured.
+    while sum(cpu >= 0.3 for cpu in _cpu_of_children(proc.pid)) < 2:
+        assert proc.poll() is None, "the scan ended before both its workers were seen reading"
+        assert time.monotonic() - began < 60, "the scan's workers never started reading"
+        time.sleep(0.02)
+    wait = time.monotonic() - began
     assert proc.poll() is None
     sent = time.monotonic()
     os.killpg(proc.pid, signal.SIGINT) if to == "process group" else proc.send_signal(signal.SIGINT)
