@@ -6,6 +6,7 @@ is absent."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import socket
 import subprocess
@@ -23,9 +24,30 @@ needs_alertmanager = pytest.mark.skipif(BINARY is None, reason="the alertmanager
 
 
 def free_port() -> int:
+    """A port nothing listens on now. Only for what cannot listen on port 0 itself (lossguard's
+    metrics_listen takes 1-65535) or for an address meant to refuse: a port chosen here and bound
+    later could be taken meanwhile."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+LISTENING = re.compile(rb'msg="Listening on" address=127\.0\.0\.1:(\d+)')
+
+
+def listening_port(proc: subprocess.Popen, log: Path, *, since: int = 0, timeout: float = 60) -> int:
+    """The port a Prometheus-family server started with `--web.listen-address=127.0.0.1:0` bound,
+    from its info line `msg="Listening on" address=...` in `log` (after byte `since`)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with open(log, "rb") as fh:
+            fh.seek(since)
+            found = LISTENING.search(fh.read())
+        if found:
+            return int(found.group(1))
+        assert proc.poll() is None, log.read_text(errors="replace")[-3000:]
+        time.sleep(0.02)
+    raise AssertionError(f"{log.name}: no 'Listening on' line in {timeout:g} s")
 
 
 class _Local:
@@ -96,27 +118,35 @@ inhibit_rules:
 
 
 class Alertmanager:
+    """Listens on a port the kernel picks (port 0) the first time, read back from its log; a restart
+    takes the same port again, as the daemon was told it: no port is chosen before it is bound, so
+    side-by-side tests (pytest -n) never race for one."""
+
     def __init__(self, tmp: Path, webhook_url: str, *, port: int | None = None) -> None:
         self.tmp = tmp
         tmp.mkdir(parents=True, exist_ok=True)
         self.config = tmp / "alertmanager.yml"
         self.config.write_text(config(webhook_url))
-        self.port = port or free_port()
+        self.port = port
         self.proc: subprocess.Popen | None = None
 
     @property
     def url(self) -> str:
+        assert self.port is not None, "start() it first: its port is the one it bound"
         return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> Alertmanager:
+        log = self.tmp / "alertmanager.log"
+        seen = log.stat().st_size if log.exists() else 0  # (a restart appends: its own lines follow)
         self.proc = subprocess.Popen(
-            [BINARY, f"--config.file={self.config}", f"--storage.path={self.tmp / 'data'}", f"--web.listen-address=127.0.0.1:{self.port}",
-             "--cluster.listen-address=", "--log.level=warn"],
-            stdout=subprocess.DEVNULL, stderr=open(self.tmp / "alertmanager.log", "ab"),
+            [BINARY, f"--config.file={self.config}", f"--storage.path={self.tmp / 'data'}", f"--web.listen-address=127.0.0.1:{self.port or 0}",
+             "--cluster.listen-address=", "--log.level=info"],
+            stdout=subprocess.DEVNULL, stderr=open(log, "ab"),
         )
-        deadline = time.monotonic() + 20
+        self.port = listening_port(self.proc, log, since=seen)
+        deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            assert self.proc.poll() is None, (self.tmp / "alertmanager.log").read_text()
+            assert self.proc.poll() is None, log.read_text()
             try:
                 with urllib.request.urlopen(f"{self.url}/-/ready", timeout=1) as r:
                     if r.status == 200:
@@ -140,7 +170,7 @@ class Alertmanager:
             return [a for a in json.loads(r.read()) if all(a["labels"].get(k) == v for k, v in filters.items())]
 
 
-def wait(predicate, timeout: float = 20, what: str = "condition"):  # noqa: ANN001, ANN201
+def wait(predicate, timeout: float = 60, what: str = "condition"):  # noqa: ANN001, ANN201
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:

@@ -26,8 +26,14 @@ class Answer:
     """What to answer; a callable builds it from the request (a server that echoes what it got)."""
     headers: dict[str, str] = field(default_factory=dict)
     delay: float = 0.0
+    hold: threading.Event | None = None
+    """Answer only once the test sets it (a Slack that hangs until the test has seen what it wanted
+    meanwhile), or after `hold_limit` s: slack-sdk gives up at 10 s and posts again."""
+    hold_limit: float = 9.0
     drop: bool = False
     """Close the connection without answering (a reset)."""
+    answered: threading.Event = field(default_factory=threading.Event)
+    """Set once the server stopped waiting and answered (or dropped the connection)."""
 
 
 @dataclass
@@ -77,7 +83,10 @@ class SlackServer:
                 answer = server.queue.pop(0) if server.queue else Answer()
                 if answer.delay:
                     time.sleep(answer.delay)
+                if answer.hold is not None:
+                    answer.hold.wait(answer.hold_limit)
                 if answer.drop:
+                    answer.answered.set()
                     self.close_connection = True
                     self.connection.shutdown(2)
                     return
@@ -91,6 +100,7 @@ class SlackServer:
                     self.send_header(k, v)
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
+                answer.answered.set()
                 self.wfile.write(data)
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)

@@ -101,13 +101,15 @@ def test_a_post_accepted_while_the_state_is_locked_is_never_posted_again_through
     outside = None
     try:
         w.wait_settled()
-        slack.queue.append(Answer(delay=1.0))  # the post is in flight when the outside writer takes the lock
+        locked = threading.Event()
+        slack.queue.append(Answer(hold=locked))  # the post is in flight when the outside writer takes the lock
         with open(log, "a") as fh:
             fh.write(_line(20, 9.0))
         _wait(lambda: len(_posts(slack)) >= 1)
         outside = _lock(db)
+        locked.set()  # (Slack accepts it now, the state locked: however slow this machine is)
         journal = tmp_path / "state" / "delivered.journal.slack"
-        _wait(lambda: journal.exists(), timeout=10)
+        _wait(lambda: journal.exists())
         time.sleep(2.5)  # rounds come every second: none of them posts it again
         assert len(_posts(slack)) == 1
         w.kill9()
@@ -134,17 +136,19 @@ def test_a_hanging_slack_delays_no_other_sink(tmp_path, slack):
     w = _daemon(tmp_path, slack).start()
     try:
         w.wait_settled(), w.wait_ready(files=2)
-        slack.queue.append(Answer(delay=6.0))  # Slack hangs on the first alert
+        hanging = Answer(hold=threading.Event())  # Slack hangs on the first alert until b's line is in
+        slack.queue.append(hanging)
         with open(runs / "a" / "metrics.jsonl", "a") as fh:
             fh.write(_line(20, 9.0))
         _wait(lambda: len(_posts(slack)) >= 1)
         wrote = time.monotonic()
         with open(runs / "b" / "metrics.jsonl", "a") as fh:
             fh.write(_line(20, 9.0))
-        w.wait_for(lambda ev: any(e["event"] == "opened" and e["run"] == "b" for e in ev), timeout=5)
+        w.wait_for(lambda ev: any(e["event"] == "opened" and e["run"] == "b" for e in ev), timeout=20)
         took = time.monotonic() - wrote
-        assert took < 3.0 and len(_posts(slack)) == 1, (took, len(_posts(slack)))  # Slack still hangs
-        _wait(lambda: any('"b"' in json.dumps(p.body) or " b " in p.body["text"] for p in _posts(slack)[1:]), timeout=20)
+        assert not hanging.answered.is_set() and len(_posts(slack)) == 1, (took, len(_posts(slack)))  # Slack still hangs
+        hanging.hold.set()
+        _wait(lambda: any('"b"' in json.dumps(p.body) or " b " in p.body["text"] for p in _posts(slack)[1:]))
     finally:
         w.stop_and_read()
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -44,11 +45,15 @@ def test_html_escapes_run_names(tmp_path):
 def test_html_report_renders_in_a_headless_browser(tmp_path):
     report = _report(tmp_path)
     shot = tmp_path / "shot.png"
+    # Its profile, crash reports and caches in this test's folder, not the user's home (shared by
+    # every test beside it, and by the user's own browser).
+    home = {"HOME": str(tmp_path), "XDG_CONFIG_HOME": str(tmp_path / "config"), "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    env = {**os.environ, **home}
     dom = subprocess.run(
         [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
          f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom", report.as_uri()],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True, text=True, timeout=120, env=env,
     )
     assert dom.returncode == 0, dom.stderr[-2000:]
     # What the browser built from the file: the summary, a plot per panel, and the evidence.
@@ -59,7 +64,7 @@ def test_html_report_renders_in_a_headless_browser(tmp_path):
         [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
          f"--user-data-dir={tmp_path / 'profile'}", f"--screenshot={shot}", "--window-size=1400,2000", report.as_uri()],
-        capture_output=True, timeout=120, check=True,
+        capture_output=True, timeout=120, check=True, env=env,
     )
     png = shot.read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 20_000  # a rendered page, not a blank one

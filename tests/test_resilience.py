@@ -72,10 +72,16 @@ def _spike_in(tmp: Path, run: str, at: int) -> None:
         fh.write(_calm(range(at - 15, at)) + _line(at, 9.0))
 
 
+# No plots: a stop finishes the round of plots it is drawing (up to 10, 0.7 s each in a child
+# process), 7-20 s of these two tests that prove nothing about the state; a plot's id is its alert's
+# with "-plot" after it, unique when the alerts' are.
+NO_PLOTS = {"LOSSGUARD_PLOTS": "false"}
+
+
 @pytest.mark.parametrize("damage", ["emptied", "garbage"])
 def test_a_state_started_over_neither_repeats_old_alerts_nor_loses_new_ones(tmp_path, damage):
     (tmp_path / "runs").mkdir()
-    w = Watch(tmp_path).start()
+    w = Watch(tmp_path, env=NO_PLOTS).start()
     try:
         w.wait_settled()
         for i in range(6):
@@ -87,7 +93,7 @@ def test_a_state_started_over_neither_repeats_old_alerts_nor_loses_new_ones(tmp_
     for side in ("state.db-wal", "state.db-shm"):
         (tmp_path / "state" / side).unlink(missing_ok=True)
     db.write_bytes(b"" if damage == "emptied" else b"not a database" * 300)
-    w = Watch(tmp_path).start()
+    w = Watch(tmp_path, env=NO_PLOTS).start()
     try:
         w.wait_settled()
         for i in range(6):
@@ -295,13 +301,32 @@ def busy_runs(tmp_path_factory):
     return root, time.monotonic() - began
 
 
+def _cpu_of_children(pid: int) -> list[float]:
+    """The CPU seconds of each process whose parent is `pid` (from /proc)."""
+    ticks, out = os.sysconf("SC_CLK_TCK"), []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # (gone meanwhile)
+        if int(fields[1]) == pid:
+            out.append((int(fields[11]) + int(fields[12])) / ticks)
+    return out
+
+
 @pytest.mark.parametrize("to", ["process group", "parent only"])
 def test_ctrl_c_in_a_parallel_scan_exits_130_promptly_without_tracebacks(busy_runs, to):
     root, whole = busy_runs
+    began = time.monotonic()
     proc = subprocess.Popen([*LOSSGUARD, "scan", str(root), "--jobs", "2", "--format", "json"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    wait = min(2.0, whole / 3)
-    time.sleep(wait)  # workers started and reading
+    # Until both workers are reading (past their imports), however loaded the machine is: a fixed
+    # sleep came after the whole scan when the machine was quieter than when `whole` was measured.
+    while sum(cpu >= 0.3 for cpu in _cpu_of_children(proc.pid)) < 2:
+        assert proc.poll() is None, "the scan ended before both its workers were seen reading"
+        assert time.monotonic() - began < 60, "the scan's workers never started reading"
+        time.sleep(0.02)
+    wait = time.monotonic() - began
     assert proc.poll() is None
     sent = time.monotonic()
     os.killpg(proc.pid, signal.SIGINT) if to == "process group" else proc.send_signal(signal.SIGINT)

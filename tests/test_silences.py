@@ -496,7 +496,7 @@ def test_the_running_daemon_honours_a_silence_at_once_and_reports_what_is_open_w
         status = run_lossguard("status", "--state-dir", str(tmp_path / "state")).stdout
         assert "gpt-a  step 20  loss-spike" in status and "run=gpt-*" in status  # recorded, and the silence shown
         w.kill9()
-        assert "held back by silence #1 (run=gpt-*, by " in w.proc.stderr.read()
+        assert "held back by silence #1 (run=gpt-*, by " in w.output()
         w.start()
         w.wait_settled()
         assert run_lossguard("silence", "expire", "1", "--state-dir", str(tmp_path / "state")).returncode == 0

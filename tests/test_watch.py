@@ -18,6 +18,10 @@ import pytest
 from .images import png_size
 
 POLL = "0.2"
+PATIENCE = 60.0
+"""How long a wait for the daemon gives it before failing. Each wait returns as soon as what it waits
+for is there, so this costs nothing when all is well; 20 s was too short on a 2-core machine running
+the suite on both cores (pytest -n) beside other work."""
 
 
 def _line(step: int, loss: float, gn: float = 1.0) -> str:
@@ -45,17 +49,39 @@ class Watch:
                      "--jsonl", str(self.out), "--poll-interval", POLL, "--stall-after", "0", *extra]
         self.env = {**os.environ, **(env or {})}
         self.proc: subprocess.Popen | None = None
+        self.log = tmp / "daemon.log"
+        """What the daemon writes (each start appends): a file the test can read while it runs, never
+        a pipe left unread that a talkative daemon would block on."""
+        self._since = 0
 
-    def start(self) -> Watch:
-        self.proc = subprocess.Popen(self.args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=self.env)
+    def start(self, *, preexec_fn=None) -> Watch:  # noqa: ANN001 - (run in the child before exec)
+        self._since = self.log.stat().st_size if self.log.exists() else 0
+        with open(self.log, "ab") as out:
+            self.proc = subprocess.Popen(self.args, stdout=out, stderr=out, env=self.env, preexec_fn=preexec_fn)  # noqa: PLW1509
         return self
 
-    def wait_ready(self, timeout: float = 30, *, files: int = 1) -> None:
+    def output(self) -> str:
+        """What this start of the daemon has written so far."""
+        with open(self.log, "rb") as fh:
+            fh.seek(self._since)
+            return fh.read().decode(errors="replace")
+
+    def wait_logged(self, text: str, timeout: float = PATIENCE) -> str:
+        """Until this start of the daemon has written `text` (a step it logs, such as a reload)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if text in (out := self.output()):
+                return out
+            assert self.proc.poll() is None, out
+            time.sleep(0.05)
+        raise AssertionError(f"the daemon never wrote {text!r}: {self.output()}")
+
+    def wait_ready(self, timeout: float = PATIENCE, *, files: int = 1) -> None:
         """Until the daemon has made its first pass (its state lists `files` files it has read)."""
         read = "SELECT count(*) FROM files WHERE cursor LIKE '%\"offset\": %' AND cursor NOT LIKE '%\"offset\": 0,%'"
         self._wait_state(read, files, timeout, "daemon never made a pass")
 
-    def wait_settled(self, timeout: float = 30) -> None:
+    def wait_settled(self, timeout: float = PATIENCE) -> None:
         """Until the first pass has committed (from then on, what is written to the logs is news)."""
         self._wait_state("SELECT count(*) FROM meta WHERE key='settled'", 1, timeout, "the first pass never committed")
 
@@ -71,7 +97,7 @@ class Watch:
                         return
             except sqlite3.Error:
                 pass
-            assert self.proc.poll() is None, self.proc.stderr.read()
+            assert self.proc.poll() is None, self.output()
             time.sleep(0.05)
         raise AssertionError(why)
 
@@ -80,7 +106,7 @@ class Watch:
             return []
         return [json.loads(line) for line in self.out.read_text().splitlines() if line.strip() and _whole(line)]
 
-    def wait_for(self, predicate, timeout: float = 20) -> list[dict]:
+    def wait_for(self, predicate, timeout: float = PATIENCE) -> list[dict]:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             ev = self.events()
@@ -89,7 +115,7 @@ class Watch:
             time.sleep(0.05)
         raise AssertionError(f"timed out; deliveries: {self.events()}; stderr: {self.stop_and_read()}")
 
-    def settle(self, timeout: float = 30) -> list[dict]:
+    def settle(self, timeout: float = PATIENCE) -> list[dict]:
         """Until everything written so far has been judged and delivered: a spike in a run of its
         own, written now, is alerted after whatever came before it (passes and deliveries keep
         order). What a test asserts did not happen then had its chance to. Returns the deliveries
@@ -110,10 +136,11 @@ class Watch:
         if self.proc and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
-                self.proc.wait(timeout=10)
+                self.proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
-        return self.proc.stderr.read() if self.proc else ""
+                self.proc.wait()
+        return self.output() if self.proc else ""
 
 
 @pytest.fixture
@@ -181,7 +208,7 @@ def test_kill_9_at_random_moments_loses_and_repeats_nothing(runs, seed):
         w.wait_for(lambda ev: set(spikes) <= {s for _, s in opened(ev)}, timeout=KILLED_DEADLINE)
         ev = w.settle(timeout=KILLED_DEADLINE)
     finally:
-        w.stop_and_read()
+        w.kill9()  # (a last one: a SIGTERM waited for the round of plots it was drawing, 3-20 s)
     said = sorted((e["rule"], e["step"], e["id"]) for e in ev if e["event"] == "opened")
     assert [(rule, s) for rule, s, _ in said] == [("loss-spike", s) for s in spikes], said  # (the ids: one entry twice, or two)
     ids = [e["id"] for e in ev]
@@ -257,14 +284,14 @@ def test_sd_notify_ready_and_sigterm_exit(runs):
         w.proc.send_signal(signal.SIGTERM)
         assert w.proc.wait(timeout=10) == 0
         assert time.monotonic() - start < 5
-        sock.settimeout(2)
+        sock.settimeout(10)  # (until it comes, where this waited 2 s for whatever else came)
         rest = set()
         try:
-            while True:
+            while "STOPPING=1" not in rest:
                 rest.add(sock.recv(256).decode())
         except TimeoutError:
             pass
-        assert "STOPPING=1" in rest
+        assert "STOPPING=1" in rest, rest
     finally:
         sock.close()
         w.stop_and_read()
@@ -296,7 +323,7 @@ def test_state_from_a_newer_lossguard_is_refused_not_overwritten(runs):
     before = (runs / "state" / "state.db").read_bytes()
     w = Watch(runs).start()
     code = w.proc.wait(timeout=30)
-    err = w.proc.stderr.read()
+    err = w.output()
     assert code == 2 and "written by a newer lossguard" in err and "Traceback" not in err
     assert (runs / "state" / "state.db").read_bytes() == before and not list((runs / "state").glob("state.db.corrupt-*"))
 
@@ -327,7 +354,7 @@ def test_watch_raises_the_incidents_scan_reports(runs):
         scan = subprocess.run([sys.executable, "-m", "lossguard.cli", "scan", str(target), "--format", "json", "--quiet"], capture_output=True, text=True)
         expected = sorted((s["rule"], s["step"]) for r in json.loads(scan.stdout)["runs"] for s in r["spikes"])
         assert expected
-        w.wait_for(lambda ev: sorted(opened(ev)) == expected, timeout=30)
+        w.wait_for(lambda ev: sorted(opened(ev)) == expected)
     finally:
         w.stop_and_read()
 
@@ -342,7 +369,7 @@ def test_sighup_with_a_bad_rules_file_keeps_the_old_rules(runs):
         w.wait_ready()
         rules.write_text('[[rule]]\nname = "spike"\nmetric = "loss"\nkind = "ratoi"\n')
         w.proc.send_signal(signal.SIGHUP)
-        time.sleep(1.0)
+        w.wait_logged("new rules rejected")
         with open(log, "a") as fh:
             fh.write(_line(20, 9.0) + _calm(range(21, 25)))
         w.wait_for(lambda ev: ("spike", 20) in opened(ev))
@@ -402,7 +429,7 @@ def test_with_inotify_alone_new_runs_and_appends_are_followed_without_a_rescan(r
             fh.write(_line(20, 9.0))
         with open(log, "a") as fh:
             fh.write(_line(20, 9.5))
-        ev = w.wait_for(lambda ev: len(opened(ev)) == 2, timeout=10)
+        ev = w.wait_for(lambda ev: len(opened(ev)) == 2)
         assert sorted(e["run"] for e in ev if e["event"] == "opened") == ["exp", "later"]
     finally:
         err = w.stop_and_read()
@@ -431,15 +458,16 @@ def test_a_fresh_daemon_reads_rotated_segments_first_and_alerts_only_what_is_new
 def test_changes_during_long_passes_get_their_pass_and_sigterm_then_still_exits(tmp_path):
     # 200 runs written to every 0.3 s make passes of a second or more, back to back. The scheduler
     # skips a run that comes due while a pass runs: before the fix the first such skip left every
-    # later change waiting for the next poll (60 s here), and a pass asking for a run while the
-    # scheduler shut down hung the daemon on SIGTERM.
+    # later change waiting for the next poll (600 s here: a delay the 45 s bound below tells from
+    # a loaded machine's slow passes), and a pass asking for a run while the scheduler shut down
+    # hung the daemon on SIGTERM.
     n = 200
     logs = [tmp_path / "runs" / f"r{i:03d}" / "metrics.jsonl" for i in range(n)]
     for log in logs:
         log.parent.mkdir(parents=True)
         log.write_text(_calm(range(1, 20)))
     w = Watch(tmp_path)
-    w.args[w.args.index("--poll-interval") + 1] = "60"
+    w.args[w.args.index("--poll-interval") + 1] = "600"
     w.start()
     step, spike_at = 20, None
     try:
@@ -453,7 +481,7 @@ def test_changes_during_long_passes_get_their_pass_and_sigterm_then_still_exits(
                 spike_at = (step, time.monotonic())
             step += 1
             time.sleep(0.3)
-        w.wait_for(lambda ev: ("loss-spike", spike_at[0]) in opened(ev), timeout=30)
+        w.wait_for(lambda ev: ("loss-spike", spike_at[0]) in opened(ev))
         took = time.monotonic() - spike_at[1]
         for _ in range(2):  # a long pass, and a change while it runs: it will ask for another
             for log in logs:
@@ -465,7 +493,7 @@ def test_changes_during_long_passes_get_their_pass_and_sigterm_then_still_exits(
         code = w.proc.wait(timeout=30)
     finally:
         err = w.stop_and_read()
-    assert took < 20, f"spike alerted {took:.1f} s after it was written"
+    assert took < 45, f"spike alerted {took:.1f} s after it was written"
     assert code == 0, err
 
 
