@@ -301,17 +301,19 @@ def busy_runs(tmp_path_factory):
     return root, time.monotonic() - began
 
 
-def _cpu_of_children(pid: int) -> list[float]:
-    """The CPU seconds of each process whose parent is `pid` (from /proc)."""
-    ticks, out = os.sysconf("SC_CLK_TCK"), []
+def _reading(pid: int, root: Path) -> int:
+    """How many children of process `pid` have a file under `root` open (a scan worker reading a
+    run: it holds the log open while it reads), from /proc."""
+    n = 0
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) != pid:
+                continue
+            fds = stat.parent / "fd"
+            n += any(os.readlink(fds / fd).startswith(str(root)) for fd in os.listdir(fds))
+        except (OSError, IndexError, ValueError):
             continue  # (gone meanwhile)
-        if int(fields[1]) == pid:
-            out.append((int(fields[11]) + int(fields[12])) / ticks)
-    return out
+    return n
 
 
 @pytest.mark.parametrize("to", ["process group", "parent only"])
@@ -320,10 +322,10 @@ def test_ctrl_c_in_a_parallel_scan_exits_130_promptly_without_tracebacks(busy_ru
     began = time.monotonic()
     proc = subprocess.Popen([*LOSSGUARD, "scan", str(root), "--jobs", "2", "--format", "json"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    # Until both workers are reading (past their imports), however loaded the machine is: a fixed
-    # sleep came after the whole scan when the machine was quieter than when `whole` was measured.
-    while sum(cpu >= 0.3 for cpu in _cpu_of_children(proc.pid)) < 2:
-        assert proc.poll() is None, "the scan ended before both its workers were seen reading"
+    # Until a worker is reading a run, however loaded the machine is: a sleep sized by `whole` came
+    # after the whole scan when the machine had grown quieter since the fixture measured it.
+    while not _reading(proc.pid, root):
+        assert proc.poll() is None, "the scan ended before a worker was seen reading"
         assert time.monotonic() - began < 60, "the scan's workers never started reading"
         time.sleep(0.02)
     wait = time.monotonic() - began
