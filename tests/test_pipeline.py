@@ -86,6 +86,24 @@ def test_a_runs_next_incident_replies_in_its_thread_and_critical_goes_to_its_rou
     assert clock.slept == [pytest.approx(0.8)]  # a second message to #training within a second waited its turn
 
 
+def test_posts_are_paced_from_the_last_ones_answer_so_a_slow_post_cannot_arrive_close_to_the_next(slack, state):
+    """A post held up on its way (its intent's commit, a busy machine) reaches Slack late: pacing
+    from its start would let the next arrive less than min_interval after it (0.84 s seen in CI)."""
+    clock = Clock()
+    sink = bot_sink(slack, min_interval=1.0, group_threshold=10)
+    send = sink.send
+
+    def slow_send(post):  # noqa: ANN001, ANN202
+        clock.now += 0.5  # the post is answered half a second after it began
+        return send(post)
+
+    sink.send = slow_send
+    dispatcher = Dispatcher(state, {"slack": sink}, clock=clock, sleep=clock.sleep, wall=clock)
+    raise_(state, BASE, replace(BASE, run="other"))
+    assert dispatcher.round() == 2
+    assert clock.slept == [pytest.approx(1.0)]  # a full interval after the first was answered
+
+
 def test_follow_ups_reply_in_the_alerts_thread_and_the_resolution_rewrites_its_header(slack, state):
     dispatcher = Dispatcher(state, {"slack": bot_sink(slack, min_interval=0)})
     raise_(state, BASE)

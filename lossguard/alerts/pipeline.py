@@ -238,6 +238,7 @@ class Dispatcher:
             self._pace(sink, post.channel)
             intent = self._intend(sink, post)
             delivery = sink.send(post)
+            self._last_post[(sink.name, post.channel)] = self.clock()
             self.on_delivery(sink.name, delivery.ok)
             if not delivery.ok:
                 if intent is not None and post.repeat is None:
@@ -331,11 +332,12 @@ class Dispatcher:
         return sorted(free, key=lambda e: e.id)
 
     def _pace(self, sink: Sink, channel: str | None) -> None:
-        key = (sink.name, channel)
-        wait = self._last_post.get(key, -1e18) + sink.manners.min_interval - self.clock()
+        """Waits until min_interval has passed since the channel's last post was answered: counted
+        from its answer, not from its start, so a post held up on its way (a slow commit of its intent,
+        a busy machine) cannot arrive at Slack closer to the next one than the interval."""
+        wait = self._last_post.get((sink.name, channel), -1e18) + sink.manners.min_interval - self.clock()
         if wait > 0:
             self.sleep(wait)
-        self._last_post[key] = self.clock()
 
     def _failed(self, sink: Sink, entries: tuple[OutboxEntry, ...], delivery: Delivery) -> None:
         self.state.mark_failed(entries, delivery.describe(), permanent=delivery.permanent)
