@@ -17,7 +17,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lossguard.report import rows as render
 from lossguard.cli import main
 from lossguard.model import json_number
 from lossguard.ingest.reader import read_paths
@@ -45,7 +44,7 @@ def _one_go(frame: pl.DataFrame, fmt: str) -> str:
 def test_streamed_read_writes_what_the_whole_table_wrote(capsys, monkeypatch, fmt, block):
     if block:
         monkeypatch.setattr(textfile, "BLOCK", block)
-        monkeypatch.setattr(render, "SLICE", 333)
+        monkeypatch.setattr("lossguard.report.rows.SLICE", 333)
     runs = FIXTURES / "runs"
     frame, _, _ = read_paths([runs])
     assert main(["read", str(runs), "--format", fmt]) == 0
