@@ -23,7 +23,7 @@ from fnmatch import fnmatch
 from functools import lru_cache
 from pathlib import Path
 
-from .formats.sniff import by_name
+from .formats.sniff import LAYOUTS, by_name, in_layout, tracked
 from ..errors import UsageError
 from ..escaping import decodable
 from .problems import Problem
@@ -81,6 +81,26 @@ def is_candidate(name: str, extra_globs: Sequence[str] = ()) -> bool:
     return os.path.splitext(name)[1].lower() in LOG_SUFFIXES
 
 
+def is_log(path: str, extra_globs: Sequence[str] = ()) -> bool:
+    """Whether a walk takes the file at `path` for a log: in a tracker's folder, as its layout says
+    (an MLflow metric file `loss`, but no W&B `files/output.log` copy); elsewhere by its name."""
+    inside, fmt = in_layout(path)
+    if inside:
+        return fmt is not None
+    return is_candidate(os.path.basename(path), extra_globs)
+
+
+def _enters(name: str, path: str) -> bool:
+    """Whether a walk goes into the folder `name` at `path`: a tracker's own folder always (W&B's
+    `wandb/` among SKIP_DIRS until its format declares the layout), no folder its layout skips."""
+    if name in LAYOUTS:
+        return True
+    if name in SKIP_DIRS:
+        return False
+    found = tracked(path) if LAYOUTS else None
+    return found is None or found[0].layout is None or name not in found[0].layout.skip
+
+
 def _says_nothing(name: str) -> bool:
     """A name every run's file of its kind has (an event file, `trainer_state.json`): only its
     folder can name the run, even for a file named on the command line."""
@@ -102,6 +122,13 @@ def _names_its_run(name: str, folder: str) -> bool:
 @lru_cache(maxsize=65536)
 def run_name(path: Path, root: Path) -> str:
     """The run a file belongs to, relative to the root it was found under."""
+    held = tracked(str(path))
+    if held is not None:
+        # The run is the folder the tracker's folder sits in (`exp1/wandb/run-…/run-x.wandb` ->
+        # exp1); scanning the tracker's folder itself, or a file in it, names no folder above it.
+        owner = Path(*path.parts[: len(path.parts) - len(held[1]) - 1])
+        rel = os.path.relpath(owner, root if root != path else owner)
+        return "." if rel.startswith("..") else Path(rel).as_posix()
     folder = path.parent
     if root == path and not _says_nothing(path.name):
         return path.stem  # a file named on the command line (`train.log` -> train)
@@ -202,7 +229,7 @@ def _walk(root: Path, problems: list[Problem], listings: Listings | None = None)
         subdirs = []
         for entry_name, entry_path, is_dir in entries:
             if is_dir:
-                if entry_name not in SKIP_DIRS:
+                if _enters(entry_name, entry_path):
                     subdirs.append(entry_path)
             else:
                 yield entry_path
@@ -241,7 +268,7 @@ def discover(root: Path, *, extra_globs: Sequence[str] = (), problems: list[Prob
         known = listings.found.get(key)
         if listings.listed == listed_before and not problems and known is not None and known[0] == names:
             return known[1]  # no folder changed: the same files, the same runs
-    files = _newest_trainer_states([Path(p) for p in paths if is_candidate(os.path.basename(p), extra_globs)])
+    files = _newest_trainer_states([Path(p) for p in paths if is_log(p, extra_globs)])
     # Rotated segments (train.log.1) belong to their live log's run and are read before it.
     live = {p: p.with_name(live_name(p.name)[0]) for p in files}
     found = sorted(

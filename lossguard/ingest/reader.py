@@ -66,6 +66,9 @@ class ReadResult:
     span: table.Span | None = None
     """First and last step of the rows read, every tag's (with `needs`, also those left out); None:
     no rows."""
+    named: bool = False
+    """The file names the runs of its rows (a tracker's database holds many): each row's `run` is
+    its own, and `span` covers them all."""
 
 
 def read(
@@ -118,7 +121,7 @@ def read(
             each(frame)
         frame = frame.clear()
     span = parsed.span if parsed.projected else table.joined(spans)
-    return ReadResult(frame, parsed.cursor, parsed.problems, parsed.dead, span)
+    return ReadResult(frame, parsed.cursor, parsed.problems, parsed.dead, span, named="run" in parsed.rows.columns)
 
 
 class _SinkFailed(Exception):

@@ -63,6 +63,8 @@ def conform_raw(frame: pl.DataFrame) -> pl.DataFrame:
         frame = frame.with_columns(pl.lit(None, dtype=pl.Float64).alias("wall_time"))
     keep = {"tag"} if frame.schema.get("tag") == pl.Categorical() else set()
     columns = [pl.col(c) if c in keep else pl.col(c).cast(t) for c, t in RAW_SCHEMA.items()]
+    if "run" in frame.columns:
+        columns.append(pl.col("run").cast(pl.String))  # the file's own name for the row's run (finish)
     if "line_no" in frame.columns:
         # The line each row came from: the line formats' reader names the first line of rows no step
         # could be found for, and splits a batch of many files' lines by file (readmany).
@@ -73,16 +75,31 @@ def conform_raw(frame: pl.DataFrame) -> pl.DataFrame:
 LEAN = ("step", "metric", "tag", "value")
 
 
+def run_of(run: str, own: str) -> str:
+    """The run of a row whose file names it `own` (a tracker's `project/name`), found under the
+    run discovery named the file's: the file's folder names where it is, the file who it is."""
+    return own if run == "." else f"{run}/{own}"
+
+
+def own_runs(run: str) -> pl.Expr:
+    """run_of over a raw frame's `run` column."""
+    return pl.col("run").cast(pl.String()) if run == "." else pl.concat_str(pl.lit(f"{run}/"), pl.col("run").cast(pl.String()))
+
+
 def finish(raw: pl.DataFrame, *, run: str, source: str, metric_of: dict[str, str], lean: bool = False) -> pl.DataFrame:
     """Attach run, source and the canonical metric name to a parser's raw rows. `lean` keeps only
     what analysis needs (LEAN): run and source are the same on every row of a file, and as columns
-    they would double the memory of a large log's table."""
+    they would double the memory of a large log's table. A file that names its rows' runs (a raw
+    `run` column: a tracker's database holds many) keeps a `run` column in a lean table too, each
+    row's own (run_of), and is split into its runs by who reads it."""
     renamed = {t: m for t, m in metric_of.items() if t != m}
+    named = "run" in raw.columns
     if lean:
         # Categorical names: 4 bytes a row instead of a 16-byte string view, for tables of 10^7+ rows
         # (renaming then works on the few categories, not on every row).
         tag = pl.col("tag").cast(pl.Categorical())
         return raw.select(
+            *([own_runs(run).alias("run")] if named else []),
             pl.col("step").cast(pl.Int64()),
             (tag.replace(renamed) if renamed else tag).alias("metric"),
             tag.alias("tag"),
@@ -90,7 +107,7 @@ def finish(raw: pl.DataFrame, *, run: str, source: str, metric_of: dict[str, str
         )
     metric = pl.col("tag").cast(pl.String()).replace(renamed) if renamed else pl.col("tag").cast(pl.String())
     return raw.select(
-        pl.lit(run, dtype=pl.String()).alias("run"),
+        (own_runs(run) if named else pl.lit(run, dtype=pl.String())).alias("run"),
         pl.lit(source, dtype=pl.String()).alias("source"),
         pl.col("step").cast(pl.Int64()),
         metric.cast(pl.String()).alias("metric"),

@@ -30,6 +30,7 @@ from ..ingest.readmany import Job
 from ..ingest.reader import FileResult, ReadOptions, read_found, unrecognised
 from ..detection.rules import RuleSet
 from ..ingest.discover import Found, collect
+from ..ingest.formats.sniff import may_name_runs
 from ..detection.streams import Points, context, context_points
 
 CURVE_POINTS = 1500
@@ -145,10 +146,12 @@ def _read_together(batch: Sequence[tuple[str, Sequence[str]]], options: ReadOpti
     return out
 
 
-def _read_run(run: str, paths: Sequence[str], options: ReadOptions, explicit: frozenset[str], ready: dict[str, FileResult | str | None]) -> _Read | RunReport:
+def _read_run(run: str, paths: Sequence[str], options: ReadOptions, explicit: frozenset[str], ready: dict[str, FileResult | str | None]) -> list[_Read | RunReport]:
     """The run's files read (`ready`: those read together already, or sniffed); a report already
-    when none of them could be."""
+    when none of them could be. A file that names its rows' runs (a tracker's database) gives runs
+    of its own besides."""
     frames, formats, problems, spans = [], [], [], []
+    own: list[_Read] = []
     for path in paths:
         got = ready.get(path, "")  # "": neither read nor sniffed yet
         if isinstance(got, FileResult):
@@ -164,6 +167,9 @@ def _read_run(run: str, paths: Sequence[str], options: ReadOptions, explicit: fr
                 problems.append(problem)
             continue
         problems.extend(res.result.problems)
+        if res.result.named:
+            own += _own_runs(path, res)
+            continue
         # A file counts as read if it gave rows (kept or not), or gave no complaint (a run that just started).
         if res.format and (res.result.span is not None or not res.result.problems):
             formats.append(res.format)
@@ -173,9 +179,20 @@ def _read_run(run: str, paths: Sequence[str], options: ReadOptions, explicit: fr
     if not formats:
         # No file of the run was read: the scan keeps only its problems (thousands of empty files, each
         # a run of its own, once cost an analysis of nothing each).
-        return RunReport(RunAnalysis(run, {}, 0, None, None, ()), paths[0], (), len(paths), tuple(problems))
+        return [RunReport(RunAnalysis(run, {}, 0, None, None, ()), paths[0], (), len(paths), tuple(problems)), *own]
     frame = pl.concat(frames, rechunk=False) if frames else table.empty(lean=True)
-    return _Read(run, paths, frame, tuple(dict.fromkeys(formats)), tuple(problems), table.joined(spans))
+    return [_Read(run, paths, frame, tuple(dict.fromkeys(formats)), tuple(problems), table.joined(spans)), *own]
+
+
+def _own_runs(path: str, res: FileResult) -> list[_Read]:
+    """The runs a file names (FileResult.named), each read as a run of its own. Their spans are
+    their rows' (the read's covers them all)."""
+    assert res.result is not None and res.format is not None
+    frame = res.result.frame
+    if not frame.height:
+        return []
+    parts = frame.partition_by("run", as_dict=True, maintain_order=True, include_key=False)
+    return [_Read(str(key[0]), (path,), rows, (res.format,), (), table.span_of(rows)) for key, rows in parts.items()]
 
 
 def _report(read: _Read, analysis: RunAnalysis, streams: dict[str, Points]) -> RunReport:
@@ -199,7 +216,7 @@ def scan_runs(batch: Sequence[tuple[str, Sequence[str]]], rules: RuleSet, option
     """Read and analyse runs, each file on its own and all the runs' analysis at once (a worker takes
     many small runs at a time); a module-level function so worker processes can run it."""
     ready = _read_together(batch, options)
-    read = [_read_run(run, paths, options, explicit, ready) for run, paths in batch]
+    read = [r for run, paths in batch for r in _read_run(run, paths, options, explicit, ready)]
     todo = [r for r in read if isinstance(r, _Read)]
     analysed = iter(analyse_runs([r.frame for r in todo], rules, runs=[r.run for r in todo], spans=[r.span for r in todo]) if todo else ())
     return [r if isinstance(r, RunReport) else _report(r, *next(analysed)) for r in read]
@@ -295,7 +312,8 @@ def scan(
 ) -> ScanResult:
     found, problems = collect(paths, globs=options.globs)
     if run_glob:
-        found = [f for f in found if fnmatchcase(f.run, run_glob)]
+        # A file naming its own runs is read for the filter below: its runs are known once read.
+        found = [f for f in found if fnmatchcase(f.run, run_glob) or may_name_runs(f.path)]
     by_run: dict[str, list[str]] = {}
     sizes: dict[str, int] = {}
     for f in found:
@@ -341,7 +359,7 @@ def scan(
             if progress:
                 progress(len(reports), len(runs), done_bytes)
     # A "run" in which no file was recognised is no run: only its warnings are kept.
-    ordered = sorted(reports, key=lambda r: r.run)
+    ordered = sorted((r for r in reports if not run_glob or fnmatchcase(r.run, run_glob)), key=lambda r: r.run)
     kept = tuple(r for r in ordered if r.formats)
     orphans = [p for r in ordered if not r.formats for p in r.problems]
     return ScanResult(rules, kept, tuple(summarised([*problems, *orphans])), files=len(found), bytes=total)

@@ -15,7 +15,7 @@ from ..ingest.cursor import Cursor
 from ..errors import UsageError
 from ..escaping import decodable
 from ..state import FileRow
-from ..ingest.discover import CANNOT_ENTER, CANNOT_LIST, Listings, collect, is_candidate
+from ..ingest.discover import CANNOT_ENTER, CANNOT_LIST, Listings, collect, is_log
 
 FINGERPRINT = 64
 """Bytes at the head of a file that identify it together with (device, inode)."""
@@ -111,7 +111,7 @@ class Tracker:
         for path in changed:
             row = tracked.get(path)
             if row is None:
-                if is_candidate(os.path.basename(path), self.globs):
+                if is_log(path, self.globs):
                     return None
                 continue  # checkpoints, wandb files, our own state: nothing to read
             seen = self._identify(path, row.run, row, {}, False)

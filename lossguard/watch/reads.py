@@ -31,8 +31,9 @@ READ_LIMIT = 16 << 20
 """Bytes of one file a pass reads at most: a long history is read over several passes, so the
 daemon's memory is bounded by this, the streams and their windows, not by the size of the logs."""
 
-Part = tuple[pl.DataFrame, bool, tuple[int, int]]
-"""One file's read: its new rows, whether they are all history, and the span of steps its lines reached."""
+Part = tuple[str, pl.DataFrame, bool, tuple[int, int]]
+"""One run's share of a file's read: the run, its new rows, whether they are all history, and the
+span of steps its lines reached."""
 
 
 @dataclass
@@ -189,9 +190,11 @@ class Reads:
         report.files += 1
         if seen.size > cursor.offset + _capped(row, block):  # (the read was cut short: more than a partial line waits)
             report.unfinished.append(path)
-        if res.span is not None:
+        if res.named:
+            got.extend(_own_runs(res.frame, cursor.offset < row.quiet))
+        elif res.span is not None:
             # Lines holding only tags no rule reads give no rows, but their steps still move the run on.
-            got.append((res.frame, cursor.offset < row.quiet, res.span))
+            got.append((row.run, res.frame, cursor.offset < row.quiet, res.span))
         # Quiet until the read passes the size the file had at the first start.
         quiet_until = row.quiet if res.cursor.offset < row.quiet else 0
         updated = FileRow(path, row.run, fmt, row.device, row.inode, row.fingerprint, res.cursor.to_json(), res.dead, quiet_until, seen.mtime)
@@ -200,11 +203,23 @@ class Reads:
         return True
 
 
+def _own_runs(frame: pl.DataFrame, history: bool) -> list[Part]:
+    """A read of a file that names its rows' runs (a tracker's database), as a part per run; their
+    spans are their rows' (a run whose new rows judging does not read is not moved on)."""
+    if not frame.height:
+        return []
+    return [
+        (str(key[0]), rows, history, (int(rows.get_column("step").min()), int(rows.get_column("step").max())))
+        for key, rows in frame.partition_by("run", as_dict=True, maintain_order=True).items()
+    ]
+
+
 def _by_run(order: list[str], parts: dict[str, list[Part]]) -> NewRows:
-    """The parts read, gathered per run in `order` (a run the budget left has none)."""
+    """The parts read, gathered per run in `order` (a run the budget left has none); the runs a
+    file names come after the run of the file that holds them."""
     rows = NewRows({}, {}, {})
-    for run in order:
-        for frame, history, span in parts.get(run, ()):
+    for file_run in order:
+        for run, frame, history, span in parts.get(file_run, ()):
             rows.frames.setdefault(run, []).append(frame)
             rows.quiet[run] = rows.quiet.get(run, True) and history
             rows.last_steps[run] = max(rows.last_steps.get(run, span[1]), span[1])

@@ -221,6 +221,26 @@ class BlockReader(Reader, Protocol):
 
 
 @dataclass(frozen=True, kw_only=True)
+class Layout:
+    """Where a tracker keeps its runs: a folder of its own name (`wandb/`, `mlruns/`, `dvclive/`)
+    beside the training code's output, laid out its own way, with files no name test can place
+    (an MLflow metric file is named for its metric, `loss`, and has no suffix) among copies and media
+    that are not logs (W&B's `files/`, `latest-run`). Inside it, only this says what is a log; the
+    run is the folder holding the tracker's folder (the one the trainer ran in), and a reader that
+    knows the run's own name from the files (W&B's project and display name) gives each row's
+    `run` (table.finish)."""
+
+    folder: str
+    """The tracker folder's name."""
+    logs: Callable[[tuple[str, ...]], bool]
+    """Whether a file is one of the format's logs, given the parts of its path below the tracker
+    folder (`("run-20261201_120000-abc", "run-abc.wandb")`)."""
+    skip: frozenset[str] = frozenset()
+    """Folders below the tracker folder that are never entered (copies, media, artifacts, a
+    `latest-run` link to a run folder that must be walked under its own name)."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class Format:
     """One log format, as the sniffer and the folder walk need to know it. Each format module declares
     its own, so that a new format is one module and its place in `formats.FORMATS`, whose order is
@@ -237,6 +257,11 @@ class Format:
     callable returning its first few MB (read once, and only if asked). Tried before lines are counted."""
     line: Callable[[str], object] | None = None
     """Truthy when one line of a file's head is this format's: content sniffing counts them."""
+    layout: Layout | None = None
+    """The tracker folder whose files are this format's, whatever their names (discovery)."""
+    names_runs: bool = False
+    """Its files name the runs of their rows (a raw `run` column, table.finish): a run filter
+    (`scan --run`) can judge such a file only once it is read."""
 
     @property
     def name(self) -> str:

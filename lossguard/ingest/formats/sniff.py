@@ -6,17 +6,56 @@ arguments and banners before the first iteration line."""
 from __future__ import annotations
 
 import functools
+import os
 import re
 from collections.abc import Callable, Sequence
 from fnmatch import fnmatch
 from pathlib import Path
 
 from . import FORMATS
-from .base import BINARY_LINE
+from .base import BINARY_LINE, Format
 from .custom import LineFormatSpec
 
 HEAD = 256 << 10
 DEEP = 8 << 20
+
+
+LAYOUTS = {fmt.layout.folder: fmt for fmt in FORMATS if fmt.layout is not None}
+"""The formats whose files sit in a tracker's folder of their own, by that folder's name."""
+
+
+def tracked(path: str) -> tuple[Format, tuple[str, ...]] | None:
+    """The format whose tracker folder holds `path` (the nearest such folder above it), and the
+    parts of the path below that folder; None for a path in no tracker's folder. Asked of every
+    file a walk lists: a few dict lookups."""
+    if not LAYOUTS:
+        return None
+    parts = path.replace(os.sep, "/").split("/")
+    for i in range(len(parts) - 2, -1, -1):
+        fmt = LAYOUTS.get(parts[i])
+        if fmt is not None:
+            return fmt, tuple(parts[i + 1 :])
+    return None
+
+
+def in_layout(path: str) -> tuple[bool, str | None]:
+    """Whether `path` sits in a tracker's folder, and if so the format reading it (None: a file of
+    that folder that is not a log)."""
+    found = tracked(path)
+    if found is None:
+        return False, None
+    fmt, below = found
+    assert fmt.layout is not None
+    return True, fmt.name if fmt.layout.logs(below) else None
+
+
+def may_name_runs(path: Path) -> bool:
+    """Whether the file's format, as its place or name settles it, names its rows' runs (a file
+    whose format only its content tells is taken not to)."""
+    found = tracked(str(path))
+    if found is not None and found[0].layout is not None and found[0].layout.logs(found[1]):
+        return found[0].names_runs
+    return any(fmt.names_runs and fmt.claims_name(path.name) for fmt in FORMATS)
 
 
 def by_name(name: str) -> str | None:
@@ -105,4 +144,7 @@ def format_of(path: Path, custom: Sequence[LineFormatSpec] = ()) -> str | None:
     for spec in custom:
         if spec.files is not None and fnmatch(path.name, spec.files):
             return spec.name
+    fmt = in_layout(str(path))[1]
+    if fmt is not None:
+        return fmt  # (a file of a tracker's folder that is not its log, named by the user, is sniffed)
     return by_name(path.name) or by_content(path, custom)
