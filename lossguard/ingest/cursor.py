@@ -51,6 +51,9 @@ class Cursor:
     """... at epoch x the steps per epoch."""
     by_last: int = 0
     """... at the step before them (nothing else to go by)."""
+    name: str | None = None
+    """The run a file names for its rows, as a record read before said (a W&B log's RunRecord, at
+    its head), for reads that start past that record."""
 
     def advance(self, **changes: object) -> Cursor:
         return replace(self, **changes)

@@ -40,7 +40,7 @@ folder: `train.log` (nanoGPT, Megatron launch scripts), `log.txt`, `stdout.log`,
 `metrics.jsonl`. Such a file's run is its folder; a free name (`slurm-4242.out`, `eval.log`) is a
 run of its own, `folder/stem`."""
 LOG_SUFFIXES = {".log", ".txt", ".out", ".err", ".jsonl", ".ndjson", ".json", ".csv", ".stdout", ".stderr"}
-SKIP_DIRS = {".git", "__pycache__", ".hg", ".svn", "wandb", ".ipynb_checkpoints", "node_modules"}
+SKIP_DIRS = {".git", "__pycache__", ".hg", ".svn", ".ipynb_checkpoints", "node_modules"}
 NOT_LOGS = {"config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json",
             "adapter_config.json", "vocab.json", "training_args.json", "requirements.txt", "merges.txt", "hparams.json",
             "all_results.json", "train_results.json", "eval_results.json", "model.safetensors.index.json", "README.txt"}
@@ -91,8 +91,8 @@ def is_log(path: str, extra_globs: Sequence[str] = ()) -> bool:
 
 
 def _enters(name: str, path: str) -> bool:
-    """Whether a walk goes into the folder `name` at `path`: a tracker's own folder always (W&B's
-    `wandb/` among SKIP_DIRS until its format declares the layout), no folder its layout skips."""
+    """Whether a walk goes into the folder `name` at `path`: a tracker's own folder always, no
+    folder its layout skips."""
     if name in LAYOUTS:
         return True
     if name in SKIP_DIRS:

@@ -5,11 +5,12 @@ how its lines (or its head) are recognised. Adding a format is that module and i
 
 from __future__ import annotations
 
-from . import composer, csvlog, dictlines, fairseq, hf_console, kvlines, megatron, tfevents, trainer_state
+from . import composer, csvlog, dictlines, fairseq, hf_console, kvlines, megatron, tfevents, trainer_state, wandb
 from .base import Format
 
 FORMATS: tuple[Format, ...] = (
     tfevents.FORMAT,
+    wandb.FORMAT,
     trainer_state.FORMAT,
     csvlog.FORMAT,
     composer.FORMAT,
