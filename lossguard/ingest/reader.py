@@ -214,9 +214,17 @@ def read_paths(
 def steps_placed(results: Sequence[FileResult]) -> dict[str, list[str]]:
     """Per run, how the files whose format finds its steps several ways placed them (`read` says it)."""
     from .formats.hf_console import placement
+    from .formats.wandb import steps_from
 
     said: dict[str, list[str]] = {}
     for res in results:
-        if res.format == "hf_console" and res.result is not None and (how := placement(res.result.cursor)):
+        if res.result is None:
+            continue
+        cursor = res.result.cursor
+        if res.format == "hf_console" and (how := placement(cursor)):
             said.setdefault(res.found.run, []).append(f"steps of {res.found.path.name}: {how}")
+        elif res.format == "wandb" and cursor.name is not None and (how := steps_from(cursor)):
+            told = said.setdefault(table.run_of(res.found.run, cursor.name), [])
+            if (line := f"steps of {res.found.path.name}: {how}") not in told:  # (a resumed run's files share a name)
+                told.append(line)
     return said

@@ -16,9 +16,13 @@ from ..errors import UsageError
 from ..escaping import decodable
 from ..state import FileRow
 from ..ingest.discover import CANNOT_ENTER, CANNOT_LIST, Listings, collect, is_log
+from ..ingest.sources.wandb_log import FILE_HEADER as WANDB_HEADER
 
 FINGERPRINT = 64
 """Bytes at the head of a file that identify it together with (device, inode)."""
+SHARED_HEADS = (WANDB_HEADER,)
+"""Heads every file of a format starts with (a W&B transaction log's 7 bytes, all wandb-core
+writes for its first 15 s): a fingerprint no longer than one tells no two such files apart."""
 
 
 @lru_cache(maxsize=65536)
@@ -41,6 +45,13 @@ def _same_file(row: FileRow, device: int, inode: int, head: bytes) -> bool:
         return False
     n = min(len(row.fingerprint), len(head))
     return row.fingerprint[:n] == head[:n]
+
+
+def _telling(fingerprint: bytes, head: bytes) -> bool:
+    """Whether two heads share more than every file of some format starts with: a new run's file
+    given the inode of another run's deleted one must not be read on as that one renamed."""
+    n = min(len(fingerprint), len(head))
+    return not any(len(shared) >= n and shared[:n] == head[:n] for shared in SHARED_HEADS)
 
 
 @dataclass(frozen=True)
@@ -148,7 +159,7 @@ class Tracker:
                 return replace(row, fingerprint=head)
             return row
         moved = by_ident.get((device, inode))
-        if moved is not None and moved.path != path and _same_file(moved, device, inode, head):
+        if moved is not None and moved.path != path and _same_file(moved, device, inode, head) and _telling(moved.fingerprint, head):
             # Renamed (log rotation): keep reading it from where we were, under its new name.
             self.log(f"{moved.path}: renamed to {path}; reading on from byte {offset_of(moved).offset}")
             return replace(moved, path=path)

@@ -238,6 +238,10 @@ class Layout:
     skip: frozenset[str] = frozenset()
     """Folders below the tracker folder that are never entered (copies, media, artifacts, a
     `latest-run` link to a run folder that must be walked under its own name)."""
+    own: Callable[[str], bool] | None = None
+    """Whether a name directly in a folder of the tracker's name is the tracker's (W&B's `run-*`,
+    `offline-run-*`, `latest-run`, `debug.log`); None: every name. A folder named `wandb` that is
+    someone's project (`~/code/wandb/runs/...`) is then walked as any folder."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -33,7 +33,7 @@ def tracked(path: str) -> tuple[Format, tuple[str, ...]] | None:
     parts = path.replace(os.sep, "/").split("/")
     for i in range(len(parts) - 2, -1, -1):
         fmt = LAYOUTS.get(parts[i])
-        if fmt is not None:
+        if fmt is not None and (fmt.layout.own is None or fmt.layout.own(parts[i + 1])):  # type: ignore[union-attr]
             return fmt, tuple(parts[i + 1 :])
     return None
 

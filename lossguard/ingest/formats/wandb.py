@@ -195,7 +195,7 @@ def _items(data: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[_Ite
         step_of[steps.message] = 0  # (an empty HistoryStep is step 0: proto3 leaves zeros out)
         step_of[steps.message[nums.message]] = nums.value.astype(np.int64)
     items = found.only(HISTORY_ITEM)
-    order = np.argsort(items.key_at, kind="stable")
+    order = np.lexsort((items.key_at, items.message))  # (records joined from chunks sit after the others in `data`)
     s, e, record = items.start[order], items.end[order], items.message[order]
     ident_end, vstart, vend, _ = _item_spans(data, s, e)
     has = ident_end >= 0
@@ -221,6 +221,13 @@ def _run_name(data: np.ndarray, start: int, end: int, fallback: str) -> str:
     name = f"{display}@{run_id}" if display and display != run_id else run_id
     project = got.get(RUN_PROJECT, "")
     return f"{project}/{name}" if project else name
+
+
+def steps_from(cursor: Cursor) -> str | None:
+    """Where a read took a W&B log's steps from (the cursor after it), for `read`'s metrics line."""
+    if cursor.steps in TRAINER_STEPS:
+        return f"the trainer's {cursor.steps}"
+    return "W&B's own step (_step, one per wandb.log call)" if cursor.steps == HISTORY else None
 
 
 def file_run_id(path: Path) -> str:
@@ -366,6 +373,7 @@ class WandbFormat:
                 if wrong:
                     return Parsed(_empty(), cursor, (Problem(source, wrong),), dead=True)
             end = size if limit is None else min(size, cursor.offset + limit)
+            began = cursor.offset
             while cursor.offset < end:
                 stop = _chunk_end(cursor.offset, end, chunk)
                 fh.seek(cursor.offset)
@@ -383,7 +391,7 @@ class WandbFormat:
                 progressed = rec.consumed > cursor.offset or rec.skipping != cursor.skipping
                 cursor = moved.advance(offset=rec.consumed, skipping=rec.skipping)
                 if not progressed:
-                    if rec.cut is None or stop >= size:
+                    if rec.cut is None or stop >= size or cursor.offset > began:
                         break
                     end, chunk = max(end, min(size, stop + chunk)), chunk * 2  # one record longer than the chunk, or past the limit
         if final and cursor.offset < size:
@@ -404,10 +412,15 @@ def _is_log(below: tuple[str, ...]) -> bool:
     return len(below) == 2 and (below[0].startswith(("run-", "offline-run-"))) and fnmatchcase(below[1], "run-*.wandb")
 
 
+def _own(name: str) -> bool:
+    """What wandb-core puts in its `wandb/` folder: run folders, the latest-run link, debug logs."""
+    return name.startswith(("run-", "offline-run-", "latest-run", "debug", "sweep-")) or name in ("settings", "artifacts", "media")
+
+
 WANDB = WandbFormat()
 FORMAT = Format(
     reader=WANDB,
     names=("*.wandb",),
     names_runs=True,
-    layout=Layout(folder="wandb", logs=_is_log, skip=frozenset({"latest-run", "files", "logs", "tmp", "media", "artifacts", "code"})),
+    layout=Layout(folder="wandb", logs=_is_log, skip=frozenset({"latest-run", "files", "logs", "tmp", "media", "artifacts", "code"}), own=_own),
 )

@@ -101,7 +101,7 @@ def _walk(arr: np.ndarray, base: int, *, skipping: bool, final: bool) -> _Chunks
     block_abs = np.arange(base // BLOCK, (base + n - 1) // BLOCK + 1, dtype=np.int64) * BLOCK
     start = np.maximum(block_abs - base, 0)
     if block_abs[0] == 0:
-        start[0] = max(int(start[0]), len(FILE_HEADER))
+        start[0] = max(int(start[0]), len(FILE_HEADER) - base)
     block_end = block_abs + BLOCK - base
     if skipping and base % BLOCK:
         start[0] = block_end[0]  # the rest of a damaged block

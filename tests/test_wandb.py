@@ -1,0 +1,316 @@
+"""W&B's `.wandb` transaction logs, as the real wandb writes them (offline mode, its wandb-core
+service, no network): read back, cut at any byte, damaged, found among W&B's own files, and
+followed by a real daemon while a real run writes."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from lossguard.ingest.cursor import Cursor
+from lossguard.ingest.discover import discover
+from lossguard.ingest.reader import ReadOptions, read, read_paths
+from lossguard.ingest.sources.wandb_log import BLOCK, frame
+
+from .conftest import run_lossguard
+from .test_watch import Watch
+
+pytest.importorskip("wandb")
+
+OPTIONS = ReadOptions()
+
+WRITER = r'''
+import sys, wandb
+
+def hf_like(project, steps, *, name=None, run_id=None, resume=None, spike_at=None, odd=False):
+    """Logged as HF's WandbCallback does: train/ keys and the trainer's train/global_step each call."""
+    run = wandb.init(project=project, name=name, id=run_id, resume=resume)
+    for s in range(1, steps + 1):
+        row = {"train/loss": 9.0 if s == spike_at else 2.0 + (s % 5) * 0.01, "train/learning_rate": 1e-4,
+               "train/grad_norm": 1.0 + (s % 3) * 0.01, "train/global_step": s * 10}
+        if odd and s == 20:
+            row["train/loss"] = float("nan")
+        if odd and s == 30:
+            row["train/grad_norm"] = float("inf")
+        if odd and s % 10 == 0:
+            row["eval"] = {"acc": s / 1000}
+        if odd and s == 15:
+            row["weights"] = wandb.Histogram([1.0, 2.0, 3.0])
+            row["note"] = "a string"
+        wandb.log(row)
+    run.finish()
+    return run.id
+
+ids = {}
+ids["hf"] = hf_like("huggingface", 300, name="smart-sun-12", spike_at=250, odd=True)
+ids["twin"] = hf_like("huggingface", 30, name="smart-sun-12")
+ids["resumed"] = hf_like("huggingface", 20, run_id="resume01")
+hf_like("huggingface", 20, run_id="resume01", resume="allow")
+print(repr(ids))
+'''
+
+
+def wandb_env(folder: Path, home: Path) -> dict[str, str]:
+    """An offline wandb writing under `folder` (WANDB_DIR): no network, no prompt, nothing shared
+    with another test (its settings, cache and config live in `home`, outside what is scanned)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    env.update(WANDB_MODE="offline", WANDB_DIR=str(folder), WANDB_SILENT="true", WANDB_CONFIG_DIR=str(home / ".config"),
+               WANDB_CACHE_DIR=str(home / ".cache"), WANDB_DATA_DIR=str(home / ".data"), HOME=str(home))
+    return env
+
+
+@pytest.fixture(scope="module")
+def box(tmp_path_factory):
+    """A training box's folder: exp1/ where four runs were logged with wandb (WANDB_DIR=exp1),
+    and the ids wandb gave them."""
+    root = tmp_path_factory.mktemp("box")
+    exp1 = root / "exp1"
+    exp1.mkdir()
+    done = subprocess.run([sys.executable, "-c", WRITER], env=wandb_env(exp1, tmp_path_factory.mktemp("home")), cwd=exp1, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    ids = eval(done.stdout.strip().splitlines()[-1])  # noqa: S307 - (the child's own repr of a dict of ids)
+    return root, ids
+
+
+def _file(root: Path, run_id: str) -> Path:
+    return next(p for p in sorted((root / "exp1" / "wandb").glob(f"offline-run-*-{run_id}/run-{run_id}.wandb")))
+
+
+def test_a_run_logged_with_wandb_reads_back_every_step_metric_and_nan_where_it_was_logged(box):
+    root, ids = box
+    path = _file(root, ids["hf"])
+    res = read(path, run=".", fmt="wandb", final=True, options=OPTIONS)
+    assert res.problems == ()  # (a histogram and a string were logged: passed over quietly)
+    frame_ = res.frame
+    assert set(frame_.get_column("run").unique()) == {f"huggingface/smart-sun-12@{ids['hf']}"}
+    loss = frame_.filter(pl.col("tag") == "train/loss")
+    assert loss.get_column("step").to_list() == [s * 10 for s in range(1, 301)]  # the trainer's step, not W&B's _step
+    values = dict(zip(loss.get_column("step").to_list(), loss.get_column("value").to_list()))
+    assert math.isnan(values[200]) and values[2500] == 9.0 and values[10] == 2.01
+    grad = dict(frame_.filter(pl.col("tag") == "train/grad_norm").select("step", "value").iter_rows())
+    assert grad[300] == math.inf and len(grad) == 300
+    assert frame_.filter(pl.col("tag") == "eval.acc").get_column("step").to_list() == list(range(100, 3001, 100))
+    assert set(frame_.get_column("tag").unique()) == {"train/loss", "train/learning_rate", "train/grad_norm", "eval.acc"}
+    assert frame_.get_column("wall_time").null_count() == 0  # W&B's _timestamp
+
+
+def test_two_runs_given_one_name_stay_two_and_a_resumed_run_continues_as_one(box):
+    root, ids = box
+    frame_, _, problems = read_paths([root])
+    assert problems == []
+    runs = frame_.group_by("run").agg(pl.col("source").n_unique().alias("files"), pl.len().alias("rows")).sort("run")
+    assert runs.rows() == sorted([
+        (f"exp1/huggingface/smart-sun-12@{ids['hf']}", 1, 300 * 3 + 30),
+        (f"exp1/huggingface/smart-sun-12@{ids['twin']}", 1, 30 * 3),
+        ("exp1/huggingface/resume01", 2, 40 * 3),  # (no display name offline: the id)
+    ])
+
+
+def test_scan_finds_the_spike_logged_at_its_step_and_read_says_where_the_steps_come_from(box):
+    root, ids = box
+    res = run_lossguard("scan", str(root), "--format", "json")
+    assert res.returncode == 1, res.stderr
+    report = json.loads(res.stdout)
+    hf = next(r for r in report["runs"] if r["run"].endswith(ids["hf"]))
+    assert [s["step"] for s in hf["spikes"] if s["metric"] == "loss" and s["kind"] != "nonfinite"] == [2500]
+    assert hf["format"] == "wandb"
+    said = run_lossguard("read", str(_file(root, ids["twin"])))
+    assert said.returncode == 0, said.stderr
+    assert f"steps of run-{ids['twin']}.wandb: the trainer's train/global_step" in said.stdout.splitlines()[0]
+
+
+def _boundaries(data: bytes) -> list[int]:
+    """Where each record starts in the file, and a few bytes into it (a record cut mid-way)."""
+    records = frame(data, base=0, final=True, source="x")
+    starts = records.offsets.tolist()
+    return sorted({*starts, *(s + 3 for s in starts), *(s + 11 for s in starts), len(data)})
+
+
+def _grow_and_read(path: Path, data: bytes, cuts: list[int]) -> tuple[pl.DataFrame, Cursor]:
+    path.write_bytes(b"")
+    cursor = Cursor()
+    frames = []
+    for cut in [*sorted(set(cuts)), len(data)]:
+        with open(path, "ab") as fh:
+            fh.write(data[path.stat().st_size : cut])
+        res = read(path, cursor, run=".", fmt="wandb", final=False, options=OPTIONS)
+        assert res.problems == (), res.problems
+        frames.append(res.frame)
+        cursor = res.cursor
+    res = read(path, cursor, run=".", fmt="wandb", final=True, options=OPTIONS)
+    assert res.problems == ()
+    frames.append(res.frame)
+    return pl.concat(frames), res.cursor
+
+
+def test_a_file_cut_at_every_record_boundary_and_inside_records_reads_on_to_the_same_rows(box, tmp_path):
+    root, ids = box
+    src = _file(root, ids["twin"])
+    data = src.read_bytes()
+    whole = read(src, run=".", fmt="wandb", final=True, options=OPTIONS)
+    target = tmp_path / src.name
+    for cut in _boundaries(data):
+        target.write_bytes(data[:cut])
+        first = read(target, run=".", fmt="wandb", final=False, options=OPTIONS)
+        assert first.problems == () and first.cursor.offset <= cut
+        target.write_bytes(data)
+        rest = read(target, first.cursor, run=".", fmt="wandb", final=True, options=OPTIONS)
+        assert rest.problems == ()
+        assert pl.concat([first.frame, rest.frame]).drop("source").equals(whole.frame.drop("source")), cut
+
+
+@settings(max_examples=25, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(picks=st.lists(st.floats(0, 1), max_size=8))
+def test_a_growing_file_read_in_pieces_equals_one_read(box, tmp_path_factory, picks):
+    root, ids = box
+    src = _file(root, ids["hf"])
+    data = src.read_bytes()
+    whole = read(src, run=".", fmt="wandb", final=True, options=OPTIONS)
+    grown, cursor = _grow_and_read(tmp_path_factory.mktemp("grow") / src.name, data, [int(p * len(data)) for p in picks])
+    assert grown.drop("source").equals(whole.frame.drop("source"))
+    assert (cursor.offset, cursor.name, cursor.steps) == (len(data), whole.cursor.name, "train/global_step")
+
+
+def test_a_limited_read_a_piece_at_a_time_equals_one_read(box):
+    root, ids = box
+    src = _file(root, ids["hf"])
+    whole = read(src, run=".", fmt="wandb", final=True, options=OPTIONS)
+    cursor, frames, reads = Cursor(), [], 0
+    while cursor.offset < src.stat().st_size:
+        res = read(src, cursor, run=".", fmt="wandb", final=False, options=OPTIONS, limit=5000)
+        assert res.problems == () and res.cursor.offset > cursor.offset
+        frames.append(res.frame)
+        cursor, reads = res.cursor, reads + 1
+    assert reads > 20 and pl.concat(frames).equals(whole.frame)
+
+
+def test_a_bad_checksum_in_the_middle_is_one_warning_and_the_blocks_after_it_are_read(box, tmp_path):
+    root, ids = box
+    src = _file(root, ids["hf"])
+    data = bytearray(src.read_bytes())
+    assert len(data) > 4 * BLOCK
+    records = frame(bytes(data), base=0, final=True, source="x")
+    # A byte of a history record (as wandb's own classes tell it) in the third block.
+    from wandb.proto.wandb_internal_pb2 import Record
+
+    spans = zip(records.offsets.tolist(), records.starts.tolist(), records.ends.tolist())
+    offset, start, end = next(
+        (o, s, e) for o, s, e in spans
+        if 2 * BLOCK + 100 < o and e - s < 3 * BLOCK - o - 7 and Record.FromString(records.data[s:e].tobytes()).WhichOneof("record_type") == "history"
+    )
+    at = offset + 7 + (end - start) // 2
+    data[at] ^= 0x01
+    damaged = tmp_path / src.name
+    damaged.write_bytes(bytes(data))
+    whole = read(src, run=".", fmt="wandb", final=True, options=OPTIONS).frame
+    res = read(damaged, run=".", fmt="wandb", final=True, options=OPTIONS)
+    assert len(res.problems) == 1, res.problems
+    problem = res.problems[0]
+    assert "damaged" in problem.message and 2 * BLOCK <= problem.offset < at <= 3 * BLOCK
+    # What is lost is what the rest of that block held (by wandb's own reading of its records);
+    # the blocks after it are read.
+    held = set()
+    for o, s, e in zip(records.offsets.tolist(), records.starts.tolist(), records.ends.tolist()):
+        record = Record.FromString(records.data[s:e].tobytes())
+        if offset <= o < 3 * BLOCK and record.WhichOneof("record_type") == "history":
+            held |= {int(json.loads(i.value_json)) for i in record.history.item if i.nested_key == ["train/global_step"]}
+    lost = whole.join(res.frame, on=["step", "tag"], how="anti")
+    assert set(lost.get_column("step").to_list()) == held and len(held) > 10
+    assert whole.filter(pl.col("step") > max(held)).drop("source").equals(res.frame.filter(pl.col("step") > max(held)).drop("source"))
+
+
+def test_a_file_that_is_not_a_wandb_log_is_one_problem_and_not_read_again(tmp_path):
+    path = tmp_path / "wandb" / "offline-run-20260101_000000-garbage1" / "run-garbage1.wandb"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(bytes(range(256)) * 64)
+    res = read(path, run=".", fmt="wandb", final=False, options=OPTIONS)
+    assert res.dead and [p.message for p in res.problems] == ["not a W&B transaction log (its first bytes are not ':W&B' and the magic 0xBEE1); not read"]
+
+
+def test_discovery_takes_the_transaction_logs_and_not_latest_run_or_the_copies_under_files(box, tmp_path):
+    root, ids = box
+    copy = tmp_path / "box"
+    shutil.copytree(root, copy, symlinks=True)
+    wandb_dir = copy / "exp1" / "wandb"
+    assert (wandb_dir / "latest-run").is_symlink()
+    twin = _file(copy, ids["twin"])
+    shutil.copy(twin, twin.parent / "files" / twin.name)  # a copy W&B's files/ might hold
+    (twin.parent / "logs" / "debug.log").write_text("step 1 loss 2.0\n")
+    online = wandb_dir / twin.parent.name.replace("offline-run-", "run-")  # an online run's folder
+    shutil.copytree(twin.parent, online)
+    found = discover(copy, problems=[])
+    offline = sorted(wandb_dir.glob("offline-run-*/run-*.wandb"))
+    assert sorted(f.path for f in found) == sorted([*offline, online / twin.name])
+    assert {f.run for f in found} == {"exp1"}
+
+
+def test_a_new_wandb_file_holding_only_its_header_is_not_taken_for_another_run_renamed(tmp_path):
+    from lossguard.state import FileRow
+    from lossguard.watch.followed import Tracker
+
+    folder = tmp_path / "runs" / "exp" / "wandb"
+    first = folder / "offline-run-20260101_000000-aaaa1111" / "run-aaaa1111.wandb"
+    first.parent.mkdir(parents=True)
+    first.write_bytes(b":W&B\xe1\xbe\x00")  # all wandb-core writes in a run's first 15 s
+    tracker = Tracker([tmp_path / "runs"], log=lambda _: None)
+    seen, _ = tracker.walk({}, quiet=False)
+    rows = {p: FileRow(p, s.row.run, "wandb", s.row.device, s.row.inode, s.row.fingerprint, Cursor(offset=7).to_json(), False, 0) for p, s in seen.items()}
+    second = folder / "offline-run-20260101_000100-bbbb2222" / "run-bbbb2222.wandb"
+    second.parent.mkdir()
+    os.rename(first, second)  # the same inode under another run's name, as a reused inode would be
+    seen, _ = tracker.walk(rows, quiet=False)
+    assert Cursor.from_json(seen[str(second)].row.cursor).offset == 0  # a new file, read from its start
+
+
+LIVE = r'''
+import sys, time, wandb
+# wandb-core writes its log every x_transaction_log_flush_interval seconds (15 by default) or when
+# a 32 KiB block fills: 0.5 s here, so the test waits on the daemon, not on W&B.
+run = wandb.init(project="huggingface", name="live", settings=wandb.Settings(x_transaction_log_flush_interval=0.5))
+print(run.id, flush=True)
+for s in range(1, 61):
+    wandb.log({"train/loss": 9.0 if s == 45 else 2.0 + (s % 5) * 0.01, "train/learning_rate": 1e-4, "train/grad_norm": 1.0, "train/global_step": s})
+    time.sleep(0.05)
+time.sleep(float(sys.argv[1]))  # (still running while the daemon reads what was flushed)
+run.finish()
+'''
+
+
+def test_the_daemon_follows_a_run_wandb_is_writing_alerts_its_spike_once_and_not_again_after_kill_9(tmp_path):
+    (tmp_path / "runs" / "exp").mkdir(parents=True)
+    w = Watch(tmp_path).start()
+    writer = None
+    try:
+        w.wait_settled()
+        writer = subprocess.Popen([sys.executable, "-c", LIVE, "3"], env=wandb_env(tmp_path / "runs" / "exp", tmp_path / "home"), stdout=subprocess.PIPE, text=True)
+        run_id = writer.stdout.readline().strip()
+        run = f"exp/huggingface/live@{run_id}"
+        ev = w.wait_for(lambda ev: any(e["event"] == "opened" and e["run"] == run for e in ev), timeout=120)
+        assert [(e["rule"], e["step"]) for e in ev if e["event"] == "opened" and e["run"] == run] == [("loss-spike", 45)]
+        assert writer.wait(timeout=120) == 0
+        w.kill9()
+        w.start()
+        ev = w.settle()
+        assert [(e["rule"], e["step"]) for e in ev if e["event"] == "opened" and e["run"] == run] == [("loss-spike", 45)]
+    finally:
+        if writer is not None and writer.poll() is None:
+            writer.kill()
+        err = w.stop_and_read()
+    assert w.proc.returncode == 0, err
+
+
+def test_a_project_folder_named_wandb_is_walked_as_any_folder(tmp_path):
+    log = tmp_path / "code" / "wandb" / "experiments" / "exp1" / "train.log"
+    log.parent.mkdir(parents=True)
+    log.write_text("".join(f"step {s} loss {2.0 + (s % 3) * 0.01}\n" for s in range(1, 30)))
+    assert [(f.run, f.path) for f in discover(tmp_path / "code", problems=[])] == [("wandb/experiments/exp1", log)]
