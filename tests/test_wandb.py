@@ -314,3 +314,26 @@ def test_a_project_folder_named_wandb_is_walked_as_any_folder(tmp_path):
     log.parent.mkdir(parents=True)
     log.write_text("".join(f"step {s} loss {2.0 + (s % 3) * 0.01}\n" for s in range(1, 30)))
     assert [(f.run, f.path) for f in discover(tmp_path / "code", problems=[])] == [("wandb/experiments/exp1", log)]
+
+
+@settings(max_examples=200)
+@given(messages=st.lists(st.binary(max_size=40), min_size=1, max_size=30), keep=st.sets(st.integers(1, 20), max_size=4), stop=st.sets(st.integers(1, 20), max_size=3))
+def test_the_field_walker_finds_for_many_messages_at_once_what_it_finds_one_by_one(messages, keep, stop):
+    """Messages walked as arrays (many at once) and one by one (a daemon's few new records) give the
+    same fields, broken bytes included."""
+    import numpy as np
+
+    from lossguard.ingest.sources import protobuf
+
+    raw = b"".join(messages)
+    data = np.frombuffer(raw + bytes(16), dtype=np.uint8)
+    ends = np.cumsum([len(m) for m in messages])
+    starts = ends - [len(m) for m in messages]
+    many = protobuf.fields(data, np.repeat(starts, protobuf.FEW + 1), np.repeat(ends, protobuf.FEW + 1), keep=keep, stop=stop)
+    few = protobuf._fields_one_by_one(data, np.repeat(starts, protobuf.FEW + 1), np.repeat(ends, protobuf.FEW + 1), keep=frozenset(keep), stop=frozenset(stop))
+
+    def rows(f):
+        return sorted(zip(f.message.tolist(), f.key_at.tolist(), f.number.tolist(), f.wire.tolist(), f.start.tolist(), f.end.tolist(), f.value.tolist()))
+
+    assert rows(many) == rows(few)
+    assert many.bad.tolist() == few.bad.tolist()

@@ -19,6 +19,7 @@ import io
 import os
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from fnmatch import fnmatchcase
 from pathlib import Path
 
@@ -31,7 +32,7 @@ from ..problems import Problem
 from ..sources.protobuf import WIRE_LEN, fields, spans_of, varints
 from ..sources.tfrecord import rows_at
 from ..sources.wandb_log import BLOCK, FILE_HEADER, frame, header_problem
-from .base import Format, Keep, Layout, Parsed, Sink, kept_rows
+from .base import Format, Keep, Layout, Parsed, Sink
 
 CHUNK = 16 << 20
 """Bytes framed and decoded at a time (whole 32 KiB blocks): memory stays bounded by a chunk."""
@@ -54,6 +55,9 @@ _NUMBER_START = np.zeros(256, dtype=bool)
 _NUMBER_START[list(b"-0123456789NI")] = True
 """First bytes of a JSON number (and of W&B's NaN, Infinity, -Infinity)."""
 LONGEST_NUMBER = 32
+SMALL = 512
+"""Values parsed one by one (float) rather than by polars, whose CSV reader costs ~1 ms a call:
+what a daemon's pass finds in a file is a few steps' values."""
 _RUN_FILE = re.compile(r"^run-(?P<id>.+)\.wandb$")
 
 
@@ -138,6 +142,7 @@ def _item_spans(data: np.ndarray, s: np.ndarray, e: np.ndarray) -> tuple[np.ndar
     return ident_end, vstart, vend, fast
 
 
+@lru_cache(maxsize=4096)
 def _key_name(raw: bytes) -> str:
     """An item's key fields (`key`, or `nested_key` parts, joined by '.' as W&B's tables show a
     nested dict's keys) as the tag lossguard reads."""
@@ -159,6 +164,13 @@ def _numbers(data: np.ndarray, vstart: np.ndarray, vend: np.ndarray) -> tuple[np
     numeric = np.zeros(vstart.size, dtype=bool)
     picked = np.flatnonzero(maybe)
     if not picked.size:
+        return values, numeric
+    if picked.size <= SMALL:
+        for i, a, b in zip(picked.tolist(), vstart[picked].tolist(), vend[picked].tolist()):
+            try:
+                values[i], numeric[i] = float(data[a:b].tobytes()), True
+            except ValueError:
+                pass
         return values, numeric
     size = int(length[picked].max()) + 1
     lines = np.empty((picked.size, size + 1), dtype=np.uint8)
@@ -274,28 +286,32 @@ def _steps(items: _Items, step_of: np.ndarray, cursor: Cursor) -> tuple[np.ndarr
     return _filled(trainer, before), mode
 
 
-def _rows(items: _Items, step_of: np.ndarray, cursor: Cursor, name: str | None) -> tuple[pl.DataFrame, Cursor, int]:
+def _rows(items: _Items, step_of: np.ndarray, cursor: Cursor, name: str | None, keep: Keep | None) -> tuple[pl.DataFrame, Cursor, int, table.Span | None]:
     """The metric rows of a chunk's history records (W&B's own items and the trainer's step left
-    out), the cursor's step state after them, and how many rows had no step to go at."""
+    out; with `keep`, only the tags it keeps, asked once a key), the cursor's step state after them,
+    how many values had no step to go at, and the steps all of them covered."""
     size = step_of.size
     steps, mode = _steps(items, step_of, cursor)
     wall = _per_record(items, {"_timestamp"}, size)
-    skip = {i for i, n in enumerate(items.names) if n in W_AND_B_OWN or n in TRAINER_STEPS or n.startswith("_wandb")}
-    take = items.numeric & ~np.isin(items.code, list(skip))
+    skip = [i for i, n in enumerate(items.names) if n in W_AND_B_OWN or n in TRAINER_STEPS or n.startswith("_wandb")]
+    take = items.numeric & ~np.isin(items.code, skip)
     row_step = steps[items.record[take]]
     placed = ~np.isnan(row_step) & (row_step >= 0) & (row_step < 2.0**63)
-    unplaced = int((~placed).sum())
-    chosen = np.flatnonzero(take)[placed]
-    frame = pl.DataFrame({
-        "step": row_step[placed].astype(np.int64),
-        "tag": pl.Series(items.names, dtype=pl.String()).gather(items.code[chosen]),
-        "value": items.value[chosen],
-        "wall_time": wall[items.record[chosen]],
-        "run": pl.Series([name or ""], dtype=pl.String()).gather(np.zeros(chosen.size, dtype=np.int64)),
-    })
+    chosen, at = np.flatnonzero(take)[placed], row_step[placed].astype(np.int64)
+    span = (int(at.min()), int(at.max())) if at.size else None
+    if keep is not None:
+        kept = np.isin(items.code[chosen], [i for i, n in enumerate(items.names) if keep(n)])
+        chosen, at = chosen[kept], at[kept]
+    codes = items.code[chosen]
+    tags = pl.Series("tag", items.names, dtype=pl.String()).gather(codes) if codes.size > 256 else pl.Series("tag", [items.names[c] for c in codes.tolist()], dtype=pl.String())
+    frame = pl.DataFrame([
+        pl.Series("step", at, dtype=pl.Int64()), tags, pl.Series("value", items.value[chosen], dtype=pl.Float64()),
+        pl.Series("wall_time", wall[items.record[chosen]], dtype=pl.Float64(), nan_to_null=True),
+        pl.Series("run", [name or ""] * chosen.size, dtype=pl.String()),
+    ])
     known = steps[~np.isnan(steps)]
     last = int(known[-1]) if known.size and 0 <= known[-1] < 2.0**63 else cursor.last_step
-    return frame.with_columns(pl.col("wall_time").fill_nan(None)), cursor.advance(steps=mode, last_step=last), unplaced
+    return frame, cursor.advance(steps=mode, last_step=last), int((~placed).sum()), span
 
 
 def _empty() -> pl.DataFrame:
@@ -313,8 +329,9 @@ def _read_here(data: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.nda
     return ~canonical | bad | ours
 
 
-def _decode(rec, path: Path, cursor: Cursor) -> tuple[pl.DataFrame, Cursor, list[Problem]]:
-    """A chunk's records (sources/wandb_log.Records) as raw rows named for the file's run."""
+def _decode(rec, path: Path, cursor: Cursor, keep: Keep | None) -> tuple[pl.DataFrame, Cursor, list[Problem], table.Span | None]:
+    """A chunk's records (sources/wandb_log.Records) as raw rows named for the file's run (with
+    `keep`, of the tags it keeps), and the steps they all covered."""
     source = str(path)
     problems: list[Problem] = []
     data = rec.data
@@ -336,12 +353,12 @@ def _decode(rec, path: Path, cursor: Cursor) -> tuple[pl.DataFrame, Cursor, list
             problems.append(Problem(source, f"history before the run's own record (damaged?): its rows are named for the file's run id, {name}"))
     cursor = cursor.advance(name=name)
     if not hist.size:
-        return _empty(), cursor, problems
+        return _empty(), cursor, problems, None
     items, step_of = _items(data, top.start[hist], top.end[hist])
-    rows, cursor, unplaced = _rows(items, step_of, cursor, name)
+    rows, cursor, unplaced, span = _rows(items, step_of, cursor, name, keep)
     if unplaced:
         problems.append(Problem(source, f"{unplaced} value(s) in history records with no step (no `_step`, no trainer step) skipped"))
-    return table.conform_raw(rows), cursor, problems
+    return rows, cursor, problems, span
 
 
 class WandbFormat:
@@ -381,11 +398,9 @@ class WandbFormat:
                     fh.read(stop - cursor.offset), base=cursor.offset, skipping=cursor.skipping, final=final and stop == size, source=source, needed=_read_here
                 )
                 problems.extend(rec.problems)
-                rows, moved, found = _decode(rec, path, cursor)
+                rows, moved, found, span = _decode(rec, path, cursor, keep)
                 problems.extend(found)
-                if rows.height and keep is not None:
-                    spans.append(table.span_of(rows))
-                    rows = kept_rows(rows, keep)
+                spans.append(span)
                 if rows.height:
                     each(rows) if each is not None else frames.append(rows)
                 progressed = rec.consumed > cursor.offset or rec.skipping != cursor.skipping

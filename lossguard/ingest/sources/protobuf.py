@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -48,7 +49,8 @@ def varints(data: np.ndarray, at: np.ndarray, end: np.ndarray) -> tuple[np.ndarr
     return value, after, bad
 
 
-def _table(numbers: Collection[int]) -> np.ndarray:
+@lru_cache(maxsize=64)
+def _table(numbers: tuple[int, ...]) -> np.ndarray:
     """A lookup table of field numbers (number -> in the set; its last entry, where larger numbers
     are clipped to, is False), for a test per field per round."""
     out = np.zeros(max(numbers, default=0) + 2, dtype=bool)
@@ -86,9 +88,11 @@ def fields(data: np.ndarray, starts: np.ndarray, ends: np.ndarray, *, keep: Coll
     needed), that field included."""
     starts = np.asarray(starts, dtype=np.int64)
     ends = np.asarray(ends, dtype=np.int64)
+    if starts.size <= FEW:
+        return _fields_one_by_one(data, starts, ends, keep=frozenset(keep), stop=frozenset(stop))
     bad = np.zeros(starts.size, dtype=bool)
     found: list[tuple[np.ndarray, ...]] = []
-    keep_t, stop_t = _table(keep), _table(stop)
+    keep_t, stop_t = _table(tuple(sorted(keep))), _table(tuple(sorted(stop)))
     live = np.flatnonzero(starts < ends)
     pos = starts[live]
     while live.size:
@@ -123,6 +127,59 @@ def fields(data: np.ndarray, starts: np.ndarray, ends: np.ndarray, *, keep: Coll
         return Fields(empty, empty, empty, empty, empty, empty, np.zeros(0, dtype=np.uint64), bad)
     columns = [np.concatenate(parts) for parts in zip(*found)]
     return Fields(*columns, bad=bad)
+
+
+FEW = 8
+"""Messages walked one by one, in Python, rather than as arrays: a round of array operations costs
+a few dozen microseconds whatever its size, a field in Python one (a daemon's read of a few new
+records)."""
+
+
+def _varint(raw: bytes, i: int, end: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if i >= end or shift >= 7 * MAX_VARINT:
+            raise ValueError("varint past its message")
+        byte = raw[i]
+        value |= (byte & 0x7F) << shift
+        i += 1
+        if byte < 0x80:
+            return value, i
+        shift += 7
+
+
+def _fields_one_by_one(data: np.ndarray, starts: np.ndarray, ends: np.ndarray, *, keep: frozenset[int], stop: frozenset[int]) -> Fields:
+    """`fields` for a few messages, to the same result."""
+    found: list[tuple[int, ...]] = []
+    bad = np.zeros(starts.size, dtype=bool)
+    for m, (a, b) in enumerate(zip(starts.tolist(), ends.tolist())):
+        raw, i = data[a:b].tobytes(), 0
+        try:
+            while i < len(raw):
+                key, after = _varint(raw, i, len(raw))
+                number, wire = key >> 3, key & 7
+                value, start = 0, after
+                if wire in (WIRE_VARINT, WIRE_LEN):
+                    value, past = _varint(raw, after, len(raw))
+                    start, end = (past, past + value) if wire == WIRE_LEN else (after, past)
+                elif wire in (WIRE_FIXED64, WIRE_FIXED32):
+                    end = after + (8 if wire == WIRE_FIXED64 else 4)
+                else:
+                    raise ValueError("wire type")
+                if end > len(raw):
+                    raise ValueError("field past its message")
+                if number in keep:
+                    found.append((m, number, wire, a + i, a + start, a + end, value))
+                if number in stop:
+                    break
+                i = end
+        except ValueError:
+            bad[m] = True
+    if not found:
+        empty = np.zeros(0, dtype=np.int64)
+        return Fields(empty, empty, empty, empty, empty, empty, np.zeros(0, dtype=np.uint64), bad)
+    columns = [np.asarray(c, dtype=np.int64) for c in list(zip(*found))[:6]]
+    return Fields(*columns, value=np.asarray([f[6] for f in found], dtype=np.uint64), bad=bad)
 
 
 def spans_of(data: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> list[bytes]:
