@@ -23,6 +23,7 @@ from lossguard.ingest.reader import ReadOptions, read, read_paths
 from lossguard.ingest.sources.wandb_log import BLOCK, frame
 
 from .conftest import run_lossguard
+from .test_incremental import _grow_and_read
 from .test_watch import Watch
 
 pytest.importorskip("wandb")
@@ -136,23 +137,6 @@ def _boundaries(data: bytes) -> list[int]:
     return sorted({*starts, *(s + 3 for s in starts), *(s + 11 for s in starts), len(data)})
 
 
-def _grow_and_read(path: Path, data: bytes, cuts: list[int]) -> tuple[pl.DataFrame, Cursor]:
-    path.write_bytes(b"")
-    cursor = Cursor()
-    frames = []
-    for cut in [*sorted(set(cuts)), len(data)]:
-        with open(path, "ab") as fh:
-            fh.write(data[path.stat().st_size : cut])
-        res = read(path, cursor, run=".", fmt="wandb", final=False, options=OPTIONS)
-        assert res.problems == (), res.problems
-        frames.append(res.frame)
-        cursor = res.cursor
-    res = read(path, cursor, run=".", fmt="wandb", final=True, options=OPTIONS)
-    assert res.problems == ()
-    frames.append(res.frame)
-    return pl.concat(frames), res.cursor
-
-
 def test_a_file_cut_at_every_record_boundary_and_inside_records_reads_on_to_the_same_rows(box, tmp_path):
     root, ids = box
     src = _file(root, ids["twin"])
@@ -175,8 +159,8 @@ def test_a_growing_file_read_in_pieces_equals_one_read(box, tmp_path_factory, pi
     root, ids = box
     src = _file(root, ids["hf"])
     data = src.read_bytes()
-    whole = read(src, run=".", fmt="wandb", final=True, options=OPTIONS)
-    grown, cursor = _grow_and_read(tmp_path_factory.mktemp("grow") / src.name, data, [int(p * len(data)) for p in picks])
+    whole = read(src, run="r", fmt="wandb", final=True, options=OPTIONS)
+    grown, cursor = _grow_and_read(tmp_path_factory.mktemp("grow") / src.name, data, [int(p * len(data)) for p in picks], "wandb")
     assert grown.drop("source").equals(whole.frame.drop("source"))
     assert (cursor.offset, cursor.name, cursor.steps) == (len(data), whole.cursor.name, "train/global_step")
 

@@ -8,7 +8,8 @@ system stats, console output, config and files records are passed over unread.
 
 Decoding is done for all records at once (sources/protobuf.py): a history record's items are found
 in a few array rounds, the few distinct keys are decoded once each, and the values, JSON numbers
-(`NaN`, `Infinity` and `-Infinity` as W&B writes them), are parsed by polars in one call. A value
+(`NaN`, `Infinity` and `-Infinity` as W&B writes them), are parsed by polars in one call (the few
+of a daemon's read, one by one). A value
 that is not a number (a histogram, an image, a table, text, a boolean) is passed over quietly: it
 is not a curve lossguard could judge.
 """
@@ -275,7 +276,7 @@ def _steps(items: _Items, step_of: np.ndarray, cursor: Cursor) -> tuple[np.ndarr
     mode = cursor.steps
     own = np.where(step_of >= 0, step_of.astype(np.float64), _per_record(items, {"_step"}, size))
     if mode not in TRAINER_STEPS:
-        present = {items.names[c] for c in np.unique(items.code[items.numeric]).tolist()}
+        present = {items.names[c] for c in np.unique(items.code[items.numeric & np.isfinite(items.value)]).tolist()}
         mode = next((k for k in TRAINER_STEPS if k in present), HISTORY if size else mode)
     if mode == HISTORY or mode is None:
         return _filled(own, before), mode
