@@ -322,11 +322,12 @@ def _empty() -> pl.DataFrame:
 
 def _read_here(data: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """Which records are history or run records (sources/wandb_log.Needed), as writers lay them
-    out: `num` first, then the record's kind; any other layout is taken to be needed."""
+    out, in field order: `num` first, then the record's kind, or `control` (field 16) before the
+    kinds numbered above it (a RunRecord's); any other layout is taken to be needed."""
     canonical = _get(data, starts) == 0x08
     _, after, bad = varints(data, starts + 1, ends)
-    kind = _get(data, after)
-    ours = (kind == 0x12) | ((kind == 0x8A) & (_get(data, after + 1) == 0x01))
+    kind, then = _get(data, after), _get(data, after + 1)
+    ours = (kind == 0x12) | (((kind == 0x8A) | (kind == 0x82)) & (then == 0x01))
     return ~canonical | bad | ours
 
 
@@ -336,9 +337,10 @@ def _decode(rec, path: Path, cursor: Cursor, keep: Keep | None) -> tuple[pl.Data
     source = str(path)
     problems: list[Problem] = []
     data = rec.data
-    top = fields(data, rec.starts, rec.ends, keep=(RECORD_HISTORY, RECORD_RUN), stop=RECORD_TYPES)
+    walked = np.flatnonzero(rec.wanted) if rec.wanted is not None else np.arange(rec.starts.size)
+    top = fields(data, rec.starts[walked], rec.ends[walked], keep=(RECORD_HISTORY, RECORD_RUN), stop=RECORD_TYPES)
     if top.bad.any():
-        bad = np.flatnonzero(top.bad)
+        bad = walked[np.flatnonzero(top.bad)]
         problems.append(Problem(source, f"{bad.size} record(s) that are not valid W&B records skipped", offset=int(rec.offsets[bad[0]])))
     whole = (top.wire == WIRE_LEN) & ~top.bad[top.message]
     hist = np.flatnonzero(whole & (top.number == RECORD_HISTORY))

@@ -62,6 +62,8 @@ class Records:
     cut: int | None = None
     """File offset of a record cut off by the end of what was read (more bytes would complete it)."""
     problems: list[Problem] = field(default_factory=list)
+    wanted: np.ndarray | None = None
+    """Per record: one the reader said it decodes (`needed`); the others' checksums were not checked."""
 
 
 @dataclass
@@ -79,6 +81,8 @@ class _Chunks:
     """Where a chunk runs past the end of the buffer."""
     padded: list[int] = field(default_factory=list)
     """Where a block's rest is zeros (padding, nothing to read)."""
+    wanted: np.ndarray | None = None
+    """Per chunk: its record is one the reader decodes (Needed); None: all are."""
 
 
 def _u16(arr: np.ndarray, at: np.ndarray) -> np.ndarray:
@@ -194,6 +198,7 @@ def _checksums(buf: bytes, arr: np.ndarray, ch: _Chunks, *, final: bool, needed:
         full = ch.kind == FULL
         wanted = ~full
         wanted[full] = needed(arr, ch.pos[full] + CHUNK_HEADER, ch.pos[full] + CHUNK_HEADER + ch.length[full])
+        ch.wanted = wanted.copy()
         wanted[-1] = True  # (the last: a write caught half done is seen by its checksum)
         check = np.flatnonzero(wanted)
     pos = ch.pos[check]
@@ -283,12 +288,14 @@ def frame(buf: bytes, *, base: int, skipping: bool = False, final: bool, source:
         for b, at in ch.damaged.items():
             start_of[b] = at
         keep = ch.pos < start_of[ch.block]
-        ch = _Chunks(ch.pos[keep], ch.length[keep], ch.kind[keep], ch.block[keep], ch.block_start, ch.damaged, ch.cut, ch.padded)
+        wanted = ch.wanted[keep] if ch.wanted is not None else None
+        ch = _Chunks(ch.pos[keep], ch.length[keep], ch.kind[keep], ch.block[keep], ch.block_start, ch.damaged, ch.cut, ch.padded, wanted)
     joined = _join(buf, ch, skipping)
     full = np.flatnonzero(ch.kind == FULL)
     starts = np.concatenate([ch.pos[full] + CHUNK_HEADER, arr.size + np.asarray(joined.starts, dtype=np.int64)])
     ends = np.concatenate([ch.pos[full] + CHUNK_HEADER + ch.length[full], arr.size + np.asarray([*joined.starts[1:], len(joined.data)], dtype=np.int64)])
     firsts = np.concatenate([ch.pos[full], np.asarray(joined.first, dtype=np.int64)])
+    wanted = np.concatenate([ch.wanted[full] if ch.wanted is not None else np.ones(full.size, dtype=bool), np.ones(len(joined.first), dtype=bool)])
     order = np.argsort(firsts, kind="stable")
     pad = np.zeros(PAD, dtype=np.uint8)
     data = np.concatenate([pad, arr, np.frombuffer(bytes(joined.data), dtype=np.uint8), pad])
@@ -301,7 +308,10 @@ def frame(buf: bytes, *, base: int, skipping: bool = False, final: bool, source:
             source, f"{len(damage)} damaged chunk(s) in this W&B log (a bad checksum, length or type); the rest of each one's 32 KiB block is skipped, the blocks after it are read",
             offset=base + damage[0],
         ))
-    return Records(data, PAD + starts[order], PAD + ends[order], base + firsts[order], consumed=consumed, skipping=still, cut=None if cut is None else base + cut, problems=problems)
+    return Records(
+        data, PAD + starts[order], PAD + ends[order], base + firsts[order], consumed=consumed, skipping=still, cut=None if cut is None else base + cut,
+        problems=problems, wanted=wanted[order],
+    )
 
 
 def _consumed(ch: _Chunks, joined: _Joined, full: np.ndarray, base: int, n: int, skipping: bool) -> tuple[int, bool]:
