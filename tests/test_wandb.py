@@ -321,3 +321,21 @@ def test_the_field_walker_finds_for_many_messages_at_once_what_it_finds_one_by_o
 
     assert rows(many) == rows(few)
     assert many.bad.tolist() == few.bad.tolist()
+
+
+def test_history_read_before_any_run_record_is_named_for_the_run_id_in_the_file_name(box, tmp_path):
+    from wandb.proto.wandb_internal_pb2 import Record
+
+    root, ids = box
+    src = _file(root, ids["hf"])
+    data = bytearray(src.read_bytes())
+    records = frame(bytes(data), base=0, final=True, source="x")
+    spans = zip(records.offsets.tolist(), records.starts.tolist(), records.ends.tolist())
+    offset = next(o for o, s, e in spans if Record.FromString(records.data[s:e].tobytes()).WhichOneof("record_type") == "run")
+    data[offset + 20] ^= 0x01  # the RunRecord's checksum fails: its block is skipped
+    damaged = tmp_path / src.name
+    damaged.write_bytes(bytes(data))
+    res = read(damaged, run="exp1", fmt="wandb", final=True, options=OPTIONS)
+    assert [p.offset for p in res.problems][:1] == [offset] and "named for the file's run id" in res.problems[1].message
+    assert set(res.frame.get_column("run").unique()) == {f"exp1/{ids['hf']}"}
+    assert res.frame.get_column("step").min() > 10 and res.frame.get_column("step").max() == 3000
