@@ -51,6 +51,10 @@ class Cursor:
     """... at epoch x the steps per epoch."""
     by_last: int = 0
     """... at the step before them (nothing else to go by)."""
+    mark: str | None = None
+    """A database's last row read (sources.sqlite_db: `index` is its key), as a digest of what it
+    holds: a row that no longer holds it means the keys were renumbered (VACUUM) or the database
+    replaced in place, and the database is read again from its start."""
 
     def advance(self, **changes: object) -> Cursor:
         return replace(self, **changes)

@@ -5,12 +5,14 @@ how its lines (or its head) are recognised. Adding a format is that module and i
 
 from __future__ import annotations
 
-from . import composer, csvlog, dictlines, fairseq, hf_console, kvlines, megatron, tfevents, trainer_state
+from . import composer, csvlog, dictlines, fairseq, hf_console, kvlines, megatron, mlflow_db, tfevents, trackio_db, trainer_state
 from .base import Format
 
 FORMATS: tuple[Format, ...] = (
     tfevents.FORMAT,
     trainer_state.FORMAT,
+    mlflow_db.FORMAT,
+    trackio_db.FORMAT,
     csvlog.FORMAT,
     composer.FORMAT,
     megatron.FORMAT,

@@ -259,6 +259,9 @@ class Format:
     """Truthy when one line of a file's head is this format's: content sniffing counts them."""
     layout: Layout | None = None
     """The tracker folder whose files are this format's, whatever their names (discovery)."""
+    tables: frozenset[str] | None = None
+    """For a tracker's SQLite database, known by its catalogue whatever the file is called: the
+    tables that make a database this format's (sniff asks the database once for all formats)."""
     names_runs: bool = False
     """Its files name the runs of their rows (a raw `run` column, table.finish): a run filter
     (`scan --run`) can judge such a file only once it is read."""
