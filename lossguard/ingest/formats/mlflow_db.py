@@ -68,8 +68,11 @@ def _frame(rows: list[tuple], names: dict[str, str]) -> pl.DataFrame:
         .when(value == -FLOAT_MAX).then(float("-inf"))
         .otherwise(value)
     )
-    return got.select(
-        pl.col("step"), pl.col("tag"), decoded.alias("value"), (pl.col("ts").cast(pl.Float64()) / 1000.0).alias("wall_time"),
+    # Seconds divided by numpy, exactly: polars divides a long column by a scalar as a product with
+    # its inverse, so a row's wall time would depend on how many rows came with it.
+    seconds = pl.Series("wall_time", got.get_column("ts").cast(pl.Float64()).to_numpy() / 1000.0)
+    return got.with_columns(seconds).select(
+        pl.col("step"), pl.col("tag"), decoded.alias("value"), pl.col("wall_time"),
         pl.col("uuid").replace_strict(names, default=None, return_dtype=pl.String()).alias("run"),
     ).filter(pl.col("run").is_not_null())
 
