@@ -112,12 +112,6 @@ class Tracker:
         what is what."""
         current: dict[str, Sighting] = {}
         for path in changed:
-            if sqlite_db.is_side_file(path):
-                # A WAL-mode write lands in `x.db-wal`: it is `x.db` that changed. (The daemon is
-                # told the paths it follows, and may be told of a side file it never saw.)
-                path = sqlite_db.database_of(path) or ""
-                if path not in tracked:
-                    continue
             row = tracked.get(path)
             if row is None:
                 if is_log(path, self.globs):
@@ -128,6 +122,13 @@ class Tracker:
                 return None
             current[path] = seen
         return current
+
+    @staticmethod
+    def named(changed: Collection[str]) -> set[str]:
+        """The files inotify's changed paths are writes to: a WAL-mode write lands in `x.db-wal`,
+        and it is `x.db` that changed; a database's other side files (readers' `-shm`, ours too, a
+        `-journal` around a write the database itself shows) name nothing to read."""
+        return {sqlite_db.database_of(p) or "" if sqlite_db.is_side_file(p) else p for p in changed} - {""}
 
     def _identify(self, path: str, run: str, row: FileRow | None, by_ident: Mapping, quiet: bool) -> Sighting | None:
         """The row to read `path` with: the saved one if the file is the one we followed, a fresh one
