@@ -44,23 +44,25 @@ class MlflowDbFormat:
         size, _ = sqlite_db.stamp(path)
         try:
             with sqlite_db.opened(path) as db:
-                fetched = sqlite_db.fetch(db, METRICS, cursor, size=size, limit=limit)
-                names = run_names(db, {r[1] for r in fetched.rows})
+                fetched = sqlite_db.fetch(db, METRICS, cursor, _batch, size=size, limit=limit)
+                got = pl.concat(fetched.batches, rechunk=False) if fetched.batches else None
+                names = run_names(db, got.get_column("uuid").unique().to_list()) if got is not None else {}
         except sqlite_db.Unreadable as exc:
             return Parsed(empty(), cursor if exc.dead else sqlite_db.again(cursor), (Problem(source, exc.message),), dead=exc.dead)
         problems = (Problem(source, sqlite_db.RESTARTED),) if fetched.restarted else ()
-        return Parsed(_frame(fetched.rows, names), fetched.cursor, problems)
+        return Parsed(_frame(got, names) if got is not None else empty(), fetched.cursor, problems)
 
 
-def _frame(rows: list[tuple], names: dict[str, str]) -> pl.DataFrame:
+BATCH = {"_key": pl.Int64(), "uuid": pl.String(), "tag": pl.String(), "value": pl.Float64(), "is_nan": pl.Int64(), "step": pl.Int64(), "ts": pl.Int64()}
+
+
+def _batch(rows: list[tuple]) -> pl.DataFrame:
+    return pl.DataFrame(rows, orient="row", strict=False, schema=BATCH)
+
+
+def _frame(got: pl.DataFrame, names: dict[str, str]) -> pl.DataFrame:
     """The fetched metric rows as raw rows, NaN and +-Inf decoded, rows of runs that are no runs
     (deleted) left out."""
-    if not rows:
-        return empty()
-    got = pl.DataFrame(
-        rows, orient="row", strict=False,
-        schema={"_key": pl.Int64(), "uuid": pl.String(), "tag": pl.String(), "value": pl.Float64(), "is_nan": pl.Int64(), "step": pl.Int64(), "ts": pl.Int64()},
-    )
     value = pl.col("value")
     decoded = (
         pl.when(pl.col("is_nan") != 0).then(float("nan"))

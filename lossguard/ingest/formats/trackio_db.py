@@ -43,12 +43,13 @@ class TrackioDbFormat:
         try:
             with sqlite_db.opened(path) as db:
                 has_ids = "run_id" in sqlite_db.columns(db, "metrics")
-                fetched = sqlite_db.fetch(db, _table(has_ids), cursor, size=size, limit=limit)
-                names = _run_names(db, path, {(r[1], r[2]) for r in fetched.rows}) if has_ids else {r[1]: f"{path.stem}/{r[1]}" for r in fetched.rows}
+                fetched = sqlite_db.fetch(db, _table(has_ids), cursor, list, size=size, limit=limit)
+                rows = [row for batch in fetched.batches for row in batch]
+                names = _run_names(db, path, {(r[1], r[2]) for r in rows}) if has_ids else {r[1]: f"{path.stem}/{r[1]}" for r in rows}
         except sqlite_db.Unreadable as exc:
             return Parsed(empty(), cursor if exc.dead else sqlite_db.again(cursor), (Problem(source, exc.message),), dead=exc.dead)
         problems = [Problem(source, sqlite_db.RESTARTED)] if fetched.restarted else []
-        frame, bad = _frame(fetched.rows, names)
+        frame, bad = _frame(rows, names)
         if bad:
             problems.append(Problem(source, f"metrics of {bad:,} row(s) are not a JSON object; those rows are skipped"))
         return Parsed(frame, fetched.cursor, tuple(problems))

@@ -24,10 +24,11 @@ from __future__ import annotations
 import hashlib
 import os
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Generic, TypeVar
 from urllib.parse import quote
 
 from ..cursor import Cursor
@@ -45,6 +46,7 @@ BATCH = 20_000
 """Rows one statement fetches: a transaction of its own, a few ms, so a writer waits that long at most."""
 MIN_ROWS = 1_000
 """Rows a read cut short by its limit still gets, whatever the bytes a row seems to take."""
+T = TypeVar("T")
 RESTARTED = "rows renumbered (VACUUM?) or the database replaced: read again from its start (incidents already raised are not raised again)"
 
 
@@ -138,36 +140,39 @@ class Table:
 
 
 @dataclass(frozen=True)
-class Fetched:
-    rows: list[tuple]
-    """(key, *columns) of the rows past the watermark, in key order."""
+class Fetched(Generic[T]):
+    batches: list[T]
+    """What `each` made of each batch of rows past the watermark, in key order."""
     cursor: Cursor
     restarted: bool
     """The watermark's row was not the one read there: read again from the start."""
 
 
-def fetch(db: sqlite3.Connection, table: Table, cursor: Cursor, *, size: int, limit: int | None) -> Fetched:
-    """The rows of `table` past the cursor's watermark, a batch a statement; with `limit` (bytes, as
-    for files), about as many rows as that many bytes of the database hold. `size`: the database's
-    stamp before the read (what the cursor's offset becomes once every row is read)."""
+def fetch(db: sqlite3.Connection, table: Table, cursor: Cursor, each: Callable[[list[tuple]], T], *, size: int, limit: int | None) -> Fetched[T]:
+    """The rows of `table` past the cursor's watermark, a batch a statement, each batch as `each`
+    makes it ((key, *columns) tuples in, a frame out: a million rows never stand as Python
+    tuples at once). With `limit` (bytes, as for files), about as many rows as that many bytes of
+    the database hold. `size`: the database's stamp before the read (what the cursor's offset
+    becomes once every row is read)."""
     last = db.execute(f"SELECT max({table.key}) FROM {table.name}").fetchone()[0] or 0
     at, restarted = cursor.index, False
     if at and (at > last or _mark(db, table, at) != cursor.mark):
         at, restarted = 0, True
     want = None if limit is None else max(MIN_ROWS, limit * last // max(size, 1))
-    rows: list[tuple] = []
-    while want is None or len(rows) < want:
-        n = BATCH if want is None else min(BATCH, want - len(rows))
+    batches: list[T] = []
+    got = 0
+    while want is None or got < want:
+        n = BATCH if want is None else min(BATCH, want - got)
         batch = db.execute(f"SELECT {table.key}, {table.columns} FROM {table.name} WHERE {table.key} > ? ORDER BY {table.key} LIMIT ?", (at, n)).fetchall()
-        rows += batch
         if batch:
-            at = batch[-1][0]
+            at, got = batch[-1][0], got + len(batch)
+            batches.append(each(batch))
         if len(batch) < n:
             break
     done = at >= last
-    mark = _mark(db, table, at) if rows else cursor.mark if not restarted else None
+    mark = _mark(db, table, at) if got else cursor.mark if not restarted else None
     offset = size if done else min(size - 1, size * at // max(last, 1))
-    return Fetched(rows, cursor.advance(offset=max(offset, 0), index=at, mark=mark), restarted)
+    return Fetched(batches, cursor.advance(offset=max(offset, 0), index=at, mark=mark), restarted)
 
 
 def again(cursor: Cursor) -> Cursor:
