@@ -28,6 +28,7 @@ from lossguard.state import State
 from lossguard.watch.follow import Follower
 
 from .conftest import WAIT_FOR_EVERY_READ
+from .test_watch import Watch, opened
 
 pytest.importorskip("trackio")
 OPTIONS = ReadOptions()
@@ -157,3 +158,24 @@ def test_a_write_only_the_wal_holds_is_seen_by_the_daemon(tmp_path):
     assert not report.walked and report.files == 1
     assert [(n.run, n.incident.step) for n in report.notices if n.kind == "opened"] == [("trackio/proj/r1", 45)]
     state.close()
+
+
+def test_the_daemon_follows_a_database_a_real_trackio_process_logs_into_and_a_kill_repeats_nothing(tmp_path):
+    folder = tmp_path / "runs" / "trackio"
+    _trackio(folder, [("r1", 0, 30, "never")])
+    w = Watch(tmp_path).start()
+    try:
+        w.wait_ready()
+        # (trackio writes what was logged every 0.5 s: a step every 20 ms spreads these over passes.)
+        script = textwrap.dedent(LOG).replace("RUNS", repr([("r1", 30, 70, "allow")])).replace("SPIKE", "55").replace("{NON_FINITE}", "{}")
+        script = script.replace("trackio.log(values, step=step)", "trackio.log(values, step=step); __import__('time').sleep(0.02)")
+        env = {**os.environ, "TRACKIO_DIR": str(folder), "HF_HUB_OFFLINE": "1", "TRACKIO_TELEMETRY_DISABLED": "1"}
+        writer = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+        assert writer.returncode == 0, writer.stderr
+        w.wait_for(lambda ev: ("loss-spike", 55) in opened(ev))
+        w.kill9()
+        w = Watch(tmp_path).start()
+        ev = w.settle()
+    finally:
+        w.kill9()
+    assert [(e["run"], e["rule"], e["step"]) for e in ev if e["event"] == "opened"] == [("trackio/proj/r1", "loss-spike", 55)]
