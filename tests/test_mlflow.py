@@ -28,7 +28,7 @@ from lossguard.state import State
 from lossguard.watch.follow import Follower
 
 from .conftest import WAIT_FOR_EVERY_READ
-from .test_watch import Watch, opened
+from .test_watch import alerted_once_across_a_kill
 
 mlflow = pytest.importorskip("mlflow")
 from mlflow.entities import Metric  # noqa: E402
@@ -256,16 +256,8 @@ def test_the_daemon_follows_a_database_a_real_mlflow_process_logs_into_and_a_kil
     client = _client(store)
     run = client.create_run(client.create_experiment("pretrain"), run_name="r1").info.run_id
     _log(client, run, "loss", _calm_loss(range(1, 40)))
-    w = Watch(tmp_path).start()
-    try:
-        w.wait_ready()
+    def write() -> None:
         writer = subprocess.run([sys.executable, "-c", textwrap.dedent(WRITER), str(store)], capture_output=True, text=True, timeout=300)
         assert writer.returncode == 0, writer.stderr
-        w.wait_for(lambda ev: ("loss-spike", 55) in opened(ev))
-        w.kill9()
-        w = Watch(tmp_path).start()
-        ev = w.settle()
-    finally:
-        w.kill9()
-    said = [(e["run"], e["rule"], e["step"]) for e in ev if e["event"] == "opened"]
-    assert said == [("exp1/pretrain/r1", "loss-spike", 55)]
+
+    assert alerted_once_across_a_kill(tmp_path, write, 55) == [("exp1/pretrain/r1", "loss-spike", 55)]

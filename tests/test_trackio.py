@@ -28,13 +28,13 @@ from lossguard.state import State
 from lossguard.watch.follow import Follower
 
 from .conftest import WAIT_FOR_EVERY_READ
-from .test_watch import Watch, opened
+from .test_watch import alerted_once_across_a_kill
 
 pytest.importorskip("trackio")
 OPTIONS = ReadOptions()
 
 LOG = """
-import math, sys, trackio
+import math, sys, time, trackio
 def loss(step):
     return {SPIKE: 9.0}.get(step, 2.0 + (step % 5) * 0.01)
 for name, first, last, resume in RUNS:
@@ -44,15 +44,17 @@ for name, first, last, resume in RUNS:
         if step % 2 == 0:
             values["grad_norm"] = {NON_FINITE}.get(step, 1.0 + step * 0.1)
         trackio.log(values, step=step)
+        time.sleep(PAUSE)
     trackio.finish()
 """
 NON_FINITE = {3: "math.nan", 4: "math.inf", 6: "-math.inf"}
 
 
-def _trackio(folder: Path, runs: list[tuple[str, int, int, str]], spike: int = -1) -> None:
-    """trackio logging `runs` ((name, first step, end, resume)) into project `proj` under `folder`."""
+def _trackio(folder: Path, runs: list[tuple[str, int, int, str]], spike: int = -1, pause: float = 0.0) -> None:
+    """trackio logging `runs` ((name, first step, end, resume)) into project `proj` under `folder`,
+    `pause` seconds after each step."""
     non_finite = "{" + ", ".join(f"{k}: {v}" for k, v in NON_FINITE.items()) + "}"
-    script = textwrap.dedent(LOG).replace("RUNS", repr(runs)).replace("SPIKE", str(spike)).replace("{NON_FINITE}", non_finite)
+    script = textwrap.dedent(LOG).replace("RUNS", repr(runs)).replace("SPIKE", str(spike)).replace("{NON_FINITE}", non_finite).replace("PAUSE", repr(pause))
     env = {**os.environ, "TRACKIO_DIR": str(folder), "HF_HUB_OFFLINE": "1", "TRACKIO_TELEMETRY_DISABLED": "1"}
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
@@ -163,19 +165,6 @@ def test_a_write_only_the_wal_holds_is_seen_by_the_daemon(tmp_path):
 def test_the_daemon_follows_a_database_a_real_trackio_process_logs_into_and_a_kill_repeats_nothing(tmp_path):
     folder = tmp_path / "runs" / "trackio"
     _trackio(folder, [("r1", 0, 30, "never")])
-    w = Watch(tmp_path).start()
-    try:
-        w.wait_ready()
-        # (trackio writes what was logged every 0.5 s: a step every 20 ms spreads these over passes.)
-        script = textwrap.dedent(LOG).replace("RUNS", repr([("r1", 30, 70, "allow")])).replace("SPIKE", "55").replace("{NON_FINITE}", "{}")
-        script = script.replace("trackio.log(values, step=step)", "trackio.log(values, step=step); __import__('time').sleep(0.02)")
-        env = {**os.environ, "TRACKIO_DIR": str(folder), "HF_HUB_OFFLINE": "1", "TRACKIO_TELEMETRY_DISABLED": "1"}
-        writer = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
-        assert writer.returncode == 0, writer.stderr
-        w.wait_for(lambda ev: ("loss-spike", 55) in opened(ev))
-        w.kill9()
-        w = Watch(tmp_path).start()
-        ev = w.settle()
-    finally:
-        w.kill9()
-    assert [(e["run"], e["rule"], e["step"]) for e in ev if e["event"] == "opened"] == [("trackio/proj/r1", "loss-spike", 55)]
+    # (trackio writes what was logged every 0.5 s: a step every 20 ms spreads these over passes.)
+    write = lambda: _trackio(folder, [("r1", 30, 70, "allow")], spike=55, pause=0.02)  # noqa: E731
+    assert alerted_once_across_a_kill(tmp_path, write, 55) == [("trackio/proj/r1", "loss-spike", 55)]

@@ -39,6 +39,16 @@ class Parsed:
     """`rows` hold only the tags `keep` kept (and `span` says what all of them covered)."""
 
 
+NAMED_RAW = {**table.RAW_SCHEMA, "run": pl.String()}
+"""A parser's raw rows when its file names each row's run (table.finish)."""
+
+
+def no_rows(source: str, cursor: Cursor, problem: str, *, dead: bool) -> Parsed:
+    """A read of a file naming its rows' runs that got nothing: the `run` column all the same (a
+    file that names its runs gives it on every frame, empty ones too, table.finish)."""
+    return Parsed(pl.DataFrame(schema=NAMED_RAW), cursor, (Problem(source, problem),), dead=dead)
+
+
 Keep = Callable[[str], bool]
 """A projection: tag -> does the caller need its rows (needs.Needs.keeper)."""
 Sink = Callable[[pl.DataFrame], None]

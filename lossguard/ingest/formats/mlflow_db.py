@@ -22,18 +22,12 @@ import polars as pl
 from ..cursor import Cursor
 from ..problems import Problem
 from ..sources import sqlite_db
-from .base import Format, Parsed
+from .base import NAMED_RAW, Format, Parsed, no_rows
 
 TABLES = frozenset({"experiments", "runs", "metrics", "alembic_version"})
 """What every MLflow SQL store holds since its first migration (and no other tracker's does)."""
 METRICS = sqlite_db.Table("metrics", key="rowid", columns="run_uuid, key, value, is_nan, step, timestamp", identity="run_uuid, key, step, timestamp, value")
 FLOAT_MAX = sys.float_info.max
-RAW = {"step": pl.Int64(), "tag": pl.String(), "value": pl.Float64(), "wall_time": pl.Float64(), "run": pl.String()}
-
-
-def empty() -> pl.DataFrame:
-    """No rows, with the `run` column a file naming its runs gives on every frame (table.finish)."""
-    return pl.DataFrame(schema=RAW)
 
 
 class MlflowDbFormat:
@@ -48,9 +42,9 @@ class MlflowDbFormat:
                 got = pl.concat(fetched.batches, rechunk=False) if fetched.batches else None
                 names = run_names(db, got.get_column("uuid").unique().to_list()) if got is not None else {}
         except sqlite_db.Unreadable as exc:
-            return Parsed(empty(), cursor if exc.dead else sqlite_db.again(cursor), (Problem(source, exc.message),), dead=exc.dead)
+            return no_rows(source, cursor if exc.dead else sqlite_db.again(cursor), exc.message, dead=exc.dead)
         problems = (Problem(source, sqlite_db.RESTARTED),) if fetched.restarted else ()
-        return Parsed(_frame(got, names) if got is not None else empty(), fetched.cursor, problems)
+        return Parsed(_frame(got, names) if got is not None else pl.DataFrame(schema=NAMED_RAW), fetched.cursor, problems)
 
 
 BATCH = {"_key": pl.Int64(), "uuid": pl.String(), "tag": pl.String(), "value": pl.Float64(), "is_nan": pl.Int64(), "step": pl.Int64(), "ts": pl.Int64()}

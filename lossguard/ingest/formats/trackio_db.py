@@ -21,8 +21,7 @@ import polars as pl
 from ..cursor import Cursor
 from ..problems import Problem
 from ..sources import sqlite_db
-from .base import Format, Parsed
-from .mlflow_db import RAW, empty
+from .base import NAMED_RAW, Format, Parsed, no_rows
 
 TABLES = frozenset({"metrics", "configs", "sqlite_sequence"})
 """trackio's tables since its first release (`sqlite_sequence`: its AUTOINCREMENT ids)."""
@@ -47,7 +46,7 @@ class TrackioDbFormat:
                 rows = [row for batch in fetched.batches for row in batch]
                 names = _run_names(db, path, {(r[1], r[2]) for r in rows}) if has_ids else {r[1]: f"{path.stem}/{r[1]}" for r in rows}
         except sqlite_db.Unreadable as exc:
-            return Parsed(empty(), cursor if exc.dead else sqlite_db.again(cursor), (Problem(source, exc.message),), dead=exc.dead)
+            return no_rows(source, cursor if exc.dead else sqlite_db.again(cursor), exc.message, dead=exc.dead)
         problems = [Problem(source, sqlite_db.RESTARTED)] if fetched.restarted else []
         frame, bad = _frame(rows, names)
         if bad:
@@ -84,8 +83,8 @@ def _frame(rows: list[tuple], names: dict[str, str]) -> tuple[pl.DataFrame, int]
             times.append(wall)
             runs.append(run)
     if not steps:
-        return empty(), bad
-    return pl.DataFrame({"step": steps, "tag": tags, "value": values, "wall_time": times, "run": runs}, schema=RAW), bad
+        return pl.DataFrame(schema=NAMED_RAW), bad
+    return pl.DataFrame({"step": steps, "tag": tags, "value": values, "wall_time": times, "run": runs}, schema=NAMED_RAW), bad
 
 
 def _wall_time(stamp: object) -> float | None:
