@@ -87,7 +87,7 @@ def _written(db: Path) -> dict[str, list[tuple[int, str, float]]]:
     _log(client, other, "train/loss", [(s * 10, 1.5) for s in range(3)])
     return {
         "exp1/pretrain/r1": [(s, "loss", v) for s, v in loss] + [(s, "grad_norm", v) for s, v in grad],
-        f"exp1/pretrain/r1@{second[:8]}": [(s, "loss", v) for s, v in _calm_loss(range(5))],
+        f"exp1/pretrain/r1 ({second[:8]})": [(s, "loss", v) for s, v in _calm_loss(range(5))],
         "exp1/sft/r1": [(s * 10, "train/loss", 1.5) for s in range(3)],
     }
 
@@ -121,7 +121,7 @@ def test_a_database_mlflow_wrote_is_read_back_exactly_run_by_run(store):
 def test_scan_judges_each_mlflow_run_and_the_non_finite_rules_see_the_nan(store):
     _written(store)
     result = scan([store.parent.parent], rules=default_rules())
-    assert sorted(r.run for r in result.runs) == sorted(["exp1/pretrain/r1", next(r.run for r in result.runs if "@" in r.run), "exp1/sft/r1"])
+    assert sorted(r.run for r in result.runs) == sorted(["exp1/pretrain/r1", next(r.run for r in result.runs if "(" in r.run), "exp1/sft/r1"])
     assert ("exp1/pretrain/r1", "loss-nonfinite", 12) in [(i.run, i.rule, i.step) for i in result.incidents]
     assert [r.run for r in scan([store.parent.parent], rules=default_rules(), run_glob="*/sft/*").runs] == ["exp1/sft/r1"]
 

@@ -87,7 +87,7 @@ def test_a_database_trackio_wrote_is_read_back_exactly_run_by_run(written):
     db.close()
     frame, results, problems = read_paths([written])
     assert problems == [] and [r.format for r in results] == ["trackio_db"]
-    expected = _expected_rows("proj/r1", 0, 12) + _expected_rows(f"proj/r1@{second[:8]}", 0, 3) + _expected_rows("proj/r2", 5, 9)
+    expected = _expected_rows("proj/r1", 0, 12) + _expected_rows(f"proj/r1 ({second[:8]})", 0, 3) + _expected_rows("proj/r2", 5, 9)
     got = list(frame.select("run", "step", "tag", "value").iter_rows())
     assert len(got) == len(expected) and all(_same(a, b) for a, b in zip(got, expected)), got
     assert frame.get_column("wall_time").null_count() == 0

@@ -4,7 +4,7 @@ directory; verl's is `/tmp/mlruns.db`), known by its tables whatever the file is
 One database holds many runs: each row's `run` is `experiment/run name` (the run's `name`, else
 its `mlflow.runName` tag, else its id). MLflow lets two runs of an experiment share a name; they
 are never merged: the first of them (by start time, deleted ones counted, so that deleting one
-renames no other) keeps the name, each later one is `name@<first 8 characters of its run id>`.
+renames no other) keeps the name, each later one is `name (<first 8 characters of its run id>)`.
 Deleted runs (and the runs of deleted experiments) are not runs. MLflow keeps NaN as 0 with
 `is_nan = 1` and +-Inf as +-1.7976931348623157e308 (sqlalchemy_store.sanitize_metric_value):
 both are mapped back, or the non-finite rules would never see them. A value of exactly
@@ -94,7 +94,7 @@ def run_names(db: sqlite3.Connection, uuids: Collection[str]) -> dict[str, str]:
             first = (experiment_id, name) not in taken
             taken.add((experiment_id, name))
             if stage != "deleted" and experiment_stage != "deleted":
-                named[uuid] = f"{experiment}/{name}" if first else f"{experiment}/{name}@{uuid[:8]}"
+                named[uuid] = f"{experiment}/{name}" if first else f"{experiment}/{name} ({uuid[:8]})"
     return named
 
 

@@ -5,7 +5,7 @@ non-finite ones as the strings "NaN", "Infinity" and "-Infinity" (trackio.utils.
 One database is one project and holds its runs: each row's `run` is `project/run name`, the project
 being the database's name. trackio lets a new run take a name an earlier one has (`resume="never"`
 gives it a new run id): they are never merged, the earliest (by its first row) keeps the name and
-each later one is `name@<first 8 characters of its run id>`. Databases written before trackio 0.24
+each later one is `name (<first 8 characters of its run id>)`. Databases written before trackio 0.24
 have no run ids: the name is the run. System metrics (CPU, GPU) are not read: nothing judges them."""
 
 from __future__ import annotations
@@ -108,7 +108,7 @@ def _run_names(db: sqlite3.Connection, path: Path, runs: set[tuple[str, str]]) -
         peers |= {run_id for run_id, name in runs if name == run_name}
         ranked = sorted(peers, key=lambda run_id: (_first_row(db, path, run_id), run_id))
         for k, run_id in enumerate(ranked):
-            named[run_id] = f"{path.stem}/{run_name}" if k == 0 else f"{path.stem}/{run_name}@{run_id[:8]}"
+            named[run_id] = f"{path.stem}/{run_name}" if k == 0 else f"{path.stem}/{run_name} ({run_id[:8]})"
     return named
 
 
