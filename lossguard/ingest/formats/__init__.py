@@ -5,12 +5,14 @@ how its lines (or its head) are recognised. Adding a format is that module and i
 
 from __future__ import annotations
 
-from . import composer, csvlog, dictlines, fairseq, hf_console, kvlines, megatron, tfevents, trainer_state
+from . import composer, csvlog, dictlines, dvclive, fairseq, hf_console, kvlines, megatron, mlruns, tfevents, trainer_state
 from .base import Format
 
 FORMATS: tuple[Format, ...] = (
     tfevents.FORMAT,
     trainer_state.FORMAT,
+    dvclive.FORMAT,
+    mlruns.FORMAT,
     csvlog.FORMAT,
     composer.FORMAT,
     megatron.FORMAT,
@@ -21,4 +23,5 @@ FORMATS: tuple[Format, ...] = (
 )
 """In sniffing precedence: a line claimed by several formats counts for the first (Composer's metric
 lines, then Megatron's iteration lines, dict lines, then bare `name value` pairs, which many formats'
-lines also hold), and so does a tie in the count."""
+lines also hold), and so does a tie in the count. (The trackers' formats, settled by their folders,
+sniff nothing.)"""
