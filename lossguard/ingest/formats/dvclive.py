@@ -63,7 +63,10 @@ def _logs(below: tuple[str, ...]) -> bool:
 
 def renamed(parts: list[str]) -> int | None:
     """Where in a path's parts a dvclive folder of another name is (the part before
-    `plots/metrics/`), or None: a `.tsv` under `plots/metrics/` beside dvclive's own files."""
+    `plots/metrics/`), or None: a `.tsv` under `plots/metrics/` beside dvclive's own files, or
+    one of those files (`metrics.json`, its summary, is no log) beside `plots/metrics/`."""
+    if parts[-1] in MARKERS and len(parts) >= 2:
+        return len(parts) - 2 if os.path.isdir(os.path.join(os.sep.join(parts[:-1]) or os.sep, *BELOW)) else None
     if not parts[-1].endswith(".tsv") or "plots" not in parts:
         return None
     for i in range(len(parts) - 4, -1, -1):
