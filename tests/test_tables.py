@@ -111,26 +111,26 @@ def test_dvclive_spike_found_by_scan_with_the_lr_of_its_run(tmp_path, monkeypatc
 def store(tmp_path, monkeypatch) -> Path:
     """runs/exp1/mlruns, written by mlflow: experiment `exp one` with two runs named `same` (the
     first spikes after its LR jumps, the second is calm) and a deleted run, experiment `exp2` with
-    one run logging NaN and infinities and a key holding a `/`."""
+    one run logging NaN and infinities and a key holding a `/`. (Through MlflowClient, which keeps
+    no active run or experiment in the process for other tests to meet.)"""
     import mlflow
+    from mlflow.entities import Metric
 
-    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # (MLflow 3.7+ asks for it: SQLite is its default)
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # (MLflow 3.17 asks for it: SQLite is its default)
     root = tmp_path / "runs" / "exp1" / "mlruns"
-    mlflow.set_tracking_uri(root.as_uri())
-    try:
-        mlflow.set_experiment("exp one")
-        for name, spike in (("same", True), ("same", False), ("gone", True)):
-            with mlflow.start_run(run_name=name) as run:
-                for step in range(STEPS):
-                    mlflow.log_metrics({"train/loss": _loss(step) if spike else 2.0, "lr": _lr(step)}, step=step)
-            if name == "gone":
-                mlflow.delete_run(run.info.run_id)
-        mlflow.set_experiment("exp2")
-        with mlflow.start_run(run_name="odd"):
-            for step, value in enumerate([1.0, float("nan"), float("inf"), float("-inf"), 2.0]):
-                mlflow.log_metric("eval/acc/top1", value, step=step * 10)
-    finally:
-        mlflow.set_tracking_uri(None)
+    client = mlflow.MlflowClient(tracking_uri=root.as_uri())
+    first = client.create_experiment("exp one")
+    for k, (name, spike) in enumerate((("same", True), ("same", False), ("gone", True))):
+        # Started 1 ms apart at least (the first started of a name keeps it bare).
+        run = client.create_run(first, run_name=name, start_time=1796191965000 + k).info.run_id
+        for step in range(STEPS):
+            client.log_batch(run, metrics=[Metric("train/loss", _loss(step) if spike else 2.0, 0, step), Metric("lr", _lr(step), 0, step)])
+        client.set_terminated(run)
+        if name == "gone":
+            client.delete_run(run)
+    odd = client.create_run(client.create_experiment("exp2"), run_name="odd").info.run_id
+    for step, value in enumerate([1.0, float("nan"), float("inf"), float("-inf"), 2.0]):
+        client.log_metric(odd, "eval/acc/top1", value, step=step * 10)
     return root
 
 

@@ -31,9 +31,9 @@ STEP_COLUMNS = ("step", "global_step", "iteration", "iter", "trainer/global_step
 EPOCH = "epoch"
 
 
-def _first_line(path: Path) -> str | None:
+def _first_line(path: Path, most: int = 1 << 20) -> str | None:
     with open(path, "rb") as fh:
-        head = fh.readline(1 << 20)
+        head = fh.readline(most)
     if not head.endswith(b"\n"):
         return None
     return head.decode("utf-8", errors="replace").rstrip("\r\n")
@@ -191,7 +191,7 @@ def _is_keras_log(path: Path, head: Callable[[], bytes]) -> bool:
     which reads megabytes.)"""
     if path.suffix.lower() == ".csv":
         return False
-    line = _first_line(path)
+    line = _first_line(path, 64 << 10)
     return line is not None and KERAS_HEADER.match(line) is not None
 
 
