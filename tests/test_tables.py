@@ -111,7 +111,7 @@ def test_dvclive_spike_found_by_scan_with_the_lr_of_its_run(tmp_path, monkeypatc
 def store(tmp_path, monkeypatch) -> Path:
     """runs/exp1/mlruns, written by mlflow: experiment `exp one` with two runs named `same` (the
     first spikes after its LR jumps, the second is calm) and a deleted run, experiment `exp2` with
-    one run logging NaN and infinities and a key holding a `/`. (Through MlflowClient, which keeps
+    one run logging NaN and infinities and a key holding a `/`, and a deleted experiment. (Through MlflowClient, which keeps
     no active run or experiment in the process for other tests to meet.)"""
     import mlflow
     from mlflow.entities import Metric
@@ -131,12 +131,16 @@ def store(tmp_path, monkeypatch) -> Path:
     odd = client.create_run(client.create_experiment("exp2"), run_name="odd").info.run_id
     for step, value in enumerate([1.0, float("nan"), float("inf"), float("-inf"), 2.0]):
         client.log_metric(odd, "eval/acc/top1", value, step=step * 10)
+    binned = client.create_experiment("binned")
+    client.log_metric(client.create_run(binned, run_name="old").info.run_id, "loss", 2.0, step=0)
+    client.delete_experiment(binned)  # (moved under .trash/)
     return root
 
 
 def test_mlruns_every_run_is_a_run_of_its_own_named_by_experiment_and_run_the_deleted_not_read(store):
     frame, results, problems = read_paths([store.parent.parent])
     assert problems == [] and {r.format for r in results} == {"mlruns"}
+    assert (store / ".trash").is_dir() and not [r for r in results if ".trash" in r.found.path.parts]
     runs = frame.group_by("run").len().sort("run")
     second = next(r for r in runs.get_column("run") if r.startswith("exp1/exp one/same ("))
     assert runs.rows() == [("exp1/exp one/same", 2 * STEPS), (second, 2 * STEPS), ("exp1/exp2/odd", 5)]
