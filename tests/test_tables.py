@@ -159,6 +159,16 @@ def test_mlruns_nan_and_infinities_and_a_key_with_a_slash_read_back_as_logged(st
     assert odd.get_column("wall_time").null_count() == 0
 
 
+def test_mlruns_a_store_of_another_name_is_known_by_its_meta_files_and_names_its_run(store):
+    import shutil
+
+    shutil.move(store, store.with_name("tracking"))  # (`file:/.../tracking`)
+    frame, results, problems = read_paths([store.parent.parent])
+    assert problems == [] and {r.format for r in results} == {"mlruns"}
+    assert sorted(frame.get_column("run").unique())[0] == "exp1/tracking/exp one/same"
+    assert frame.height == read_paths([store.with_name("tracking")])[0].height == 4 * STEPS + 5
+
+
 def test_mlruns_spike_found_by_scan_with_the_lr_of_its_run_and_runs_of_one_name_kept_apart(store):
     code, report = _scan_json(store.parent.parent)
     assert code == 1

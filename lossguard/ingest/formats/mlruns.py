@@ -9,7 +9,8 @@
     1796191965957 2.25                  (MLflow before 1.0: no step, which MLflow reads as 0)
 
 Every row names its run, `experiment name/run name` (sources/mlruns.py), so a store of many runs is
-many runs; a deleted run is not read. The store's other folders (params, tags, artifacts, models'
+many runs; a deleted run is not read. A store of another name is known by the meta.yaml of its
+experiment and run beside the metrics, and names the run it is found in itself. The store's other folders (params, tags, artifacts, models'
 metrics, the `.trash` of deleted experiments) hold no run's metric history.
 """
 
@@ -69,6 +70,19 @@ def _named(path: Path) -> Named:
     return Named("/".join(parts[at + 1 :]), owner.run, skipped=owner.deleted, problems=problems)
 
 
+def renamed(parts: list[str]) -> int | None:
+    """Where in a path's parts a store of another name than `mlruns` is (`file:/data/tracking`):
+    the folder above `<experiment>/<run>/metrics/`, both of which hold their meta.yaml."""
+    if METRICS not in parts:
+        return None
+    for i in range(3, len(parts) - 1):
+        if parts[i] == METRICS and parts[i - 3] != mlruns.TRASH:
+            run = Path("/".join(parts[:i]) or "/")
+            if (run / mlruns.META).is_file() and (run.parent / mlruns.META).is_file():
+                return i - 3
+    return None
+
+
 def _logs(below: tuple[str, ...]) -> bool:
     """`<experiment>/<run>/metrics/<key...>`, of no deleted experiment."""
     return len(below) >= 4 and below[2] == METRICS and below[0] != mlruns.TRASH
@@ -80,5 +94,5 @@ FORMAT = Format(
     # Where a run's metrics are not: its artifacts (checkpoints, thousands of files), deleted
     # experiments, traces. (params/ and tags/ are a small file each and are left to `logs`: a
     # metric key may well have a folder of either name, `params/norm`.)
-    layout=Layout(folder=FOLDER, logs=_logs, skip=frozenset({"artifacts", mlruns.TRASH, "traces"})),
+    layout=Layout(folder=FOLDER, logs=_logs, skip=frozenset({"artifacts", mlruns.TRASH, "traces"}), renamed=renamed),
 )
