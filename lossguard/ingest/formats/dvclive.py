@@ -25,7 +25,7 @@ import polars as pl
 from .. import table
 from ..cursor import Cursor
 from .base import Format, LineFormat, Layout
-from .onemetric import PLACEHOLDER, Named, OneMetric
+from .onemetric import MS, PLACEHOLDER, Named, OneMetric
 
 FOLDER = "dvclive"
 BELOW = ("plots", "metrics")
@@ -50,7 +50,7 @@ def parse(lines: pl.DataFrame, cursor: Cursor, raw: bytes | None = None) -> tupl
         .alias("step"),
         pl.lit(PLACEHOLDER).alias("tag"),
         pl.col("fields").list.last().str.strip_chars().cast(pl.Float64, strict=False).alias("value"),
-        pl.when(stamped).then(pl.col("fields").list.first().cast(pl.Float64, strict=False) / 1000).alias("wall_time"),
+        pl.when(stamped).then(pl.col("fields").list.first().cast(pl.Float64, strict=False) * MS).alias("wall_time"),
         "line_no",
     ).filter(pl.col("value").is_not_null() | pl.col("step").is_null())
     steps = rows.get_column("step").drop_nulls()

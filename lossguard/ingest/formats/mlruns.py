@@ -25,7 +25,7 @@ from ..cursor import Cursor
 from ..problems import Problem
 from ..sources import mlruns
 from .base import Format, LineFormat, Layout
-from .onemetric import PLACEHOLDER, Named, OneMetric
+from .onemetric import MS, PLACEHOLDER, Named, OneMetric
 
 FOLDER = "mlruns"
 METRICS = "metrics"
@@ -44,7 +44,7 @@ def parse(lines: pl.DataFrame, cursor: Cursor, raw: bytes | None = None) -> tupl
         pl.when(shaped).then(step).alias("step"),
         pl.lit(PLACEHOLDER).alias("tag"),
         value.alias("value"),
-        (stamp.cast(pl.Float64) / 1000).alias("wall_time"),
+        (stamp.cast(pl.Float64) * MS).alias("wall_time"),
         "line_no",
     )
     steps = rows.get_column("step").drop_nulls()

@@ -17,6 +17,10 @@ from ..cursor import Cursor
 from ..problems import Problem
 from .base import LineFormat, Parsed, Sink
 
+MS = 0.001
+"""Milliseconds (both trackers' timestamps) to seconds, multiplied: polars divides a long column by a
+constant as a multiplication by its reciprocal but a one-row column exactly, so `/ 1000` gave a
+timestamp read in pieces other digits than the same read whole."""
 PLACEHOLDER = ""
 """The tag a line parser gives its rows: the path's name replaces it."""
 
