@@ -48,6 +48,10 @@ NOT_LOGS = {"config.json", "tokenizer.json", "tokenizer_config.json", "special_t
             "adapter_config.json", "vocab.json", "training_args.json", "requirements.txt", "merges.txt", "hparams.json",
             "all_results.json", "train_results.json", "eval_results.json", "model.safetensors.index.json", "README.txt"}
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
+CSV_MONITOR = re.compile(r"^Train_(?:Samples|Eigenvalues)_.+\.csv$")
+"""DeepSpeed's csv_monitor files (deepspeed/monitor/csv_monitor.py: one CSV a metric, the event's
+name with `/` as `_`, all in `<output_path>/<job_name>/`): its folder is their run, so the loss
+and the learning rate are judged together."""
 _ROTATED = re.compile(r"^(?P<base>.+)\.(?P<n>[1-9]\d{0,2})$")
 
 
@@ -116,7 +120,7 @@ def _names_its_run(name: str, folder: str) -> bool:
     its own. The name alone decides, never what else the folder holds: a second log appearing
     beside the first must not rename the first's run (the daemon's incidents, silences and alert
     threads are keyed by it)."""
-    if _says_nothing(name):
+    if _says_nothing(name) or CSV_MONITOR.match(name):
         return True
     stem, suffix = os.path.splitext(name)
     return suffix.lower() in LOG_SUFFIXES and (stem.lower() in RUN_LOG_STEMS or (stem == folder and stem != ""))
@@ -129,7 +133,10 @@ def run_name(path: Path, root: Path) -> str:
     if held is not None:
         # The run is the folder the tracker's folder sits in (`exp1/wandb/run-…/run-x.wandb` ->
         # exp1); scanning the tracker's folder itself, or a file in it, names no folder above it.
-        owner = Path(*path.parts[: len(path.parts) - len(held[1]) - 1])
+        # A tracker folder the user named (`Live(dir="exp3")`) is the run's own name.
+        at = len(path.parts) - len(held[1]) - 1
+        assert held[0].layout is not None
+        owner = Path(*path.parts[: at if path.parts[at] == held[0].layout.folder else at + 1])
         rel = os.path.relpath(owner, root if root != path else owner)
         return "." if rel.startswith("..") else Path(rel).as_posix()
     folder = path.parent

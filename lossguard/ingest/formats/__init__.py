@@ -5,12 +5,14 @@ how its lines (or its head) are recognised. Adding a format is that module and i
 
 from __future__ import annotations
 
-from . import composer, csvlog, dictlines, fairseq, hf_console, kvlines, megatron, mlflow_db, tfevents, trackio_db, trainer_state
+from . import composer, csvlog, dictlines, dvclive, fairseq, hf_console, kvlines, megatron, mlflow_db, mlruns, tfevents, trackio_db, trainer_state
 from .base import Format
 
 FORMATS: tuple[Format, ...] = (
     tfevents.FORMAT,
     trainer_state.FORMAT,
+    dvclive.FORMAT,
+    mlruns.FORMAT,
     mlflow_db.FORMAT,
     trackio_db.FORMAT,
     csvlog.FORMAT,
@@ -23,4 +25,5 @@ FORMATS: tuple[Format, ...] = (
 )
 """In sniffing precedence: a line claimed by several formats counts for the first (Composer's metric
 lines, then Megatron's iteration lines, dict lines, then bare `name value` pairs, which many formats'
-lines also hold), and so does a tie in the count."""
+lines also hold), and so does a tie in the count. (The trackers' formats, settled by their folders
+or, for databases, by their tables, count no lines.)"""

@@ -248,6 +248,10 @@ class Layout:
     skip: frozenset[str] = frozenset()
     """Folders below the tracker folder that are never entered (copies, media, artifacts, a
     `latest-run` link to a run folder that must be walked under its own name)."""
+    renamed: Callable[[list[str]], int | None] | None = None
+    """For a tracker whose folder may be given another name (`Live(dir="exp3")`): given the parts
+    of a file's path, the index of its tracker folder by what the tracker writes in it, or None.
+    Such a folder, named by the user, names the run itself."""
 
 
 @dataclass(frozen=True, kw_only=True)

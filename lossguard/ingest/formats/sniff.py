@@ -23,6 +23,8 @@ DEEP = 8 << 20
 
 LAYOUTS = {fmt.layout.folder: fmt for fmt in FORMATS if fmt.layout is not None}
 """The formats whose files sit in a tracker's folder of their own, by that folder's name."""
+RENAMED = tuple(fmt for fmt in FORMATS if fmt.layout is not None and fmt.layout.renamed is not None)
+"""The formats whose tracker folder is also known under another name (Layout.renamed)."""
 
 
 def tracked(path: str) -> tuple[Format, tuple[str, ...]] | None:
@@ -36,6 +38,11 @@ def tracked(path: str) -> tuple[Format, tuple[str, ...]] | None:
         fmt = LAYOUTS.get(parts[i])
         if fmt is not None:
             return fmt, tuple(parts[i + 1 :])
+    for fmt in RENAMED:
+        assert fmt.layout is not None and fmt.layout.renamed is not None
+        at = fmt.layout.renamed(parts)
+        if at is not None:
+            return fmt, tuple(parts[at + 1 :])
     return None
 
 
