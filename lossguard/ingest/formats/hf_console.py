@@ -70,10 +70,10 @@ def _placed_rows(lines: pl.DataFrame, wide: Wide, cursor: Cursor) -> tuple[pl.Da
     if not keys or any(k.lower() in STEP_KEYS or k.lower() in SUMMARY_KEYS or k.lower().endswith("_num_updates") or EVAL_KEY.match(k) for k in keys):
         return None
     columns = wide.values.columns
-    train = [c for c, k in zip(columns, keys) if k != "epoch"]
+    train = [c for c, k in zip(columns, keys) if k.lower() != "epoch"]
     if not train:
         return None
-    epoch = [c for c, k in zip(columns, keys) if k == "epoch"]
+    epoch = [c for c, k in zip(columns, keys) if k.lower() == "epoch"]
     held = wide.values.select(
         pl.lit(wide.line_no).alias("line_no"),
         pl.any_horizontal(pl.col(train).is_not_null()).alias("train"),
@@ -99,12 +99,14 @@ def _records(pairs: pl.DataFrame) -> pl.DataFrame:
     stepped = [k for k in names if k.lower() in STEP_KEYS]
     summary = [k for k in names if k.lower() in SUMMARY_KEYS]
     evals = [k for k in names if EVAL_KEY.match(k)]
-    train = [k for k in names if k != "epoch" and k not in stepped and k not in summary and k not in evals]
+    # Keys in any case: a script's own `{'Epoch': 3, 'Loss': 0.187}` is read as the Trainer's dicts are.
+    epochs = [k for k in names if k.lower() == "epoch"]
+    train = [k for k in names if k not in epochs and k not in stepped and k not in summary and k not in evals]
     key = pl.col("key")
     return pairs.group_by("line_no", maintain_order=True).agg(
         (key.is_in(train).any() & ~key.is_in(stepped + summary).any()).alias("train"),
         (key.is_in(evals).any() & ~key.is_in(train + stepped + summary).any()).alias("eval"),
-        pl.col("value").filter(key == "epoch").first().alias("epoch"),
+        pl.col("value").filter(key.is_in(epochs)).first().alias("epoch"),
     )
 
 
