@@ -5,7 +5,7 @@ how its lines (or its head) are recognised. Adding a format is that module and i
 
 from __future__ import annotations
 
-from . import composer, csvlog, dictlines, fairseq, hf_console, kvlines, megatron, tfevents, trainer_state
+from . import composer, csvlog, dictlines, fairseq, hf_console, kvlines, megatron, olmo_core, tfevents, trainer_state
 from .base import Format
 
 FORMATS: tuple[Format, ...] = (
@@ -13,6 +13,7 @@ FORMATS: tuple[Format, ...] = (
     trainer_state.FORMAT,
     csvlog.FORMAT,
     composer.FORMAT,
+    olmo_core.FORMAT,
     megatron.FORMAT,
     dictlines.JSONL_FORMAT,
     hf_console.FORMAT,
