@@ -25,7 +25,7 @@ again, and lines with nothing finer are then not records.
 A line may instead name its step by a header (HEADER), where a step key on the same line wins:
 llm.c's `s:N` opening the line; clu's `[N]` before `name=value` pairs; mmengine's loop
 position, `Iter(train) [i/N]` (step i) or `Epoch(train) [E][i/N]`, whose i counts the batches of
-epoch E, N a epoch, so the step is (E - 1) x N + i (mmengine/runner/log_processor.py:
+epoch E, N of them an epoch, so the step is (E - 1) x N + i (mmengine/runner/log_processor.py:
 get_log_after_iter). mmengine's `Epoch(val)`, `Iter(val)` and `(test)` lines count the batches of
 the evaluation, not the training: their values are the evaluation's (tagged `val/...`, `test/...`,
 so that a validation `loss` is an eval loss) at the step of the training line before them, and
@@ -54,11 +54,13 @@ GROUPED = r"\d{1,3}(?:,\d{3})+(?:\.\d+)?\b"
 CLOCK = r"(?:\d+ days?, )?\d+:\d\d:\d\d(?:\.\d+)?"
 """A duration or a time of day (mmengine's `eta: 1 day, 2:03:04`, flashlight's `runtime: 00:10:23`):
 taken whole as a value no number is read from, where its first digits would be a made-up one."""
+WRAPPED = r"(?:np\.\w+\(|numpy\.\w+\(|tensor\()?"
+"""A number as repr() writes NumPy's and torch's (verl prints pprint.pformat(v): `np.float64(0.0123)`)."""
 # A name is one word, or two (`train loss`, `val loss`): the qualifier decides which curve it is.
 KEY_SEPARATOR = r"\s*[:=]\s*|\s+"
 """What stands between a name and its number (then maybe a `[`)."""
 PAIR = (
-    r"(?:^|[\s|,;\[(])(?P<key>(?:[A-Za-z_][\w./@-]* )?[A-Za-z_][\w./@-]*)(?:" + KEY_SEPARATOR + r")\[?(?P<value>"
+    r"(?:^|[\s|,;\[(])(?P<key>(?:[A-Za-z_][\w./@-]* )?[A-Za-z_][\w./@-]*)(?:" + KEY_SEPARATOR + r")\[?" + WRAPPED + r"(?P<value>"
     + CLOCK + "|" + GROUPED + "|" + NUMBER + ")"
 )
 STEP_KEYS = ("step", "iter", "iteration", "num_updates", "global_step", "_step", "steps", "it", "nupdates", "update")
@@ -210,7 +212,7 @@ _STEP = re.compile(
     r"|\bsteps\s+\d+,)|(?:Epoch|Iter)\(train\)\s*\[|(?:^|[\s\]])\[\d+\](?: collection=\S+)? [A-Za-z_][\w./-]*=|^s:\d+ "
 )
 # A loss by any name the vocabulary knows for one: llm.c's `trl` (train loss) and `tel` (eval loss).
-_LOSS = re.compile(r"(?i)(?:^|[\s|,;\[(])(?:[\w./-]*loss[\w./-]*|trl|tel)(?:\s*[:=]\s*|\s+)[-+\d.nNiI]")
+_LOSS = re.compile(r"(?i)(?:^|[\s|,;\[(])(?:[\w./-]*loss[\w./-]*|trl|tel)(?:\s*[:=]\s*|\s+)" + WRAPPED + r"[-+\d.nNiI]")
 
 
 def _kv_line(line: str) -> bool:
