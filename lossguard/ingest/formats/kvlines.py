@@ -71,8 +71,9 @@ HEADER = (
     r"|^s:(?P<s>\d+) "
 )
 """A step named by the line's head rather than by a key (see the module's docstring)."""
-HEADER_HINT = r"\((?:train|val|test)\)|\[\d+\] |^s:\d"
-"""What every HEADER match holds: lines without it (nearly all, in most logs) skip the extraction."""
+HEADER_HINT = r"\((?:train|val|test)\)|\[\d+\] "
+"""What every HEADER match holds, but llm.c's (a line starting `s:`): lines without it (nearly all, in
+most logs) skip the extraction. (`^s:` in the regex would cost more than the rest of it.)"""
 EVALUATION = r"(?:Epoch|Iter)\((?:val|test)\)"
 # `steps` only as a record's own count (`Steps 100, ...`): a banner's `accumulation steps: 4` is none.
 PREFILTER = r"(?i)\b(?:step|iter|iteration|num_updates|global_step|it|nupdates|update|epoch)\b|\bsteps\s+\d+,|OVERFLOW!|\[\d+\] |^s:\d"
@@ -122,7 +123,7 @@ def header_steps(lines: pl.DataFrame, pairs: pl.DataFrame, cursor: Cursor) -> tu
     pairs, an evaluation line's tagged with its loop: `val/loss`). Only lines holding HEADER_HINT
     are looked at, and only the pairs of evaluation lines are touched."""
     text = pl.col("text")
-    head = lines.filter(text.str.contains(HEADER_HINT))
+    head = lines.filter(text.str.contains(HEADER_HINT) | text.str.starts_with("s:"))
     if not head.height:
         return None, pairs
     head = head.select("line_no", text.str.extract_groups(HEADER).alias("h")).unnest("h").filter(
