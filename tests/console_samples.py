@@ -207,6 +207,28 @@ VERL = verl(_VERL_CURVES)
 VERL_LEGACY = verl(_VERL_CURVES, legacy=True)
 
 
+def openrlhf(curves: dict, *, eval_every: int = 100) -> str:
+    """OpenRLHF's PPO trainer (openrlhf/trainer/ppo_trainer.py fit: `logger.info(f"✨ Global step
+    {global_step}: {log_status}")`, evaluate: `... global_step {global_step}, eval_metrics: {logs}`)
+    through its logger (openrlhf/utils/logging_utils.py: `%(levelname)s %(asctime)s
+    %(filename)s:%(lineno)d] %(message)s`), among the prompt bar tqdm draws (pbar.update(prompts_consumed))."""
+    out = []
+    for k, step in enumerate(curves["step"]):
+        step = int(step)
+        status = {
+            "policy_loss": float(curves["loss"][k]), "actor_lr": float(curves["lr"][k]), "actor_grad_norm": float(curves["grad_norm"][k]),
+            "kl": 0.0012, "response_length": 512.3, "critic_loss": 0.05, "critic_lr": 5e-06, "timing/make_experience": 12.3,
+        }
+        out.append(f"INFO 08-13 19:25:45 ppo_trainer.py:547] ✨ Global step {step}: {status}")
+        out.append(f"Episode [1/1]:  {step % 100:2d}%|▏         | {step * 8}/{len(curves['step']) * 8} [00:20<16:00, 10.00s/it]")
+        if step % eval_every == 0:
+            out.append(f"INFO 08-13 19:27:45 ppo_trainer.py:594] ✨ Evaluation completed in 0:01:02, global_step {step}, eval_metrics: {{'eval_pass1': 0.5, 'eval_response_length': 480.0}}")
+    return "\n".join(out) + "\n"
+
+
+OPENRLHF = openrlhf({"step": np.array([1, 2, 3]), "loss": np.array([0.0123, 0.0125, float("nan")]), "lr": np.array([1e-06, 2e-06, 3e-06]), "grad_norm": np.array([0.41, 0.39, 0.38])}, eval_every=2)
+
+
 def fairseq_2017(curves: dict, *, per_epoch: int = 400) -> str:
     """fairseq-py's first release (2017-09, fairseq/progress_bar.py simple_progress_bar.__iter__:
     `'{} {:5d} / {:d} {}'.format(desc, i, size, postfix)`, desc `| epoch {:03d}` and the postfix
@@ -267,6 +289,7 @@ ALL = {
     "clu": ("train.INFO", CLU),
     "verl": ("verl_demo.log", VERL),
     "verl_legacy": ("verl_old.log", VERL_LEGACY),
+    "openrlhf": ("train_ppo.log", OPENRLHF),
     "fairseq_2017": ("train.log", FAIRSEQ_2017),
     "capitalised_dicts": ("stdout.txt", CAPITALISED_DICTS),
     "plural_steps": ("pretrain.log", PLURAL_STEPS),

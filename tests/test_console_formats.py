@@ -151,6 +151,17 @@ def test_verl_actor_loss_and_grad_norm_are_the_runs_and_critic_and_rewards_keep_
     assert not {t for t in tags(frame) if "pid" in t}  # Ray's prefix says who printed the line
 
 
+def test_openrlhf_dicts_are_at_the_global_step_before_them_and_policy_loss_is_the_loss(tmp_path):
+    frame, fmt, problems = read_sample(tmp_path, "openrlhf")
+    assert fmt == "hf_console" and problems == []
+    # Not at the prompt bar's count (8 prompts a step), which no training dict takes here.
+    assert same(points(frame, "loss"), [(1, 0.0123), (2, 0.0125), (3, math.nan)])
+    assert points(frame, "lr") == [(1, 1e-06), (2, 2e-06), (3, 3e-06)] and points(frame, "grad_norm") == [(1, 0.41), (2, 0.39), (3, 0.38)]
+    by_tag = {t: m for t, m in frame.select("tag", "metric").unique().rows()}
+    assert by_tag["critic_loss"] == "critic_loss" and by_tag["critic_lr"] == "critic_lr"
+    assert frame.filter(pl.col("tag") == "eval_pass1").select("step", "value").rows() == [(2, 0.5)]
+
+
 def test_fairseq_2017_progress_lines_are_at_their_batch_count_and_the_validation_is_eval(tmp_path):
     frame, fmt, problems = read_sample(tmp_path, "fairseq_2017")
     assert fmt == "fairseq" and problems == []
@@ -201,6 +212,7 @@ WRITERS = {
     "composer_file": ("logs-rank0.txt", console_samples.composer_file),
     "clu": ("train.log", console_samples.clu),
     "verl": ("verl_demo.log", console_samples.verl),
+    "openrlhf": ("train_ppo.log", console_samples.openrlhf),
     "fairseq_2017": ("train.log", console_samples.fairseq_2017),
     "capitalised_dicts": ("stdout.txt", console_samples.capitalised_dicts),
     "plural_steps": ("pretrain.log", console_samples.plural_steps),

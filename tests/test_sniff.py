@@ -71,6 +71,7 @@ SAMPLE_FORMATS = {
     "clu": "kv_lines",
     "verl": "kv_lines",
     "verl_legacy": "kv_lines",
+    "openrlhf": "hf_console",
     "fairseq_2017": "fairseq",
     "capitalised_dicts": "hf_console",
     "plural_steps": "kv_lines",
