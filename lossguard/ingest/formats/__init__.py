@@ -5,7 +5,7 @@ how its lines (or its head) are recognised. Adding a format is that module and i
 
 from __future__ import annotations
 
-from . import composer, csvlog, dictlines, dvclive, fairseq, hf_console, kvlines, megatron, mlflow_db, mlruns, tfevents, trackio_db, trainer_state
+from . import composer, csvlog, dictlines, dvclive, fairseq, hf_console, kvlines, megatron, mlflow_db, mlruns, olmo_core, tfevents, trackio_db, trainer_state
 from .base import Format
 
 FORMATS: tuple[Format, ...] = (
@@ -17,6 +17,7 @@ FORMATS: tuple[Format, ...] = (
     trackio_db.FORMAT,
     csvlog.FORMAT,
     composer.FORMAT,
+    olmo_core.FORMAT,
     megatron.FORMAT,
     dictlines.JSONL_FORMAT,
     hf_console.FORMAT,
