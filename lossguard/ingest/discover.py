@@ -27,6 +27,7 @@ from .formats.sniff import LAYOUTS, by_name, in_layout, tracked
 from ..errors import UsageError
 from ..escaping import decodable
 from .problems import Problem
+from .sources import sqlite_db
 
 CANNOT_ENTER, CANNOT_LIST = "cannot enter folder", "cannot list folder"
 """How a walk says it could not see into a folder (the daemon keeps following the files under it)."""
@@ -39,12 +40,18 @@ RUN_LOG_STEMS = {
 folder: `train.log` (nanoGPT, Megatron launch scripts), `log.txt`, `stdout.log`, `nohup.out`,
 `metrics.jsonl`. Such a file's run is its folder; a free name (`slurm-4242.out`, `eval.log`) is a
 run of its own, `folder/stem`."""
-LOG_SUFFIXES = {".log", ".txt", ".out", ".err", ".jsonl", ".ndjson", ".json", ".csv", ".stdout", ".stderr"}
+LOG_SUFFIXES = {".log", ".txt", ".out", ".err", ".jsonl", ".ndjson", ".json", ".csv", ".stdout", ".stderr", *sqlite_db.SUFFIXES}
+"""(A database is a candidate by its name; its tables say whether a tracker wrote it: one no
+tracker wrote is passed over in silence, reader.unrecognised.)"""
 SKIP_DIRS = {".git", "__pycache__", ".hg", ".svn", ".ipynb_checkpoints", "node_modules"}
 NOT_LOGS = {"config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json",
             "adapter_config.json", "vocab.json", "training_args.json", "requirements.txt", "merges.txt", "hparams.json",
             "all_results.json", "train_results.json", "eval_results.json", "model.safetensors.index.json", "README.txt"}
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
+CSV_MONITOR = re.compile(r"^Train_(?:Samples|Eigenvalues)_.+\.csv$")
+"""DeepSpeed's csv_monitor files (deepspeed/monitor/csv_monitor.py: one CSV a metric, the event's
+name with `/` as `_`, all in `<output_path>/<job_name>/`): its folder is their run, so the loss
+and the learning rate are judged together."""
 _ROTATED = re.compile(r"^(?P<base>.+)\.(?P<n>[1-9]\d{0,2})$")
 
 
@@ -113,7 +120,7 @@ def _names_its_run(name: str, folder: str) -> bool:
     its own. The name alone decides, never what else the folder holds: a second log appearing
     beside the first must not rename the first's run (the daemon's incidents, silences and alert
     threads are keyed by it)."""
-    if _says_nothing(name):
+    if _says_nothing(name) or CSV_MONITOR.match(name):
         return True
     stem, suffix = os.path.splitext(name)
     return suffix.lower() in LOG_SUFFIXES and (stem.lower() in RUN_LOG_STEMS or (stem == folder and stem != ""))
@@ -126,10 +133,17 @@ def run_name(path: Path, root: Path) -> str:
     if held is not None:
         # The run is the folder the tracker's folder sits in (`exp1/wandb/run-…/run-x.wandb` ->
         # exp1); scanning the tracker's folder itself, or a file in it, names no folder above it.
-        owner = Path(*path.parts[: len(path.parts) - len(held[1]) - 1])
+        # A tracker folder the user named (`Live(dir="exp3")`) is the run's own name.
+        at = len(path.parts) - len(held[1]) - 1
+        assert held[0].layout is not None
+        owner = Path(*path.parts[: at if path.parts[at] == held[0].layout.folder else at + 1])
         rel = os.path.relpath(owner, root if root != path else owner)
         return "." if rel.startswith("..") else Path(rel).as_posix()
     folder = path.parent
+    if path.name.lower().endswith(sqlite_db.SUFFIXES):
+        # A database names the runs it holds (MLflow's experiment/run, trackio's project/run): the
+        # run discovery gives it is only where it is, its folder ("." named itself, or at the root).
+        return "." if root == path else Path(os.path.relpath(folder, root)).as_posix()
     if root == path and not _says_nothing(path.name):
         return path.stem  # a file named on the command line (`train.log` -> train)
     if _names_its_run(path.name, folder.name):

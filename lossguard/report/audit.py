@@ -179,9 +179,9 @@ def _read_run(run: str, paths: Sequence[str], options: ReadOptions, explicit: fr
     if not formats:
         # No file of the run was read: the scan keeps only its problems (thousands of empty files, each
         # a run of its own, once cost an analysis of nothing each).
-        return [RunReport(RunAnalysis(run, {}, 0, None, None, ()), paths[0], (), len(paths), tuple(problems)), *own]
+        return [RunReport(RunAnalysis(run, {}, 0, None, None, ()), paths[0], (), len(paths), tuple(problems)), *_gathered(own)]
     frame = pl.concat(frames, rechunk=False) if frames else table.empty(lean=True)
-    return [_Read(run, paths, frame, tuple(dict.fromkeys(formats)), tuple(problems), table.joined(spans)), *own]
+    return [_Read(run, paths, frame, tuple(dict.fromkeys(formats)), tuple(problems), table.joined(spans)), *_gathered(own)]
 
 
 def _own_runs(path: str, res: FileResult) -> list[_Read]:
@@ -193,6 +193,21 @@ def _own_runs(path: str, res: FileResult) -> list[_Read]:
         return []
     parts = frame.partition_by("run", as_dict=True, maintain_order=True, include_key=False)
     return [_Read(str(key[0]), (path,), rows, (res.format,), (), table.span_of(rows)) for key, rows in parts.items()]
+
+
+def _gathered(reads: list[_Read]) -> list[_Read]:
+    """The runs files name, each once: a tracker that keeps a file a metric (MLflow's file store)
+    names a run in each of its files, and the run is all of them."""
+    by_run: dict[str, list[_Read]] = {}
+    for read in reads:
+        by_run.setdefault(read.run, []).append(read)
+    return [
+        group[0] if len(group) == 1 else _Read(
+            run, tuple(p for r in group for p in r.paths), pl.concat([r.frame for r in group], how="vertical_relaxed", rechunk=False),
+            tuple(dict.fromkeys(f for r in group for f in r.formats)), (), table.joined([r.span for r in group]),
+        )
+        for run, group in by_run.items()
+    ]
 
 
 def _report(read: _Read, analysis: RunAnalysis, streams: dict[str, Points]) -> RunReport:

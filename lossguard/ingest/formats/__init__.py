@@ -5,15 +5,20 @@ how its lines (or its head) are recognised. Adding a format is that module and i
 
 from __future__ import annotations
 
-from . import composer, csvlog, dictlines, fairseq, hf_console, kvlines, megatron, tfevents, trainer_state, wandb
+from . import composer, csvlog, dictlines, dvclive, fairseq, hf_console, kvlines, megatron, mlflow_db, mlruns, olmo_core, tfevents, trackio_db, trainer_state, wandb
 from .base import Format
 
 FORMATS: tuple[Format, ...] = (
     tfevents.FORMAT,
     wandb.FORMAT,
     trainer_state.FORMAT,
+    dvclive.FORMAT,
+    mlruns.FORMAT,
+    mlflow_db.FORMAT,
+    trackio_db.FORMAT,
     csvlog.FORMAT,
     composer.FORMAT,
+    olmo_core.FORMAT,
     megatron.FORMAT,
     dictlines.JSONL_FORMAT,
     hf_console.FORMAT,
@@ -22,4 +27,5 @@ FORMATS: tuple[Format, ...] = (
 )
 """In sniffing precedence: a line claimed by several formats counts for the first (Composer's metric
 lines, then Megatron's iteration lines, dict lines, then bare `name value` pairs, which many formats'
-lines also hold), and so does a tie in the count."""
+lines also hold), and so does a tie in the count. (The trackers' formats, settled by their folders
+or, for databases, by their tables, count no lines.)"""

@@ -39,6 +39,16 @@ class Parsed:
     """`rows` hold only the tags `keep` kept (and `span` says what all of them covered)."""
 
 
+NAMED_RAW = {**table.RAW_SCHEMA, "run": pl.String()}
+"""A parser's raw rows when its file names each row's run (table.finish)."""
+
+
+def no_rows(source: str, cursor: Cursor, problem: str, *, dead: bool) -> Parsed:
+    """A read of a file naming its rows' runs that got nothing: the `run` column all the same (a
+    file that names its runs gives it on every frame, empty ones too, table.finish)."""
+    return Parsed(pl.DataFrame(schema=NAMED_RAW), cursor, (Problem(source, problem),), dead=dead)
+
+
 Keep = Callable[[str], bool]
 """A projection: tag -> does the caller need its rows (needs.Needs.keeper)."""
 Sink = Callable[[pl.DataFrame], None]
@@ -238,6 +248,10 @@ class Layout:
     skip: frozenset[str] = frozenset()
     """Folders below the tracker folder that are never entered (copies, media, artifacts, a
     `latest-run` link to a run folder that must be walked under its own name)."""
+    renamed: Callable[[list[str]], int | None] | None = None
+    """For a tracker whose folder may be given another name (`Live(dir="exp3")`): given the parts
+    of a file's path, the index of its tracker folder by what the tracker writes in it, or None.
+    Such a folder, named by the user, names the run itself."""
     own: Callable[[str], bool] | None = None
     """Whether a name directly in a folder of the tracker's name is the tracker's (W&B's `run-*`,
     `offline-run-*`, `latest-run`, `debug.log`); None: every name. A folder named `wandb` that is
@@ -263,6 +277,9 @@ class Format:
     """Truthy when one line of a file's head is this format's: content sniffing counts them."""
     layout: Layout | None = None
     """The tracker folder whose files are this format's, whatever their names (discovery)."""
+    tables: frozenset[str] | None = None
+    """For a tracker's SQLite database, known by its catalogue whatever the file is called: the
+    tables that make a database this format's (sniff asks the database once for all formats)."""
     names_runs: bool = False
     """Its files name the runs of their rows (a raw `run` column, table.finish): a run filter
     (`scan --run`) can judge such a file only once it is read."""

@@ -1,5 +1,10 @@
 """CSV metrics files: PyTorch Lightning's CSVLogger `metrics.csv` (sparse columns, train and val rows
-interleaved) and any CSV with a step column (or none: rows are then numbered).
+interleaved) and any CSV with a step column; with none, an `epoch` column is the step (Keras'
+CSVLogger, whose `training.log` is CSV under a `.log` name: `epoch,accuracy,loss,val_loss`, epochs
+from 0, `NA` for a value not logged that epoch; said once a file), else rows are numbered.
+DeepSpeed's csv_monitor writes one such file a metric (`Train_Samples_train_loss.csv`: `step,train_loss`,
+its step DeepSpeed's global sample count), and repeats the header when a job resumes into the same
+folder: a line whose step is no number is no record.
 
 Lightning rewrites the whole file, with a wider header, when a new metric first appears. The cursor
 keeps the header it read and how many data rows it has handed out; a changed header means "read the
@@ -9,6 +14,8 @@ file again from the top and skip the rows already handed out".
 from __future__ import annotations
 
 import csv
+import re
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -18,14 +25,15 @@ from .. import table
 from ..cursor import Cursor
 from ..problems import Problem
 from ..sources.textfile import STREAMED_BLOCK, iter_blocks, not_utf8
-from .base import Format, Keep, Parsed, Sink, lines_of
+from .base import STEP_FALLBACKS, Format, Keep, Parsed, Sink, lines_of
 
 STEP_COLUMNS = ("step", "global_step", "iteration", "iter", "trainer/global_step", "_step", "num_updates", "steps")
+EPOCH = "epoch"
 
 
-def _first_line(path: Path) -> str | None:
+def _first_line(path: Path, most: int = 1 << 20) -> str | None:
     with open(path, "rb") as fh:
-        head = fh.readline(1 << 20)
+        head = fh.readline(most)
     if not head.endswith(b"\n"):
         return None
     return head.decode("utf-8", errors="replace").rstrip("\r\n")
@@ -75,6 +83,8 @@ def _rows(frame: pl.DataFrame, cursor: Cursor, *, keep: Keep | None = None, skip
     records after `skip` and the columns `keep` keeps; and the span of every column's rows."""
     lowered = {c.lower(): c for c in frame.columns}
     step_col = next((lowered[k] for k in STEP_COLUMNS if k in lowered), None)
+    by_epoch = step_col is None and EPOCH in lowered
+    step_col = lowered[EPOCH] if by_epoch else step_col
     n = frame.height
     if n == 0:
         return table.empty_raw().with_columns(pl.lit(None, dtype=pl.Int64).alias("record")), None, cursor
@@ -98,7 +108,7 @@ def _rows(frame: pl.DataFrame, cursor: Cursor, *, keep: Keep | None = None, skip
     k = len(kept)
     own = steps.drop_nulls() if step_col else None
     last_step = own[-1] if own is not None and own.len() else cursor.last_step
-    after = cursor.advance(index=cursor.index + n, last_step=last_step)
+    after = cursor.advance(index=cursor.index + n, last_step=last_step, steps=EPOCH if by_epoch else cursor.steps)
     if not k:
         return table.empty_raw().with_columns(pl.lit(None, dtype=pl.Int64).alias("record")), span, after
     # Row-major, as the file reads: every value of row 1, then of row 2...
@@ -125,7 +135,10 @@ class CsvFormat:
     def read(self, path: Path, cursor: Cursor, *, final: bool, limit: int | None = None, each: Sink | None = None, keep: Keep | None = None) -> Parsed:
         sink = (lambda rows: each(table.conform_raw(rows))) if each is not None else None
         parsed = self._read(path, cursor, final=final, limit=limit, each=sink, keep=keep)
-        return Parsed(table.conform_raw(parsed.rows), parsed.cursor, parsed.problems, span=parsed.span, projected=parsed.projected)
+        problems = parsed.problems
+        if parsed.cursor.steps != cursor.steps and parsed.cursor.steps in STEP_FALLBACKS:
+            problems = (*problems, Problem(str(path), STEP_FALLBACKS[parsed.cursor.steps]))
+        return Parsed(table.conform_raw(parsed.rows), parsed.cursor, problems, span=parsed.span, projected=parsed.projected)
 
     def _read(
         self, path: Path, cursor: Cursor, *, final: bool, limit: int | None = None, each: Sink | None = None, keep: Keep | None = None, skip: int = 0
@@ -162,10 +175,24 @@ class CsvFormat:
                 rows, span, cursor = _rows(frame, cursor, keep=keep, skip=skip)
                 spans.append(span)
                 each(rows) if each is not None else frames.append(rows)
-            cursor = block.cursor.advance(header=header, index=cursor.index, last_step=cursor.last_step)
+            cursor = block.cursor.advance(header=header, index=cursor.index, last_step=cursor.last_step, steps=cursor.steps)
         rows = pl.concat(frames, rechunk=False) if frames else _rows(pl.DataFrame(), cursor)[0]
         return Parsed(rows, cursor, tuple(problems), span=table.joined(spans), projected=keep is not None)
 
 
 CSV = CsvFormat()
-FORMAT = Format(reader=CSV, suffixes=(".csv",))
+KERAS_HEADER = re.compile(r"^epoch(?:,[^,\s\"][^,\"]*)+$")
+"""Keras' CSVLogger's first line: `epoch`, then its metrics' names (sorted), comma-separated."""
+
+
+def _is_keras_log(path: Path, head: Callable[[], bytes]) -> bool:
+    """A CSV file under another suffix (Keras' `training.log`): told by its header line alone, so
+    a run's file is known before its first epoch ends. (The line is read here, not from `head`,
+    which reads megabytes.)"""
+    if path.suffix.lower() == ".csv":
+        return False
+    line = _first_line(path, 64 << 10)
+    return line is not None and KERAS_HEADER.match(line) is not None
+
+
+FORMAT = Format(reader=CSV, suffixes=(".csv",), head=_is_keras_log)

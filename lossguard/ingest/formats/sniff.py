@@ -13,6 +13,7 @@ from fnmatch import fnmatch
 from pathlib import Path
 
 from . import FORMATS
+from ..sources import sqlite_db
 from .base import BINARY_LINE, Format
 from .custom import LineFormatSpec
 
@@ -22,6 +23,8 @@ DEEP = 8 << 20
 
 LAYOUTS = {fmt.layout.folder: fmt for fmt in FORMATS if fmt.layout is not None}
 """The formats whose files sit in a tracker's folder of their own, by that folder's name."""
+RENAMED = tuple(fmt for fmt in FORMATS if fmt.layout is not None and fmt.layout.renamed is not None)
+"""The formats whose tracker folder is also known under another name (Layout.renamed)."""
 
 
 def tracked(path: str) -> tuple[Format, tuple[str, ...]] | None:
@@ -35,6 +38,11 @@ def tracked(path: str) -> tuple[Format, tuple[str, ...]] | None:
         fmt = LAYOUTS.get(parts[i])
         if fmt is not None and (fmt.layout.own is None or fmt.layout.own(parts[i + 1])):  # type: ignore[union-attr]
             return fmt, tuple(parts[i + 1 :])
+    for fmt in RENAMED:
+        assert fmt.layout is not None and fmt.layout.renamed is not None
+        at = fmt.layout.renamed(parts)
+        if at is not None:
+            return fmt, tuple(parts[at + 1 :])
     return None
 
 
@@ -55,6 +63,8 @@ def may_name_runs(path: Path) -> bool:
     found = tracked(str(path))
     if found is not None and found[0].layout is not None and found[0].layout.logs(found[1]):
         return found[0].names_runs
+    if path.name.lower().endswith(sqlite_db.SUFFIXES):
+        return True  # (a database's content says whose it is, and trackers' databases hold many runs)
     return any(fmt.names_runs and fmt.claims_name(path.name) for fmt in FORMATS)
 
 
@@ -90,8 +100,17 @@ def _text_lines(data: bytes) -> tuple[list[str], int]:
     return "\n".join(text).splitlines(), len(cut) - len(text)
 
 
+def by_database(path: Path) -> str | None:
+    """The format of a SQLite database, by its tables; None for a database no tracker wrote (an
+    application's, lossguard's own state): passed over in silence, never read as lines."""
+    found = sqlite_db.tables(path)
+    return next((fmt.name for fmt in FORMATS if fmt.tables is not None and found and fmt.tables <= found), None)
+
+
 def by_content(path: Path, custom: Sequence[LineFormatSpec] = ()) -> str | None:
     data = _read_head(path, HEAD)
+    if sqlite_db.is_database(data):
+        return by_database(path)
     lines, binary = _text_lines(data)
     # A binary file (a checkpoint, an archive) is mostly lines of binary; a log that a crash left
     # a run of NULs in has a few such lines, and its text lines still say what it is (the reader

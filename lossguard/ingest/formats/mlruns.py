@@ -1,0 +1,98 @@
+"""MLflow's file store (`mlruns/`, `mlflow.set_tracking_uri("file:...")`): a file a metric,
+`mlruns/<experiment id>/<run id>/metrics/<key>`, where a `/` in the key is a folder
+(`train/loss`), and a line a value, as FileStore._log_run_metric appends them
+(mlflow/store/tracking/file_store.py):
+
+    1796191965954 2.3125 120            timestamp (ms), value, step
+    1796191965955 nan 121               NaN and infinities as Python prints them (`inf`, `-inf`)
+    1796191965956 2.25 122 eval 8f3a    with a dataset: its name and digest after the step
+    1796191965957 2.25                  (MLflow before 1.0: no step, which MLflow reads as 0)
+
+Every row names its run, `experiment name/run name` (sources/mlruns.py), so a store of many runs is
+many runs; a deleted run is not read. A store of another name is known by the meta.yaml of its
+experiment and run beside the metrics, and names the run it is found in itself. The store's other folders (params, tags, artifacts, models'
+metrics, the `.trash` of deleted experiments) hold no run's metric history.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+
+from .. import table
+from ..cursor import Cursor
+from ..problems import Problem
+from ..sources import mlruns
+from .base import Format, LineFormat, Layout
+from .onemetric import MS, PLACEHOLDER, Named, OneMetric
+
+FOLDER = "mlruns"
+METRICS = "metrics"
+
+
+def parse(lines: pl.DataFrame, cursor: Cursor, raw: bytes | None = None) -> tuple[pl.DataFrame, Cursor]:
+    """`timestamp value [step [dataset digest]]` lines; a line of another shape keeps a null step,
+    and the line reader says so (naming the first such line)."""
+    fields = pl.col("text").str.strip_chars().str.split(" ")
+    n = fields.list.len()
+    value = fields.list.get(1, null_on_oob=True).cast(pl.Float64, strict=False)
+    stamp = fields.list.first().cast(pl.Int64, strict=False)
+    shaped = n.is_in([2, 3, 5]) & value.is_not_null() & stamp.is_not_null()
+    step = pl.when(n == 2).then(pl.lit(0, dtype=pl.Int64)).otherwise(fields.list.get(2, null_on_oob=True).cast(pl.Int64, strict=False))
+    rows = lines.select(
+        pl.when(shaped).then(step).alias("step"),
+        pl.lit(PLACEHOLDER).alias("tag"),
+        value.alias("value"),
+        (stamp.cast(pl.Float64) * MS).alias("wall_time"),
+        "line_no",
+    )
+    steps = rows.get_column("step").drop_nulls()
+    return table.conform_raw(rows), cursor.advance(last_step=int(steps[-1]) if steps.len() else cursor.last_step)
+
+
+def _metrics_at(parts: tuple[str, ...]) -> int | None:
+    """Where the run's `metrics` folder is in a metric file's path parts: the first `metrics` beside
+    a run's meta.yaml (a key may hold a folder of that name too, `metrics/accuracy`)."""
+    for i in range(2, len(parts) - 1):
+        if parts[i] == METRICS and Path(*parts[:i], mlruns.META).is_file():
+            return i
+    return None
+
+
+def _named(path: Path) -> Named:
+    parts = path.parts
+    at = _metrics_at(parts)
+    if at is None:
+        return Named(path.name)  # (read with --format mlruns from anywhere)
+    owner = mlruns.owner(str(path), at)
+    problems = (Problem(str(path), owner.problem),) if owner.problem else ()
+    return Named("/".join(parts[at + 1 :]), owner.run, skipped=owner.deleted, problems=problems)
+
+
+def renamed(parts: list[str]) -> int | None:
+    """Where in a path's parts a store of another name than `mlruns` is (`file:/data/tracking`):
+    the folder above `<experiment>/<run>/metrics/`, both of which hold their meta.yaml."""
+    if METRICS not in parts:
+        return None
+    for i in range(3, len(parts) - 1):
+        if parts[i] == METRICS and parts[i - 3] != mlruns.TRASH:
+            run = Path("/".join(parts[:i]) or "/")
+            if (run / mlruns.META).is_file() and (run.parent / mlruns.META).is_file():
+                return i - 3
+    return None
+
+
+def _logs(below: tuple[str, ...]) -> bool:
+    """`<experiment>/<run>/metrics/<key...>`, of no deleted experiment."""
+    return len(below) >= 4 and below[2] == METRICS and below[0] != mlruns.TRASH
+
+
+MLRUNS = OneMetric(LineFormat("mlruns", parse), _named)
+FORMAT = Format(
+    reader=MLRUNS, names_runs=True,
+    # Where a run's metrics are not: its artifacts (checkpoints, thousands of files), deleted
+    # experiments, traces. (params/ and tags/ are a small file each and are left to `logs`: a
+    # metric key may well have a folder of either name, `params/norm`.)
+    layout=Layout(folder=FOLDER, logs=_logs, skip=frozenset({"artifacts", mlruns.TRASH, "traces"}), renamed=renamed),
+)

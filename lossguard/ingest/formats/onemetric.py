@@ -1,0 +1,69 @@
+"""Trackers that keep one metric a file, named by the file's path (DVCLive's
+`plots/metrics/train/loss.tsv`, MLflow's `<run>/metrics/train/loss`): the file's lines say only
+step and value, so the metric, and for MLflow the run, come from where the file is. The lines
+are read by a LineFormat (whole lines, a cursor past complete ones, problems naming the line);
+this puts the name its path gives on every row it hands out."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import polars as pl
+
+from .. import table
+from ..cursor import Cursor
+from ..problems import Problem
+from .base import LineFormat, Parsed, Sink
+
+MS = 0.001
+"""Milliseconds (both trackers' timestamps) to seconds, multiplied: polars divides a long column by a
+constant as a multiplication by its reciprocal but a one-row column exactly, so `/ 1000` gave a
+timestamp read in pieces other digits than the same read whole."""
+PLACEHOLDER = ""
+"""The tag a line parser gives its rows: the path's name replaces it."""
+
+
+@dataclass(frozen=True)
+class Named:
+    """What a file's place says of its rows."""
+
+    tag: str
+    run: str | None = None
+    """The run as the tracker names it (a raw `run` column), or None where the folder names it."""
+    skipped: bool = False
+    """Not to be read (an MLflow run deleted in its tracker: it is in the bin, not a run)."""
+    problems: tuple[Problem, ...] = ()
+
+
+@dataclass(frozen=True)
+class OneMetric:
+    """A reader of files holding one metric each, its lines read by `lines`, its name by `named`."""
+
+    lines: LineFormat
+    named: Callable[[Path], Named]
+
+    streams = True
+    """`each` takes the rows of each block as it is read."""
+    projects = False
+    """A file is one tag: reader.read leaves out a file nobody needs after the read."""
+
+    @property
+    def name(self) -> str:
+        return self.lines.name
+
+    def read(self, path: Path, cursor: Cursor, *, final: bool, limit: int | None = None, each: Sink | None = None) -> Parsed:
+        named = self.named(path)
+
+        def tagged(rows: pl.DataFrame) -> pl.DataFrame:
+            columns = [pl.lit(named.tag, dtype=pl.String()).alias("tag")]
+            if named.run is not None:
+                columns.append(pl.lit(named.run, dtype=pl.String()).alias("run"))
+            return table.conform_raw(rows.with_columns(columns))
+
+        if named.skipped:
+            return Parsed(tagged(table.empty_raw()), cursor, named.problems)
+        sink = (lambda rows: each(tagged(rows))) if each is not None else None
+        parsed = self.lines.read(path, cursor, final=final, limit=limit, each=sink)
+        return replace(parsed, rows=tagged(parsed.rows), problems=(*named.problems, *parsed.problems))

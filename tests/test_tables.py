@@ -1,0 +1,356 @@
+"""Trackers that keep a metric a file or a table a file: DVCLive (`dvclive/plots/metrics/*.tsv`),
+MLflow's file store (`mlruns/<exp>/<run>/metrics/<key>`), DeepSpeed's csv_monitor (a CSV a metric
+in one folder) and Keras' CSVLogger (`training.log`, CSV). DVCLive and MLflow are written by the
+real packages; keras and deepspeed do not install here, so their files are written by the lines of
+their writers' code cited at each helper."""
+
+from __future__ import annotations
+
+import collections
+import csv
+import json
+import math
+from pathlib import Path
+
+import polars as pl
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from lossguard.detection.rules import default_rules
+from lossguard.ingest.cursor import Cursor
+from lossguard.ingest.discover import discover
+from lossguard.ingest.formats.sniff import format_of
+from lossguard.ingest.reader import ReadOptions, read, read_paths
+from lossguard.ingest.sources.mlruns import scalars
+from lossguard.state import State
+from lossguard.watch.follow import Follower
+
+from .conftest import WAIT_FOR_EVERY_READ, run_lossguard
+
+SPIKE, JUMP, STEPS = 45, 43, 60
+"""A calm run whose LR jumps tenfold at JUMP and whose loss spikes at SPIKE."""
+
+
+def _loss(step: int) -> float:
+    return 9.0 if step == SPIKE else 2.0 + (step % 5) * 0.01
+
+
+def _lr(step: int) -> float:
+    return 1e-4 if step < JUMP else 1e-3
+
+
+def _scan_json(*paths: Path) -> tuple[int, dict]:
+    res = run_lossguard("scan", "--format", "json", *map(str, paths))
+    assert "Traceback" not in res.stderr, res.stderr
+    return res.returncode, json.loads(res.stdout)
+
+
+def _spike_caused_by_the_lr_jump(report: dict, run: str, at: int, jump: int) -> None:
+    """The run's one spike, labelled from its learning rate (another file of the run's)."""
+    (found,) = [r for r in report["runs"] if r["run"] == run]
+    assert [s["step"] for s in found["spikes"]] == [at]
+    causes = {c["cause"]: c["evidence"] for c in found["spikes"][0]["causes"]}
+    assert f"at step {jump}" in causes["lr_schedule"], causes
+
+
+# --- DVCLive -------------------------------------------------------------------------------------
+
+
+def _live_run(folder: Path, *, steps=range(STEPS), nan_at: int | None = None) -> None:
+    from dvclive import Live
+
+    with Live(dir=str(folder), save_dvc_exp=False) as live:
+        for step in steps:
+            live.log_metric("train/loss", float("nan") if step == nan_at else _loss(step))
+            live.log_metric("lr", _lr(step), timestamp=True)
+            live.next_step()
+
+
+def test_dvclive_a_real_run_reads_back_every_step_metric_and_nan_as_one_run(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # (dvclive writes its dvc.yaml in the working folder)
+    _live_run(tmp_path / "runs" / "exp1" / "dvclive", steps=range(12), nan_at=7)
+    frame, results, problems = read_paths([tmp_path / "runs"])
+    assert problems == [] and {r.format for r in results} == {"dvclive"}
+    assert frame.get_column("run").unique().to_list() == ["exp1"]
+    loss = frame.filter(pl.col("metric") == "loss")
+    assert loss.get_column("tag").unique().to_list() == ["train/loss"]
+    assert loss.get_column("step").to_list() == list(range(12))
+    values = loss.get_column("value").to_list()
+    assert math.isnan(values[7]) and values[:7] == [_loss(s) for s in range(7)]
+    lr = frame.filter(pl.col("metric") == "lr")
+    assert lr.get_column("step").to_list() == list(range(12)) and lr.get_column("wall_time").null_count() == 0
+    assert loss.get_column("wall_time").null_count() == 12  # (logged without timestamp=True)
+    # Its summary, report and the working folder's dvc.yaml are no logs.
+    assert {p.name for p in (tmp_path / "runs" / "exp1" / "dvclive").iterdir()} >= {"metrics.json", "plots"}
+
+
+def test_dvclive_a_folder_of_another_name_is_known_by_its_summary_and_names_its_run(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _live_run(tmp_path / "runs" / "exp3", steps=range(3))
+    stray = tmp_path / "runs" / "plotted" / "plots" / "metrics" / "loss.tsv"  # no dvclive beside it
+    stray.parent.mkdir(parents=True)
+    stray.write_text("step\tloss\n0\t2.0\n")
+    found = discover(tmp_path / "runs", problems=[])
+    assert sorted((f.run, f.path.name) for f in found) == [("exp3", "loss.tsv"), ("exp3", "lr.tsv")]
+    assert format_of(found[0].path) == "dvclive"
+
+
+def test_dvclive_spike_found_by_scan_with_the_lr_of_its_run(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _live_run(tmp_path / "runs" / "exp1" / "dvclive")
+    code, report = _scan_json(tmp_path / "runs")
+    assert code == 1
+    _spike_caused_by_the_lr_jump(report, "exp1", SPIKE, JUMP)
+
+
+# --- MLflow file store ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def store(tmp_path, monkeypatch) -> Path:
+    """runs/exp1/mlruns, written by mlflow: experiment `exp one` with two runs named `same` (the
+    first spikes after its LR jumps, the second is calm) and a deleted run, experiment `exp2` with
+    one run logging NaN and infinities and a key holding a `/`, and a deleted experiment. (Through MlflowClient, which keeps
+    no active run or experiment in the process for other tests to meet.)"""
+    import mlflow
+    from mlflow.entities import Metric
+
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # (MLflow 3.17 asks for it: SQLite is its default)
+    root = tmp_path / "runs" / "exp1" / "mlruns"
+    client = mlflow.MlflowClient(tracking_uri=root.as_uri())
+    first = client.create_experiment("exp one")
+    for k, (name, spike) in enumerate((("same", True), ("same", False), ("gone", True))):
+        # Started 1 ms apart at least (the first started of a name keeps it bare).
+        run = client.create_run(first, run_name=name, start_time=1796191965000 + k).info.run_id
+        for step in range(STEPS):
+            client.log_batch(run, metrics=[Metric("train/loss", _loss(step) if spike else 2.0, 0, step), Metric("lr", _lr(step), 0, step)])
+        client.set_terminated(run)
+        if name == "gone":
+            client.delete_run(run)
+    odd = client.create_run(client.create_experiment("exp2"), run_name="odd").info.run_id
+    for step, value in enumerate([1.0, float("nan"), float("inf"), float("-inf"), 2.0]):
+        client.log_metric(odd, "eval/acc/top1", value, step=step * 10)
+    binned = client.create_experiment("binned")
+    client.log_metric(client.create_run(binned, run_name="old").info.run_id, "loss", 2.0, step=0)
+    client.delete_experiment(binned)  # (moved under .trash/)
+    return root
+
+
+def test_mlruns_every_run_is_a_run_of_its_own_named_by_experiment_and_run_the_deleted_not_read(store):
+    frame, results, problems = read_paths([store.parent.parent])
+    assert problems == [] and {r.format for r in results} == {"mlruns"}
+    assert (store / ".trash").is_dir() and not [r for r in results if ".trash" in r.found.path.parts]
+    runs = frame.group_by("run").len().sort("run")
+    second = next(r for r in runs.get_column("run") if r.startswith("exp1/exp one/same ("))
+    assert runs.rows() == [("exp1/exp one/same", 2 * STEPS), (second, 2 * STEPS), ("exp1/exp2/odd", 5)]
+    assert len(second) == len("exp1/exp one/same (12345678)")
+    loss = frame.filter((pl.col("run") == "exp1/exp one/same") & (pl.col("metric") == "loss"))
+    assert loss.get_column("step").to_list() == list(range(STEPS)) and loss.get_column("value").to_list() == [_loss(s) for s in range(STEPS)]
+
+
+def test_mlruns_nan_and_infinities_and_a_key_with_a_slash_read_back_as_logged(store):
+    frame, _, _ = read_paths([store])
+    odd = frame.filter(pl.col("run") == "exp2/odd")
+    assert odd.get_column("tag").unique().to_list() == ["eval/acc/top1"]
+    assert odd.get_column("step").to_list() == [0, 10, 20, 30, 40]
+    values = odd.get_column("value").to_list()
+    assert values[0] == 1.0 and math.isnan(values[1]) and values[2:] == [math.inf, -math.inf, 2.0]
+    assert odd.get_column("wall_time").null_count() == 0
+
+
+def test_mlruns_a_store_of_another_name_is_known_by_its_meta_files_and_names_its_run(store):
+    import shutil
+
+    shutil.move(store, store.with_name("tracking"))  # (`file:/.../tracking`)
+    frame, results, problems = read_paths([store.parent.parent])
+    assert problems == [] and {r.format for r in results} == {"mlruns"}
+    assert sorted(frame.get_column("run").unique())[0] == "exp1/tracking/exp one/same"
+    assert frame.height == read_paths([store.with_name("tracking")])[0].height == 4 * STEPS + 5
+
+
+def test_mlruns_spike_found_by_scan_with_the_lr_of_its_run_and_runs_of_one_name_kept_apart(store):
+    code, report = _scan_json(store.parent.parent)
+    assert code == 1
+    _spike_caused_by_the_lr_jump(report, "exp1/exp one/same", SPIKE, JUMP)
+    assert sum(1 for r in report["runs"] if r["run"].startswith("exp1/exp one/same")) == 2
+    assert not [r for r in report["runs"] if "gone" in r["run"]]
+
+
+@settings(max_examples=300, deadline=None)
+@given(name=st.text(max_size=200) | st.text(alphabet=" ab'\":#\\\n\t-é\u2028\x85", max_size=200))
+def test_mlruns_meta_yaml_scalars_read_as_pyyaml_reads_what_mlflow_writes(name):
+    import yaml
+
+    # As mlflow/utils/yaml_utils.write_yaml dumps a meta.yaml.
+    text = yaml.dump({"lifecycle_stage": "active", "name": name, "start_time": 17}, default_flow_style=False, allow_unicode=True, Dumper=yaml.SafeDumper)
+    assert scalars(text) == {"lifecycle_stage": "active", "name": yaml.safe_load(text)["name"], "start_time": "17"}
+
+
+def test_the_daemon_follows_an_mlflow_run_as_it_grows_and_alerts_with_its_lr(tmp_path, monkeypatch):
+    import mlflow
+
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    root = tmp_path / "runs" / "exp1" / "mlruns"
+    client = mlflow.MlflowClient(tracking_uri=root.as_uri())
+    run = client.create_run(client.create_experiment("exp one"), run_name="live")
+    for step in range(40):
+        client.log_metric(run.info.run_id, "train/loss", _loss(step), step=step)
+        client.log_metric(run.info.run_id, "lr", _lr(step), step=step)
+    state = State(tmp_path / "state")
+    follower = Follower([tmp_path / "runs"], rules=default_rules(), state=state, log=lambda _: None, pass_budget=WAIT_FOR_EVERY_READ)
+    assert follower.run_pass(1.0).notices == []
+    for step in range(40, STEPS):
+        client.log_metric(run.info.run_id, "lr", _lr(step), step=step)
+        client.log_metric(run.info.run_id, "train/loss", _loss(step), step=step)
+    report = follower.run_pass(2.0)
+    opened = [n for n in report.notices if n.kind == "opened"]
+    assert [(n.incident.run, n.incident.step) for n in opened] == [("exp1/exp one/live", SPIKE)]
+    assert "lr_schedule" in [c.cause for c in opened[0].incident.causes]
+    state.close()
+
+
+# --- DeepSpeed csv_monitor -----------------------------------------------------------------------
+
+
+def _csv_monitor_write(log_dir: Path, events: list[tuple[str, float, int]], filenames: list[str]) -> None:
+    """deepspeed/monitor/csv_monitor.py, csvMonitor.write_events (microsoft/DeepSpeed 38327e07):
+    a file an event name (`/` and spaces as `_`), opened `a+`, its header `step,<last part of the
+    name>` written the first time this process writes it (`filenames`: a resumed job writes it again)."""
+    for log_name, value, step in events:
+        header = log_name.split("/")[-1]
+        filename = log_name.replace("/", "_").replace(" ", "_")
+        with open(f"{log_dir}/{filename}.csv", "a+") as fh:
+            writer = csv.writer(fh)
+            if filename not in filenames:
+                filenames.append(filename)
+                writer.writerow(["step", header])
+            writer.writerow([step, value])
+
+
+BATCH = 32
+
+
+def _deepspeed_job(log_dir: Path, steps: range, filenames: list[str]) -> None:
+    """The engine's events (deepspeed/runtime/engine.py): the loss at the gradient-accumulation
+    boundary, the LR after the optimizer step, both at the global sample count."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    for step in steps:
+        _csv_monitor_write(log_dir, [("Train/Samples/train_loss", _loss(step), step * BATCH)], filenames)
+        _csv_monitor_write(log_dir, [("Train/Samples/lr", _lr(step), (step + 1) * BATCH)], filenames)
+
+
+def test_csv_monitor_files_of_one_folder_are_one_run_and_a_resumed_jobs_header_is_no_record(tmp_path):
+    job = tmp_path / "runs" / "out" / "DeepSpeedJobName"
+    _deepspeed_job(job, range(20), [])
+    _deepspeed_job(job, range(20, 30), [])  # resumed: a new process, the headers again
+    assert (job / "Train_Samples_train_loss.csv").read_text().count("step,train_loss") == 2
+    frame, results, problems = read_paths([tmp_path / "runs"])
+    assert problems == [] and [r.found.run for r in results] == ["out/DeepSpeedJobName"] * 2
+    loss = frame.filter(pl.col("metric") == "loss")
+    assert loss.get_column("step").to_list() == [s * BATCH for s in range(30)]
+    assert loss.get_column("value").to_list() == [_loss(s) for s in range(30)]
+    assert frame.filter(pl.col("metric") == "lr").height == 30
+
+
+def test_csv_monitor_spike_found_by_scan_with_the_lr_file_beside_it(tmp_path):
+    job = tmp_path / "runs" / "out" / "DeepSpeedJobName"
+    _deepspeed_job(job, range(STEPS), [])
+    code, report = _scan_json(tmp_path / "runs")
+    assert code == 1
+    # (The LR is logged after the optimizer step: at the next step's sample count.)
+    _spike_caused_by_the_lr_jump(report, "out/DeepSpeedJobName", SPIKE * BATCH, (JUMP + 1) * BATCH)
+
+
+# --- Keras CSVLogger -----------------------------------------------------------------------------
+
+
+def _keras_log(path: Path, epochs: range, *, nan_at: int | None = None) -> None:
+    """keras/src/callbacks/csv_logger.py, CSVLogger.on_epoch_end (keras-team/keras 3422977a): the
+    first epoch's keys sorted, `epoch` before them, a csv.excel dialect (\\r\\n), `NA` for a key an
+    epoch did not log (validation every other epoch here); LearningRateScheduler puts
+    `learning_rate` in the logs."""
+    keys = None
+    with open(path, "w") as fh:
+        writer = None
+        for epoch in epochs:
+            logs = {"loss": float("nan") if epoch == nan_at else _loss(epoch), "accuracy": 0.5, "learning_rate": _lr(epoch)}
+            if epoch % 2 == 0:
+                logs["val_loss"] = 2.5
+            if keys is None:
+                keys = sorted(logs)
+            if writer is None:
+                writer = csv.DictWriter(fh, fieldnames=["epoch", *keys], dialect=csv.excel)
+                writer.writeheader()
+            row = collections.OrderedDict({"epoch": epoch})
+            row.update((key, logs.get(key, "NA")) for key in keys)
+            writer.writerow(row)
+
+
+def test_keras_training_log_is_csv_its_epochs_the_steps_said_once(tmp_path):
+    log = tmp_path / "runs" / "mnist" / "training.log"
+    log.parent.mkdir(parents=True)
+    _keras_log(log, range(12), nan_at=5)
+    assert format_of(log) == "csv"
+    frame, _, problems = read_paths([tmp_path / "runs"])
+    assert [p.message for p in problems] == ["no step finer than the epoch in this file: its epochs are the steps"]
+    assert frame.get_column("run").unique().to_list() == ["mnist"]
+    loss = frame.filter(pl.col("metric") == "loss")
+    assert loss.get_column("step").to_list() == list(range(12)) and math.isnan(loss.get_column("value")[5])
+    assert frame.filter(pl.col("metric") == "eval_loss").get_column("step").to_list() == list(range(0, 12, 2))
+    assert "epoch" not in frame.get_column("tag").to_list()
+
+
+def test_keras_spike_found_by_scan_with_its_lr(tmp_path):
+    log = tmp_path / "runs" / "mnist" / "training.log"
+    log.parent.mkdir(parents=True)
+    _keras_log(log, range(STEPS))
+    code, report = _scan_json(tmp_path / "runs")
+    assert code == 1
+    _spike_caused_by_the_lr_jump(report, "mnist", SPIKE, JUMP)
+
+
+def test_a_console_log_named_training_log_is_still_a_console_log(tmp_path):
+    log = tmp_path / "training.log"
+    log.write_text("".join(f"step {s} | loss {_loss(s)} | lr {_lr(s)}\n" for s in range(20)))
+    assert format_of(log) == "kv_lines"
+
+
+# --- pieces read one after another ---------------------------------------------------------------
+
+
+def _files(root: Path) -> dict[str, tuple[Path, str]]:
+    """One file of each, as its writer leaves it, at the place that names its format and metric."""
+    dv = root / "dvclive" / "plots" / "metrics" / "train" / "loss.tsv"
+    dv.parent.mkdir(parents=True)
+    dv.write_text("timestamp\tstep\tloss\n" + "".join(f"{1796191876559 + s}\t{s}\t{_loss(s) if s != 7 else 'nan'}\n" for s in range(40)))
+    ml = root / "mlruns" / "0" / "abc" / "metrics" / "train" / "loss"
+    ml.parent.mkdir(parents=True)
+    (ml.parent.parent.parent / "meta.yaml").write_text("run_name: r\nstart_time: 1\n")
+    ml.write_text("".join(f"{1796191876559 + s} {_loss(s) if s != 7 else 'nan'} {s}\n" for s in range(40)))
+    ds = root / "ds" / "Train_Samples_train_loss.csv"
+    ds.parent.mkdir()
+    _csv_monitor_write(ds.parent, [("Train/Samples/train_loss", _loss(s), s * BATCH) for s in range(40)], [])
+    keras = root / "keras" / "training.log"
+    keras.parent.mkdir()
+    _keras_log(keras, range(40), nan_at=7)
+    return {"dvclive": (dv, "dvclive"), "mlruns": (ml, "mlruns"), "csv_monitor": (ds, "csv"), "keras": (keras, "csv")}
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(which=st.sampled_from(["dvclive", "mlruns", "csv_monitor", "keras"]), fractions=st.lists(st.floats(0, 1), max_size=8))
+def test_pieces_read_one_after_another_equal_one_read(tmp_path_factory, which, fractions):
+    root = tmp_path_factory.mktemp("pieces")
+    path, fmt = _files(root)[which]
+    data = path.read_bytes()
+    whole = read(path, run="r", fmt=fmt, final=True, options=ReadOptions())
+    path.write_bytes(b"")
+    cursor, frames = Cursor(), []
+    for cut in [*sorted({int(f * len(data)) for f in fractions}), len(data)]:
+        with open(path, "ab") as fh:
+            fh.write(data[path.stat().st_size : cut])
+        res = read(path, cursor, run="r", fmt=fmt, final=False, options=ReadOptions())
+        frames.append(res.frame)
+        cursor = res.cursor
+    assert whole.frame.height >= 40
+    assert pl.concat(frames).equals(whole.frame) and cursor.offset == len(data)
