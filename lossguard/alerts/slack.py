@@ -90,6 +90,17 @@ class SlackBot:
     def update(self, message: Message, *, ts: str, channel: str) -> Delivery:
         return self._call("chat_update", channel=channel, ts=ts, **message.as_kwargs())
 
+    def ephemeral(self, text: str, *, channel: str, user: str) -> Delivery:
+        """A line only `user` sees, in `channel` (the answer to a click)."""
+        return self._call("chat_postEphemeral", channel=channel, user=user, text=text)
+
+    def group_members(self, group: str) -> frozenset[str] | None:
+        """The users of a user group (usergroups:read; None: Slack would not say)."""
+        try:
+            return frozenset(self._client.usergroups_users_list(usergroup=group).get("users") or ())
+        except (SlackClientError, OSError, ValueError):
+            return None
+
     def upload(self, path: Path, *, channel: str, thread_ts: str, title: str) -> Delivery:
         """A file into a thread (files_upload_v2: get an upload URL, send the bytes there, complete
         the upload into the channel and thread). Needs the files:write scope."""
@@ -108,6 +119,65 @@ class SlackBot:
         except (SlackClientError, OSError, ValueError) as exc:  # (URLError is an OSError; ValueError: a URL urllib refuses)
             return _broken(exc)
         return Delivery(ok=True, ts=response.get("ts"), channel=response.get("channel"))
+
+
+APP_PERMANENT = {
+    "invalid_auth": "the app-level token is not valid: check LOSSGUARD_SLACK_APP_TOKEN (or the slack_app_token credential)",
+    "not_authed": "no app-level token was sent: set LOSSGUARD_SLACK_APP_TOKEN (or the slack_app_token credential)",
+    "token_revoked": "the app-level token was revoked: generate a new one (the app's Basic Information, App-Level Tokens)",
+    "not_allowed_token_type": "that is no app-level token: generate one with connections:write (Basic Information, App-Level Tokens)",
+    "missing_scope": "the app-level token lacks connections:write: generate one with that scope",
+    "account_inactive": "the app is deactivated: reinstall the Slack app",
+}
+"""What apps.connections.open answers when retrying will not help, with the fix."""
+
+
+class SocketModeLink:
+    """The app token's Socket Mode connection (slack-sdk's builtin client: no dependency beyond
+    slack-sdk), opened once; it does not reconnect by itself (alerts.link owns the backoff).
+    `on_request(envelope) -> (ack payload or None, then)` runs for every envelope: what it applies
+    is committed when it returns; the ack is sent after, then `then()` (the message updated)."""
+
+    def __init__(self, app_token: str, *, base_url: str = DEFAULT_BASE_URL, on_request, logger, ping_interval: float = 3.0) -> None:  # noqa: ANN001
+        from slack_sdk.socket_mode.builtin import SocketModeClient
+
+        remember(app_token)
+        web = WebClient(base_url=base_url if base_url.endswith("/") else base_url + "/", timeout=10, retry_handlers=retry_handlers(retries=1))
+        self._client = SocketModeClient(app_token, web_client=web, logger=logger, auto_reconnect_enabled=False, ping_interval=ping_interval,
+                                        concurrency=1)
+        self._client.socket_mode_request_listeners.append(lambda client, request: self._ack(request, *on_request(request.to_dict())))
+
+    def _ack(self, request, payload: dict | None, then) -> None:  # noqa: ANN001
+        self._client.send_socket_mode_response({"envelope_id": request.envelope_id, **({"payload": payload} if payload else {})})
+        if then is not None:
+            then()
+
+    def open(self) -> Delivery:
+        """Connected, or why not (permanent: a token Slack refuses, with the fix)."""
+        try:
+            self._client.connect()
+        except SlackApiError as exc:
+            error = str(exc.response.get("error") or "no answer") if exc.response is not None else "no answer"
+            return Delivery(ok=False, error=scrub(error), permanent=error in APP_PERMANENT, fix=APP_PERMANENT.get(error))
+        except (SlackClientError, OSError, ValueError, KeyError) as exc:
+            return _broken(exc)
+        return Delivery(ok=True)
+
+    def connected(self) -> bool:
+        return self._client.is_connected()
+
+    def close(self) -> None:
+        """Closed on a thread of its own: slack-sdk's close waits for its ping thread to wake (up to
+        ping_interval), which neither a reconnect nor the daemon's stop should."""
+        import threading
+
+        def close() -> None:
+            try:
+                self._client.close()
+            except Exception:  # noqa: BLE001 - a connection already gone
+                pass
+
+        threading.Thread(target=close, name="slack-socket-close", daemon=True).start()
 
 
 class SlackWebhook:

@@ -144,7 +144,17 @@ def _summary(db: sqlite3.Connection) -> dict[str, list[dict[str, object]]]:
             for i, k, a, e, p in q("SELECT id, kind, attempts, last_error, permanent FROM outbox WHERE sent_at IS NULL ORDER BY id")
         ],
         "silences": [s.to_json() for s in select_silences(db, now=time.time())],
+        "slack_link": _link(db),
     }
+
+
+def _link(db: sqlite3.Connection) -> dict[str, object] | None:
+    """How the daemon's Socket Mode link stood when it last changed (None: no app token, or a
+    daemon from before layout 9)."""
+    import json
+
+    row = db.execute("SELECT value FROM meta WHERE key='slack_link'").fetchone()
+    return None if row is None else json.loads(row[0])
 
 
 def read_silences(path: Path, *, now: float) -> list[Silence]:
