@@ -24,18 +24,18 @@ class SocketServer:
         self.sent: dict[str, float] = {}
         """envelope_id -> when it was last sent."""
         self.refuse = False
-        """Close every new connection at once (Slack's side gone)."""
-        self._server = serve(self._handle, "127.0.0.1", 0)
+        """Answer every new connection's handshake 503 (Slack's side gone)."""
+        self._server = serve(self._handle, "127.0.0.1", 0, process_request=self._gate)
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     @property
     def url(self) -> str:
         return f"ws://127.0.0.1:{self._server.socket.getsockname()[1]}/link/?ticket=t-1&app_id=A0TEST"
 
+    def _gate(self, connection: ServerConnection, request):  # noqa: ANN001, ANN202
+        return connection.respond(503, "Socket Mode is down\n") if self.refuse else None
+
     def _handle(self, ws: ServerConnection) -> None:
-        if self.refuse:
-            ws.close()
-            return
         self.connections.append(ws)
         ws.send(json.dumps({"type": "hello", "num_connections": 1, "connection_info": {"app_id": "A0TEST"},
                             "debug_info": {"host": "applink-test", "approximate_connection_time": 18060}}))

@@ -171,3 +171,22 @@ def test_a_refused_app_token_is_one_loud_line_and_status_says_so(slack, state, c
     assert main(["status", "--state-dir", str(state.directory)]) == 0
     out = capsys.readouterr().out
     assert "slack link REFUSED by Slack: invalid_auth: the app-level token is not valid" in out and APP_TOKEN not in out
+
+
+def test_slash_lossguard_status_is_answered_in_the_ack_from_the_state(slack, socket, state):
+    _alerted(slack, state)
+    link = _link(slack, state)
+    try:
+        socket.wait_connected()
+        command = {"envelope_id": "e-cmd", "type": "slash_commands", "accepts_response_payload": True,
+                   "payload": {"token": "v", "team_id": "T0", "channel_id": "C0TRAIN", "user_id": ANA, "user_name": "ana",
+                               "command": "/lossguard", "text": "status exp", "response_url": "https://hooks.slack.com/commands/1/2/3",
+                               "trigger_id": "1.2.3", "api_app_id": "A0TEST"}}
+        socket.send(command)
+        ack = socket.wait_ack("e-cmd")
+        assert ack["payload"]["response_type"] == "ephemeral"
+        assert "*1 open incident(s)* in runs matching `exp`" in ack["payload"]["text"] and "loss-spike" in ack["payload"]["text"]
+        socket.send({**command, "envelope_id": "e-cmd-eve", "payload": {**command["payload"], "user_id": "U0EVE00001"}})
+        assert socket.wait_ack("e-cmd-eve")["payload"]["text"] == REFUSED
+    finally:
+        link.close()

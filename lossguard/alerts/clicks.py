@@ -125,7 +125,8 @@ class ClickHandler:
         elif self.status is None:
             text = "lossguard answers no commands here."
         else:
-            text = self.status(command.text.strip())
+            verb, _, run = command.text.strip().partition(" ")
+            text = self.status(run.strip()) if verb in ("", "status") else "Usage: `/lossguard status [RUN]` (RUN: a run name or a glob)"
         return {"response_type": "ephemeral", "text": text}
 
 

@@ -12,6 +12,7 @@ misbehaving server may have filled with the request's Authorization header or UR
 from __future__ import annotations
 
 import socket
+import threading
 import urllib.error
 from pathlib import Path
 
@@ -146,16 +147,24 @@ class SocketModeLink:
         self._client = SocketModeClient(app_token, web_client=web, logger=logger, auto_reconnect_enabled=False, ping_interval=ping_interval,
                                         concurrency=1)
         self._client.socket_mode_request_listeners.append(lambda client, request: self._ack(request, *on_request(request.to_dict())))
+        self._hello = threading.Event()
+        self._client.message_listeners.append(lambda client, message, raw: message.get("type") == "hello" and self._hello.set())
 
     def _ack(self, request, payload: dict | None, then) -> None:  # noqa: ANN001
         self._client.send_socket_mode_response({"envelope_id": request.envelope_id, **({"payload": payload} if payload else {})})
         if then is not None:
             then()
 
-    def open(self) -> Delivery:
-        """Connected, or why not (permanent: a token Slack refuses, with the fix)."""
+    def open(self, *, hello_within: float = 10.0) -> Delivery:
+        """Connected and greeted, or why not (permanent: a token Slack refuses, with the fix). Only
+        Slack's `hello` says the link works (slack-sdk's connect logs a failed handshake, a 503 or a
+        refused port, and returns as if it had worked: only its socket is missing)."""
         try:
             self._client.connect()
+            if not self._client.is_connected():
+                return Delivery(ok=False, error="the WebSocket handshake with Slack failed", permanent=False)
+            if not self._hello.wait(hello_within):
+                return Delivery(ok=False, error=f"Slack sent no hello within {hello_within:.0f} s of the handshake", permanent=False)
         except SlackApiError as exc:
             error = str(exc.response.get("error") or "no answer") if exc.response is not None else "no answer"
             return Delivery(ok=False, error=scrub(error), permanent=error in APP_PERMANENT, fix=APP_PERMANENT.get(error))
@@ -169,7 +178,6 @@ class SocketModeLink:
     def close(self) -> None:
         """Closed on a thread of its own: slack-sdk's close waits for its ping thread to wake (up to
         ping_interval), which neither a reconnect nor the daemon's stop should."""
-        import threading
 
         def close() -> None:
             try:
