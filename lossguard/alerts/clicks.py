@@ -57,6 +57,9 @@ class ClickHandler:
             except StateBusy as exc:  # (not acked: Slack sends it again, when the state can be written)
                 log.warning("a click from Slack waits: %s", exc)
                 raise
+            except Exception:  # noqa: BLE001 - acked, or Slack would send what cannot be applied again and again
+                log.exception("a click from Slack could not be applied (envelope %s); it is acknowledged and dropped", parsed.envelope_id)
+                return None, None
 
     def _click(self, click: actions.Click) -> Then:
         recorded = self.state.envelope_reply(click.envelope_id)
