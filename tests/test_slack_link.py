@@ -19,18 +19,10 @@ from lossguard.alerts.pipeline import Dispatcher
 from lossguard.alerts.slack import SlackBot
 from lossguard.state import State, read_summary
 
-from .socket_server import SocketServer
 from .test_actions import ANA, envelope
 from .test_pipeline import BASE, Clock, bot_sink, posts, raise_
 
 APP_TOKEN = "xapp-1-A0TEST-1-SECRETAPPTOKEN"
-
-
-@pytest.fixture
-def socket(slack):
-    with SocketServer() as server:
-        slack.socket_url = server.url
-        yield server
 
 
 @pytest.fixture

@@ -9,22 +9,11 @@ import json
 import sqlite3
 import time
 
-import pytest
-
 from .conftest import run_lossguard
-from .socket_server import SocketServer
 from .test_actions import ANA, envelope
+from .test_slack_link import APP_TOKEN
 from .test_watch import Watch, _line
 from .test_watch_slack import TOKEN, _calm_run, _posts, _wait
-
-APP_TOKEN = "xapp-1-A0TEST-1-SECRETAPPTOKEN"
-
-
-@pytest.fixture
-def socket(slack):
-    with SocketServer() as server:
-        slack.socket_url = server.url
-        yield server
 
 
 def _daemon(tmp, slack, env: dict | None = None) -> Watch:
