@@ -77,6 +77,8 @@ def _click(action: str, **kw):
     pytest.param(_click(SILENCE_RULE), _facts(), MakeSilence, id="silence the rule"),
     pytest.param(_click(ACKNOWLEDGE), _facts(), Acknowledge, id="acknowledge"),
     pytest.param(_click(ACKNOWLEDGE), _facts(acked_by="@bob"), Refuse("Already acknowledged by @bob."), id="acknowledged already"),
+    pytest.param(_click(actions.SHOW_PLOT), _facts(), actions.ShowPlot, id="show the plot"),
+    pytest.param(_click(actions.SHOW_PLOT, user="U0EVE00001"), _facts(), Refuse(actions.REFUSED), id="show the plot, not listed"),
 ])
 def test_what_a_click_does(click, facts, expected):
     got = decide(click, facts)

@@ -182,3 +182,33 @@ def test_slash_lossguard_status_is_answered_in_the_ack_from_the_state(slack, soc
         assert socket.wait_ack("e-cmd-eve")["payload"]["text"] == REFUSED
     finally:
         link.close()
+
+
+def test_show_the_plot_draws_the_curves_the_state_holds_into_the_alerts_thread(slack, socket, state):
+    import numpy as np
+
+    from lossguard.alerts.actions import SHOW_PLOT
+    from lossguard.state import Tail
+
+    from .images import png_size
+
+    steps = np.arange(1, 41, dtype=np.int64)
+    with state.transaction() as tx:
+        tx.put_tail("exp", "loss", Tail(steps, np.where(steps == 20, 9.0, 2.0), 40))
+        tx.put_tail("exp", "lr", Tail(steps, np.full(40, 1e-4), 40))
+    raise_(state, BASE)
+    clock = Clock()
+    Dispatcher(state, {"slack": bot_sink(slack, buttons=True, plot_button=True)}, clock=clock, sleep=clock.sleep, wall=time.time).round()
+    block = posts(slack)[-1]["blocks"][-1]
+    assert [e["action_id"] for e in block["elements"]][-1] == SHOW_PLOT
+    link = _link(slack, state)
+    try:
+        socket.wait_connected()
+        socket.send(envelope(SHOW_PLOT, key=block["block_id"].removeprefix("lossguard|"), clicked=time.time(), envelope_id="e-plot"))
+        socket.wait_ack("e-plot")
+        _wait(lambda: slack.uploads(), timeout=60)
+        (request, (png,)), = slack.uploads()
+        assert request.body["thread_ts"] == "1700000000.000001" and png_size(png)[0] > 0
+        assert state.silences() == [] and not list((state.directory / "plots").glob("*/*.png"))  # nothing changed; no file left
+    finally:
+        link.close()

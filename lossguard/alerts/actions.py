@@ -24,7 +24,8 @@ from .message import escape
 SILENCE_RUN = "lossguard.silence_run"
 SILENCE_RULE = "lossguard.silence_rule"
 ACKNOWLEDGE = "lossguard.acknowledge"
-ACTIONS = (SILENCE_RUN, SILENCE_RULE, ACKNOWLEDGE)
+SHOW_PLOT = "lossguard.show_plot"
+ACTIONS = (SILENCE_RUN, SILENCE_RULE, ACKNOWLEDGE, SHOW_PLOT)
 BLOCK = "lossguard|"
 """The actions block's id starts so; the incident's key follows."""
 CHOICES = {"1h": ("1 h", 3600.0), "4h": ("4 h", 4 * 3600.0), "recovers": ("until it recovers", 7 * 86400.0)}
@@ -45,14 +46,17 @@ def _text(words: str) -> dict:
     return {"type": "plain_text", "text": words, "emoji": True}
 
 
-def buttons(key: str, *, acknowledged: bool = False) -> dict:
-    """The actions block of an incident's alert (`acknowledged`: without the Acknowledge button)."""
+def buttons(key: str, *, acknowledged: bool = False, plot: bool = False) -> dict:
+    """The actions block of an incident's alert (`acknowledged`: without the Acknowledge button;
+    `plot`: with Show the plot, where no picture follows the alert by itself: `plots = false`)."""
     menu = {"type": "static_select", "action_id": SILENCE_RUN, "placeholder": _text("Silence this run"),
             "options": [{"text": _text(f"Silence this run {words}"), "value": value} for value, (words, _) in CHOICES.items()]}
     rule = {"type": "button", "action_id": SILENCE_RULE, "text": _text(f"Silence this rule {CHOICES[RULE_FOR][0]}"), "value": key}
     elements = [menu, rule]
     if not acknowledged:
         elements.append({"type": "button", "action_id": ACKNOWLEDGE, "text": _text("Acknowledge"), "style": "primary", "value": key})
+    if plot:
+        elements.append({"type": "button", "action_id": SHOW_PLOT, "text": _text("Show the plot"), "value": key})
     return {"type": "actions", "block_id": f"{BLOCK}{key}", "elements": elements}
 
 
@@ -149,7 +153,13 @@ class Acknowledge:
     line: str
 
 
-Decision = Refuse | MakeSilence | Acknowledge
+@dataclass(frozen=True)
+class ShowPlot:
+    incident_id: int
+    reply: str
+
+
+Decision = Refuse | MakeSilence | Acknowledge | ShowPlot
 
 
 def _at(now: float) -> str:
@@ -176,6 +186,8 @@ def decide(click: Click, facts: Facts) -> Decision:
         return Refuse("lossguard no longer holds this incident (its state was started over): nothing changed.")
     inc = row.incident
     who = f"@{click.name}"
+    if click.action == SHOW_PLOT:
+        return ShowPlot(row.id, f"The curves of {inc.run} around step {inc.step}, as lossguard holds them now, follow in the alert's thread.")
     if click.action == ACKNOWLEDGE:
         if facts.acked_by is not None:
             return Refuse(f"Already acknowledged by {facts.acked_by}.")
@@ -204,10 +216,11 @@ def updated(click: Click, line: str, *, acknowledged: bool) -> tuple[dict, ...]:
     """The clicked alert's blocks with what was done said under it, and its buttons (Acknowledge
     gone once someone took it); the rest as Slack holds it, so a header the daemon rewrote stays."""
     ours = next((b for b in click.blocks if str(b.get("block_id", "")).startswith(BLOCK)), None)
-    was_acked = ours is not None and not any(e.get("action_id") == ACKNOWLEDGE for e in ours.get("elements", ()))
+    had = {e.get("action_id") for e in ours.get("elements", ())} if ours is not None else {ACKNOWLEDGE}
+    was_acked = ACKNOWLEDGE not in had
     blocks = [b for b in click.blocks if b is not ours]
     said = {"type": "context", "elements": [{"type": "mrkdwn", "text": line}]}
     if not any(b.get("type") == "context" and any(e.get("text") == line for e in b.get("elements", ())) for b in blocks):  # (a retried envelope)
         blocks.append(said)
-    blocks.append(buttons(click.key, acknowledged=acknowledged or was_acked))
+    blocks.append(buttons(click.key, acknowledged=acknowledged or was_acked, plot=SHOW_PLOT in had))
     return tuple(blocks[-50:])

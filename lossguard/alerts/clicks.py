@@ -65,10 +65,11 @@ class ClickHandler:
         recorded = self.state.envelope_reply(click.envelope_id)
         if recorded is not None:
             log.info("envelope %s from Slack was applied already: answered again, nothing applied twice", click.envelope_id)
-            return self._afterwards(click, json.loads(recorded))
+            return self._afterwards(click, {**json.loads(recorded), "plot": None})  # (a picture is not drawn a second time)
         now = self.clock()
         decision = actions.decide(click, self._facts(click, now))
-        done = {"reply": decision.reply, "line": getattr(decision, "line", None), "acked": isinstance(decision, actions.Acknowledge)}
+        done = {"reply": decision.reply, "line": getattr(decision, "line", None), "acked": isinstance(decision, actions.Acknowledge),
+                "plot": decision.incident_id if isinstance(decision, actions.ShowPlot) else None}
         recorded = json.dumps(done)
         if isinstance(decision, actions.MakeSilence):
             s = self.state.apply_silence(click.envelope_id, decision.new, reply=recorded, now=now)
@@ -118,8 +119,38 @@ class ClickHandler:
                 delivery = self.bot.ephemeral(done["reply"], channel=click.channel, user=click.user)
                 if not delivery.ok:
                     log.warning("the answer to a click from Slack could not be posted: %s", delivery.describe())
+            if done.get("plot") is not None and click.channel and click.ts:
+                self._show_plot(click, int(done["plot"]))
 
         return then
+
+    def _show_plot(self, click: actions.Click, incident_id: int) -> None:
+        """The incident's curves as the state holds them now (its streams' tails), drawn in a child
+        process and uploaded into the alert's thread; the file is removed once uploaded."""
+        import tempfile
+        from pathlib import Path
+
+        from .picture import PANELS, PlotError, draw, picture
+
+        with self._lock:
+            found = self.state.clicked_incident(incident_id)
+            inc = found[0].incident if found else None
+            tails = self.state.tails_of([inc.run], sorted({inc.metric, *PANELS})) if inc else {}
+        pic = picture(inc, {m: (t.steps, t.values) for (_, m), t in tails.items()}) if inc else None
+        if pic is None:
+            self.bot.ephemeral("lossguard no longer holds the curve of this incident.", channel=click.channel, user=click.user)
+            return
+        folder = self.state.directory / "plots"
+        try:
+            folder.mkdir(mode=0o700, exist_ok=True)
+            with tempfile.TemporaryDirectory(dir=folder) as tmp:
+                path = draw(pic, Path(tmp) / f"incident-{incident_id}.png", cache_dir=folder / ".matplotlib")
+                delivery = self.bot.upload(path, channel=click.channel, thread_ts=click.ts, title=f"{inc.run}: {inc.metric} around step {inc.step}")
+        except (PlotError, OSError) as exc:
+            log.warning("the plot a click asked for could not be drawn: %s", exc)
+            return
+        if not delivery.ok:
+            log.warning("the plot a click asked for could not be uploaded: %s", delivery.describe())
 
     def _command(self, command: actions.Command) -> dict:
         """`/lossguard status [RUN]`, answered in the ack (ephemeral), from the state."""

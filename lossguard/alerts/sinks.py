@@ -152,13 +152,16 @@ class SlackSink:
     name = "slack"
 
     def __init__(self, client: SlackBot | SlackWebhook, *, routes: tuple = (), min_interval: float = 1.0,
-                 run_cooldown: float = 600.0, group_threshold: int = 3, state_dir: Path | None = None, buttons: bool = False) -> None:
+                 run_cooldown: float = 600.0, group_threshold: int = 3, state_dir: Path | None = None, buttons: bool = False,
+                 plot_button: bool = False) -> None:
         self.client = client
         self.state_dir = state_dir
         """Where the daemon keeps its state: the silence command an alert shows names it."""
         bot = isinstance(client, SlackBot)
         self.buttons = buttons and bot
         """An incident's alert carries the buttons (an app token: Socket Mode takes their clicks)."""
+        self.plot_button = plot_button
+        """Show the plot among them: no picture follows the alert by itself (`plots = false`)."""
         self.manners = Manners(
             channels=bot, routes=tuple(routes), channel=client.channel if bot else None,
             group_threshold=group_threshold, run_cooldown=run_cooldown if bot else 0.0, min_interval=min_interval, acks=self.buttons,
@@ -189,7 +192,7 @@ class SlackSink:
         entry = post.entries[0]
         buttons = None
         if self.buttons and entry.incident_id is not None:
-            buttons = actions.buttons(actions.key_of(entry.key.rpartition("-")[0], entry.incident_id))
+            buttons = actions.buttons(actions.key_of(entry.key.rpartition("-")[0], entry.incident_id), plot=self.plot_button)
         return message.for_notice(post.notice, host=self.host, version=__version__, silence=hint, actions=buttons)
 
     def send_plot(self, plot: Plot) -> Delivery:

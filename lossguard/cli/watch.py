@@ -83,7 +83,8 @@ def _run(args: argparse.Namespace) -> int:
         slack_app = dict(app_token=settings.slack_app_token.get_secret_value(), base_url=settings.slack_base_url, bot=client_from(settings),
                          actors=list(settings.slack_actors))
     if client is not None:
-        sinks["slack"] = SlackSink(client, **manners, state_dir=state_dir(settings.state_dir).resolve(), buttons=slack_app is not None)
+        sinks["slack"] = SlackSink(client, **manners, state_dir=state_dir(settings.state_dir).resolve(), buttons=slack_app is not None,
+                                   plot_button=not settings.plots)
     if settings.alertmanager_urls:
         sinks["alertmanager"] = alertmanager_sink(settings)
     if not sinks:
