@@ -120,6 +120,7 @@ def test_acknowledged_an_incident_has_its_updates_no_longer_posted_but_its_resol
         socket.wait_ack("e-ack")
         _wait(lambda: _requests(slack, "chat.update"))
         assert "acknowledged by @ana" in json.dumps(_requests(slack, "chat.update")[0]["blocks"])
+        assert read_summary(state.path)["open_incidents"][0]["acked_by"] == "@ana"
         before = len(posts(slack))
         clock = Clock()
         dispatcher = Dispatcher(state, {"slack": bot_sink(slack, buttons=True)}, clock=clock, sleep=clock.sleep, wall=time.time)

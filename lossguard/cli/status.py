@@ -47,7 +47,10 @@ def _run(args: argparse.Namespace) -> int:
     _section(f"following {len(files)} file(s)", [
         f"{p(f['run'])}  {p(f['path'])}  {p(f['format'] or '?')}  byte {f['offset']}{'  (unreadable)' if f['dead'] else ''}" for f in files
     ])
-    _section(f"{len(incidents)} open incident(s)", [f"{p(inc['run'])}  step {inc['step']}  {p(inc['rule'])}" for inc in incidents])
+    _section(f"{len(incidents)} open incident(s)", [
+        f"{p(inc['run'])}  step {inc['step']}  {p(inc['rule'])}" + (f"  (acknowledged by {p(inc['acked_by'])})" if inc.get("acked_by") else "")
+        for inc in incidents
+    ])
     _section(f"{len(undelivered)} undelivered notification(s)", [
         f"#{n['id']} {n['kind']}  attempts {n['attempts']}{'  PERMANENT' if n['permanent'] else ''}  {p(n['error'] or '')}" for n in undelivered
     ])
