@@ -108,8 +108,10 @@ class Daemon:
         self.follower.budget.wake = self.note  # a slow read, left running by a pass, is done
         if os.environ.get(KILL_AT) == "before-first-commit":
             self.follower.before_commit = lambda: self.follower.first_pass and os.kill(os.getpid(), signal.SIGKILL)
+        # Clicks are applied on a connection of their own, the link's status written on another.
+        self._link_states = [self.state.secondary(lock_wait=5.0), self.state.secondary(lock_wait=2.0)] if slack_app else []
         self.link = None if slack_app is None else slack_link(
-            **slack_app, state=self.state.secondary(lock_wait=5.0), status_state=self.state.secondary(lock_wait=2.0),
+            **slack_app, state=self._link_states[0], status_state=self._link_states[1],
             rules=lambda: [(r.name, r.metric) for r in self.follower.rules.rules],
         )
         self.scheduler = BackgroundScheduler(job_defaults={"max_instances": 1, "coalesce": True, "misfire_grace_time": None})
@@ -324,6 +326,8 @@ class Daemon:
         self.scheduler.shutdown(wait=True)
         if self.link is not None:
             self.link.close()
+        for state in self._link_states:
+            state.close()
         with self.lock:
             self.state.close()
         for dispatcher in self.dispatchers.values():
