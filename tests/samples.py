@@ -233,6 +233,16 @@ ALL = {
 }
 
 
+def _with_console_samples() -> None:
+    """Today's console formats (console_samples.py) are samples like the others."""
+    from . import console_samples
+
+    ALL.update(console_samples.ALL)
+
+
+_with_console_samples()
+
+
 def _tqdm_meter(n: int, total: int, elapsed: float) -> str:
     """tqdm's default bar (tqdm/std.py format_meter) when the output is not a terminal (no width:
     a 10-character bar of `Bar`'s unicode blocks): `{percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt}

@@ -78,3 +78,30 @@ def test_new_folders_and_moves_are_heard_as_tree_changes(tmp_path):
     finally:
         observer.stop()
         observer.join(5)
+
+
+def test_a_databases_side_files_coming_and_going_are_heard_as_writes_to_it_not_as_tree_changes(tmp_path):
+    import sqlite3
+
+    from lossguard.watch.followed import Tracker
+
+    db = tmp_path / "mlflow.db"
+    sqlite3.connect(db).close()
+    heard, observer = _listen(tmp_path)
+    try:
+        time.sleep(0.2)
+        with sqlite3.connect(db) as conn:  # (rollback-journal mode: a -journal made and deleted around the commit)
+            conn.execute("CREATE TABLE t (v)")
+        conn.close()
+        wal = sqlite3.connect(db)
+        wal.execute("PRAGMA journal_mode=WAL")
+        wal.execute("INSERT INTO t VALUES (1)")
+        wal.commit()
+        wal.close()  # (the WAL checkpointed and deleted)
+        assert _wait_for(lambda: f"{db}-wal" in heard)
+        time.sleep(0.5)
+    finally:
+        observer.stop()
+        observer.join(5)
+    assert None not in heard, heard
+    assert Tracker.named(heard) == {str(db)}

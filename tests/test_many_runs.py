@@ -252,7 +252,15 @@ kv_line = st.one_of(
     st.builds(lambda s, loss: f"step {s:5d} | loss: {loss:.6f} | lr 6.0e-04 | norm: 0.512 | dt: 412.1ms", st.integers(0, 10**6), st.floats(0, 20)),
     st.builds(lambda s: f"step:{s}/20344 train_loss:2.5 train_time:123ms", st.integers(0, 10**6)),
     st.builds(lambda e: f"epoch: {e} | loss: 42.5 | lr: 0.1", st.integers(0, 50)),  # the epoch is the step only where nothing finer is
+    # Steps named by a header: mmengine's (E - 1) x N + i, clu's [N], llm.c's s:N.
+    st.builds(lambda e, i: f"05/12 10:36:43 - mmengine - INFO - Epoch(train)  [{e}][{i:3d}/735]  lr: 1.9870e-04  eta: 1 day, 2:03:04  loss: 2.7522", st.integers(1, 20), st.integers(1, 735)),
+    st.builds(lambda s: f"I0312 10:00:00.123456 140000 logging_writer.py:48] [{s}] learning_rate=0.001, loss=3.2", st.integers(0, 10**6)),
+    st.builds(lambda s: f"s:{s} trl:3.4012 lr:0.000600 norm:0.31", st.integers(0, 10**6)),
     st.sampled_from([
+        "05/12 11:36:43 - mmengine - INFO - Epoch(val) [1][500/500]    loss: 2.1000  data_time: 0.0041",  # at the training's step before it
+        "06/10 14:30:01 - mmengine - INFO - Iter(val) [ 50/500]    eta: 0:00:45  time: 0.1000",
+        "Steps 100, Rank 0, Loss: tensor(8.4300, device='cuda:0')",
+        "(TaskRunner pid=4072644) step:1 - actor/pg_loss:np.float64(0.0123) - critic/score/mean:0.5",
         "epoch 3 | nupdates 1000 | loss 4.2",
         "[Rank 0] step=10, skipped=0, lr=[9.9e-05, 9.9e-05], mom=[(0.9, 0.95)]",
         "[deepscale] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 4096, reducing to 2048",

@@ -63,6 +63,18 @@ SAMPLE_FORMATS = {
     "kv_nanogpt": "kv_lines",
     "kv_torchtitan": "kv_lines",
     "megatron": "megatron",
+    "mmengine_epochs": "kv_lines",
+    "mmengine_iters": "kv_lines",
+    "llmc_main": "kv_lines",
+    "olmo_core": "olmo_core",
+    "composer_file": "composer",
+    "clu": "kv_lines",
+    "verl": "kv_lines",
+    "verl_legacy": "kv_lines",
+    "openrlhf": "hf_console",
+    "fairseq_2017": "fairseq",
+    "capitalised_dicts": "hf_console",
+    "plural_steps": "kv_lines",
 }
 
 

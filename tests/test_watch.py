@@ -143,6 +143,23 @@ class Watch:
         return self.output() if self.proc else ""
 
 
+def alerted_once_across_a_kill(tmp: Path, write, step: int) -> list[tuple[str, str, int]]:  # noqa: ANN001
+    """A daemon following tmp/runs while `write()` (a tracker's real process) writes a spike at
+    `step`, killed -9 once it is alerted and started again: the (run, rule, step) of every opened
+    incident its sink holds once everything is said."""
+    w = Watch(tmp).start()
+    try:
+        w.wait_ready()
+        write()
+        w.wait_for(lambda ev: ("loss-spike", step) in opened(ev))
+        w.kill9()
+        w = Watch(tmp).start()
+        ev = w.settle()
+    finally:
+        w.kill9()
+    return [(e["run"], e["rule"], e["step"]) for e in ev if e["event"] == "opened"]
+
+
 @pytest.fixture
 def runs(tmp_path):
     (tmp_path / "runs" / "exp").mkdir(parents=True)

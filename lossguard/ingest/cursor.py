@@ -25,6 +25,9 @@ class Cursor:
     """A CSV file's header line, which later chunks of the file do not repeat."""
     skipping: bool = False
     """Inside an over-long line that is being discarded up to its newline."""
+    block: str | None = None
+    """For a format of a header line and the metric lines under it (OLMo-core's console): the tag
+    prefix of the block open where the cursor stopped ("" for a training step's), None if none is."""
     steps: str | None = None
     """Where a format that has several ways to find a step took this file's from, once it had to
     choose (`epoch`, `numbered`...): a later block goes on the same way, and a fallback is said once."""
@@ -51,6 +54,10 @@ class Cursor:
     """... at epoch x the steps per epoch."""
     by_last: int = 0
     """... at the step before them (nothing else to go by)."""
+    mark: str | None = None
+    """A database's last row read (sources.sqlite_db: `index` is its key), as a digest of what it
+    holds: a row that no longer holds it means the keys were renumbered (VACUUM) or the database
+    replaced in place, and the database is read again from its start."""
 
     def advance(self, **changes: object) -> Cursor:
         return replace(self, **changes)

@@ -27,6 +27,7 @@ from .formats.sniff import LAYOUTS, by_name, in_layout, tracked
 from ..errors import UsageError
 from ..escaping import decodable
 from .problems import Problem
+from .sources import sqlite_db
 
 CANNOT_ENTER, CANNOT_LIST = "cannot enter folder", "cannot list folder"
 """How a walk says it could not see into a folder (the daemon keeps following the files under it)."""
@@ -39,7 +40,9 @@ RUN_LOG_STEMS = {
 folder: `train.log` (nanoGPT, Megatron launch scripts), `log.txt`, `stdout.log`, `nohup.out`,
 `metrics.jsonl`. Such a file's run is its folder; a free name (`slurm-4242.out`, `eval.log`) is a
 run of its own, `folder/stem`."""
-LOG_SUFFIXES = {".log", ".txt", ".out", ".err", ".jsonl", ".ndjson", ".json", ".csv", ".stdout", ".stderr"}
+LOG_SUFFIXES = {".log", ".txt", ".out", ".err", ".jsonl", ".ndjson", ".json", ".csv", ".stdout", ".stderr", *sqlite_db.SUFFIXES}
+"""(A database is a candidate by its name; its tables say whether a tracker wrote it: one no
+tracker wrote is passed over in silence, reader.unrecognised.)"""
 SKIP_DIRS = {".git", "__pycache__", ".hg", ".svn", "wandb", ".ipynb_checkpoints", "node_modules"}
 NOT_LOGS = {"config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json",
             "adapter_config.json", "vocab.json", "training_args.json", "requirements.txt", "merges.txt", "hparams.json",
@@ -137,6 +140,10 @@ def run_name(path: Path, root: Path) -> str:
         rel = os.path.relpath(owner, root if root != path else owner)
         return "." if rel.startswith("..") else Path(rel).as_posix()
     folder = path.parent
+    if path.name.lower().endswith(sqlite_db.SUFFIXES):
+        # A database names the runs it holds (MLflow's experiment/run, trackio's project/run): the
+        # run discovery gives it is only where it is, its folder ("." named itself, or at the root).
+        return "." if root == path else Path(os.path.relpath(folder, root)).as_posix()
     if root == path and not _says_nothing(path.name):
         return path.stem  # a file named on the command line (`train.log` -> train)
     if _names_its_run(path.name, folder.name):

@@ -14,6 +14,18 @@ missed grad norm silently turns a gradient explosion into a "bad batch". A tag i
 4. what is left must be one of a metric's spellings (VOCABULARY), or `lr` followed by an optimizer
    name and/or a param group (`lr-AdamW/pg1`, `optim/LR (group 0)`, `learning_rate_group0`).
 
+Short words some loggers print: llm.c's `trl` (train loss) and `tel` (its eval loss), `norm` and
+`gnorm` (the grad norm).
+
+Reinforcement learning (verl, OpenRLHF): `actor/` is a namespace, and so is a leading `actor`
+word (OpenRLHF's `actor_lr`, `actor_grad_norm`), so the policy's optimizer metrics are the run's
+(`actor/grad_norm`, `actor/lr`), and its policy-gradient loss (verl's `actor/pg_loss`, OpenRLHF's
+`policy_loss`) is the loss: the one objective the optimizer steps on (a spike there is a bad update, as in
+pretraining), though it hovers near 0 and changes sign, where a language model's loss only falls.
+`critic/` is not a namespace: the value model's loss and grad norm (`critic/vf_loss`,
+`critic/grad_norm`, `critic_loss`) keep their own names, as do the reward curves (`critic/score/mean`,
+`critic/rewards/mean`), readable by name; a rule on them is the user's choice.
+
 Anything else keeps its own name: an extra word changes the meaning (`grad_norm_clip`, `moe_aux_loss`,
 `lr-Adam-momentum`, Megatron's `lm loss vs samples`, whose x axis is samples, not steps).
 
@@ -39,7 +51,9 @@ VOCABULARY: dict[str, tuple[str, ...]] = {
     "loss": (
         "loss", "lm loss", "ce loss", "cross entropy loss", "avg loss", "average loss", "mean loss",
         "running loss", "batch loss", "reduced loss", "global avg loss", "total loss", "loss total",
+        "trl", "pg loss", "policy loss",
     ),
+    "eval_loss": ("tel",),
     "lr": ("lr", "learning rate"),
     "grad_norm": (
         "grad norm", "gnorm", "norm", "gradient norm", "total norm", "total grad norm", "grad l2 norm",
@@ -51,7 +65,9 @@ VOCABULARY: dict[str, tuple[str, ...]] = {
 EVAL_ONLY = ("language cross entropy", "lm loss value")
 
 # Leading path segments that only say where a metric was logged.
-NAMESPACES = {"optim", "optimizer", "trainer", "metrics", "loss metrics", "samples"}
+NAMESPACES = {"optim", "optimizer", "trainer", "metrics", "loss metrics", "samples", "actor"}
+LEADING = {"actor"}
+"""A first word that, like a namespace, only says where the metric was logged (`actor_lr`)."""
 TRAIN_WORDS = {"train", "training"}
 EVAL_WORDS = {"eval", "evaluation", "val", "valid", "validation"}
 TEST_WORDS = {"test"}
@@ -102,6 +118,8 @@ def recognise(tag: str) -> Match | None:
     evaluated |= any(w in EVAL_WORDS for w in ws)
     tested |= any(w in TEST_WORDS for w in ws)
     ws = [w for w in ws if w not in MARKERS]
+    if len(ws) > 1 and ws[0] in LEADING:
+        ws = ws[1:]
     aggregate = False
     if len(ws) > 1 and ws[-1] == "step":
         ws = ws[:-1]

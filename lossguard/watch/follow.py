@@ -100,6 +100,7 @@ class Follower:
     def _sightings(self, tx: FileWrites, changed: Collection[str] | None, report: PassReport) -> dict[str, Sighting]:
         current = None
         if changed is not None and not self.first_pass:
+            changed = self.tracker.named(changed)
             tracked = self.state.files(changed)
             current = self.tracker.recheck(changed, tracked)
         if current is None:

@@ -16,6 +16,7 @@ from ..errors import UsageError
 from ..escaping import decodable
 from ..state import FileRow
 from ..ingest.discover import CANNOT_ENTER, CANNOT_LIST, Listings, collect, is_log
+from ..ingest.sources import sqlite_db
 
 FINGERPRINT = 64
 """Bytes at the head of a file that identify it together with (device, inode)."""
@@ -40,6 +41,8 @@ def _same_file(row: FileRow, device: int, inode: int, head: bytes) -> bool:
     if (row.device, row.inode) != (device, inode):
         return False
     n = min(len(row.fingerprint), len(head))
+    if sqlite_db.is_database(row.fingerprint):
+        n = min(n, len(sqlite_db.MAGIC))  # (the rest of a database's header changes with every write)
     return row.fingerprint[:n] == head[:n]
 
 
@@ -120,28 +123,41 @@ class Tracker:
             current[path] = seen
         return current
 
+    @staticmethod
+    def named(changed: Collection[str]) -> set[str]:
+        """The files inotify's changed paths are writes to: a WAL-mode write lands in `x.db-wal`,
+        and it is `x.db` that changed; a database's other side files (readers' `-shm`, ours too, a
+        `-journal` around a write the database itself shows) name nothing to read."""
+        return {sqlite_db.database_of(p) or "" if sqlite_db.is_side_file(p) else p for p in changed} - {""}
+
     def _identify(self, path: str, run: str, row: FileRow | None, by_ident: Mapping, quiet: bool) -> Sighting | None:
         """The row to read `path` with: the saved one if the file is the one we followed, a fresh one
         if it is new, replaced or truncated, the old one renamed if it moved here (rotation)."""
         try:
             st = os.stat(path)
+            # A database's size and time are its WAL's too (a WAL-mode write changes only that).
+            size, mtime = sqlite_db.stamp(path, st) if row is not None and sqlite_db.is_database(row.fingerprint) else (st.st_size, st.st_mtime_ns)
             # A stat is enough for a file untouched since the last read; one that changed gets its
             # first bytes compared too (truncated and rewritten between two passes, even to the
             # same size).
             settled = (
                 row is not None and (row.device, row.inode) == (st.st_dev, st.st_ino) and len(row.fingerprint) >= FINGERPRINT
-                and st.st_size == offset_of(row).offset and row.mtime == st.st_mtime_ns
+                and size == offset_of(row).offset and row.mtime == mtime
             )
             head = row.fingerprint if settled else _head(path)
+            if row is None and sqlite_db.is_database(head):
+                size, mtime = sqlite_db.stamp(path, st)
         except OSError:
             return None
-        found = self._row(path, run, row, by_ident, quiet, (st.st_dev, st.st_ino, st.st_size), head)
-        return Sighting(found, st.st_size, st.st_mtime_ns)
+        found = self._row(path, run, row, by_ident, quiet, (st.st_dev, st.st_ino, size), head)
+        return Sighting(found, size, mtime)
 
     def _row(self, path: str, run: str, row: FileRow | None, by_ident: Mapping, quiet: bool, stat: tuple[int, int, int], head: bytes) -> FileRow:
         device, inode, size = stat
         if row is not None and _same_file(row, device, inode, head):
-            if size < offset_of(row).offset:
+            # (A database shrinks when it is checkpointed or VACUUMed: its reader tells rows
+            # renumbered from rows added, sources.sqlite_db.)
+            if size < offset_of(row).offset and not sqlite_db.is_database(head):
                 self.log(f"{path}: file shrank below the read offset (truncated in place, copytruncate?): reading it again from the start")
                 return FileRow(path, row.run, row.format, device, inode, head, Cursor().to_json(), False, 0)
             if len(row.fingerprint) < FINGERPRINT and len(head) > len(row.fingerprint):

@@ -22,6 +22,8 @@ from watchdog.observers.api import DEFAULT_OBSERVER_TIMEOUT, BaseObserver
 from watchdog.observers.inotify import InotifyEmitter
 from watchdog.observers.inotify_c import InotifyFD
 
+from ..ingest.sources.sqlite_db import is_side_file
+
 HOLD = 0.2
 # Asked of the kernel, so that our own reads (open, close) and attribute changes raise no events at
 # all. A write's close is not asked for either: its IN_MODIFY already said so, and a writer that opens
@@ -38,10 +40,15 @@ class _Changed(FileSystemEventHandler):
         self.note = note
 
     def on_any_event(self, event) -> None:  # noqa: ANN001
-        if event.is_directory or event.event_type in ("moved", "deleted"):
+        path = os.fsdecode(event.src_path)
+        if not event.is_directory and is_side_file(path):
+            # A database's WAL, journal or shared memory coming and going around each write is a
+            # write to the database (Tracker.recheck), not the tree changing: no walk for it.
+            self.note(path)
+        elif event.is_directory or event.event_type in ("moved", "deleted"):
             self.note(None)
         else:
-            self.note(os.fsdecode(event.src_path))
+            self.note(path)
 
 
 class _RestingFD(InotifyFD):

@@ -195,8 +195,10 @@ class Reads:
         elif res.span is not None:
             # Lines holding only tags no rule reads give no rows, but their steps still move the run on.
             got.append((row.run, res.frame, cursor.offset < row.quiet, res.span))
-        # Quiet until the read passes the size the file had at the first start.
-        quiet_until = row.quiet if res.cursor.offset < row.quiet else 0
+        # Quiet until the read passes the size the file had at the first start (or, for a database,
+        # which shrinks when checkpointed, the size it has now: a database's read that got every
+        # row says so by its offset, sources.sqlite_db).
+        quiet_until = row.quiet if res.cursor.offset < min(row.quiet, seen.size) else 0
         updated = FileRow(path, row.run, fmt, row.device, row.inode, row.fingerprint, res.cursor.to_json(), res.dead, quiet_until, seen.mtime)
         if updated != row:
             tx.put_file(updated)

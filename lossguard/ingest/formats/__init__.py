@@ -5,7 +5,7 @@ how its lines (or its head) are recognised. Adding a format is that module and i
 
 from __future__ import annotations
 
-from . import composer, csvlog, dictlines, dvclive, fairseq, hf_console, kvlines, megatron, mlruns, tfevents, trainer_state
+from . import composer, csvlog, dictlines, dvclive, fairseq, hf_console, kvlines, megatron, mlflow_db, mlruns, olmo_core, tfevents, trackio_db, trainer_state
 from .base import Format
 
 FORMATS: tuple[Format, ...] = (
@@ -13,8 +13,11 @@ FORMATS: tuple[Format, ...] = (
     trainer_state.FORMAT,
     dvclive.FORMAT,
     mlruns.FORMAT,
+    mlflow_db.FORMAT,
+    trackio_db.FORMAT,
     csvlog.FORMAT,
     composer.FORMAT,
+    olmo_core.FORMAT,
     megatron.FORMAT,
     dictlines.JSONL_FORMAT,
     hf_console.FORMAT,
@@ -23,5 +26,5 @@ FORMATS: tuple[Format, ...] = (
 )
 """In sniffing precedence: a line claimed by several formats counts for the first (Composer's metric
 lines, then Megatron's iteration lines, dict lines, then bare `name value` pairs, which many formats'
-lines also hold), and so does a tie in the count. (The trackers' formats, settled by their folders,
-sniff nothing.)"""
+lines also hold), and so does a tie in the count. (The trackers' formats, settled by their folders
+or, for databases, by their tables, count no lines.)"""

@@ -39,6 +39,16 @@ class Parsed:
     """`rows` hold only the tags `keep` kept (and `span` says what all of them covered)."""
 
 
+NAMED_RAW = {**table.RAW_SCHEMA, "run": pl.String()}
+"""A parser's raw rows when its file names each row's run (table.finish)."""
+
+
+def no_rows(source: str, cursor: Cursor, problem: str, *, dead: bool) -> Parsed:
+    """A read of a file naming its rows' runs that got nothing: the `run` column all the same (a
+    file that names its runs gives it on every frame, empty ones too, table.finish)."""
+    return Parsed(pl.DataFrame(schema=NAMED_RAW), cursor, (Problem(source, problem),), dead=dead)
+
+
 Keep = Callable[[str], bool]
 """A projection: tag -> does the caller need its rows (needs.Needs.keeper)."""
 Sink = Callable[[pl.DataFrame], None]
@@ -263,6 +273,9 @@ class Format:
     """Truthy when one line of a file's head is this format's: content sniffing counts them."""
     layout: Layout | None = None
     """The tracker folder whose files are this format's, whatever their names (discovery)."""
+    tables: frozenset[str] | None = None
+    """For a tracker's SQLite database, known by its catalogue whatever the file is called: the
+    tables that make a database this format's (sniff asks the database once for all formats)."""
     names_runs: bool = False
     """Its files name the runs of their rows (a raw `run` column, table.finish): a run filter
     (`scan --run`) can judge such a file only once it is read."""

@@ -15,6 +15,12 @@ them; evaluation runs at a training step, so Eval lines belong to the last train
 lines may start in the middle of a record: the cursor's last step is the header before it.
 Composer prints floats with four decimals, so a learning rate under 5e-5 reads as 0.0000: that is
 what the log holds.
+
+Its FileLogger (composer/loggers/file_logger.py: log_metrics) writes a metric a line, each naming
+its step (the batch count), among the lines of stdout and stderr it captures (`[stdout]: ...`, which
+hold the console's lines again: not read twice):
+
+    [metric][batch=120]: loss/train/total: 2.3456 
 """
 
 from __future__ import annotations
@@ -30,23 +36,27 @@ from .pairs import NUMBER
 
 HEADER = r"^(?:\[epoch=(?P<epoch>\d+)\])?\[(?:batch|iteration|token|sample)=(?P<n>\d+)(?:/(?P<total>\d+))?\]:?\s*$"
 DATA = r"^\t (?P<phase>Train|Eval) (?P<key>[^:\n]+?): (?P<value>" + NUMBER + r")\s*$"
-PREFILTER = r"^(?:\[epoch=\d+\])?\[(?:batch|iteration|token|sample)=\d+|^\t (?:Train|Eval) "
+FILE_METRIC = r"^\[metric\]\[batch=(?P<step>\d+)\]: (?P<key>[^\n]+?): (?P<value>" + NUMBER + r") ?$"
+PREFILTER = r"^(?:\[epoch=\d+\])?\[(?:batch|iteration|token|sample)=\d+|^\t (?:Train|Eval) |^\[metric\]\[batch=\d"
 
 
 def parse(lines: pl.DataFrame, cursor: Cursor, raw: bytes | None = None) -> tuple[pl.DataFrame, Cursor]:
     head = pl.col("text").str.extract_groups(HEADER)
     data = pl.col("text").str.extract_groups(DATA)
+    # A FileLogger line is a header and its data at once.
+    filed = pl.col("text").str.extract_groups(FILE_METRIC)
     marked = lines.select(
         "line_no",
         head.struct.field("epoch").cast(pl.Int64).alias("epoch"),
         head.struct.field("n").cast(pl.Int64).alias("n"),
         head.struct.field("total").cast(pl.Int64).alias("total"),
-        data.struct.field("key").alias("key"),
-        data.struct.field("value").cast(pl.Float64, strict=False).alias("value"),
+        filed.struct.field("step").cast(pl.Int64, strict=False).alias("filed"),
+        pl.coalesce(data.struct.field("key"), filed.struct.field("key")).alias("key"),
+        pl.coalesce(data.struct.field("value"), filed.struct.field("value")).cast(pl.Float64, strict=False).alias("value"),
     ).with_columns(
         pl.when(pl.col("epoch").is_not_null() & pl.col("total").is_not_null())
         .then((pl.col("epoch") - 1) * pl.col("total") + pl.col("n"))
-        .otherwise(pl.col("n"))
+        .otherwise(pl.coalesce("n", "filed"))
         .alias("header_step")
     )
     marked = marked.with_columns(
@@ -61,5 +71,8 @@ def parse(lines: pl.DataFrame, cursor: Cursor, raw: bytes | None = None) -> tupl
 
 
 COMPOSER = LineFormat("composer", parse, prefilter=PREFILTER)
+_METRIC_LINE = re.compile(DATA + "|" + FILE_METRIC.replace("?P<", "?P<f_"))
+
+
 # Sniffed by its metric lines: a header alone (`[batch=1/200]:`) could be any progress print.
-FORMAT = Format(reader=COMPOSER, line=re.compile(DATA).match)
+FORMAT = Format(reader=COMPOSER, line=_METRIC_LINE.match)

@@ -173,7 +173,7 @@ JSONL = LineFormat(
     together=Together(lambda lines: lines.select((~pl.col("text").str.contains(STEP_ITEM)).alias("alone"))),
 )
 
-METRIC_ITEM = re.compile(r"""["'](?:[^"'\n]*loss[^"'\n]*|learning_rate|lr|grad_norm)["']\s*:\s*[-+\d.'"nNiI]""")
+METRIC_ITEM = re.compile(r"""(?i)["'](?:[^"'\n]*loss[^"'\n]*|learning_rate|lr|grad_norm)["']\s*:\s*[-+\d.'"nNiI]""")
 """A dict item naming a metric. A line holding one is a dict's, even without the brace that opens
 the dict (one printed over several lines): JSON if a `{"key":` opens it, Python repr if `{'key':`."""
 _JSON_OPEN = re.compile(r"""\{\s*"[^"\n]+"\s*:""")

@@ -6,6 +6,13 @@
     | epoch 001 | valid on 'valid' subset | loss 5.9 | nll_loss 4.2 | ppl 18.4 | num_updates 2100 | best_loss 5.9
     | epoch 001 | valid on 'valid' subset | valid_loss 5.91 | valid_nll_loss 4.21 | valid_ppl 18.45 | num_updates 3000 | best 5.91
 
+fairseq-py's first release (2017: fairseq/progress_bar.py simple_progress_bar, train.py) printed
+its progress lines without the colon, the loss with its running average after it, and no update
+count; its summaries name their values in two words:
+
+    | epoch 001  1000 / 331737 loss=9.57 (10.94), wps=12345, wpb=4096, bsz=128, lr=0.25, clip=100%, gnorm=1.2345
+    | epoch 001 | valid on 'valid' subset | valid loss 7.20 | valid ppl 147.03
+
 The first is a progress line, every `--log-interval` batches; the second the epoch's summary (its
 values are averages over the epoch); the third a validation summary. A validation value is tagged
 with its subset as fairseq's own JSON log tags it (`valid_loss`, `valid_nll_loss`; fairseq <= 0.6
@@ -38,9 +45,10 @@ from .pairs import NUMBER, pairs_frame, records_to_rows
 # `epoch {:03d}`, then a validation subset, then `:  N / total k=v, ...` or ` | k v | ...`.
 HEADER = (
     r"(?:^|[\s|])epoch (?P<epoch>\d{3,})(?: \| valid on '(?P<subset>[^'\n]*)' subset)?"
-    r"(?::\s+(?P<n>\d+) / (?P<total>\d+) | \| )(?P<tail>.*)$"
+    r"(?::?\s+(?P<n>\d+) / (?P<total>\d+) | \| )(?P<tail>.*)$"
 )
-PAIR = r"(?:^|[,|]\s*)(?P<key>[A-Za-z_][\w./-]*)(?:=| )(?P<value>" + NUMBER + ")"
+# fairseq-py's first validation summary names its values `valid loss`, `valid ppl`: the subset says so.
+PAIR = r"(?:^|[,|]\s*)(?:valid )?(?P<key>[A-Za-z_][\w./-]*)(?:=| )(?P<value>" + NUMBER + ")"
 PREFILTER = r"epoch \d{3,}"
 STEP_KEY = "num_updates"
 

@@ -21,7 +21,9 @@ A dict names no step. A training dict's step is, in order:
 
 An evaluation dict (every value `eval_...`) belongs to the step the training was at: the step of
 the dict before it; before any, it is not read once steps come from the bar or the epoch (it would
-be numbered). The end-of-training summary is dropped. The bar, its total and the steps per epoch
+be numbered). A dict behind a step it names (OpenRLHF's `✨ Global step 5: {...}` and `global_step 5,
+eval_metrics: {...}`, openrlhf/trainer/ppo_trainer.py) is at that step, as one holding a step key.
+The end-of-training summary is dropped. The bar, its total and the steps per epoch
 are kept in the cursor, so the daemon's reads, one block at a time, place each dict as one read
 of the whole file does.
 """
@@ -46,18 +48,34 @@ PER_EPOCH = re.compile(r"Num update steps per epoch" + _NUMBER)
 EPOCHS = re.compile(r"Num Epochs" + _NUMBER)
 TOTAL = re.compile(r"Total optimization steps" + _NUMBER)
 PREFILTER = r"\{|\d/\d+\s*\[|Num update steps per epoch|Num Epochs|Total optimization steps"
+NAMED_STEP = r"(?i)\bglobal[ _]step[ :=]+(\d+)\b[^{}]*\{"
+"""A step the line names before its dict."""
 
 
 def parse(lines: pl.DataFrame, cursor: Cursor, raw: bytes | None = None) -> tuple[pl.DataFrame, Cursor]:
     wide, rest = python_wide(lines)
-    if not rest.height and (short := _placed_rows(lines, wide, cursor)) is not None:
+    named = _named_steps(lines)
+    if not rest.height and named is None and (short := _placed_rows(lines, wide, cursor)) is not None:
         return short
     pairs = python_pairs_of(wide, rest)
+    if named is not None:
+        # As if the dict held it, after its own keys (a step key of its own comes first).
+        pairs = pl.concat([pairs, named]).sort("line_no", maintain_order=True)
     line_steps, evals, state = _steps(lines, _records(pairs), cursor)
     # Once a bar or the epoch placed a dict, an evaluation with no step before it is at no step.
     unnumbered = evals if line_steps.height or cursor.last_step is not None else None
     rows, after = rows_of(lines, pairs, cursor, line_steps=line_steps, unnumbered=unnumbered)
     return rows, after.advance(**carried(state))
+
+
+def _named_steps(lines: pl.DataFrame) -> pl.DataFrame | None:
+    """(line_no, key `global_step`, value) of the dicts behind a step their line names, or None."""
+    text = pl.col("text")
+    named = lines.filter(text.str.contains(r"(?i)global[ _]step")).select("line_no", text.str.extract(NAMED_STEP, 1).cast(pl.Float64).alias("value"))
+    named = named.filter(pl.col("value").is_not_null())
+    if not named.height:
+        return None
+    return named.select("line_no", pl.lit("global_step").cast(pl.Categorical).alias("key"), "value")
 
 
 def _placed_rows(lines: pl.DataFrame, wide: Wide, cursor: Cursor) -> tuple[pl.DataFrame, Cursor] | None:
@@ -70,10 +88,10 @@ def _placed_rows(lines: pl.DataFrame, wide: Wide, cursor: Cursor) -> tuple[pl.Da
     if not keys or any(k.lower() in STEP_KEYS or k.lower() in SUMMARY_KEYS or k.lower().endswith("_num_updates") or EVAL_KEY.match(k) for k in keys):
         return None
     columns = wide.values.columns
-    train = [c for c, k in zip(columns, keys) if k != "epoch"]
+    train = [c for c, k in zip(columns, keys) if k.lower() != "epoch"]
     if not train:
         return None
-    epoch = [c for c, k in zip(columns, keys) if k == "epoch"]
+    epoch = [c for c, k in zip(columns, keys) if k.lower() == "epoch"]
     held = wide.values.select(
         pl.lit(wide.line_no).alias("line_no"),
         pl.any_horizontal(pl.col(train).is_not_null()).alias("train"),
@@ -99,12 +117,14 @@ def _records(pairs: pl.DataFrame) -> pl.DataFrame:
     stepped = [k for k in names if k.lower() in STEP_KEYS]
     summary = [k for k in names if k.lower() in SUMMARY_KEYS]
     evals = [k for k in names if EVAL_KEY.match(k)]
-    train = [k for k in names if k != "epoch" and k not in stepped and k not in summary and k not in evals]
+    # Keys in any case: a script's own `{'Epoch': 3, 'Loss': 0.187}` is read as the Trainer's dicts are.
+    epochs = [k for k in names if k.lower() == "epoch"]
+    train = [k for k in names if k not in epochs and k not in stepped and k not in summary and k not in evals]
     key = pl.col("key")
     return pairs.group_by("line_no", maintain_order=True).agg(
         (key.is_in(train).any() & ~key.is_in(stepped + summary).any()).alias("train"),
         (key.is_in(evals).any() & ~key.is_in(train + stepped + summary).any()).alias("eval"),
-        pl.col("value").filter(key == "epoch").first().alias("epoch"),
+        pl.col("value").filter(key.is_in(epochs)).first().alias("epoch"),
     )
 
 

@@ -13,6 +13,7 @@ from fnmatch import fnmatch
 from pathlib import Path
 
 from . import FORMATS
+from ..sources import sqlite_db
 from .base import BINARY_LINE, Format
 from .custom import LineFormatSpec
 
@@ -62,6 +63,8 @@ def may_name_runs(path: Path) -> bool:
     found = tracked(str(path))
     if found is not None and found[0].layout is not None and found[0].layout.logs(found[1]):
         return found[0].names_runs
+    if path.name.lower().endswith(sqlite_db.SUFFIXES):
+        return True  # (a database's content says whose it is, and trackers' databases hold many runs)
     return any(fmt.names_runs and fmt.claims_name(path.name) for fmt in FORMATS)
 
 
@@ -97,8 +100,17 @@ def _text_lines(data: bytes) -> tuple[list[str], int]:
     return "\n".join(text).splitlines(), len(cut) - len(text)
 
 
+def by_database(path: Path) -> str | None:
+    """The format of a SQLite database, by its tables; None for a database no tracker wrote (an
+    application's, lossguard's own state): passed over in silence, never read as lines."""
+    found = sqlite_db.tables(path)
+    return next((fmt.name for fmt in FORMATS if fmt.tables is not None and found and fmt.tables <= found), None)
+
+
 def by_content(path: Path, custom: Sequence[LineFormatSpec] = ()) -> str | None:
     data = _read_head(path, HEAD)
+    if sqlite_db.is_database(data):
+        return by_database(path)
     lines, binary = _text_lines(data)
     # A binary file (a checkpoint, an archive) is mostly lines of binary; a log that a crash left
     # a run of NULs in has a few such lines, and its text lines still say what it is (the reader

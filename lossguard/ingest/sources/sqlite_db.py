@@ -1,0 +1,186 @@
+"""SQLite databases that other programs write (trackers: MLflow, trackio), read without getting in
+their way: the one module that opens them.
+
+A tracker's database is written while we read it, by a trainer that must never wait for us. So it
+is opened read-only (`mode=ro`: we can take no write lock), each statement fetches one batch and is
+done (a reader's shared lock, which in rollback-journal mode holds a writer's commit back, lasts a
+batch, not a read), and a writer's lock is waited for BUSY_WAIT at most: then the read says "locked,
+try again" and the next pass reads it, with nothing lost, since a read only moves on past the rows
+it got. In WAL mode (trackio) readers and the writer never wait for each other, but a write lands
+in `x.db-wal`, not `x.db`: what a database's size and time are (`stamp`) counts both.
+
+A database is read on from a watermark, its table's integer key (rowid or `id`), as a text file is
+read on from an offset. `Cursor.offset` is what the daemon compares with the file's size to skip an
+unchanged file with one stat: for a database it is the stamp's size at the start of a read that got
+every row, so an unchanged database costs one stat and any write (the file or its WAL growing, or
+its time moving) makes the next pass read it. A read cut short (`limit`) says how far it got in
+proportion, below the size. Rows renumbered (VACUUM) or a database replaced in place are told by
+the row at the watermark no longer being the one read there (`Cursor.mark`): the database is read
+again from its start (the state's incident keys, by run, rule and step, keep that from alerting twice).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sqlite3
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Generic, TypeVar
+from urllib.parse import quote
+
+from ..cursor import Cursor
+
+MAGIC = b"SQLite format 3\x00"
+"""The first 16 bytes of every SQLite database. The rest of its 100-byte header changes with
+writes (the change counter, the page count): only these identify the file from its head."""
+SUFFIXES = (".db", ".sqlite", ".sqlite3")
+"""Names a database goes by: candidates for discovery, whose content says whose they are."""
+SIDE_FILES = ("-wal", "-shm", "-journal")
+"""What SQLite keeps beside `x.db` while it is written: never logs of their own."""
+BUSY_WAIT = 0.25
+"""Seconds a read waits for a writer's lock before it gives up until the next pass."""
+BATCH = 20_000
+"""Rows one statement fetches: a transaction of its own, a few ms, so a writer waits that long at most."""
+MIN_ROWS = 1_000
+"""Rows a read cut short by its limit still gets, whatever the bytes a row seems to take."""
+T = TypeVar("T")
+RESTARTED = "rows renumbered (VACUUM?) or the database replaced: read again from its start (incidents already raised are not raised again)"
+
+
+class Unreadable(Exception):
+    """A database that can not be read now; `dead`: nor ever as it is (not a database, damaged)."""
+
+    def __init__(self, message: str, *, dead: bool) -> None:
+        super().__init__(message)
+        self.message = message
+        self.dead = dead
+
+
+def is_database(head: bytes) -> bool:
+    return head.startswith(MAGIC)
+
+
+def is_side_file(path: str) -> bool:
+    return path.endswith(SIDE_FILES)
+
+
+def database_of(path: str) -> str | None:
+    """The database whose write a change to `path` is (`x.db-wal` -> `x.db`); None for a path that
+    is no database's side file. Only the WAL holds rows: `-shm` is readers' shared memory (ours
+    too), and a `-journal` comes and goes around a write the database itself shows."""
+    return path[: -len("-wal")] if path.endswith("-wal") else None
+
+
+def stamp(path: str | Path, st: os.stat_result | None = None) -> tuple[int, int]:
+    """(size, mtime in ns) of a database and its WAL together: a WAL-mode write grows or touches
+    only the WAL (and a checkpoint moves pages from it into the file)."""
+    st = st if st is not None else os.stat(path)
+    try:
+        wal = os.stat(f"{os.fspath(path)}-wal")
+    except OSError:
+        return st.st_size, st.st_mtime_ns
+    return st.st_size + wal.st_size, max(st.st_mtime_ns, wal.st_mtime_ns)
+
+
+def _unreadable(exc: sqlite3.Error) -> Unreadable:
+    name = getattr(exc, "sqlite_errorname", "") or ""
+    if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):
+        return Unreadable(f"database locked by a writer (waited {BUSY_WAIT:g} s); read again at the next pass, nothing is lost", dead=False)
+    if name.startswith("SQLITE_NOTADB"):
+        return Unreadable("not a SQLite database after all; no longer read", dead=True)
+    if name.startswith("SQLITE_CORRUPT"):
+        return Unreadable("database disk image is malformed; no longer read", dead=True)
+    return Unreadable(f"cannot read the database ({exc}); read again at the next pass", dead=False)
+
+
+@contextmanager
+def opened(path: Path) -> Iterator[sqlite3.Connection]:
+    """The database read-only, in autocommit (each statement its own transaction); SQLite's errors
+    come out as Unreadable."""
+    try:
+        db = sqlite3.connect(f"file:{quote(os.fspath(path))}?mode=ro", uri=True, isolation_level=None, timeout=BUSY_WAIT, check_same_thread=False)
+    except sqlite3.Error as exc:
+        raise _unreadable(exc) from None
+    try:
+        yield db
+    except sqlite3.Error as exc:
+        raise _unreadable(exc) from None
+    finally:
+        db.close()
+
+
+def tables(path: Path) -> frozenset[str]:
+    """The tables of a database (empty for a file that is none, or one that can not be read now)."""
+    try:
+        with open(path, "rb") as fh:
+            if not is_database(fh.read(len(MAGIC))):
+                return frozenset()
+        with opened(path) as db:
+            return frozenset(r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'"))
+    except (OSError, Unreadable):
+        return frozenset()
+
+
+def columns(db: sqlite3.Connection, table: str) -> frozenset[str]:
+    return frozenset(r[1] for r in db.execute(f"PRAGMA table_info({table})"))
+
+
+@dataclass(frozen=True)
+class Table:
+    """A table read on from a watermark: its name, its integer key, the columns fetched (after the
+    key) and those whose values say which row a key holds (the mark)."""
+
+    name: str
+    key: str
+    columns: str
+    identity: str
+
+
+@dataclass(frozen=True)
+class Fetched(Generic[T]):
+    batches: list[T]
+    """What `each` made of each batch of rows past the watermark, in key order."""
+    cursor: Cursor
+    restarted: bool
+    """The watermark's row was not the one read there: read again from the start."""
+
+
+def fetch(db: sqlite3.Connection, table: Table, cursor: Cursor, each: Callable[[list[tuple]], T], *, size: int, limit: int | None) -> Fetched[T]:
+    """The rows of `table` past the cursor's watermark, a batch a statement, each batch as `each`
+    makes it ((key, *columns) tuples in, a frame out: a million rows never stand as Python
+    tuples at once). With `limit` (bytes, as for files), about as many rows as that many bytes of
+    the database hold. `size`: the database's stamp before the read (what the cursor's offset
+    becomes once every row is read)."""
+    last = db.execute(f"SELECT max({table.key}) FROM {table.name}").fetchone()[0] or 0
+    at, restarted = cursor.index, False
+    if at and (at > last or _mark(db, table, at) != cursor.mark):
+        at, restarted = 0, True
+    want = None if limit is None else max(MIN_ROWS, limit * last // max(size, 1))
+    batches: list[T] = []
+    got = 0
+    while want is None or got < want:
+        n = BATCH if want is None else min(BATCH, want - got)
+        batch = db.execute(f"SELECT {table.key}, {table.columns} FROM {table.name} WHERE {table.key} > ? ORDER BY {table.key} LIMIT ?", (at, n)).fetchall()
+        if batch:
+            at, got = batch[-1][0], got + len(batch)
+            batches.append(each(batch))
+        if len(batch) < n:
+            break
+    done = at >= last
+    mark = _mark(db, table, at) if got else cursor.mark if not restarted else None
+    offset = size if done else min(size - 1, size * at // max(last, 1))
+    return Fetched(batches, cursor.advance(offset=max(offset, 0), index=at, mark=mark), restarted)
+
+
+def again(cursor: Cursor) -> Cursor:
+    """The cursor after a read that got nothing (locked): one byte short of any size the database
+    can have, so that the next pass's stat never takes it for unchanged, whatever its size."""
+    return cursor.advance(offset=max(cursor.offset - 1, 0))
+
+
+def _mark(db: sqlite3.Connection, table: Table, key: int) -> str | None:
+    row = db.execute(f"SELECT {table.identity} FROM {table.name} WHERE {table.key} = ?", (key,)).fetchone()
+    return None if row is None else hashlib.blake2b(repr(row).encode(), digest_size=6).hexdigest()

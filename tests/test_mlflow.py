@@ -1,0 +1,263 @@
+"""MLflow's SQLite tracking store (lossguard.ingest.formats.mlflow_db), written by MLflow itself
+(mlflow-skinny with sqlalchemy and alembic: `MlflowClient(tracking_uri="sqlite:///...")`), read
+back by scan, read and the daemon's pass; the daemon as a process following a database a real
+MLflow process logs into is at the end."""
+
+from __future__ import annotations
+
+import math
+import shutil
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import polars as pl
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from lossguard.detection.rules import default_rules
+from lossguard.ingest.cursor import Cursor
+from lossguard.ingest.reader import ReadOptions, read, read_paths
+from lossguard.ingest.sources import sqlite_db
+from lossguard.report.audit import scan
+from lossguard.state import State
+from lossguard.watch.follow import Follower
+
+from .conftest import WAIT_FOR_EVERY_READ
+from .test_watch import alerted_once_across_a_kill
+
+mlflow = pytest.importorskip("mlflow")
+from mlflow.entities import Metric  # noqa: E402
+
+T0 = 1_790_000_000_000
+"""Milliseconds: the timestamps logged (wall_time is read back from them)."""
+OPTIONS = ReadOptions()
+
+
+def _client(db: Path):
+    return mlflow.MlflowClient(tracking_uri="sqlite:///" + str(db))
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory) -> Path:
+    """An empty MLflow database as MLflow makes one: its migrations take seconds, so once a module."""
+    db = tmp_path_factory.mktemp("mlflow") / "mlflow.db"
+    _client(db).search_experiments()
+    return db
+
+
+@pytest.fixture
+def store(template, tmp_path) -> Path:
+    """runs/exp1/mlflow.db, MLflow's own empty database (the default name since MLflow 3.7)."""
+    db = tmp_path / "runs" / "exp1" / "mlflow.db"
+    db.parent.mkdir(parents=True)
+    shutil.copy(template, db)
+    return db
+
+
+def _log(client, run_id: str, key: str, points) -> None:  # noqa: ANN001
+    client.log_batch(run_id, metrics=[Metric(key, value, T0 + step, step) for step, value in points])
+
+
+def _calm_loss(steps) -> list[tuple[int, float]]:
+    return [(s, 2.0 + (s % 5) * 0.01) for s in steps]
+
+
+def _written(db: Path) -> dict[str, list[tuple[int, str, float]]]:
+    """Two experiments; in the first, two runs named `r1` (one NaN, one +Inf and one -Inf logged
+    in the first) and a deleted run; in the second, another `r1`. Returns what each run is read as
+    (its run id's head for the second `r1`)."""
+    client = _client(db)
+    pre, sft = client.create_experiment("pretrain"), client.create_experiment("sft")
+    first = client.create_run(pre, run_name="r1", start_time=T0).info.run_id
+    loss = [(s, math.nan if s == 12 else 2.0 - s * 0.01) for s in range(20)]
+    grad = [(s, math.inf if s == 2 else -math.inf if s == 4 else 1.0 + s * 0.1) for s in range(0, 20, 2)]
+    _log(client, first, "loss", loss)
+    _log(client, first, "grad_norm", grad)
+    second = client.create_run(pre, run_name="r1", start_time=T0 + 1000).info.run_id
+    _log(client, second, "loss", _calm_loss(range(5)))
+    gone = client.create_run(pre, run_name="gone", start_time=T0 + 2000).info.run_id
+    _log(client, gone, "loss", _calm_loss(range(5)))
+    client.delete_run(gone)
+    other = client.create_run(sft, run_name="r1", start_time=T0 + 3000).info.run_id
+    _log(client, other, "train/loss", [(s * 10, 1.5) for s in range(3)])
+    return {
+        "exp1/pretrain/r1": [(s, "loss", v) for s, v in loss] + [(s, "grad_norm", v) for s, v in grad],
+        f"exp1/pretrain/r1 ({second[:8]})": [(s, "loss", v) for s, v in _calm_loss(range(5))],
+        "exp1/sft/r1": [(s * 10, "train/loss", 1.5) for s in range(3)],
+    }
+
+
+def _rows(frame: pl.DataFrame) -> dict[str, list[tuple[int, str, float]]]:
+    got: dict[str, list[tuple[int, str, float]]] = {}
+    for run, step, tag, value in frame.select("run", "step", "tag", "value").iter_rows():
+        got.setdefault(run, []).append((step, tag, value))
+    return got
+
+
+def _same(a: float, b: float) -> bool:
+    return a == b or (math.isnan(a) and math.isnan(b))
+
+
+def test_a_database_mlflow_wrote_is_read_back_exactly_run_by_run(store):
+    expected = _written(store)
+    frame, results, problems = read_paths([store.parent.parent])
+    assert problems == [] and [r.format for r in results] == ["mlflow_db"]
+    got = _rows(frame)
+    assert sorted(got) == sorted(expected)  # the deleted run is no run; the two `r1`s are two
+    for run, rows in expected.items():
+        assert [(s, t) for s, t, _ in got[run]] == [(s, t) for s, t, _ in rows], run
+        assert all(_same(a, b) for (_, _, a), (_, _, b) in zip(got[run], rows)), run
+    # NaN and +-Inf mapped back from MLflow's 0 + is_nan and +-float max, and the timestamps kept.
+    grad = frame.filter((pl.col("run") == "exp1/pretrain/r1") & (pl.col("tag") == "grad_norm"))
+    assert grad.get_column("value").to_list()[1:3] == [math.inf, -math.inf]
+    assert frame.get_column("wall_time").min() == T0 / 1000
+
+
+def test_scan_judges_each_mlflow_run_and_the_non_finite_rules_see_the_nan(store):
+    _written(store)
+    result = scan([store.parent.parent], rules=default_rules())
+    assert sorted(r.run for r in result.runs) == sorted(["exp1/pretrain/r1", next(r.run for r in result.runs if "(" in r.run), "exp1/sft/r1"])
+    assert ("exp1/pretrain/r1", "loss-nonfinite", 12) in [(i.run, i.rule, i.step) for i in result.incidents]
+    assert [r.run for r in scan([store.parent.parent], rules=default_rules(), run_glob="*/sft/*").runs] == ["exp1/sft/r1"]
+
+
+def _grown(whole: Path, path: Path, upto: int) -> None:
+    """`path` holding the first `upto` metric rows of `whole` (MLflow's rows, in the order it wrote
+    them): a database growing as its trainer logs."""
+    with sqlite3.connect(path) as db:
+        db.execute("ATTACH DATABASE ? AS whole", (str(whole),))
+        db.execute("INSERT INTO metrics SELECT * FROM whole.metrics WHERE rowid > (SELECT coalesce(max(rowid), 0) FROM main.metrics) AND rowid <= ? ORDER BY rowid", (upto,))
+    db.close()
+
+
+@pytest.fixture(scope="module")
+def filled(template, tmp_path_factory) -> tuple[Path, Path]:
+    """A database MLflow filled (`_written`), and a copy of it without its metric rows."""
+    folder = tmp_path_factory.mktemp("filled")
+    whole, empty = folder / "whole.db", folder / "empty.db"
+    shutil.copy(template, whole)
+    _written(whole)
+    shutil.copy(whole, empty)
+    with sqlite3.connect(empty) as db:
+        db.execute("DELETE FROM metrics")
+    db.close()
+    return whole, empty
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(cuts=st.lists(st.integers(0, 50), max_size=6), limit=st.sampled_from([None, 1, 200, 2000]))
+def test_rows_appended_between_reads_read_in_pieces_equal_one_read(filled, tmp_path_factory, cuts, limit):
+    whole, empty = filled
+    path = tmp_path_factory.mktemp("grown") / "mlflow.db"
+    shutil.copy(empty, path)
+    one = read(whole, run=".", fmt="mlflow_db", final=True, options=OPTIONS)
+    total = one.frame.height + 5  # (the deleted run's rows are read past, not given)
+    cursor, frames = Cursor(), []
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(sqlite_db, "MIN_ROWS", 1)  # (so that a limit cuts a read short)
+        for upto in [*sorted(cuts), total, total]:
+            _grown(whole, path, upto)
+            res = read(path, cursor, run=".", fmt="mlflow_db", final=False, options=OPTIONS, limit=limit)
+            assert res.problems == () and res.named
+            frames.append(res.frame)
+            cursor = Cursor.from_json(res.cursor.to_json())  # (as the daemon keeps it)
+        while cursor.offset < sqlite_db.stamp(path)[0]:  # what a cut-short read left: the next passes
+            res = read(path, cursor, run=".", fmt="mlflow_db", final=False, options=OPTIONS, limit=limit)
+            frames.append(res.frame)
+            cursor = res.cursor
+    assert pl.concat(frames).drop("source").equals(one.frame.drop("source"))
+
+
+def test_a_database_locked_by_a_writer_is_one_clear_problem_and_the_next_read_gets_it_all(store):
+    expected = _written(store)
+    writer = sqlite3.connect(store, isolation_level=None)
+    writer.execute("BEGIN EXCLUSIVE")
+    try:
+        started = time.monotonic()
+        locked = read(store, run=".", fmt="mlflow_db", final=False, options=OPTIONS)
+        assert time.monotonic() - started < 5
+    finally:
+        writer.execute("ROLLBACK")
+        writer.close()
+    assert [p.message for p in locked.problems] == [f"database locked by a writer (waited {sqlite_db.BUSY_WAIT:g} s); read again at the next pass, nothing is lost"]
+    assert (locked.frame.height, locked.dead, locked.cursor.index) == (0, False, 0)
+    again = read(store, locked.cursor, run=".", fmt="mlflow_db", final=False, options=OPTIONS)
+    assert again.problems == () and again.frame.height == sum(len(v) for v in expected.values())
+
+
+def test_a_db_no_tracker_wrote_is_passed_over_in_silence_and_lossguards_own_state_is_no_run(store, tmp_path):
+    _written(store)
+    folder = store.parent
+    (folder / "junk.db").write_bytes(bytes(range(256)) * 64)
+    with sqlite3.connect(folder / "app.sqlite") as app:
+        app.execute("CREATE TABLE users (id INTEGER PRIMARY KEY, name TEXT)")
+        app.execute("INSERT INTO users (name) VALUES ('ada')")
+    app.close()
+    State(folder / "state").close()
+    (folder / "empty.sqlite3").write_bytes(b"")
+    result = scan([folder.parent], rules=default_rules())
+    assert sorted({r.run.split("/")[1] for r in result.runs}) == ["pretrain", "sft"]
+    assert result.all_problems == []
+    # Forced to read one as MLflow's: the file says what it is, once, and is not read again.
+    res = read(folder / "junk.db", run=".", fmt="mlflow_db", final=False, options=OPTIONS)
+    assert res.dead and [p.message for p in res.problems] == ["not a SQLite database after all; no longer read"]
+
+
+def _follower(root: Path, state: State) -> Follower:
+    return Follower([root], rules=default_rules(), state=state, log=lambda _: None, pass_budget=WAIT_FOR_EVERY_READ)
+
+
+def test_the_daemon_reads_only_new_rows_skips_an_unchanged_database_and_rows_renumbered_alert_nothing_twice(store, tmp_path):
+    client = _client(store)
+    run = client.create_run(client.create_experiment("pretrain"), run_name="r1").info.run_id
+    _log(client, run, "loss", _calm_loss(range(1, 40)))
+    state = State(tmp_path / "state")
+    follower = _follower(store.parent.parent, state)
+    assert follower.run_pass(1.0).rows == 39  # history: read, not alerted
+    assert follower.run_pass(2.0).files == 0  # unchanged: one stat
+    _log(client, run, "loss", [(40, 9.0), *_calm_loss(range(41, 50))])
+    report = follower.run_pass(3.0)
+    assert report.rows == 10 and [(n.kind, n.run, n.incident.step) for n in report.notices if n.kind == "opened"] == [("opened", "exp1/pretrain/r1", 40)]
+    # Rows deleted (a gc) and the rest reloaded in place (as a dump restored is): rowids renumbered,
+    # so the database is read again from its start. (VACUUM itself keeps them here.)
+    with sqlite3.connect(store) as db:
+        db.execute("DELETE FROM metrics WHERE step < 3")
+        db.execute("CREATE TEMP TABLE kept AS SELECT * FROM metrics ORDER BY rowid")
+        db.execute("DELETE FROM metrics")
+        db.execute("INSERT INTO metrics SELECT * FROM kept")
+    db.execute("VACUUM")
+    db.close()
+    _log(client, run, "loss", _calm_loss(range(50, 55)))
+    report = follower.run_pass(4.0)
+    assert report.rows == 37 + 15 and report.problems == 1
+    assert [n.kind for n in report.notices if n.kind in ("opened", "escalated")] == []
+    state.close()
+
+
+WRITER = """
+import sys, time
+import mlflow
+from mlflow.entities import Metric
+client = mlflow.MlflowClient(tracking_uri="sqlite:///" + sys.argv[1])
+run = client.search_runs([client.get_experiment_by_name("pretrain").experiment_id])[0].info.run_id
+for step in range(40, 70):
+    client.log_metric(run, "loss", 9.0 if step == 55 else 2.0 + (step % 5) * 0.01, timestamp=int(time.time() * 1000), step=step)
+    time.sleep(0.03)
+print("done", flush=True)
+"""
+
+
+def test_the_daemon_follows_a_database_a_real_mlflow_process_logs_into_and_a_kill_repeats_nothing(store, tmp_path):
+    client = _client(store)
+    run = client.create_run(client.create_experiment("pretrain"), run_name="r1").info.run_id
+    _log(client, run, "loss", _calm_loss(range(1, 40)))
+    def write() -> None:
+        writer = subprocess.run([sys.executable, "-c", textwrap.dedent(WRITER), str(store)], capture_output=True, text=True, timeout=300)
+        assert writer.returncode == 0, writer.stderr
+
+    assert alerted_once_across_a_kill(tmp_path, write, 55) == [("exp1/pretrain/r1", "loss-spike", 55)]

@@ -1,0 +1,170 @@
+"""trackio's project databases (lossguard.ingest.formats.trackio_db), written by trackio itself
+(`trackio.init`, `trackio.log`, `trackio.finish`, in a child process: TRACKIO_DIR is read when
+trackio is imported; no network, no dashboard), read back by read, scan and the daemon's pass,
+including a write only the WAL holds."""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import polars as pl
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from lossguard.detection.rules import default_rules
+from lossguard.ingest.cursor import Cursor
+from lossguard.ingest.reader import ReadOptions, read, read_paths
+from lossguard.ingest.sources import sqlite_db
+from lossguard.report.audit import scan
+from lossguard.state import State
+from lossguard.watch.follow import Follower
+
+from .conftest import WAIT_FOR_EVERY_READ
+from .test_watch import alerted_once_across_a_kill
+
+pytest.importorskip("trackio")
+OPTIONS = ReadOptions()
+
+LOG = """
+import math, sys, time, trackio
+def loss(step):
+    return {SPIKE: 9.0}.get(step, 2.0 + (step % 5) * 0.01)
+for name, first, last, resume in RUNS:
+    trackio.init(project="proj", name=name, resume=resume)
+    for step in range(first, last):
+        values = {"train/loss": loss(step), "lr": 1e-4}
+        if step % 2 == 0:
+            values["grad_norm"] = {NON_FINITE}.get(step, 1.0 + step * 0.1)
+        trackio.log(values, step=step)
+        time.sleep(PAUSE)
+    trackio.finish()
+"""
+NON_FINITE = {3: "math.nan", 4: "math.inf", 6: "-math.inf"}
+
+
+def _trackio(folder: Path, runs: list[tuple[str, int, int, str]], spike: int = -1, pause: float = 0.0) -> None:
+    """trackio logging `runs` ((name, first step, end, resume)) into project `proj` under `folder`,
+    `pause` seconds after each step."""
+    non_finite = "{" + ", ".join(f"{k}: {v}" for k, v in NON_FINITE.items()) + "}"
+    script = textwrap.dedent(LOG).replace("RUNS", repr(runs)).replace("SPIKE", str(spike)).replace("{NON_FINITE}", non_finite).replace("PAUSE", repr(pause))
+    env = {**os.environ, "TRACKIO_DIR": str(folder), "HF_HUB_OFFLINE": "1", "TRACKIO_TELEMETRY_DISABLED": "1"}
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+
+
+def _expected_rows(name: str, first: int, last: int) -> list[tuple[str, int, str, float]]:
+    rows = []
+    for step in range(first, last):
+        rows += [(name, step, "train/loss", 2.0 + (step % 5) * 0.01), (name, step, "lr", 1e-4)]
+        if step % 2 == 0:
+            rows.append((name, step, "grad_norm", {3: math.nan, 4: math.inf, 6: -math.inf}.get(step, 1.0 + step * 0.1)))
+    return rows
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory) -> Path:
+    """trackio's folder after two runs named `r1` (the second a new run: resume="never") and `r2`."""
+    folder = tmp_path_factory.mktemp("trackio") / "trackio"
+    _trackio(folder, [("r1", 0, 12, "never"), ("r1", 0, 3, "never"), ("r2", 5, 9, "never")])
+    return folder
+
+
+def _same(a: tuple, b: tuple) -> bool:
+    return a[:3] == b[:3] and (a[3] == b[3] or (math.isnan(a[3]) and math.isnan(b[3])))
+
+
+def test_a_database_trackio_wrote_is_read_back_exactly_run_by_run(written):
+    with sqlite3.connect(written / "proj.db") as db:
+        second = db.execute("SELECT run_id FROM metrics WHERE run_name = 'r1' ORDER BY id DESC LIMIT 1").fetchone()[0]
+    db.close()
+    frame, results, problems = read_paths([written])
+    assert problems == [] and [r.format for r in results] == ["trackio_db"]
+    expected = _expected_rows("proj/r1", 0, 12) + _expected_rows(f"proj/r1 ({second[:8]})", 0, 3) + _expected_rows("proj/r2", 5, 9)
+    got = list(frame.select("run", "step", "tag", "value").iter_rows())
+    assert len(got) == len(expected) and all(_same(a, b) for a, b in zip(got, expected)), got
+    assert frame.get_column("wall_time").null_count() == 0
+
+
+def test_scan_judges_each_trackio_run_and_the_non_finite_rules_see_them(written):
+    result = scan([written], rules=default_rules())
+    assert sorted(r.run for r in result.runs)[::2] == ["proj/r1", "proj/r2"]
+    assert ("proj/r1", "grad-norm-nonfinite") in {(i.run, i.rule) for i in result.incidents}
+
+
+@pytest.fixture(scope="module")
+def emptied(written, tmp_path_factory) -> Path:
+    """A copy of the project's database without its metric rows."""
+    path = tmp_path_factory.mktemp("emptied") / "proj.db"
+    with sqlite3.connect(written / "proj.db") as src, sqlite3.connect(path) as dst:
+        src.backup(dst)
+        dst.execute("DELETE FROM metrics")
+    src.close()
+    dst.close()
+    return path
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(cuts=st.lists(st.integers(0, 25), max_size=6), limit=st.sampled_from([None, 1, 500, 5000]))
+def test_rows_appended_between_reads_read_in_pieces_equal_one_read(written, emptied, tmp_path_factory, cuts, limit):
+    whole = written / "proj.db"
+    path = tmp_path_factory.mktemp("grown") / "proj.db"
+    shutil.copy(emptied, path)
+    one = read(whole, run=".", fmt="trackio_db", final=True, options=OPTIONS)
+    cursor, frames = Cursor(), []
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(sqlite_db, "MIN_ROWS", 1)
+        for upto in [*sorted(cuts), 1000]:
+            with sqlite3.connect(path) as db:
+                db.execute("ATTACH DATABASE ? AS whole", (str(whole),))
+                db.execute("INSERT INTO metrics SELECT * FROM whole.metrics WHERE id > (SELECT coalesce(max(id), 0) FROM main.metrics) AND id <= ?", (upto,))
+            db.close()
+            res = read(path, cursor, run=".", fmt="trackio_db", final=False, options=OPTIONS, limit=limit)
+            assert res.problems == () and res.named
+            frames.append(res.frame)
+            cursor = Cursor.from_json(res.cursor.to_json())
+        while cursor.offset < sqlite_db.stamp(path)[0]:
+            res = read(path, cursor, run=".", fmt="trackio_db", final=False, options=OPTIONS, limit=limit)
+            frames.append(res.frame)
+            cursor = res.cursor
+    assert pl.concat(frames).drop("source").equals(one.frame.drop("source"))
+
+
+def test_a_write_only_the_wal_holds_is_seen_by_the_daemon(tmp_path):
+    folder = tmp_path / "runs" / "trackio"
+    _trackio(folder, [("r1", 0, 40, "never")])
+    db = folder / "proj.db"
+    state = State(tmp_path / "state")
+    follower = Follower([tmp_path / "runs"], rules=default_rules(), state=state, log=lambda _: None, pass_budget=WAIT_FOR_EVERY_READ)
+    assert follower.run_pass(1.0).rows > 0
+    # A connection left open (trackio's dashboard, a notebook): the writer's close then checkpoints
+    # nothing, and its rows are in the WAL alone.
+    keep = sqlite3.connect(db)
+    keep.execute("SELECT count(*) FROM metrics").fetchone()
+    before = os.stat(db)
+    try:
+        _trackio(folder, [("r1", 40, 50, "allow")], spike=45)
+        after = os.stat(db)
+        assert (after.st_size, after.st_mtime_ns) == (before.st_size, before.st_mtime_ns)
+        assert os.stat(f"{db}-wal").st_size > 0
+        report = follower.run_pass(2.0, {f"{db}-wal"})  # (what inotify names)
+    finally:
+        keep.close()
+    assert not report.walked and report.files == 1
+    assert [(n.run, n.incident.step) for n in report.notices if n.kind == "opened"] == [("trackio/proj/r1", 45)]
+    state.close()
+
+
+def test_the_daemon_follows_a_database_a_real_trackio_process_logs_into_and_a_kill_repeats_nothing(tmp_path):
+    folder = tmp_path / "runs" / "trackio"
+    _trackio(folder, [("r1", 0, 30, "never")])
+    # (trackio writes what was logged every 0.5 s: a step every 20 ms spreads these over passes.)
+    write = lambda: _trackio(folder, [("r1", 30, 70, "allow")], spike=55, pause=0.02)  # noqa: E731
+    assert alerted_once_across_a_kill(tmp_path, write, 55) == [("trackio/proj/r1", "loss-spike", 55)]
