@@ -84,3 +84,19 @@ def test_an_actor_given_by_name_is_refused_with_where_to_find_the_id(monkeypatch
 def test_without_an_app_token_nobody_acts():
     settings = load_settings()
     assert settings.slack_app_token is None and settings.slack_actors == []
+
+
+def test_alert_test_says_whether_slack_opens_socket_mode_for_the_app_token(slack, monkeypatch, capsys):
+    from lossguard.cli import main
+
+    monkeypatch.setenv("LOSSGUARD_SLACK_APP_TOKEN", APP_TOKEN)
+    monkeypatch.setenv("LOSSGUARD_SLACK_BASE_URL", slack.base_url)
+    slack.socket_url = "ws://127.0.0.1:9/link/"
+    assert main(["alert", "test", "--channel", "#training"]) == 0
+    assert "Socket Mode for the buttons (app-level token): opens" in capsys.readouterr().out
+    opened = [r for r in slack.requests if r.path == "/api/apps.connections.open"]
+    assert opened[0].headers["authorization"] == f"Bearer {APP_TOKEN}"
+    slack.socket_url = None  # Slack answers invalid_auth
+    assert main(["alert", "test", "--channel", "#training"]) == 2
+    err = capsys.readouterr().err
+    assert "invalid_auth" in err and "LOSSGUARD_SLACK_APP_TOKEN" in err and APP_TOKEN not in err

@@ -133,6 +133,25 @@ APP_PERMANENT = {
 """What apps.connections.open answers when retrying will not help, with the fix."""
 
 
+def _app_failure(exc: SlackApiError) -> Delivery:
+    error = str(exc.response.get("error") or "no answer") if exc.response is not None else "no answer"
+    return Delivery(ok=False, error=scrub(error), permanent=error in APP_PERMANENT, fix=APP_PERMANENT.get(error))
+
+
+def check_app_token(app_token: str, *, base_url: str = DEFAULT_BASE_URL) -> Delivery:
+    """Whether Slack would open a Socket Mode connection for this app-level token (apps.connections.open,
+    whose URL is then left unused): what `alert test` says of the buttons."""
+    remember(app_token)
+    web = WebClient(base_url=base_url if base_url.endswith("/") else base_url + "/", timeout=10, retry_handlers=retry_handlers(retries=1))
+    try:
+        web.apps_connections_open(app_token=app_token)
+    except SlackApiError as exc:
+        return _app_failure(exc)
+    except (SlackClientError, OSError, ValueError) as exc:
+        return _broken(exc)
+    return Delivery(ok=True)
+
+
 class SocketModeLink:
     """The app token's Socket Mode connection (slack-sdk's builtin client: no dependency beyond
     slack-sdk), opened once; it does not reconnect by itself (alerts.link owns the backoff).
@@ -166,8 +185,7 @@ class SocketModeLink:
             if not self._hello.wait(hello_within):
                 return Delivery(ok=False, error=f"Slack sent no hello within {hello_within:.0f} s of the handshake", permanent=False)
         except SlackApiError as exc:
-            error = str(exc.response.get("error") or "no answer") if exc.response is not None else "no answer"
-            return Delivery(ok=False, error=scrub(error), permanent=error in APP_PERMANENT, fix=APP_PERMANENT.get(error))
+            return _app_failure(exc)
         except (SlackClientError, OSError, ValueError, KeyError) as exc:
             return _broken(exc)
         return Delivery(ok=True)
