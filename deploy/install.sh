@@ -74,7 +74,7 @@ if [ ! -e "$ETC/lossguard.toml" ]; then
 fi
 # The units load these credentials; an empty one means "not set" (a webhook setup has no bot token,
 # most have no Alertmanager password), so they always exist and a start never fails for want of one.
-for credential in slack_token slack_webhook_url alertmanager_password alertmanager_bearer_token; do
+for credential in slack_token slack_app_token slack_webhook_url alertmanager_password alertmanager_bearer_token; do
     if [ ! -e "$ETC/$credential" ]; then
         install -m 0600 /dev/null "$ETC/$credential"
     fi

@@ -44,6 +44,8 @@ class Silence:
     """When an operator ended it early (`silence expire`)."""
     reported: float | None = None
     """When the daemon reported its end (what it held back and was still wrong went out then)."""
+    recovers: int | None = None
+    """The incident whose recovery ends it (a click on "until it recovers"; state layout 9)."""
 
     @property
     def end(self) -> float:
@@ -88,13 +90,13 @@ class Silence:
     def from_json(cls, data: dict) -> Silence:
         """A silence back from `to_json` (whose `ends` is when it ended or ends)."""
         return cls(data["id"], data["run"], data["rule"], data["metric"], data["cause"], data["starts"], data["ends"],
-                   data["comment"], data["author"], data["created"], data["expired"], data.get("reported"))
+                   data["comment"], data["author"], data["created"], data["expired"], data.get("reported"), data.get("recovers"))
 
     def to_json(self) -> dict[str, object]:
         return {
             "id": self.id, "run": self.run, "rule": self.rule, "metric": self.metric, "cause": self.cause,
             "starts": self.starts, "ends": self.end, "comment": self.comment, "author": self.author,
-            "created": self.created, "expired": self.expired, "reported": self.reported,
+            "created": self.created, "expired": self.expired, "reported": self.reported, "recovers": self.recovers,
         }
 
 
@@ -143,6 +145,39 @@ def parse_until(text: str, now: float) -> float:
     if ends - now > LONGEST:
         raise UsageError(f"--until {text!r}: a silence lasts at most a year")
     return ends
+
+
+@dataclass(frozen=True)
+class NewSilence:
+    """A silence checked and ready to store: what `lossguard silence add` and a click in Slack both
+    make (`new_silence`), so the two give the same rows for the same matchers."""
+
+    run: str
+    rule: str | None
+    metric: str | None
+    cause: str | None
+    starts: float
+    ends: float
+    comment: str
+    author: str
+    recovers: int | None = None
+
+
+def new_silence(*, run: str, rule: str | None = None, metric: str | None = None, cause: str | None = None, ends: float, now: float,
+                comment: str, author: str, rules: list[tuple[str, str]] | None = None, causes: list[str] = (),  # noqa: B006
+                recovers: int | None = None) -> NewSilence:
+    """A silence from now to `ends`, refused (UsageError) when it would hold nothing: a --rule or
+    --metric matching none of the `rules` in force ((name, metric) pairs; None: not checked), a
+    --cause lossguard never names, an empty comment. A typo is said now, not found out at the next page."""
+    if cause is not None and not any(fnmatchcase(c, cause) for c in causes):
+        raise UsageError(f"--cause {cause!r} matches no cause lossguard names (causes: {', '.join(causes)})")
+    if not comment.strip():
+        raise UsageError("--comment is empty: say why, for whoever is on call next")
+    if rules is not None:
+        for flag, given, known in (("--rule", rule, [r for r, _ in rules]), ("--metric", metric, sorted({m for _, m in rules}))):
+            if given is not None and not any(fnmatchcase(k, given) for k in known):
+                raise UsageError(f"{flag} {given!r} matches none of the rules in force ({', '.join(known)})")
+    return NewSilence(run, rule, metric, cause, now, ends, comment.strip(), author, recovers)
 
 
 def literal_glob(name: str) -> str:

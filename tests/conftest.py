@@ -41,6 +41,17 @@ def slack(monkeypatch):
         yield server
 
 
+@pytest.fixture
+def socket(slack):
+    """Socket Mode's side (tests.socket_server), whose URL the Slack-like server hands out from
+    apps.connections.open."""
+    from .socket_server import SocketServer
+
+    with SocketServer() as server:
+        slack.socket_url = server.url
+        yield server
+
+
 def run_lossguard(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
     """`lossguard ARGS` in a real process, as a user runs it; `env` adds to (or, with None values,
     removes from) the environment."""

@@ -59,6 +59,8 @@ class SlackServer:
         self.queue: list[Answer] = []
         self.files: dict[str, File] = {}
         self._ts = 0
+        self.socket_url: str | None = None
+        """What apps.connections.open answers (tests.socket_server's URL): Socket Mode's endpoint."""
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -109,6 +111,10 @@ class SlackServer:
     def _default(self, path: str, body: dict, data: bytes) -> dict | str:
         if path.startswith("/hooks/"):
             return "ok"
+        if path == "/api/apps.connections.open":
+            return {"ok": True, "url": self.socket_url} if self.socket_url else {"ok": False, "error": "invalid_auth"}
+        if path == "/api/chat.postEphemeral":
+            return {"ok": True, "message_ts": "1700000000.999999"}
         if path == "/api/files.getUploadURLExternal":
             file_id = f"F{len(self.files) + 1:06d}"
             self.files[file_id] = File(body.get("filename", ""), int(body.get("length", -1)))

@@ -46,7 +46,7 @@ def test_install_into_a_root_writes_program_config_credential_and_units(installe
     root, out = installed
     assert (root / "opt/lossguard/venv/bin/lossguard").exists()
     assert (root / "etc/lossguard/lossguard.toml").read_text() == (REPO / "deploy/lossguard.toml").read_text()
-    for credential in ("slack_token", "slack_webhook_url", "alertmanager_password", "alertmanager_bearer_token"):
+    for credential in ("slack_token", "slack_app_token", "slack_webhook_url", "alertmanager_password", "alertmanager_bearer_token"):
         token = root / "etc/lossguard" / credential
         assert token.exists() and token.stat().st_size == 0 and oct(token.stat().st_mode & 0o777) == "0o600"
         assert f"LoadCredential={credential}:/etc/lossguard/{credential}" in (REPO / "systemd/lossguard.service").read_text()

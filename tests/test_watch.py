@@ -426,7 +426,7 @@ def test_status_shows_files_open_incidents_and_undelivered_with_their_error(runs
         assert main(["status", "--state-dir", str(runs / "state"), "--format", "json"]) == 0
     status = json.loads(out.getvalue())
     assert status["files"][0]["run"] == "exp" and status["files"][0]["offset"] == log.stat().st_size
-    assert status["open_incidents"] == [{"run": "exp", "rule": "loss-spike", "step": 20}]
+    assert status["open_incidents"] == [{"run": "exp", "rule": "loss-spike", "step": 20, "acked_by": None}]
     assert status["undelivered"] and "No such file or directory" in status["undelivered"][0]["error"]
 
 

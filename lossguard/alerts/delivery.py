@@ -90,6 +90,8 @@ class Manners:
     group_threshold: int | None = None
     run_cooldown: float = 0.0
     min_interval: float = 0.0
+    acks: bool = False
+    """An incident acknowledged from Slack has its updates (grew, cause revised) no longer posted here."""
     silences: bool = True
     """`lossguard silence` holds its posts back. Not Alertmanager's: it has silences of its own, and
     an alert hidden from it would resolve there and fire anew (a second page) when ours ended."""

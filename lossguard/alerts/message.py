@@ -39,6 +39,8 @@ EVENT_TITLES = {
     "relabelled": "Cause revised: {metric} spike",
     "unsilenced": "{sev}: {metric} spike still open as its silence ends",
 }
+NEWS = ("opened", "escalated", "unsilenced")
+"""An incident's notices that announce it: the ones that carry the buttons."""
 SEVERITY_EMOJI = {"critical": ":rotating_light:", "warning": ":warning:", "info": ":information_source:"}
 
 
@@ -98,9 +100,11 @@ def build(
     version: str = "",
     silence: str | None = None,
     silenced_by: str | None = None,
+    actions: dict | None = None,
 ) -> Message:
     """`silence`: the command that silences alerts like this one (shown with a new alert);
-    `silenced_by`: the silence that held this incident's notices back and just ended."""
+    `silenced_by`: the silence that held this incident's notices back and just ended; `actions`:
+    the buttons (alerts.actions), last, when Socket Mode takes their clicks."""
     sev = inc.severity.upper()
     metric = inc.metric.replace("_", " ")
     title = EVENT_TITLES.get(event, "{sev}: {metric} spike").format(sev=sev, metric=metric)
@@ -126,6 +130,8 @@ def build(
     if silence:
         context += f"\nTo silence: {code(silence)}"
     blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": cut_lines(context, MAX_SECTION)}]})
+    if actions:
+        blocks.append(actions)
     blocks = blocks[:MAX_BLOCKS]
 
     top = inc.causes[0] if inc.causes else None
@@ -174,8 +180,9 @@ def describe(notice: Notice) -> str:
     )
 
 
-def for_notice(notice: Notice, *, host: str, version: str = "", silence: str | None = None) -> Message:
-    """`silence`: the command that silences it, shown with what is news (a new alert, a stall)."""
+def for_notice(notice: Notice, *, host: str, version: str = "", silence: str | None = None, actions: dict | None = None) -> Message:
+    """`silence`: the command that silences it, shown with what is news (a new alert, a stall);
+    `actions`: the buttons, on an incident's news only."""
     if notice.incident is None:
         text = escape(describe(notice))
         if silence and notice.kind == "stalled":
@@ -183,7 +190,7 @@ def for_notice(notice: Notice, *, host: str, version: str = "", silence: str | N
         return _section_message(text)
     shown = silence if notice.kind in ("opened", "escalated", "unsilenced") else None
     return build(notice.incident, event=notice.kind, host=host, source=notice.source, version=version, silence=shown,
-                 silenced_by=notice.silenced_by, spark=notice.spark)
+                 silenced_by=notice.silenced_by, spark=notice.spark, actions=actions if notice.kind in NEWS else None)
 
 
 def summary(notices: tuple[Notice, ...]) -> Message:

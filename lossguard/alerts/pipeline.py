@@ -26,6 +26,8 @@ SEVERITY_RANK = {"info": 0, "warning": 1, "critical": 2}
 STARTS_THREAD = ("opened", "escalated", "unsilenced")
 """Kinds whose post is the message an incident's follow-ups reply to (an incident whose alert a
 silence held back is first posted when the silence ends)."""
+TAKEN_QUIET = ("updated", "relabelled")
+"""What is no longer posted of an incident someone acknowledged: news of it that needs no one to act."""
 BATCH = 100
 """Outbox entries taken at a time; a round goes on while entries are waiting."""
 
@@ -194,7 +196,7 @@ class Dispatcher:
                 self._locked(sink)
                 return 0
             while entries := self.state.pending(limit=BATCH, sink=sink.name):
-                entries = self._hold(sink, entries)
+                entries = self._hold(sink, self._taken(sink, entries))
                 if not entries:
                     continue  # (all held: the next batch)
                 done, ok = self._deliver(sink, entries)
@@ -330,6 +332,20 @@ class Dispatcher:
             else:  # (its end was reported since this round read it: it holds nothing)
                 free += some
         return sorted(free, key=lambda e: e.id)
+
+    def _taken(self, sink: Sink, entries: list[OutboxEntry]) -> list[OutboxEntry]:
+        """Without the updates of incidents someone acknowledged from Slack (settled unsent: they
+        took it, and watch it themselves); its resolution still goes out and closes its alert."""
+        if not sink.manners.acks:
+            return entries
+        acked = self.state.acked([e.incident_id for e in entries if e.incident_id is not None and e.notice.kind in TAKEN_QUIET])
+        quiet = tuple(e for e in entries if e.incident_id in acked and e.notice.kind in TAKEN_QUIET)
+        if not quiet:
+            return entries
+        self.state.mark_sent(quiet, now=self.wall())
+        log.info("%d update(s) to %s not posted: their incident was acknowledged (%s)", len(quiet), sink.name, ", ".join(sorted(set(acked.values()))))
+        skipped = {e.id for e in quiet}
+        return [e for e in entries if e.id not in skipped]
 
     def _pace(self, sink: Sink, channel: str | None) -> None:
         """Waits until min_interval has passed since the channel's last post was answered: counted

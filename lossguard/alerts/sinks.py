@@ -18,7 +18,7 @@ from ..escaping import printable
 from ..model import Notice
 from ..state import OutboxEntry, State
 from ..version import __version__
-from . import labels, message
+from . import actions, labels, message
 from .alertmanager import AlertmanagerClient
 from .delivery import Delivery, Manners, Post
 from .plots import Plot
@@ -152,14 +152,19 @@ class SlackSink:
     name = "slack"
 
     def __init__(self, client: SlackBot | SlackWebhook, *, routes: tuple = (), min_interval: float = 1.0,
-                 run_cooldown: float = 600.0, group_threshold: int = 3, state_dir: Path | None = None) -> None:
+                 run_cooldown: float = 600.0, group_threshold: int = 3, state_dir: Path | None = None, buttons: bool = False,
+                 plot_button: bool = False) -> None:
         self.client = client
         self.state_dir = state_dir
         """Where the daemon keeps its state: the silence command an alert shows names it."""
         bot = isinstance(client, SlackBot)
+        self.buttons = buttons and bot
+        """An incident's alert carries the buttons (an app token: Socket Mode takes their clicks)."""
+        self.plot_button = plot_button
+        """Show the plot among them: no picture follows the alert by itself (`plots = false`)."""
         self.manners = Manners(
             channels=bot, routes=tuple(routes), channel=client.channel if bot else None,
-            group_threshold=group_threshold, run_cooldown=run_cooldown if bot else 0.0, min_interval=min_interval,
+            group_threshold=group_threshold, run_cooldown=run_cooldown if bot else 0.0, min_interval=min_interval, acks=self.buttons,
         )
         self.takes_plots = bot
         """A bot uploads an incident's picture into its thread; a webhook cannot upload files."""
@@ -184,7 +189,11 @@ class SlackSink:
         if post.summary:
             return message.summary(post.notices)
         hint = silences.command_for(post.notice, state_dir=None if self.state_dir is None else str(self.state_dir))
-        return message.for_notice(post.notice, host=self.host, version=__version__, silence=hint)
+        entry = post.entries[0]
+        buttons = None
+        if self.buttons and entry.incident_id is not None:
+            buttons = actions.buttons(actions.key_of(entry.key.rpartition("-")[0], entry.incident_id), plot=self.plot_button)
+        return message.for_notice(post.notice, host=self.host, version=__version__, silence=hint, actions=buttons)
 
     def send_plot(self, plot: Plot) -> Delivery:
         """Into the incident's thread (where its alert went: its own message, a burst's summary or

@@ -23,7 +23,8 @@ def add(sub: argparse._SubParsersAction) -> None:
         description="`alert test` posts a test message with the configured Slack bot token (LOSSGUARD_SLACK_TOKEN +\n"
         "LOSSGUARD_SLACK_CHANNEL) or webhook (LOSSGUARD_SLACK_WEBHOOK_URL), and a test alert (alertname\n"
         "LossguardTest, severity info, resolved by itself after 5 minutes) to every configured Alertmanager\n"
-        "replica, and says exactly what went wrong where it fails. Exit 0 when every one took it; 2 when one\n"
+        "replica, and (with an app-level token) asks Slack for a Socket Mode connection, and says exactly what\n"
+        "went wrong where it fails. Exit 0 when every one took it; 2 when one\n"
         "refused it or nothing is configured (exit 1 means \"spikes found\" everywhere in lossguard).",
         epilog="Example:\n  LOSSGUARD_SLACK_TOKEN=xoxb-... lossguard alert test --channel '#training'\n"
         "  lossguard alert test --config /etc/lossguard/lossguard.toml",
@@ -55,6 +56,11 @@ def _run(args: argparse.Namespace) -> int:
         target = f"channel {printable(channel)}" if isinstance(sink, SlackBot) else "the incoming webhook"
         delivery = sink.post(build_test(host=socket.gethostname(), channel=channel))
         failed |= _said(delivery, f"test message to Slack {target}")
+    if settings.slack_app_token is not None:  # (the buttons: Slack must open Socket Mode for the app token)
+        from ..alerts.slack import check_app_token
+
+        failed |= _said(check_app_token(settings.slack_app_token.get_secret_value(), base_url=settings.slack_base_url),
+                        "Socket Mode for the buttons (app-level token)", ok="opens")
     if settings.alertmanager_urls:
         import time
 
@@ -68,10 +74,10 @@ def _run(args: argparse.Namespace) -> int:
     return EXIT_USAGE if failed else EXIT_OK
 
 
-def _said(delivery, what: str) -> bool:  # noqa: ANN001
+def _said(delivery, what: str, *, ok: str = "delivered") -> bool:  # noqa: ANN001
     """Print how a test delivery went; True when it failed."""
     if delivery.ok:
-        print(f"{what}: delivered")
+        print(f"{what}: {ok}")
         return False
     print(f"lossguard: {what} failed: {scrub(printable(delivery.describe()))}", file=sys.stderr)
     return True

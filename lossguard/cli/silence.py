@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from fnmatch import fnmatchcase
 
-from ..errors import UsageError
 from ..escaping import printable
 from .config_file import configured
 from .exits import EXIT_OK
@@ -64,15 +62,11 @@ def add(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_run)
 
 
-def _check_rule_matchers(args: argparse.Namespace) -> None:
-    """A silence whose --rule or --metric matches nothing in the rules in force would never hold
-    anything back: a typo, said now rather than found out at the next page."""
+def _rules_in_force(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """(name, metric) of the rules in force: what a --rule or --metric must match."""
     from ..detection.rules import load_rules
 
-    rules = load_rules(list(configured(args)[0].rules) or None).rules
-    for flag, given, known in (("--rule", args.rule, [r.name for r in rules]), ("--metric", args.metric, sorted({r.metric for r in rules}))):
-        if given is not None and not any(fnmatchcase(k, given) for k in known):
-            raise UsageError(f"{flag} {given!r} matches none of the rules in force ({', '.join(known)})")
+    return [(r.name, r.metric) for r in load_rules(list(configured(args)[0].rules) or None).rules]
 
 
 def _cause_names() -> list[str]:
@@ -125,24 +119,21 @@ def _list_silences(state, args: argparse.Namespace, now: float) -> int:  # noqa:
 def _run(args: argparse.Namespace) -> int:
     import time
 
-    from ..silences import parse_duration, parse_until
+    from dataclasses import asdict
+
+    from ..silences import new_silence, parse_duration, parse_until
     from ..state import State
 
     now = time.time()
     if args.action == "add":
         ends = now + parse_duration(args.duration) if args.duration is not None else parse_until(args.until, now)
-        cause = args.cause
-        if cause is not None and not any(fnmatchcase(c, cause) for c in _cause_names()):
-            raise UsageError(f"--cause {cause!r} matches no cause lossguard names (causes: {', '.join(_cause_names())})")
-        if not args.comment.strip():
-            raise UsageError("--comment is empty: say why, for whoever is on call next")
-        if args.rule is not None or args.metric is not None:
-            _check_rule_matchers(args)
+        checked = args.rule is not None or args.metric is not None
+        new = new_silence(run=args.run, rule=args.rule, metric=args.metric, cause=args.cause, ends=ends, now=now, comment=args.comment,
+                          author=_author(), rules=_rules_in_force(args) if checked else None, causes=_cause_names())
     state = State.attach(state_dir_of(args), create=args.action == "add")
     try:
         if args.action == "add":
-            s = state.add_silence(run=args.run, rule=args.rule, metric=args.metric, cause=args.cause, starts=now, ends=ends,
-                                  comment=args.comment.strip(), author=_author())
+            s = state.add_silence(**asdict(new))
             print(f"silence {silence_line(s)} added; expire it early with `lossguard silence expire {s.id}`")
             return EXIT_OK
         if args.action == "list":

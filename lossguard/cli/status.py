@@ -47,12 +47,28 @@ def _run(args: argparse.Namespace) -> int:
     _section(f"following {len(files)} file(s)", [
         f"{p(f['run'])}  {p(f['path'])}  {p(f['format'] or '?')}  byte {f['offset']}{'  (unreadable)' if f['dead'] else ''}" for f in files
     ])
-    _section(f"{len(incidents)} open incident(s)", [f"{p(inc['run'])}  step {inc['step']}  {p(inc['rule'])}" for inc in incidents])
+    _section(f"{len(incidents)} open incident(s)", [
+        f"{p(inc['run'])}  step {inc['step']}  {p(inc['rule'])}" + (f"  (acknowledged by {p(inc['acked_by'])})" if inc.get("acked_by") else "")
+        for inc in incidents
+    ])
     _section(f"{len(undelivered)} undelivered notification(s)", [
         f"#{n['id']} {n['kind']}  attempts {n['attempts']}{'  PERMANENT' if n['permanent'] else ''}  {p(n['error'] or '')}" for n in undelivered
     ])
     _section(f"{len(silences)} silence(s) in force", [silence_line(Silence.from_json(s)) for s in silences])
+    if summary["slack_link"] is not None:
+        print(_link_line(summary["slack_link"]))
     return EXIT_OK
+
+
+def _link_line(link: dict) -> str:
+    """The Socket Mode link (the buttons on alerts) as the daemon last found it."""
+    import datetime as dt
+
+    since = dt.datetime.fromtimestamp(float(link.get("at") or 0)).astimezone().isoformat(timespec="seconds")
+    words = {"connected": "connected: buttons on alerts are taken", "reconnecting": "reconnecting", "refused": "REFUSED by Slack",
+             "connecting": "connecting"}.get(str(link.get("state")), str(link.get("state")))
+    why = "".join(f": {scrub(printable(str(link[k])))}" for k in ("error", "fix") if link.get(k))
+    return f"slack link {words}{why} (since {since})"
 
 
 def _section(heading: str, lines: list[str]) -> None:

@@ -29,7 +29,7 @@ CREATE TABLE IF NOT EXISTS incidents (
     id INTEGER PRIMARY KEY, run TEXT NOT NULL, rule TEXT NOT NULL, step INTEGER NOT NULL,
     status TEXT NOT NULL, body TEXT NOT NULL, quiet INTEGER NOT NULL DEFAULT 0,
     notified_value REAL, notified_at REAL, top_cause TEXT, thread TEXT, source TEXT NOT NULL DEFAULT '', parent INTEGER,
-    opened_at REAL,
+    opened_at REAL, acked_by TEXT, acked_at REAL,
     UNIQUE (run, rule, step)
 );
 CREATE TABLE IF NOT EXISTS outbox (
@@ -39,7 +39,8 @@ CREATE TABLE IF NOT EXISTS outbox (
 );
 CREATE TABLE IF NOT EXISTS silences (
     id INTEGER PRIMARY KEY, run TEXT NOT NULL, rule TEXT, metric TEXT, cause TEXT, starts REAL NOT NULL, ends REAL NOT NULL,
-    comment TEXT NOT NULL DEFAULT '', author TEXT NOT NULL DEFAULT '', created REAL NOT NULL, expired REAL, reported REAL
+    comment TEXT NOT NULL DEFAULT '', author TEXT NOT NULL DEFAULT '', created REAL NOT NULL, expired REAL, reported REAL,
+    recovers INTEGER
 );
 CREATE TABLE IF NOT EXISTS plots (
     incident_id INTEGER NOT NULL, sink TEXT NOT NULL, picture TEXT NOT NULL, created REAL NOT NULL,
@@ -56,10 +57,13 @@ CREATE TABLE IF NOT EXISTS message_incidents (
 );
 CREATE INDEX IF NOT EXISTS message_incidents_incident ON message_incidents (incident_id);
 CREATE INDEX IF NOT EXISTS messages_in_doubt ON messages (sink) WHERE ts IS NULL;
+CREATE TABLE IF NOT EXISTS envelopes (
+    envelope_id TEXT PRIMARY KEY, received REAL NOT NULL, reply TEXT NOT NULL DEFAULT ''
+);
 """
 
 
-VERSION = 8
+VERSION = 9
 """The layout of state.db, kept in SQLite's user_version. A later layout adds a step to MIGRATIONS
 (the statements that take version N - 1 to N), run in one transaction when an older file is opened.
 Version 0 is a file from before versions were kept: its layout is version 1's. Version 2 writes
@@ -82,8 +86,11 @@ not written since layout 6. Version 8 keeps the messages lossguard posted in a s
 `message_incidents`: the incidents it is the alert of or lists), so a resolution rewrites the
 right message after any restart; a summary's row is written before it is sent (ts empty until
 Slack accepts it: a restart that finds it so knows the summary may have gone out). Alerts posted
-before layout 8 are not in it (their headers are not rewritten). An older lossguard refuses a newer
-file rather than misread it."""
+before layout 8 are not in it (their headers are not rewritten). Version 9 takes actions from
+Slack: the Socket Mode envelopes already applied (`envelopes`: Slack retries one not acknowledged
+in time, and a retry must apply nothing twice), who acknowledged an incident (`incidents.acked_by`,
+`acked_at`: its updates are no longer posted) and the incident whose recovery ends a silence
+(`silences.recovers`). An older lossguard refuses a newer file rather than misread it."""
 MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: (),
     2: (),
@@ -105,6 +112,11 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "INSERT OR IGNORE INTO latest (run, metric, value) SELECT run, metric, substr(tail, -8) FROM streams WHERE typeof(tail)='blob' AND length(tail) >= 16",
     ),
     8: (),  # the `messages` and `message_incidents` tables (SCHEMA creates them)
+    9: (  # (and the `envelopes` table, which SCHEMA creates)
+        "ALTER TABLE incidents ADD COLUMN acked_by TEXT",
+        "ALTER TABLE incidents ADD COLUMN acked_at REAL",
+        "ALTER TABLE silences ADD COLUMN recovers INTEGER",
+    ),
 }
 """(An ADD COLUMN whose column exists is skipped: the step may meet a file that already has it.)"""
 

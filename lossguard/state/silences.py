@@ -10,12 +10,12 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from ..model import Notice
-from ..silences import Silence, covering
+from ..silences import NewSilence, Silence, covering
 from .columns import INCIDENT, incident_row
 from .rows import OutboxEntry
 from .transaction import Connected
 
-_SILENCE = "SELECT id, run, rule, metric, cause, starts, ends, comment, author, created, expired, reported FROM silences"
+_SILENCE = "SELECT id, run, rule, metric, cause, starts, ends, comment, author, created, expired, reported, recovers FROM silences"
 _IN_FORCE = "reported IS NULL AND expired IS NULL AND ends > ?"
 """The silences that may hold something at `?`: the few rows of the `silences_unreported` index,
 never the ended ones (a state may keep thousands: SILENCES_KEPT_DAYS)."""
@@ -63,14 +63,13 @@ class Silences(Connected):
         return [_silence(r) for r in reversed(rows)], total
 
     def add_silence(self, *, run: str, rule: str | None, metric: str | None, cause: str | None, starts: float, ends: float,
-                    comment: str, author: str) -> Silence:
+                    comment: str, author: str, recovers: int | None = None) -> Silence:
         with self.transaction():
-            cur = self.db.execute(
-                "INSERT INTO silences (run, rule, metric, cause, starts, ends, comment, author, created) VALUES (?,?,?,?,?,?,?,?,?)",
-                (run, rule, metric, cause, starts, ends, comment, author, starts),
-            )
-            self._prune_silences(starts)
-        return _silence(self.db.execute(f"{_SILENCE} WHERE id=?", (cur.lastrowid,)).fetchone())
+            ident = insert_silence(self.db, NewSilence(run, rule, metric, cause, starts, ends, comment, author, recovers))
+        return self.silence(ident)
+
+    def silence(self, ident: int) -> Silence:
+        return _silence(self.db.execute(f"{_SILENCE} WHERE id=?", (ident,)).fetchone())
 
     def expire_silence(self, ident: int, *, now: float) -> Silence | None:
         """Ends a silence now (None: no such silence). One already over stays as it was."""
@@ -106,12 +105,21 @@ class Silences(Connected):
                 self.db.execute("UPDATE outbox SET sent_at=?, silenced=? WHERE id=? AND sent_at IS NULL", (now, silence.id, e.id))
         return True
 
+    def end_recovered(self, now: float) -> None:
+        """Silences "until it recovers" whose incident is over end now (their end is then reported
+        as any other's). Looked for by the index of the unreported ones: no write lock taken when none is due."""
+        due = "recovers IS NOT NULL AND reported IS NULL AND expired IS NULL AND recovers IN (SELECT id FROM incidents WHERE status != 'open')"
+        if self.db.execute(f"SELECT EXISTS (SELECT 1 FROM silences WHERE {due})").fetchone()[0]:
+            with self.transaction():
+                self.db.execute(f"UPDATE silences SET expired=? WHERE {due}", (now,))
+
     def end_silences(self, now: float) -> int:
         """Silences that ended since the last look: what they held back and is still wrong (an
         incident still open, a run still stalled) is reported once, to each sink it was held from,
         unless another silence still covers it (then that one holds it). One transaction: a
         crash reports it exactly once, at the next start. Returns the notices queued."""
         queued = 0
+        self.end_recovered(now)
         if not self.db.execute(f"SELECT EXISTS (SELECT 1 FROM silences WHERE {_OVER})", (now,)).fetchone()[0]:
             return 0  # (the common case, every round: no write lock taken, only the index read)
         with self.transaction() as tx:
@@ -138,17 +146,8 @@ class Silences(Connected):
                     "AND o2.kind IN ('opened', 'escalated', 'unsilenced') AND o2.silenced IS NULL)", (now, s.id),
                 )
                 self.db.execute("UPDATE silences SET reported=? WHERE id=?", (now, s.id))
-            self._prune_silences(now)
+            prune_silences(self.db, now)
         return queued
-
-    def _prune_silences(self, now: float) -> None:
-        """Silences ended and reported more than SILENCES_KEPT_DAYS ago are deleted (in the write of
-        a silence added or ended: no timer of its own). The newest row always stays, so that SQLite
-        never gives its id to a new silence: entries it held still name it (`outbox.silenced`)."""
-        self.db.execute(
-            "DELETE FROM silences WHERE reported IS NOT NULL AND min(ends, coalesce(expired, ends)) < ? AND id < (SELECT max(id) FROM silences)",
-            (now - SILENCES_KEPT_DAYS * 86400,),
-        )
 
     def _held_still_wrong(self, silence: Silence) -> list[tuple[Notice, int | None, str]]:
         """(the notice to report, its incident, the sink) for what `silence` held back and is still
@@ -168,3 +167,23 @@ class Silences(Connected):
         for sink, run, step in stalled:
             out.append((Notice("unsilenced", run, step=step), None, sink))
         return out
+
+
+def insert_silence(db: sqlite3.Connection, new: NewSilence) -> int:
+    """A new silence's row (in the caller's transaction: a click's silence commits with its envelope)."""
+    cur = db.execute(
+        "INSERT INTO silences (run, rule, metric, cause, starts, ends, comment, author, created, recovers) VALUES (?,?,?,?,?,?,?,?,?,?)",
+        (new.run, new.rule, new.metric, new.cause, new.starts, new.ends, new.comment, new.author, new.starts, new.recovers),
+    )
+    prune_silences(db, new.starts)
+    return int(cur.lastrowid)
+
+
+def prune_silences(db: sqlite3.Connection, now: float) -> None:
+    """Silences ended and reported more than SILENCES_KEPT_DAYS ago are deleted (in the write of
+    a silence added or ended: no timer of its own). The newest row always stays, so that SQLite
+    never gives its id to a new silence: entries it held still name it (`outbox.silenced`)."""
+    db.execute(
+        "DELETE FROM silences WHERE reported IS NOT NULL AND min(ends, coalesce(expired, ends)) < ? AND id < (SELECT max(id) FROM silences)",
+        (now - SILENCES_KEPT_DAYS * 86400,),
+    )

@@ -15,6 +15,7 @@ import uuid
 from collections import OrderedDict
 from pathlib import Path
 
+from .clicks import Clicks
 from .errors import DAMAGED, StateError, StateLocked, StateTooNew
 from .files import FilesAndTails
 from .incidents import RunsAndIncidents
@@ -61,7 +62,7 @@ def _claim(directory: Path) -> int:
     return fd
 
 
-class State(FilesAndTails, RunsAndIncidents, Outbox, Messages, Plots, Silences):
+class State(FilesAndTails, RunsAndIncidents, Outbox, Messages, Plots, Silences, Clicks):
     """The daemon's state directory, locked for this process (or, `attach` and `secondary`, a
     connection of its own beside it): opened, checked, laid out and, when damaged, moved aside here;
     what it keeps is read and written through its parts, each the owner of its tables."""

@@ -138,13 +138,31 @@ def _summary(db: sqlite3.Connection) -> dict[str, list[dict[str, object]]]:
             {"path": decodable(path_of(p)), "run": r, "format": f, "offset": Cursor.from_json(c).offset, "dead": bool(d)}
             for p, r, f, c, d in q("SELECT path, run, format, cursor, dead FROM files ORDER BY path")
         ],
-        "open_incidents": [{"run": r, "rule": ru, "step": st} for r, ru, st in q("SELECT run, rule, step FROM incidents WHERE status='open' ORDER BY run, step")],
+        "open_incidents": [{"run": r, "rule": ru, "step": st, "acked_by": a} for r, ru, st, a in q(
+            f"SELECT run, rule, step, {_acked(db)} FROM incidents WHERE status='open' ORDER BY run, step")],
         "undelivered": [
             {"id": i, "kind": k, "attempts": a, "error": e, "permanent": bool(p)}
             for i, k, a, e, p in q("SELECT id, kind, attempts, last_error, permanent FROM outbox WHERE sent_at IS NULL ORDER BY id")
         ],
         "silences": [s.to_json() for s in select_silences(db, now=time.time())],
+        "slack_link": _link(db),
     }
+
+
+def _acked(db: sqlite3.Connection) -> str:
+    """Who acknowledged an incident from Slack, as a column (NULL in a state from before layout 9,
+    which `status` reads without changing it)."""
+    columns = {row[1] for row in db.execute("PRAGMA table_info(incidents)")}
+    return "acked_by" if "acked_by" in columns else "NULL"
+
+
+def _link(db: sqlite3.Connection) -> dict[str, object] | None:
+    """How the daemon's Socket Mode link stood when it last changed (None: no app token, or a
+    daemon from before layout 9)."""
+    import json
+
+    row = db.execute("SELECT value FROM meta WHERE key='slack_link'").fetchone()
+    return None if row is None else json.loads(row[0])
 
 
 def read_silences(path: Path, *, now: float) -> list[Silence]:

@@ -21,6 +21,7 @@ from pathlib import Path
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from ..alerts.pipeline import Dispatcher
+from ..alerts.link import slack_link
 from ..alerts.plots import Plotter, takes_plots
 from ..errors import LossguardError
 from ..escaping import printable, printable_lines
@@ -74,7 +75,10 @@ class Daemon:
         stall_after: float = 1800.0,
         metrics: Callable[[Path, list[str]], Metrics] | None = None,
         plots: bool = True,
+        slack_app: dict | None = None,
     ) -> None:
+        """`slack_app`: app_token, base_url, bot (a SlackBot of its own) and actors, when the
+        buttons on alerts are on: their clicks come down a Socket Mode link on a thread of its own."""
         self.roots = roots
         self.rules_loader = rules_loader
         self.poll_interval = poll_interval
@@ -104,6 +108,12 @@ class Daemon:
         self.follower.budget.wake = self.note  # a slow read, left running by a pass, is done
         if os.environ.get(KILL_AT) == "before-first-commit":
             self.follower.before_commit = lambda: self.follower.first_pass and os.kill(os.getpid(), signal.SIGKILL)
+        # Clicks are applied on a connection of their own, the link's status written on another.
+        self._link_states = [self.state.secondary(lock_wait=5.0), self.state.secondary(lock_wait=2.0)] if slack_app else []
+        self.link = None if slack_app is None else slack_link(
+            **slack_app, state=self._link_states[0], status_state=self._link_states[1],
+            rules=lambda: [(r.name, r.metric) for r in self.follower.rules.rules],
+        )
         self.scheduler = BackgroundScheduler(job_defaults={"max_instances": 1, "coalesce": True, "misfire_grace_time": None})
         self.lock = threading.Lock()
         self._wake_pending = False
@@ -298,6 +308,8 @@ class Daemon:
                 self.scheduler.add_job(self.metrics.write_textfile, "interval", seconds=TEXTFILE_EVERY, id="textfile", next_run_time=datetime.now())
         observer = None if self.polling else watch(self.roots, self.note)
         self.scheduler.start()
+        if self.link is not None:
+            self.link.start()
         mode = "polling" if self.polling else "inotify + polling" if remote else "inotify"
         log.info("following %s (%s; full rescan every %.1fs)", ", ".join(map(str, self.roots)), mode, self.every)
         self.notifier.send("READY=1")
@@ -312,6 +324,10 @@ class Daemon:
         with self._scheduling:
             self._closing = True
         self.scheduler.shutdown(wait=True)
+        if self.link is not None:
+            self.link.close()
+        for state in self._link_states:
+            state.close()
         with self.lock:
             self.state.close()
         for dispatcher in self.dispatchers.values():

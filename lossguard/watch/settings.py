@@ -25,7 +25,7 @@ from ..tomlio import key_line, load_toml, read_text
 
 CREDENTIAL_BYTES = 64 << 10
 """A token or a URL is a few hundred bytes: a credential file past 64 KiB is the wrong file."""
-SECRET_FILES = ("slack_token", "slack_webhook_url", "alertmanager_password", "alertmanager_bearer_token")
+SECRET_FILES = ("slack_token", "slack_app_token", "slack_webhook_url", "alertmanager_password", "alertmanager_bearer_token")
 TABLES = ("slack", "alertmanager")
 """lossguard.toml's tables of settings: `[slack] token` is the setting slack_token."""
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
@@ -174,6 +174,10 @@ PathList = Annotated[list[Path], NoDecode]
 """A list of paths that the environment may give as one path, as PATH does (a:b), or as JSON."""
 UrlList = Annotated[list[str], NoDecode]
 """A list of URLs that the environment may give as one URL, several separated by commas, or as JSON."""
+IdList = Annotated[list[str], NoDecode]
+"""Slack IDs the environment gives separated by commas (U012AB3CD,S0614TZR7), or as JSON."""
+SLACK_ID = re.compile(r"^[UWS][A-Z0-9]{2,}$")
+"""A user (U..., W... on Enterprise Grid) or a user group (S...): what Slack sends with a click."""
 LABEL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -197,6 +201,19 @@ def alertmanager_url_problem(url: str) -> str | None:
     return None
 
 DAY = 86400.0
+
+
+def _comma_list(value: object, what: str) -> object:
+    """A list setting the environment gives as text: items separated by commas, or a JSON list."""
+    if not isinstance(value, str):
+        return value
+    text = value.strip()
+    if text.startswith("["):
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"not a JSON list of {what}: {exc.msg} at character {exc.pos}") from None
+    return [part.strip() for part in text.split(",") if part.strip()]
 
 
 class SlackRoute(BaseModel):
@@ -230,6 +247,8 @@ class Settings(BaseSettings):
     metrics_textfile: Path | None = Field(default=None, description="write the metrics to this .prom file for node_exporter's textfile collector")
     metrics_run_ttl: float = Field(default=DAY, allow_inf_nan=False, gt=0, le=DAY * 30, description="seconds after its last new step that a run's series are dropped from the metrics")
     slack_token: SecretStr | None = Field(default=None, description="Slack bot token (xoxb-...); better from a credential file")
+    slack_app_token: SecretStr | None = Field(default=None, description="Slack app-level token (xapp-...) with connections:write: buttons on alerts, taken through Socket Mode; better from a credential file")
+    slack_actors: IdList = Field(default_factory=list, description="Slack user IDs (U...) or user-group IDs (S...) who may act on alerts from Slack; empty: nobody")
     slack_channel: str | None = Field(default=None, description="channel for the bot token's messages")
     slack_webhook_url: SecretStr | None = Field(default=None, description="Slack incoming webhook URL, instead of a bot token")
     slack_base_url: str = Field(default="https://slack.com/api/", description="Slack Web API base URL (GovSlack, tests)")
@@ -273,6 +292,36 @@ class Settings(BaseSettings):
             raise ValueError("must end in .prom (node_exporter's textfile collector reads only those)")
         return value
 
+    @field_validator("slack_actors", mode="before")
+    @classmethod
+    def _id_list(cls, value: object) -> object:
+        """One ID or several separated by commas (LOSSGUARD_SLACK_ACTORS=U012AB3CD,S0614TZR7), or a JSON list."""
+        return _comma_list(value, "IDs")
+
+    @field_validator("slack_actors")
+    @classmethod
+    def _actors(cls, value: list[str]) -> list[str]:
+        """An ID as Slack writes it: a name (@ana) or a typo would let nobody act, found out at 3 a.m."""
+        ids = [v.strip() for v in value]
+        for ident in ids:
+            if not SLACK_ID.match(ident):
+                raise ValueError(f"{ident!r} is not a Slack user ID (U...) or user-group ID (S...): find it in the profile's menu, 'Copy member ID'")
+        return ids
+
+    @field_validator("slack_app_token")
+    @classmethod
+    def _app_token(cls, value: SecretStr | None) -> SecretStr | None:
+        """An app-level token, not the bot's (the two are easily swapped: each fails in its own way)."""
+        if value is None:
+            return value
+        token = value.get_secret_value().strip()
+        remember(token)
+        if not token:
+            return None
+        if not token.startswith("xapp-"):
+            raise ValueError("must be an app-level token (xapp-...: the app's Basic Information, App-Level Tokens, with connections:write)")
+        return SecretStr(token)
+
     @field_validator("slack_token", "alertmanager_password", "alertmanager_bearer_token")
     @classmethod
     def _secret(cls, value: SecretStr | None) -> SecretStr | None:
@@ -309,15 +358,7 @@ class Settings(BaseSettings):
     def _url_list(cls, value: object) -> object:
         """One URL, several separated by commas (LOSSGUARD_ALERTMANAGER_URLS=http://a:9093,http://b:9093),
         or a JSON list."""
-        if not isinstance(value, str):
-            return value
-        text = value.strip()
-        if text.startswith("["):
-            try:
-                return json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"not a JSON list of URLs: {exc.msg} at character {exc.pos}") from None
-        return [part.strip() for part in text.split(",") if part.strip()]
+        return _comma_list(value, "URLs")
 
     @field_validator("alertmanager_urls")
     @classmethod
@@ -360,6 +401,13 @@ class Settings(BaseSettings):
             for url in self.alertmanager_urls:
                 if in_clear(urlsplit(url)):
                     raise ValueError(f"alertmanager: {url} must use https:// (plain http would send the credentials in clear)")
+        return self
+
+    @model_validator(mode="after")
+    def _app_needs_bot(self) -> Settings:
+        """A click is answered by updating the alert and replying to the clicker: a bot's calls (a webhook can do neither)."""
+        if self.slack_app_token is not None and self.slack_token is None:
+            raise ValueError("slack: an app_token (buttons) needs a bot token too (slack_token, xoxb-...): it updates the alert a click acts on")
         return self
 
     @field_validator("slack_channel")
@@ -427,7 +475,7 @@ def _reason(error: Any, *, given: dict[str, object], config: Path | None) -> str
     field, rest = str(error["loc"][0]), error["loc"][1:]
     detail = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in rest)
     why = error["msg"].removeprefix("Value error, ")
-    if "input" in error and not isinstance(error["input"], (dict, list)) and field not in (*SECRET_FILES, "alertmanager_urls"):
+    if "input" in error and not isinstance(error["input"], (dict, list)) and field not in (*SECRET_FILES, "alertmanager_urls", "slack_actors"):
         shown = repr(error["input"])
         why += f" (got {shown if len(shown) <= 40 else shown[:37] + '...'})"
     if field in given:

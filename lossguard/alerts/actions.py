@@ -1,0 +1,226 @@
+"""The buttons on an alert and what a click on one does, as a pure decision (issue 27): an envelope
+Slack sent down the Socket Mode link, and what the state says (the incident, who may act, the rules
+in force, the clock), in; what to do out: refuse in one ephemeral line, make a silence, or
+acknowledge the incident. No I/O, no clock of its own: `alerts.clicks` looks the facts up, applies
+the decision and answers Slack.
+
+A click makes the silence `lossguard silence add` makes for the same matchers (`silences.new_silence`,
+the glob of the run and of the rule the alert's own command shows), with who clicked and when in
+its comment, so `silence list` and `status` show it as any other. The buttons carry only the
+incident's key (`<state id>-<incident id>`, in the actions block's id): run, rule and whether the
+incident is still open are read from the state at the click, never trusted from the message.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from ..errors import UsageError
+from ..silences import NewSilence, literal_glob, new_silence
+from ..state import IncidentRow
+from .message import escape
+
+SILENCE_RUN = "lossguard.silence_run"
+SILENCE_RULE = "lossguard.silence_rule"
+ACKNOWLEDGE = "lossguard.acknowledge"
+SHOW_PLOT = "lossguard.show_plot"
+ACTIONS = (SILENCE_RUN, SILENCE_RULE, ACKNOWLEDGE, SHOW_PLOT)
+BLOCK = "lossguard|"
+"""The actions block's id starts so; the incident's key follows."""
+CHOICES = {"1h": ("1 h", 3600.0), "4h": ("4 h", 4 * 3600.0), "recovers": ("until it recovers", 7 * 86400.0)}
+"""The run menu's options: the words the message says, and how long the silence may last (until it
+recovers: at most a week, so a run that never recovers is not silenced for good by one click)."""
+RULE_FOR = "4h"
+EXPIRES = 30 * 60.0
+"""A click older than this (made while the daemon was down, retried by Slack when it came back) is
+answered as expired: whoever clicked has moved on, and may have silenced it by hand meanwhile."""
+REFUSED = "You may not silence lossguard alerts here (ask to be listed in slack_actors)."
+
+
+def key_of(state_id: str, incident_id: int) -> str:
+    return f"{state_id}-{incident_id}"
+
+
+def _text(words: str) -> dict:
+    return {"type": "plain_text", "text": words, "emoji": True}
+
+
+def buttons(key: str, *, acknowledged: bool = False, plot: bool = False) -> dict:
+    """The actions block of an incident's alert (`acknowledged`: without the Acknowledge button;
+    `plot`: with Show the plot, where no picture follows the alert by itself: `plots = false`)."""
+    menu = {"type": "static_select", "action_id": SILENCE_RUN, "placeholder": _text("Silence this run"),
+            "options": [{"text": _text(f"Silence this run {words}"), "value": value} for value, (words, _) in CHOICES.items()]}
+    rule = {"type": "button", "action_id": SILENCE_RULE, "text": _text(f"Silence this rule {CHOICES[RULE_FOR][0]}"), "value": key}
+    elements = [menu, rule]
+    if not acknowledged:
+        elements.append({"type": "button", "action_id": ACKNOWLEDGE, "text": _text("Acknowledge"), "style": "primary", "value": key})
+    if plot:
+        elements.append({"type": "button", "action_id": SHOW_PLOT, "text": _text("Show the plot"), "value": key})
+    return {"type": "actions", "block_id": f"{BLOCK}{key}", "elements": elements}
+
+
+@dataclass(frozen=True)
+class Click:
+    """A button clicked (or an option chosen) on one of our alerts, as Slack sent it."""
+
+    envelope_id: str
+    action: str
+    key: str
+    user: str
+    name: str
+    choice: str | None = None
+    channel: str | None = None
+    ts: str | None = None
+    """The message clicked on (channel and ts): the one updated in place."""
+    clicked_at: float | None = None
+    text: str = ""
+    blocks: tuple[dict, ...] = ()
+
+
+@dataclass(frozen=True)
+class Command:
+    """`/lossguard status [RUN]`, typed in Slack."""
+
+    envelope_id: str
+    user: str
+    name: str
+    text: str
+
+
+def parse(envelope: dict) -> Click | Command | None:
+    """Ours, or None: a hello, an event, a click on a button of another app or an older layout."""
+    kind, envelope_id, payload = envelope.get("type"), envelope.get("envelope_id"), envelope.get("payload")
+    if not isinstance(envelope_id, str) or not isinstance(payload, dict):
+        return None
+    if kind == "slash_commands":
+        return Command(envelope_id, str(payload.get("user_id", "")), str(payload.get("user_name", "")), str(payload.get("text", "")))
+    if kind != "interactive" or payload.get("type") != "block_actions":
+        return None
+    action = next((a for a in payload.get("actions") or () if isinstance(a, dict) and a.get("action_id") in ACTIONS), None)
+    if action is None or not str(action.get("block_id", "")).startswith(BLOCK):
+        return None
+    user = payload.get("user") or {}
+    container = payload.get("container") or {}
+    message = payload.get("message") or {}
+    selected = action.get("selected_option") or {}
+    try:
+        clicked_at = float(action.get("action_ts"))
+    except (TypeError, ValueError):
+        clicked_at = None
+    return Click(
+        envelope_id, action["action_id"], str(action["block_id"]).removeprefix(BLOCK), str(user.get("id", "")),
+        str(user.get("username") or user.get("name") or user.get("id", "")), choice=selected.get("value"),
+        channel=container.get("channel_id") or (payload.get("channel") or {}).get("id"), ts=container.get("message_ts") or message.get("ts"),
+        clicked_at=clicked_at, text=str(message.get("text", "")), blocks=tuple(b for b in message.get("blocks") or () if isinstance(b, dict)),
+    )
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What the state and the settings say at the click."""
+
+    state_id: str
+    incident: IncidentRow | None
+    acked_by: str | None
+    actors: frozenset[str]
+    groups: frozenset[str] = frozenset()
+    """The user groups of `actors` the clicker is in."""
+    rules: tuple[tuple[str, str], ...] = ()
+    """(name, metric) of the rules in force."""
+    causes: tuple[str, ...] = ()
+    now: float = 0.0
+
+
+@dataclass(frozen=True)
+class Refuse:
+    reply: str
+
+
+@dataclass(frozen=True)
+class MakeSilence:
+    new: NewSilence
+    reply: str
+    line: str
+    """What the alert says from now on (`silenced 4 h by @ana at 03:12`)."""
+
+
+@dataclass(frozen=True)
+class Acknowledge:
+    incident_id: int
+    by: str
+    reply: str
+    line: str
+
+
+@dataclass(frozen=True)
+class ShowPlot:
+    incident_id: int
+    reply: str
+
+
+Decision = Refuse | MakeSilence | Acknowledge | ShowPlot
+
+
+def _at(now: float) -> str:
+    """The time in each reader's own zone (Slack's date formatting), UTC where it cannot."""
+    return f"<!date^{int(now)}^{{time}}|{time.strftime('%H:%M UTC', time.gmtime(now))}>"
+
+
+def allowed(user: str, facts: Facts) -> bool:
+    return user in facts.actors or bool(facts.groups & facts.actors)
+
+
+def decide(click: Click, facts: Facts) -> Decision:
+    """What a click does. Refused, changing nothing, when the clicker is not listed, the click is
+    older than EXPIRES, the state holds no such incident (started over, or pruned), or the silence
+    would hold nothing (its rule is no longer in force; the incident recovered already)."""
+    if not allowed(click.user, facts):
+        return Refuse(REFUSED)
+    if click.clicked_at is not None and facts.now - click.clicked_at > EXPIRES:
+        return Refuse(f"This button expired: it was clicked {int((facts.now - click.clicked_at) // 60)} min ago, "
+                      "while lossguard could not take it. Nothing changed; click again if it still holds.")
+    state_id, _, ident = click.key.rpartition("-")
+    row = facts.incident
+    if state_id != facts.state_id or row is None or not ident.isdigit() or row.id != int(ident):
+        return Refuse("lossguard no longer holds this incident (its state was started over): nothing changed.")
+    inc = row.incident
+    who = f"@{click.name}"
+    if click.action == SHOW_PLOT:
+        return ShowPlot(row.id, f"The curves of {inc.run} around step {inc.step}, as lossguard holds them now, follow in the alert's thread.")
+    if click.action == ACKNOWLEDGE:
+        if facts.acked_by is not None:
+            return Refuse(f"Already acknowledged by {facts.acked_by}.")
+        return Acknowledge(row.id, who, f"You took {inc.run} ({inc.rule}): its updates are no longer posted.", f"acknowledged by {escape(who)} at {_at(facts.now)}")
+    choice = click.choice if click.action == SILENCE_RUN else RULE_FOR
+    if choice not in CHOICES:
+        return Refuse(f"lossguard does not know the choice {choice!r}: nothing changed.")
+    words, seconds = CHOICES[choice]
+    recovers = row.id if choice == "recovers" else None
+    if recovers is not None and row.status != "open":
+        return Refuse(f"{inc.run} has recovered already: a silence until it recovers would hold nothing.")
+    stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(facts.now))
+    rule = literal_glob(inc.rule) if click.action == SILENCE_RULE else None
+    try:
+        new = new_silence(run=literal_glob(inc.run), rule=rule, ends=facts.now + seconds, now=facts.now, author=who,
+                          comment=f"from Slack at {stamp} by {who} ({click.user})", rules=list(facts.rules) if rule else None,
+                          causes=list(facts.causes), recovers=recovers)
+    except UsageError as exc:
+        return Refuse(f"That silence would hold nothing ({exc}): nothing changed.")
+    what = f"rule {inc.rule} of {inc.run}" if rule else f"run {inc.run}"
+    return MakeSilence(new, f"Silenced the {what} {words} (`lossguard silence list` shows it).",
+                       f"silenced {words} by {escape(who)} at {_at(facts.now)}" + (f" (rule {escape(inc.rule)})" if rule else ""))
+
+
+def updated(click: Click, line: str, *, acknowledged: bool) -> tuple[dict, ...]:
+    """The clicked alert's blocks with what was done said under it, and its buttons (Acknowledge
+    gone once someone took it); the rest as Slack holds it, so a header the daemon rewrote stays."""
+    ours = next((b for b in click.blocks if str(b.get("block_id", "")).startswith(BLOCK)), None)
+    had = {e.get("action_id") for e in ours.get("elements", ())} if ours is not None else {ACKNOWLEDGE}
+    was_acked = ACKNOWLEDGE not in had
+    blocks = [b for b in click.blocks if b is not ours]
+    said = {"type": "context", "elements": [{"type": "mrkdwn", "text": line}]}
+    if not any(b.get("type") == "context" and any(e.get("text") == line for e in b.get("elements", ())) for b in blocks):  # (a retried envelope)
+        blocks.append(said)
+    blocks.append(buttons(click.key, acknowledged=acknowledged or was_acked, plot=SHOW_PLOT in had))
+    return tuple(blocks[-50:])

@@ -1,0 +1,190 @@
+"""A click from Slack applied: the facts looked up in the state, the pure decision (alerts.actions)
+taken, its change committed with the envelope's id, then (after the ack) the alert updated in place
+and the clicker answered in one ephemeral line.
+
+Exactly once: the change and the envelope commit in one transaction (state.clicks), and the ack is
+sent only after that commit. An envelope Slack sends again (the ack never came: a kill, a dropped
+link) finds its row: nothing is applied a second time, and the update and the answer it may have
+missed are given again from what was recorded (updating a message twice with the same line is
+the same message)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+
+from ..state import State, StateBusy
+from . import actions
+from .message import Message
+from .slack import SlackBot
+
+log = logging.getLogger("lossguard")
+KILL_AT = "LOSSGUARD_TEST_KILL_AT"
+"""A test hook: `before-ack` makes the daemon SIGKILL itself once a click is committed, before its
+ack is sent (Slack then sends the envelope again)."""
+GROUPS_FOR = 300.0
+"""Seconds a user group's members are trusted before they are asked again."""
+
+Then = Callable[[], None] | None
+
+
+class ClickHandler:
+    """What the Socket Mode link calls for every envelope, one at a time (its own state connection)."""
+
+    def __init__(self, state: State, bot: SlackBot, *, actors: list[str], rules: Callable[[], list[tuple[str, str]]],
+                 causes: list[str], status: Callable[[str], str] | None = None, clock: Callable[[], float] = time.time) -> None:
+        self.state, self.bot, self.rules, self.causes, self.clock = state, bot, rules, tuple(causes), clock
+        self.actors = frozenset(actors)
+        self.status = status
+        """`/lossguard status [RUN]`'s answer (None: the command is not offered)."""
+        self._lock = threading.Lock()
+        self._groups: dict[str, tuple[float, frozenset[str]]] = {}
+
+    def __call__(self, envelope: dict) -> tuple[dict | None, Then]:
+        parsed = actions.parse(envelope)
+        if parsed is None:
+            return None, None
+        with self._lock:
+            try:
+                if isinstance(parsed, actions.Command):
+                    return self._command(parsed), None
+                return None, self._click(parsed)
+            except StateBusy as exc:  # (not acked: Slack sends it again, when the state can be written)
+                log.warning("a click from Slack waits: %s", exc)
+                raise
+            except Exception:  # noqa: BLE001 - acked, or Slack would send what cannot be applied again and again
+                log.exception("a click from Slack could not be applied (envelope %s); it is acknowledged and dropped", parsed.envelope_id)
+                return None, None
+
+    def _click(self, click: actions.Click) -> Then:
+        recorded = self.state.envelope_reply(click.envelope_id)
+        if recorded is not None:
+            log.info("envelope %s from Slack was applied already: answered again, nothing applied twice", click.envelope_id)
+            return self._afterwards(click, {**json.loads(recorded), "plot": None})  # (a picture is not drawn a second time)
+        now = self.clock()
+        decision = actions.decide(click, self._facts(click, now))
+        done = {"reply": decision.reply, "line": getattr(decision, "line", None), "acked": isinstance(decision, actions.Acknowledge),
+                "plot": decision.incident_id if isinstance(decision, actions.ShowPlot) else None}
+        recorded = json.dumps(done)
+        if isinstance(decision, actions.MakeSilence):
+            s = self.state.apply_silence(click.envelope_id, decision.new, reply=recorded, now=now)
+            if s is not None:
+                log.info("silence %s added from Slack", s.describe())
+        elif isinstance(decision, actions.Acknowledge):
+            self.state.acknowledge(click.envelope_id, decision.incident_id, by=decision.by, reply=recorded, now=now)
+            log.info("incident %s acknowledged from Slack by %s", decision.incident_id, decision.by)
+        else:
+            self.state.answered(click.envelope_id, reply=recorded, now=now)
+        if os.environ.get(KILL_AT) == "before-ack":
+            os.kill(os.getpid(), signal.SIGKILL)
+        return self._afterwards(click, done)
+
+    def _facts(self, click: actions.Click, now: float) -> actions.Facts:
+        _, _, ident = click.key.rpartition("-")
+        found = self.state.clicked_incident(int(ident)) if ident.isdigit() else None
+        row, acked_by = found if found is not None else (None, None)
+        allowed = click.user in self.actors
+        return actions.Facts(self.state.id, row, acked_by, self.actors, frozenset() if allowed else self._groups_of(click.user, now),
+                             rules=tuple(self.rules()), causes=self.causes, now=now)
+
+    def _groups_of(self, user: str, now: float) -> frozenset[str]:
+        """The user groups listed in slack_actors that `user` is in (asked of Slack, kept GROUPS_FOR)."""
+        mine = set()
+        for group in (a for a in self.actors if a.startswith("S")):
+            at, members = self._groups.get(group, (-1e18, frozenset()))
+            if now - at > GROUPS_FOR:
+                fresh = self.bot.group_members(group)
+                if fresh is not None:
+                    at, members = now, fresh
+                    self._groups[group] = (at, members)
+            if user in members:
+                mine.add(group)
+        return frozenset(mine)
+
+    def _afterwards(self, click: actions.Click, done: dict) -> Then:
+        """After the ack: the alert updated in place (when something was done) and the clicker told."""
+
+        def then() -> None:
+            if done.get("line") and click.channel and click.ts:
+                blocks = actions.updated(click, done["line"], acknowledged=bool(done.get("acked")))
+                delivery = self.bot.update(Message(click.text, blocks), ts=click.ts, channel=click.channel)
+                if not delivery.ok:
+                    log.warning("the alert a click acted on could not be updated: %s", delivery.describe())
+            if click.channel:
+                delivery = self.bot.ephemeral(done["reply"], channel=click.channel, user=click.user)
+                if not delivery.ok:
+                    log.warning("the answer to a click from Slack could not be posted: %s", delivery.describe())
+            if done.get("plot") is not None and click.channel and click.ts:
+                self._show_plot(click, int(done["plot"]))
+
+        return then
+
+    def _show_plot(self, click: actions.Click, incident_id: int) -> None:
+        """The incident's curves as the state holds them now (its streams' tails), drawn in a child
+        process and uploaded into the alert's thread; the file is removed once uploaded."""
+        import tempfile
+        from pathlib import Path
+
+        from .picture import PANELS, PlotError, draw, picture
+
+        with self._lock:
+            found = self.state.clicked_incident(incident_id)
+            inc = found[0].incident if found else None
+            tails = self.state.tails_of([inc.run], sorted({inc.metric, *PANELS})) if inc else {}
+        pic = picture(inc, {m: (t.steps, t.values) for (_, m), t in tails.items()}) if inc else None
+        if pic is None:
+            self.bot.ephemeral("lossguard no longer holds the curve of this incident.", channel=click.channel, user=click.user)
+            return
+        folder = self.state.directory / "plots"
+        try:
+            folder.mkdir(mode=0o700, exist_ok=True)
+            with tempfile.TemporaryDirectory(dir=folder) as tmp:
+                path = draw(pic, Path(tmp) / f"incident-{incident_id}.png", cache_dir=folder / ".matplotlib")
+                delivery = self.bot.upload(path, channel=click.channel, thread_ts=click.ts, title=f"{inc.run}: {inc.metric} around step {inc.step}")
+        except (PlotError, OSError) as exc:
+            log.warning("the plot a click asked for could not be drawn: %s", exc)
+            return
+        if not delivery.ok:
+            log.warning("the plot a click asked for could not be uploaded: %s", delivery.describe())
+
+    def _command(self, command: actions.Command) -> dict:
+        """`/lossguard status [RUN]`, answered in the ack (ephemeral), from the state."""
+        if command.user not in self.actors and not self._groups_of(command.user, self.clock()):
+            text = actions.REFUSED
+        elif self.status is None:
+            text = "lossguard answers no commands here."
+        else:
+            verb, _, run = command.text.strip().partition(" ")
+            text = self.status(run.strip()) if verb in ("", "status") else "Usage: `/lossguard status [RUN]` (RUN: a run name or a glob)"
+        return {"response_type": "ephemeral", "text": text}
+
+
+STATUS_SHOWN = 20
+
+
+def status_text(state: State, run: str = "") -> str:
+    """`/lossguard status [RUN]`: the open incidents (of runs matching RUN) and the silences in
+    force, as mrkdwn (names escaped)."""
+    from fnmatch import fnmatchcase
+
+    from .message import code, escape
+
+    pattern = run or "*"
+    incidents, stalled = state.firing()
+    incidents = [r for r in incidents if fnmatchcase(r.incident.run, pattern)]
+    silences = [s for s in state.silences(now=time.time()) if run == "" or fnmatchcase(run, s.run)]
+    lines = [f"*{len(incidents)} open incident(s)*" + (f" in runs matching {code(run)}" if run else "")]
+    lines += [f"• {code(r.incident.run)} step {r.incident.step}, rule {code(r.incident.rule)}" for r in incidents[:STATUS_SHOWN]]
+    if len(incidents) > STATUS_SHOWN:
+        lines.append(f"… and {len(incidents) - STATUS_SHOWN} more (`lossguard status` on the box)")
+    stalled = [r for r in stalled if fnmatchcase(r.run, pattern)]
+    if stalled:
+        lines.append(f"*{len(stalled)} stalled run(s)*: " + ", ".join(code(r.run) for r in stalled[:STATUS_SHOWN]))
+    lines.append(f"*{len(silences)} silence(s) in force*")
+    lines += [f"• {escape(s.describe())}" for s in silences[:STATUS_SHOWN]]
+    return "\n".join(lines)

@@ -1,0 +1,106 @@
+"""The daemon's one outbound WebSocket to Slack (Socket Mode), kept open on a thread of its own so
+that nothing it does (connecting, waiting out a backoff, a click being applied) ever delays reading
+the logs or delivering alerts, which go their own way over the Web API.
+
+It reconnects with exponential backoff and jitter (1 s doubling to a minute) when the connection
+drops or cannot be made; a token Slack refuses (invalid, revoked, no app-level token) is said once,
+loudly, with its fix, and then tried again only rarely (a fixed credential needs a restart anyway):
+alerts keep flowing meanwhile. How it stands is written to the state for `lossguard status`."""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable
+
+log = logging.getLogger("lossguard")
+FIRST_WAIT = 1.0
+LONGEST_WAIT = 60.0
+REFUSED_WAIT = 900.0
+"""After a refused token: the next quiet try (the token may have been reinstalled meanwhile)."""
+WATCH_EVERY = 0.2
+
+
+class Link:
+    """`connect()` -> an object with open() -> Delivery, connected() and close() (alerts.slack.SocketModeLink)."""
+
+    def __init__(self, connect: Callable[[], object], *, on_status: Callable[[dict], None] = lambda status: None,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.connect = connect
+        self.on_status = on_status
+        self.clock = clock
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="slack-socket-mode", daemon=True)
+        self.status: dict[str, object] = {"state": "connecting"}
+        self._refused_said = False
+        self._failing = False
+
+    def start(self) -> Link:
+        self.thread.start()
+        return self
+
+    def close(self, timeout: float = 5.0) -> None:
+        self.stop.set()
+        if self.thread.is_alive():
+            self.thread.join(timeout)
+            self._say(state="stopped")
+
+    def _say(self, **status: object) -> None:
+        self.status = {**status, "at": self.clock()}
+        try:
+            self.on_status(self.status)
+        except Exception:  # noqa: BLE001 - status is for people; the link goes on without it
+            log.debug("the Slack link's status could not be written", exc_info=True)
+
+    def _run(self) -> None:
+        wait = FIRST_WAIT
+        while not self.stop.is_set():
+            session = self.connect()
+            opened = session.open()
+            if opened.ok:
+                self._refused_said = self._failing = False
+                log.info("Slack Socket Mode link open: buttons on alerts are taken")
+                self._say(state="connected")
+                wait = FIRST_WAIT
+                while session.connected() and not self.stop.wait(WATCH_EVERY):
+                    pass
+                session.close()
+                if self.stop.is_set():
+                    break
+                log.warning("Slack Socket Mode link dropped; reconnecting (alerts are not affected)")
+                self._say(state="reconnecting", error="the connection dropped")
+                self.stop.wait(random.uniform(0, FIRST_WAIT))
+                continue
+            session.close()
+            if opened.permanent:
+                if not self._refused_said:
+                    self._refused_said = True
+                    log.error("Slack refused the app-level token: %s; buttons on alerts do nothing until it is fixed and lossguard restarted "
+                              "(alerts keep flowing)", opened.describe())
+                self._say(state="refused", error=opened.error, fix=opened.fix)
+                self.stop.wait(REFUSED_WAIT)
+                continue
+            # (said once an outage: the next tries, every minute at most, only at debug level)
+            (log.debug if self._failing else log.warning)("Slack Socket Mode link cannot connect, trying again in %.0f s: %s", wait, opened.describe())
+            self._failing = True
+            self._say(state="reconnecting", error=opened.error)
+            self.stop.wait(random.uniform(wait / 2, wait))
+            wait = min(wait * 2, LONGEST_WAIT)
+
+
+def slack_link(*, app_token: str, base_url: str, bot, state, status_state, actors: list[str], rules: Callable[[], list[tuple[str, str]]]) -> Link:  # noqa: ANN001
+    """The link the daemon keeps when an app token is set: clicks applied through `state` (a
+    connection of its own), the link's status written through `status_state` (another)."""
+    from .clicks import ClickHandler, status_text
+    from .message import CAUSE_TITLES
+    from .slack import SocketModeLink
+
+    handler = ClickHandler(state, bot, actors=actors, rules=rules, causes=list(CAUSE_TITLES), status=lambda run: status_text(state, run))
+    sdk_log = logging.getLogger("lossguard.slack_sdk")
+    if not log.isEnabledFor(logging.DEBUG):  # (its own error lines for a dropped connection: the link says it once)
+        sdk_log.setLevel(logging.CRITICAL)
+    if not actors:
+        log.warning("slack_app_token is set but slack_actors is empty: every click on an alert's buttons is refused")
+    return Link(lambda: SocketModeLink(app_token, base_url=base_url, on_request=handler, logger=sdk_log), on_status=status_state.set_link)
