@@ -115,3 +115,14 @@ def test_the_daemon_judges_each_run_a_file_names_and_moves_each_on(tmp_path, led
     runs = {r.run: r.last_step for r in state.runs()}
     assert (runs["exp1/proj/alpha"], runs["exp1/proj/beta"]) == (34, 30)
     state.close()
+
+
+@pytest.mark.parametrize("folder", ["wandb", "mlruns", "dvclive"])
+def test_a_folder_merely_named_like_a_trackers_hides_none_of_the_logs_under_it(tmp_path, folder):
+    # A checkout or a project folder of that name (`~/src/wandb/`, `/scratch/dvclive/exp1/`) holds
+    # ordinary runs: only what the tracker itself keeps there makes the folder its.
+    log = tmp_path / folder / "exp1" / "train.log"
+    log.parent.mkdir(parents=True)
+    log.write_text("".join(f"step {s} loss {2.0 + (s % 3) * 0.01}\n" for s in range(1, 30)) + "step 30 loss 9.0\n")
+    assert [(f.run, f.path) for f in discover(tmp_path, problems=[])] == [(f"{folder}/exp1", log)]
+    assert [(i.run, i.step) for i in scan([tmp_path], rules=default_rules()).incidents] == [(f"{folder}/exp1", 30)]

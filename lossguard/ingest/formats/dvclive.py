@@ -85,5 +85,10 @@ def _named(path: Path) -> Named:
     return Named(path.stem)  # (read with --format dvclive from anywhere)
 
 
+OWN = frozenset({"plots", "metrics.json", "params.yaml", "dvc.yaml", "report.html", "report.md", "artifacts", "images"})
+"""What dvclive keeps in its folder: a folder merely called `dvclive` holding none of it (a checkout
+of dvclive itself, a project) is walked as any folder, its logs not hidden."""
+
+
 DVCLIVE = OneMetric(LineFormat("dvclive", parse), _named)
-FORMAT = Format(reader=DVCLIVE, layout=Layout(folder=FOLDER, logs=_logs, skip=frozenset({"artifacts"}), renamed=renamed))
+FORMAT = Format(reader=DVCLIVE, layout=Layout(folder=FOLDER, logs=_logs, skip=frozenset({"artifacts"}), renamed=renamed, own=OWN.__contains__))

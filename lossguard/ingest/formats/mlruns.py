@@ -88,11 +88,18 @@ def _logs(below: tuple[str, ...]) -> bool:
     return len(below) >= 4 and below[2] == METRICS and below[0] != mlruns.TRASH
 
 
+def _own(name: str) -> bool:
+    """What MLflow's file store keeps in its folder: experiments by their numeric ids, `.trash`,
+    the model registry's `models`. A folder merely called `mlruns` (a checkout, a project) holding
+    anything else is walked as any folder, its logs not hidden."""
+    return name.isdigit() or name in (mlruns.TRASH, "models")
+
+
 MLRUNS = OneMetric(LineFormat("mlruns", parse), _named)
 FORMAT = Format(
     reader=MLRUNS, names_runs=True,
     # Where a run's metrics are not: its artifacts (checkpoints, thousands of files), deleted
     # experiments, traces. (params/ and tags/ are a small file each and are left to `logs`: a
     # metric key may well have a folder of either name, `params/norm`.)
-    layout=Layout(folder=FOLDER, logs=_logs, skip=frozenset({"artifacts", mlruns.TRASH, "traces"}), renamed=renamed),
+    layout=Layout(folder=FOLDER, logs=_logs, skip=frozenset({"artifacts", mlruns.TRASH, "traces"}), renamed=renamed, own=_own),
 )
