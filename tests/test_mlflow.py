@@ -208,6 +208,17 @@ def test_a_db_no_tracker_wrote_is_passed_over_in_silence_and_lossguards_own_stat
     assert res.dead and [p.message for p in res.problems] == ["not a SQLite database after all; no longer read"]
 
 
+def test_a_tracker_database_cut_short_is_one_warning_naming_it_and_the_runs_beside_it_are_read(store, tmp_path):
+    _written(store)
+    other = store.parent.parent / "copied" / "mlflow.db"
+    other.parent.mkdir()
+    # An rsync cut off: the head of a real MLflow database, the rest missing.
+    other.write_bytes(store.read_bytes()[: store.stat().st_size // 2])
+    result = scan([store.parent.parent], rules=default_rules())
+    assert sorted({r.run.split("/")[1] for r in result.runs}) == ["pretrain", "sft"]
+    assert [(p.source, p.message) for p in result.all_problems] == [(str(other), "database disk image is malformed; no longer read")]
+
+
 def _follower(root: Path, state: State) -> Follower:
     return Follower([root], rules=default_rules(), state=state, log=lambda _: None, pass_budget=WAIT_FOR_EVERY_READ)
 

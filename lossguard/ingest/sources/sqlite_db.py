@@ -114,14 +114,23 @@ def opened(path: Path) -> Iterator[sqlite3.Connection]:
 
 def tables(path: Path) -> frozenset[str]:
     """The tables of a database (empty for a file that is none, or one that can not be read now)."""
+    return tables_or_damage(path)[0]
+
+
+def tables_or_damage(path: Path) -> tuple[frozenset[str], Unreadable | None]:
+    """The tables of a database, and, where a file that starts as a database can not be read at
+    all (cut short by a copy, overwritten: SQLite says it is malformed), why: such a file is a
+    tracker's damaged database far more often than an application's, and is worth a word."""
     try:
         with open(path, "rb") as fh:
             if not is_database(fh.read(len(MAGIC))):
-                return frozenset()
+                return frozenset(), None
         with opened(path) as db:
-            return frozenset(r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'"))
-    except (OSError, Unreadable):
-        return frozenset()
+            return frozenset(r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")), None
+    except OSError:
+        return frozenset(), None
+    except Unreadable as exc:
+        return frozenset(), exc if exc.dead else None
 
 
 def columns(db: sqlite3.Connection, table: str) -> frozenset[str]:
