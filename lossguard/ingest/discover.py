@@ -104,7 +104,7 @@ def _enters(name: str, path: str) -> bool:
         return True
     if name in SKIP_DIRS:
         return False
-    found = tracked(path) if LAYOUTS else None
+    found = tracked(path)
     return found is None or found[0].layout is None or name not in found[0].layout.skip
 
 

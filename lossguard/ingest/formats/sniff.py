@@ -46,7 +46,7 @@ def tracked(path: str) -> tuple[Format, tuple[str, ...]] | None:
     return None
 
 
-def in_layout(path: str) -> tuple[bool, str | None]:
+def _layout_format(path: str) -> tuple[bool, Format | None]:
     """Whether `path` sits in a tracker's folder, and if so the format reading it (None: a file of
     that folder that is not a log)."""
     found = tracked(path)
@@ -54,15 +54,21 @@ def in_layout(path: str) -> tuple[bool, str | None]:
         return False, None
     fmt, below = found
     assert fmt.layout is not None
-    return True, fmt.name if fmt.layout.logs(below) else None
+    return True, fmt if fmt.layout.logs(below) else None
+
+
+def in_layout(path: str) -> tuple[bool, str | None]:
+    """_layout_format, the format by its name."""
+    inside, fmt = _layout_format(path)
+    return inside, None if fmt is None else fmt.name
 
 
 def may_name_runs(path: Path) -> bool:
     """Whether the file's format, as its place or name settles it, names its rows' runs (a file
     whose format only its content tells is taken not to)."""
-    found = tracked(str(path))
-    if found is not None and found[0].layout is not None and found[0].layout.logs(found[1]):
-        return found[0].names_runs
+    held = _layout_format(str(path))[1]
+    if held is not None:
+        return held.names_runs
     if path.name.lower().endswith(sqlite_db.SUFFIXES):
         return True  # (a database's content says whose it is, and trackers' databases hold many runs)
     return any(fmt.names_runs and fmt.claims_name(path.name) for fmt in FORMATS)
