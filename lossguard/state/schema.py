@@ -60,10 +60,14 @@ CREATE INDEX IF NOT EXISTS messages_in_doubt ON messages (sink) WHERE ts IS NULL
 CREATE TABLE IF NOT EXISTS envelopes (
     envelope_id TEXT PRIMARY KEY, received REAL NOT NULL, reply TEXT NOT NULL DEFAULT ''
 );
+CREATE INDEX IF NOT EXISTS envelopes_received ON envelopes (received);
+CREATE TABLE IF NOT EXISTS said (
+    channel TEXT NOT NULL, ts TEXT NOT NULL, line TEXT NOT NULL, at REAL NOT NULL, PRIMARY KEY (channel, ts, line)
+);
 """
 
 
-VERSION = 9
+VERSION = 10
 """The layout of state.db, kept in SQLite's user_version. A later layout adds a step to MIGRATIONS
 (the statements that take version N - 1 to N), run in one transaction when an older file is opened.
 Version 0 is a file from before versions were kept: its layout is version 1's. Version 2 writes
@@ -90,7 +94,10 @@ before layout 8 are not in it (their headers are not rewritten). Version 9 takes
 Slack: the Socket Mode envelopes already applied (`envelopes`: Slack retries one not acknowledged
 in time, and a retry must apply nothing twice), who acknowledged an incident (`incidents.acked_by`,
 `acked_at`: its updates are no longer posted) and the incident whose recovery ends a silence
-(`silences.recovers`). An older lossguard refuses a newer file rather than misread it."""
+(`silences.recovers`). Version 10 indexes the envelopes by when they came (each click prunes the
+old ones) and keeps what was said on a message from Slack (`said`: `silenced 4 h by @ana at 03:12`,
+by channel and ts), so the header the daemon rewrites as the incident resolves or grows keeps it.
+An older lossguard refuses a newer file rather than misread it."""
 MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: (),
     2: (),
@@ -117,6 +124,7 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "ALTER TABLE incidents ADD COLUMN acked_at REAL",
         "ALTER TABLE silences ADD COLUMN recovers INTEGER",
     ),
+    10: (),  # the envelopes' index and the `said` table (SCHEMA creates them)
 }
 """(An ADD COLUMN whose column exists is skipped: the step may meet a file that already has it.)"""
 
