@@ -393,8 +393,7 @@ def test_a_refusal_is_answered_but_stores_no_envelope(slack, socket, state):
 
 
 def test_a_member_of_a_user_group_slack_no_longer_names_is_refused_not_taken_on_old_membership(slack, state):
-    from lossguard.alerts import clicks
-    from lossguard.alerts.actions import UNCHECKED
+    from lossguard.alerts import actions, clicks
     from lossguard.alerts.clicks import ClickHandler
     from lossguard.alerts.message import CAUSE_TITLES
 
@@ -417,8 +416,8 @@ def test_a_member_of_a_user_group_slack_no_longer_names_is_refused_not_taken_on_
         _wait(lambda: len(_requests(slack, "chat.postEphemeral")) == 2)
     finally:
         handler.close()
-    assert UNCHECKED.format(groups="S0ONCALL01") in [r["text"] for r in _requests(slack, "chat.postEphemeral")]  # (follow-ups: in any order)
     assert state.silences() == []
+    assert actions.UNCHECKED.format(groups="S0ONCALL01") in [r["text"] for r in _requests(slack, "chat.postEphemeral")]  # (follow-ups: in any order)
 
 
 def test_a_retried_show_the_plot_uploads_once_and_a_new_click_after_a_failed_upload_draws_again(slack, socket, state):

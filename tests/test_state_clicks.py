@@ -120,7 +120,7 @@ def test_status_reads_a_layout_8_state_as_it_is_and_leaves_it_so(tmp_path, capsy
     path = tmp_path / "state" / "state.db"
     db = sqlite3.connect(path)
     db.execute("DROP TABLE envelopes")
-    db.execute("DROP TABLE said")
+    db.execute("DROP TABLE IF EXISTS said")
     for table, column in (("incidents", "acked_by"), ("incidents", "acked_at"), ("silences", "recovers")):
         db.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
     db.execute("PRAGMA user_version=8")

@@ -1,12 +1,13 @@
 """A click from Slack applied: the facts looked up in the state, the pure decision (alerts.actions)
-taken, its change committed with the envelope's id, then (after the ack) the alert updated in place
-and the clicker answered in one ephemeral line.
+taken, its change committed with the envelope's id, then (after the ack, on threads of our own:
+alerts.followups) the alert updated in place and the clicker answered in one ephemeral line.
 
 Exactly once: the change and the envelope commit in one transaction (state.clicks), and the ack is
 sent only after that commit. An envelope Slack sends again (the ack never came: a kill, a dropped
 link) finds its row: nothing is applied a second time, and the update and the answer it may have
-missed are given again from what was recorded (updating a message twice with the same line is
-the same message)."""
+missed are given again. The update is built from the state as it goes out (every line said on
+the message, whether the incident is still open), so it is the same message whatever order the
+follow-ups run in, and never reopens an alert whose incident is over."""
 
 from __future__ import annotations
 
