@@ -34,8 +34,9 @@ GROUPS_FOR = 300.0
 
 Then = Callable[[], None] | None
 COULD_NOT = "lossguard could not take this click; see its log."
-AGAIN = "click Show the plot again to try again."
 """The answer to a click that failed for a reason nobody foresaw (acked: Slack would only send it again)."""
+AGAIN = "click Show the plot again to try again."
+"""A new click draws the plot again; Slack's retry of the same envelope does not (exactly once)."""
 
 
 class ClickHandler:
