@@ -339,3 +339,101 @@ def test_history_read_before_any_run_record_is_named_for_the_run_id_in_the_file_
     assert [p.offset for p in res.problems][:1] == [offset] and "named for the file's run id" in res.problems[1].message
     assert set(res.frame.get_column("run").unique()) == {f"exp1/{ids['hf']}"}
     assert res.frame.get_column("step").min() > 10 and res.frame.get_column("step").max() == 3000
+
+
+def test_many_growing_files_read_together_give_what_each_read_alone_gives(box, tmp_path):
+    """A daemon's pass reads the few new records of many runs in one decode (readmany): each file's
+    rows, cursor and span are those its own read gives, at every stage of growth, a cut record
+    included; a file with damage in its new bytes is left to its own read, which warns of it."""
+    from lossguard.detection.engine import SCAN_NEEDS
+    from lossguard.ingest import readmany
+
+    root, ids = box
+    sources = [_file(root, ids[k]) for k in ("hf", "twin", "resumed")]
+    datas = [s.read_bytes() for s in sources]
+    targets = [tmp_path / f"{i}" / s.name for i, s in enumerate(sources)]
+    for t in targets:
+        t.parent.mkdir()
+    targets.append(tmp_path / "damaged" / sources[0].name)
+    targets[-1].parent.mkdir()
+    datas.append(datas[0])
+    cursors = [Cursor()] * len(targets)
+    batched = 0
+    for stage in range(1, 41):
+        for i, (t, d) in enumerate(zip(targets, datas)):
+            grown = bytearray(d[: len(d) * stage // 40 + (stage * 37) % 11])  # (cut anywhere: inside records too)
+            if i == len(targets) - 1 and stage == 20:
+                at = cursors[i].offset + 60
+                grown[at] ^= 0x01  # (a history record's byte, in what this stage adds)
+            t.write_bytes(bytes(grown))
+        jobs = [readmany.Job(t, c, f"run{i}", "wandb", limit=None if i % 2 else 3000) for i, (t, c) in enumerate(zip(targets, cursors))]
+        together = readmany.read_many(jobs, options=OPTIONS, needs=SCAN_NEEDS)
+        alone = [read(j.path, j.cursor, run=j.run, fmt="wandb", final=False, options=OPTIONS, limit=j.limit, needs=SCAN_NEEDS) for j in jobs]
+        for i, (t, a) in enumerate(zip(together, alone)):
+            if t is None:
+                assert stage == 1 or a.problems or i == len(targets) - 1, (stage, i)
+                continue
+            batched += 1
+            assert t.frame.equals(a.frame), (stage, i)
+            assert (t.cursor, t.span, t.named, t.problems) == (a.cursor, a.span, a.named, ()), (stage, i)
+        cursors = [a.cursor for a in alone]
+        if stage == 20:
+            assert any("damaged" in p.message for p in alone[-1].problems)
+    assert batched > 100
+
+
+@settings(max_examples=100)
+@given(keys=st.lists(st.binary(max_size=40), min_size=1, max_size=40), extra=st.integers(0, 600), seed=st.integers(0, 2**32 - 1))
+def test_keys_told_apart_as_arrays_are_the_distinct_byte_strings(keys, extra, seed):
+    """_distinct gives each item the index of its exact bytes among the distinct ones, keys of any
+    length (the long ones compared whole), and many distinct keys sharing hash slots."""
+    import numpy as np
+
+    from lossguard.ingest.formats.wandb_items import _distinct
+    from lossguard.ingest.sources.wandb_log import PAD
+
+    rng = np.random.default_rng(seed)
+    pool = keys + [rng.bytes(int(n)) for n in rng.integers(0, 30, extra)]
+    items = [pool[i] for i in rng.integers(0, len(pool), 3 * len(pool))]
+    raw = bytes(PAD) + b"".join(items) + bytes(PAD)
+    lengths = np.array([len(k) for k in items])
+    starts = PAD + np.cumsum(lengths) - lengths
+    found, codes = _distinct(np.frombuffer(raw, dtype=np.uint8), starts, starts + lengths)
+    assert [found[c] for c in codes.tolist()] == items
+    assert len(set(found)) == len(found) == len(set(items))
+
+
+@settings(max_examples=200)
+@given(records=st.lists(st.binary(max_size=12), min_size=1, max_size=40))
+def test_the_records_the_reader_needs_are_told_from_their_first_bytes_as_a_varint_walk_tells_them(records):
+    """_read_here, from each record's first 8 bytes, against the field walk it stands for: `num` a
+    varint, then the kind's key (history, or control before a RunRecord)."""
+    import numpy as np
+
+    from lossguard.ingest.formats.wandb import _read_here
+    from lossguard.ingest.sources.protobuf import varints
+    from lossguard.ingest.sources.wandb_log import PAD
+
+    raw = bytes(PAD) + b"".join(records) + bytes(PAD)
+    data = np.frombuffer(raw, dtype=np.uint8)
+    lengths = np.array([len(r) for r in records])
+    starts = PAD + np.cumsum(lengths) - lengths
+    ends = starts + lengths
+    _, after, bad = varints(data, starts + 1, ends)
+    kind, then = data[after], data[after + 1]
+    ours = (kind == 0x12) | (((kind == 0x8A) | (kind == 0x82)) & (then == 0x01))
+    longer = after - starts > 6  # (a num longer than 5 bytes: needed, whatever follows)
+    expected = (data[starts] != 0x08) | bad | ours | longer
+    assert _read_here(data, starts, ends).tolist() == expected.tolist()
+
+
+@settings(max_examples=100)
+@given(raw=st.binary(min_size=0, max_size=200), lead=st.integers(0, 7))
+def test_words_gathered_at_any_byte_are_the_bytes_there(raw, lead):
+    import numpy as np
+
+    from lossguard.ingest.sources.tfrecord import rows_at, words_at
+
+    arr = np.frombuffer(bytes(lead) + raw + bytes(16), dtype=np.uint8)[lead:]
+    at = np.arange(0, max(0, arr.size - 16))
+    assert words_at(arr, at).tolist() == rows_at(arr, at, 8).view("<u8").ravel().tolist()

@@ -13,7 +13,7 @@ from ..redact import scrub
 from ..report.output import write_file
 from .config_file import configured, read_options_of
 from .exits import EXIT_FOUND, EXIT_OK, EXIT_USAGE
-from .help_text import Formatter, presets
+from .help_text import Formatter, Later, presets
 from .state_access import state_dir
 
 
@@ -31,7 +31,7 @@ def add(sub: argparse._SubParsersAction) -> None:
         "  lossguard scan runs/ --rules olmo-core\n  lossguard scan runs/ --compare-rules rules/default.toml llm-foundry",
     )
     p.add_argument("paths", nargs="*", type=Path, metavar="PATH", help="folder of runs, run folder or log file (default: `paths` in --config)")
-    p.add_argument("--rules", action="append", type=Path, metavar="FILE_OR_DIR", help=f"rules file, folder of them, or a preset: {presets()} (repeatable; default: default)")
+    p.add_argument("--rules", action="append", type=Path, metavar="FILE_OR_DIR", help=Later(lambda: f"rules file, folder of them, or a preset: {presets()} (repeatable; default: default)"))
     p.add_argument("--format", choices=["table", "json", "markdown", "html"], default="table", help="report format (default: table)")
     p.add_argument("-o", "--output", type=Path, metavar="FILE", help="write the report to FILE instead of stdout")
     p.add_argument("--run", metavar="GLOB", help="only runs whose name matches GLOB")

@@ -9,7 +9,7 @@ import sys
 from ..escaping import printable
 from .config_file import configured
 from .exits import EXIT_OK
-from .help_text import Formatter
+from .help_text import Formatter, Later
 from .state_access import add_state_options, no_such, row_ids, state_dir_of
 
 
@@ -44,7 +44,7 @@ def add(sub: argparse._SubParsersAction) -> None:
     adding.add_argument("--run", required=True, metavar="GLOB", help="runs whose name matches GLOB ('*': every run)")
     adding.add_argument("--rule", metavar="GLOB", help="only incidents of rules matching GLOB")
     adding.add_argument("--metric", metavar="GLOB", help="only incidents of metrics matching GLOB (loss, grad_norm...)")
-    adding.add_argument("--cause", metavar="GLOB", help="only incidents whose likely cause matches GLOB (" + ", ".join(_cause_names()) + ")")
+    adding.add_argument("--cause", metavar="GLOB", help=Later(lambda: "only incidents whose likely cause matches GLOB (" + ", ".join(_cause_names()) + ")"))
     until = adding.add_mutually_exclusive_group(required=True)
     until.add_argument("--for", dest="duration", metavar="DURATION", help="how long: 90s, 30m, 2h, 1h30m, 1d")
     until.add_argument("--until", metavar="TIME", help="until when: ISO 8601, local time unless a zone is given (2026-12-02T09:00)")

@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 
 from ..errors import UsageError
-from .help_text import Formatter, presets
+from .help_text import Formatter, Later, presets
 from .state_access import state_dir
 
 
@@ -23,7 +23,7 @@ def add(sub: argparse._SubParsersAction) -> None:
         epilog="Example:\n  lossguard watch /data/runs --state-dir /var/lib/lossguard\n  lossguard watch runs/ --polling --poll-interval 5   # NFS/Lustre",
     )
     p.add_argument("paths", nargs="*", type=Path, metavar="PATH", help="runs folders (default: `paths` in the config)")
-    p.add_argument("--rules", action="append", type=Path, metavar="FILE_OR_DIR", help=f"rules file, folder of them, or a preset: {presets()} (repeatable; default: `rules` in the config, else default)")
+    p.add_argument("--rules", action="append", type=Path, metavar="FILE_OR_DIR", help=Later(lambda: f"rules file, folder of them, or a preset: {presets()} (repeatable; default: `rules` in the config, else default)"))
     p.add_argument("--config", type=Path, help="lossguard.toml (see deploy/lossguard.toml)")
     p.add_argument("--state-dir", type=Path, help="default: $STATE_DIRECTORY, else the XDG state dir")
     p.add_argument("--poll-interval", type=float, metavar="SECONDS", help="seconds between rescans when polling (--polling, or a root on NFS/Lustre/CIFS/FUSE; default 10)")

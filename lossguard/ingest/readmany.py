@@ -57,9 +57,12 @@ class _File:
 
 
 def batched(fmt: str | None, options: ReadOptions) -> bool:
-    """Whether files of `fmt` can be read together (a user's format of the same name can not)."""
+    """Whether files of `fmt` can be read together (a user's format of the same name can not):
+    lines a format's `together` marks, or records a format's `read_together` decodes (W&B's)."""
     reader = BUILTIN.get(fmt) if fmt else None
-    return isinstance(reader, LineFormat) and reader.together is not None and options.reader(fmt) is reader
+    if reader is None or options.reader(fmt) is not reader:
+        return False
+    return (isinstance(reader, LineFormat) and reader.together is not None) or hasattr(reader, "read_together")
 
 
 def read_many(jobs: Sequence[Job], *, options: ReadOptions, needs: Needs | None = None, lean: bool = False, largest: int = SMALL_BLOCK) -> list[ReadResult | None]:
@@ -73,7 +76,9 @@ def read_many(jobs: Sequence[Job], *, options: ReadOptions, needs: Needs | None 
             by_format.setdefault(job.fmt, []).append(k)
     for fmt, at in by_format.items():
         reader = BUILTIN[fmt]
-        assert isinstance(reader, LineFormat)
+        if not isinstance(reader, LineFormat):
+            _records_together(reader, [(k, jobs[k]) for k in at], out, options, needs, lean, largest)
+            continue
         files: list[tuple[int, _File]] = []
         for k in at:
             got = _block(jobs[k], largest, lean)
@@ -171,6 +176,32 @@ def _parse_together(reader: LineFormat, files: list[tuple[int, _File]], options:
         span = (int(steps[lo:hi].min()), int(steps[lo:hi].max())) if hi > lo else None
         klo, khi = int(kept_bounds[i]), int(kept_bounds[i + 1])
         out[k] = ReadResult(finished.slice(klo, khi - klo), cursor, span=span)
+
+
+def _records_together(reader, jobs: list[tuple[int, Job]], out: list[ReadResult | None], options: ReadOptions, needs: Needs | None, lean: bool, largest: int) -> None:  # noqa: ANN001 - (a format with read_together)
+    """Fills `out` for the files of a records format its `read_together` read: their raw rows
+    finished as one table (each row's run as read() names it: table.run_of),
+    then sliced file by file. Complete files (a scan's) are read alone."""
+    todo = [(k, job) for k, job in jobs if not job.final]
+    if not todo:
+        return
+    keep = needs.keeper(options.aliases) if needs is not None else None
+    try:
+        rows, found = reader.read_together([(job.path, job.cursor, job.limit) for _, job in todo], keep=keep, largest=largest)
+    except Exception:  # noqa: BLE001 - each file is then read on its own, where read() names the one at fault
+        return
+    read = [(k, job, f) for (k, job), f in zip(todo, found) if f is not None]
+    owner = pl.Series(np.repeat(np.arange(len(read)), [f[2] for _, _, f in read]), dtype=pl.Int64())
+    runs = [table.run_of(job.run, f[0].name or "") for _, job, f in read]
+    rows = rows.with_columns(pl.Series("run", runs, dtype=pl.String()).gather(owner))
+    tags = rows.get_column("tag").unique().to_list()
+    finished = table.finish(rows, run=".", source="", metric_of=options.aliases.mapping(tags), lean=lean)
+    if not lean:
+        finished = finished.with_columns(pl.Series("source", [decodable(str(job.path)) for _, job, _ in read], dtype=pl.String()).gather(owner))
+    at = 0
+    for k, _, (cursor, span, count) in read:
+        out[k] = ReadResult(finished.slice(at, count), cursor, span=span, named=True)
+        at += count
 
 
 MARKS = ("alone", "record", "last_step")

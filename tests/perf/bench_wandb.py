@@ -5,8 +5,8 @@ daemon following growing `.wandb` files beside the same runs as JSON lines, in o
     python tests/perf/bench_wandb.py --only read --repeat 5
 
 (a) The file is written once by the real wandb (offline mode) into perf-data/ and cached. Each
-figure is a fresh process, wall time, the fastest of `--repeat` runs taken in turns: lossguard's
-library read, `lossguard read --format csv`, and a Python loop that splits the records and parses
+figure is a fresh process, wall time, the median (and range) of `--repeat` runs taken in turns:
+lossguard's library read, `lossguard read --format csv`, and a Python loop that splits the records and parses
 each with wandb's own `wandb_internal_pb2.Record` (no checksums checked; values through
 json.loads). The same read without the imports (each process times its own read) is printed too:
 a fresh process spends most of its time importing polars or wandb.
@@ -23,6 +23,7 @@ import json
 import os
 import shutil
 import signal
+import statistics
 import struct
 import subprocess
 import sys
@@ -34,7 +35,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common  # noqa: E402
 from _common import DATA, measure  # noqa: E402
-from bench_readers import best_of, row  # noqa: E402
+from bench_readers import with_code  # noqa: E402
 from bench_watch import cpu_seconds, line, start  # noqa: E402
 
 WRITE_RUN = r"""
@@ -112,23 +113,50 @@ def wandb_file(steps: int) -> Path:
     return sorted(folder.glob("wandb/offline-run-*/run-*.wandb"))[0]
 
 
-def bench_read(steps: int, repeat: int) -> None:
+def _median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def _spread(values: list[float], *, ms: bool = False) -> str:
+    """Median and range of a figure, as the README gives them."""
+    lo, mid, hi = (f"{v * 1e3:.0f}" if ms else f"{v:.2f}" for v in (min(values), _median(values), max(values)))
+    return f"{mid} {'ms' if ms else 's'} ({lo}-{hi})"
+
+
+def bench_read(steps: int, repeat: int, code_dir: str | None = None) -> None:
+    """Each figure a median of `repeat` fresh processes, all taken in turns (lossguard, the pb2 loop,
+    the CLI; then the same again), so that a burst of load on this shared machine falls on all of
+    them alike; with `code_dir`, an older tree's library read is taken in the same turns."""
     path = wandb_file(steps)
     mb = path.stat().st_size / 1e6
-    print(f"\n(a) a run of {steps:,} steps, 4 metrics, written by wandb: {mb:.1f} MB")
-    print(f"  {'reader':<40} {'time':>11} {'peak RSS':>12}  {'vs lossguard':>9}")
+    print(f"\n(a) a run of {steps:,} steps, 4 metrics, written by wandb: {mb:.1f} MB; {repeat} turns, medians (range)")
     cli = [sys.executable, "-m", "lossguard", "read", str(path), "--format", "csv"]
-    ours, pb2, (ct, crss) = best_of(repeat, [
-        lambda: measure(LOSSGUARD.format(path=str(path))), lambda: measure(PB2_LOOP.format(path=str(path))), lambda: _common.measure_cmd(cli),
-    ])
-    (t, rss, out), (pt, prss, pout) = ours, pb2
-    rows, read_s = out.split()
-    prows, pread_s = pout.split()
-    print(row("lossguard read (library)", t, rss, None, f"{int(rows):,} rows; the read alone {float(read_s) * 1e3:.0f} ms"))
-    print(row("lossguard read --format csv (CLI)", ct, crss, None, "whole process, CSV written to a pipe"))
-    print(row("wandb_internal_pb2 loop", pt, prss, t, f"{int(prows):,} values; the loop alone {float(pread_s) * 1e3:.0f} ms"))
-    print(f"  the read alone, without imports: pb2 loop / lossguard = {float(pread_s) / float(read_s):.1f}x; "
-          f"whole process: library {pt / t:.1f}x, CLI {pt / ct:.1f}x (target >= 5x)")
+    fns = [lambda: measure(LOSSGUARD.format(path=str(path))), lambda: measure(PB2_LOOP.format(path=str(path))), lambda: _common.measure_cmd(cli)]
+    if code_dir:
+        env = with_code(code_dir)
+        fns.append(lambda: measure(LOSSGUARD.format(path=str(path)), env=env))
+    load = [os.getloadavg()[0]]
+    turns: list[list] = [[] for _ in fns]
+    for _ in range(repeat):
+        for i, fn in enumerate(fns):
+            turns[i].append(fn())
+        load.append(os.getloadavg()[0])
+    ours, pb2, cli_runs = turns[:3]
+    rows = {int(o[2].split()[0]) for o in ours}
+    read = [float(o[2].split()[1]) for o in ours]
+    loop = [float(o[2].split()[1]) for o in pb2]
+    whole, peer = [o[0] for o in ours], [o[0] for o in pb2]
+    print(f"  lossguard read (library): the read alone {_spread(read, ms=True)}, whole process {_spread(whole)}, "
+          f"{_median([o[1] for o in ours]):.0f} MB; {rows.pop():,} rows")
+    print(f"  lossguard read --format csv (CLI): whole process {_spread([c[0] for c in cli_runs])}, {_median([c[1] for c in cli_runs]):.0f} MB")
+    print(f"  wandb_internal_pb2 loop: the loop alone {_spread(loop, ms=True)}, whole process {_spread(peer)}, {_median([o[1] for o in pb2]):.0f} MB")
+    if code_dir:
+        base = [float(o[2].split()[1]) for o in turns[3]]
+        print(f"  {code_dir}'s library read: the read alone {_spread(base, ms=True)}, whole process {_spread([o[0] for o in turns[3]])}")
+    per_turn = sorted(p / r for p, r in zip(loop, read))
+    print(f"  the read alone: pb2 loop / lossguard = {_median(loop) / _median(read):.1f}x (medians; per turn {per_turn[0]:.1f}-{per_turn[-1]:.1f}x); "
+          f"whole process: library {_median(peer) / _median(whole):.1f}x, CLI {_median(peer) / _median([c[0] for c in cli_runs]):.1f}x (target >= 5x)")
+    print(f"  load average (1 min) during the turns: {min(load):.1f}-{max(load):.1f} on {os.cpu_count()} cores")
 
 
 class WandbLog:
@@ -229,7 +257,8 @@ def follow(kind: str, runs: int, rate: int, seconds: float, *, flush_every: floa
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", type=int, default=20_000)
-    ap.add_argument("--repeat", type=int, default=3, help="runs per figure in (a); the fastest counts")
+    ap.add_argument("--repeat", type=int, default=5, help="turns in (a); each figure is the median")
+    ap.add_argument("--code-dir", help="(a) also times this tree's library read (an older checkout, for A/B)")
     ap.add_argument("--runs", type=int, default=100)
     ap.add_argument("--rate", type=int, default=10, help="steps a second each run logs in (b)")
     ap.add_argument("--seconds", type=float, default=30)
@@ -240,7 +269,7 @@ def main() -> None:
     os.chdir(DATA)  # (children run `python -c`: the repository's own lossguard/ must not shadow the installed one)
     print("lossguard W&B benchmark (ratio = peer time / lossguard time; higher is better for lossguard)")
     if "read" in parts:
-        bench_read(args.steps, args.repeat)
+        bench_read(args.steps, args.repeat, args.code_dir)
     if "follow" in parts:
         print(f"\n(b) the daemon following {args.runs} runs logging {args.rate} steps/s each, for {args.seconds:.0f} s")
         jsonl = follow("jsonl", args.runs, args.rate, args.seconds)

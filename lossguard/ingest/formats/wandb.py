@@ -6,21 +6,15 @@ The log (sources/wandb_log.py) holds protobuf `wandb_internal.Record`s; two kind
 (HistoryRecord: one `wandb.log` call, items of a key, or nested keys, and a JSON value). Summary,
 system stats, console output, config and files records are passed over unread.
 
-Decoding is done for all records at once (sources/protobuf.py): a history record's items are found
-in a few array rounds, the few distinct keys are decoded once each, and the values, JSON numbers
-(`NaN`, `Infinity` and `-Infinity` as W&B writes them), are parsed by polars in one call (the few
-of a daemon's read, one by one). A value
-that is not a number (a histogram, an image, a table, text, a boolean) is passed over quietly: it
-is not a curve lossguard could judge.
+Decoding is done for all records at once (the items: formats/wandb_items.py), here for a chunk of
+a file, and for the few new records of many files a daemon's pass reads (`read_together`).
 """
 
 from __future__ import annotations
 
-import io
 import os
 import re
 from dataclasses import dataclass
-from functools import lru_cache
 from fnmatch import fnmatchcase
 from pathlib import Path
 
@@ -30,19 +24,20 @@ import polars as pl
 from .. import table
 from ..cursor import Cursor
 from ..problems import Problem
-from ..sources.protobuf import WIRE_LEN, fields, spans_of, varints
+from ..sources.protobuf import WIRE_LEN, fields, spans_of
 from ..sources.tfrecord import rows_at
-from ..sources.wandb_log import BLOCK, FILE_HEADER, frame, header_problem
+from ..sources.wandb_log import BLOCK, FILE_HEADER, Records, frame, header_problem
 from .base import Format, Keep, Layout, Parsed, Sink
+from .wandb_items import Items, items_of, named
 
-CHUNK = 16 << 20
-"""Bytes framed and decoded at a time (whole 32 KiB blocks): memory stays bounded by a chunk."""
+CHUNK = 4 << 20
+"""Bytes framed and decoded at a time (whole 32 KiB blocks): memory stays bounded by a chunk, and a
+chunk's arrays stay in the caches and in memory the process already has (on a VM, a page touched
+for the first time costs microseconds: 16 MiB chunks cost a read of 10 MB 40% more page faults)."""
 
 RECORD_HISTORY, RECORD_RUN = 2, 17
 RECORD_TYPES = frozenset({2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 17, 18, 20, 21, 22, 23, 24, 25, 26, 27, 100})
 """The members of Record's `record_type` oneof: once one is met, nothing after it is needed."""
-HISTORY_ITEM, HISTORY_STEP = 1, 2
-ITEM_KEY, ITEM_NESTED_KEY, ITEM_VALUE_JSON = 1, 2, 16
 RUN_ID, RUN_PROJECT, RUN_DISPLAY_NAME = 1, 3, 8
 
 TRAINER_STEPS = ("train/global_step", "trainer/global_step")
@@ -52,175 +47,7 @@ put the curve at the wrong steps."""
 W_AND_B_OWN = ("_step", "_runtime", "_timestamp")
 HISTORY = "history"
 """Cursor.steps of a file whose records carry no trainer step: W&B's own step (`_step`)."""
-_NUMBER_START = np.zeros(256, dtype=bool)
-_NUMBER_START[list(b"-0123456789NI")] = True
-"""First bytes of a JSON number (and of W&B's NaN, Infinity, -Infinity)."""
-LONGEST_NUMBER = 32
-SMALL = 512
-"""Values parsed one by one (float) rather than by polars, whose CSV reader costs ~1 ms a call:
-what a daemon's pass finds in a file is a few steps' values."""
 _RUN_FILE = re.compile(r"^run-(?P<id>.+)\.wandb$")
-
-
-@dataclass(frozen=True)
-class _Items:
-    """The items of a chunk's history records, one entry per item."""
-
-    record: np.ndarray
-    """Index of the item's history record (in file order)."""
-    code: np.ndarray
-    """Index into `names` of the item's key."""
-    value: np.ndarray
-    """Float64, NaN where the value is not a number (`numeric` says which)."""
-    numeric: np.ndarray
-    names: list[str]
-
-
-_LOW = np.array([(1 << (8 * k)) - 1 if k < 8 else (1 << 64) - 1 for k in range(17)], dtype=np.uint64)
-"""_LOW[k]: the low k bytes of a little-endian uint64."""
-
-
-def _distinct(data: np.ndarray, starts: np.ndarray, stops: np.ndarray) -> tuple[list[bytes], np.ndarray]:
-    """The distinct byte strings at [starts, stops) and each one's index among them. Writers log a
-    few dozen keys over and over: each string is summed up by its length and its first and last 8
-    bytes (all of it, up to 16 bytes), the summaries' hashes sorted once, and every string checked
-    against its group's first (a string that differs is placed exactly, one by one). `data` has
-    zero bytes around the spans (sources/wandb_log.PAD)."""
-    lengths = stops - starts
-    short = np.minimum(lengths, 8)
-    head = rows_at(data, starts, 8).view("<u8").ravel() & _LOW[short]
-    tail = rows_at(data, stops - 8, 8).view("<u8").ravel() & ~_LOW[8 - short]
-    mixed = head * np.uint64(0x9E3779B97F4A7C15) ^ tail * np.uint64(0xC2B2AE3D27D4EB4F) ^ lengths.astype(np.uint64)
-    _, firsts, codes = np.unique(mixed, return_index=True, return_inverse=True)
-    codes = codes.ravel()
-    rep = firsts[codes]
-    same = (head == head[rep]) & (tail == tail[rep]) & (lengths == lengths[rep])
-    for code in np.flatnonzero(lengths[firsts] > 16).tolist():
-        members = np.flatnonzero((codes == code) & same)
-        rows = rows_at(data, starts[members], int(lengths[firsts[code]]))
-        same[members] = (rows == rows_at(data, starts[firsts[code] : firsts[code] + 1], rows.shape[1])).all(axis=1)
-    found = [data[starts[f] : stops[f]].tobytes() for f in firsts.tolist()]
-    odd = np.flatnonzero(~same)
-    if odd.size:  # (a hash collision: never seen, but exact all the same)
-        known = {k: i for i, k in enumerate(found)}
-        for i in odd.tolist():
-            key = data[starts[i] : stops[i]].tobytes()
-            codes[i] = known.setdefault(key, len(known))
-        found = list(known)
-    return found, codes
-
-
-def _get(data: np.ndarray, at: np.ndarray) -> np.ndarray:
-    """The bytes at `at` (positions past the end read the last byte: callers check bounds apart)."""
-    return data[np.minimum(at, data.size - 1)]
-
-
-def _item_spans(data: np.ndarray, s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Per item at [s, e): where its key fields end (they are its bytes from `s` on: the key's
-    identity) and where its JSON value is; -1 for an item with no value. An item as W&B writes it
-    is one key field then `value_json`, found with a few array operations; the others (nested
-    keys, long keys) are walked field by field."""
-    b0, klen = _get(data, s), _get(data, s + 1).astype(np.int64)
-    key_end = s + 2 + klen
-    vlen1, vlen2 = _get(data, key_end + 2).astype(np.int64), _get(data, key_end + 3).astype(np.int64)
-    one = vlen1 < 0x80
-    vstart = np.where(one, key_end + 3, key_end + 4)
-    vend = vstart + np.where(one, vlen1, (vlen1 & 0x7F) | (vlen2 << 7))
-    fast = (
-        ((b0 == 0x0A) | (b0 == 0x12)) & (klen < 0x80) & (_get(data, key_end) == 0x82) & (_get(data, key_end + 1) == 0x01)
-        & (one | (vlen2 < 0x80)) & (vend == e) & (s + 2 <= e)
-    )
-    ident_end = np.where(fast, key_end, -1)
-    vstart, vend = np.where(fast, vstart, -1), np.where(fast, vend, -1)
-    slow = np.flatnonzero(~fast)
-    if slow.size:
-        found = fields(data, s[slow], e[slow], keep=(ITEM_VALUE_JSON,))
-        value = found.wire == WIRE_LEN
-        last = found.end == e[slow][found.message]  # the value is the item's last field (as writers order them)
-        take = value & last
-        at = slow[found.message[take]]
-        ident_end[at], vstart[at], vend[at] = found.key_at[take], found.start[take], found.end[take]
-    return ident_end, vstart, vend, fast
-
-
-@lru_cache(maxsize=4096)
-def _key_name(raw: bytes) -> str:
-    """An item's key fields (`key`, or `nested_key` parts, joined by '.' as W&B's tables show a
-    nested dict's keys) as the tag lossguard reads."""
-    arr = np.frombuffer(raw, dtype=np.uint8)
-    found = fields(arr, np.array([0]), np.array([arr.size]), keep=(ITEM_KEY, ITEM_NESTED_KEY))
-    order = np.argsort(found.key_at)
-    parts = [b.decode("utf-8", errors="replace") for b in spans_of(arr, found.start[order], found.end[order])]
-    return ".".join(parts)
-
-
-def _numbers(data: np.ndarray, vstart: np.ndarray, vend: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The JSON values at [vstart, vend) as floats, and which are numbers. Short values starting
-    like a number are gathered as lines of one width, `x...x<US><value>` (the bytes before a value
-    masked, a unit separator just before it), and parsed by polars in one call. `data` has zero
-    bytes around the spans (sources/wandb_log.PAD)."""
-    length = vend - vstart
-    maybe = (vstart >= 0) & (length > 0) & (length <= LONGEST_NUMBER) & _NUMBER_START[data[np.maximum(vstart, 0)]]
-    values = np.full(vstart.size, np.nan)
-    numeric = np.zeros(vstart.size, dtype=bool)
-    picked = np.flatnonzero(maybe)
-    if not picked.size:
-        return values, numeric
-    if picked.size <= SMALL:
-        for i, a, b in zip(picked.tolist(), vstart[picked].tolist(), vend[picked].tolist()):
-            try:
-                values[i], numeric[i] = float(data[a:b].tobytes()), True
-            except ValueError:
-                pass
-        return values, numeric
-    size = int(length[picked].max()) + 1
-    lines = np.empty((picked.size, size + 1), dtype=np.uint8)
-    window = rows_at(data, vend[picked] - size, size)
-    lead = (size - length[picked]).astype(np.uint8)  # (where each value starts in its line)
-    lines[:, :size] = window
-    np.copyto(lines[:, :size], np.uint8(ord("x")), where=np.arange(size, dtype=np.uint8) < lead[:, None] - 1)
-    lines[np.arange(picked.size), lead.astype(np.int64) - 1] = 0x1F
-    lines[:, size] = 0x0A
-    parsed, ok = _parse_floats(lines.tobytes())
-    values[picked] = parsed
-    numeric[picked] = ok
-    return values, numeric
-
-
-def _parse_floats(text: bytes) -> tuple[np.ndarray, np.ndarray]:
-    """The numbers of lines `filler<US>number`, and which were numbers (a line holding something
-    else, which only a damaged file has, sends the lot to the slower parse as text, then cast)."""
-    options: dict = dict(has_header=False, new_columns=["pad", "v"], quote_char=None, separator="\x1f", columns=[1])
-    try:
-        column = pl.read_csv(io.BytesIO(text), schema={"pad": pl.String, "v": pl.Float64}, **options).to_series()
-    except pl.exceptions.PolarsError:
-        column = pl.read_csv(io.BytesIO(text), schema={"pad": pl.String, "v": pl.String}, **options).to_series().cast(pl.Float64, strict=False)
-    return column.fill_null(np.nan).to_numpy(), column.is_not_null().to_numpy()
-
-
-def _items(data: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[_Items, np.ndarray]:
-    """The items of the history records at [starts, ends), and each record's HistoryStep (-1: none)."""
-    found = fields(data, starts, ends, keep=(HISTORY_ITEM, HISTORY_STEP))
-    steps = found.only(HISTORY_STEP)
-    step_of = np.full(starts.size, -1, dtype=np.int64)
-    if steps.message.size:
-        nums = fields(data, steps.start, steps.end, keep=(1,))
-        step_of[steps.message] = 0  # (an empty HistoryStep is step 0: proto3 leaves zeros out)
-        step_of[steps.message[nums.message]] = nums.value.astype(np.int64)
-    items = found.only(HISTORY_ITEM)
-    order = np.lexsort((items.key_at, items.message))  # (records joined from chunks sit after the others in `data`)
-    s, e, record = items.start[order], items.end[order], items.message[order]
-    ident_end, vstart, vend, _ = _item_spans(data, s, e)
-    has = ident_end >= 0
-    s, record, ident_end, vstart, vend = s[has], record[has], ident_end[has], vstart[has], vend[has]
-    keys, codes = _distinct(data, s, ident_end)
-    names = [_key_name(k) for k in keys]
-    # W&B's `_runtime` is never read, nor its `_step` where the HistoryStep says it already.
-    unread = {"_runtime", "_step"} if (step_of >= 0).all() else {"_runtime"}
-    read = ~np.isin(codes, [i for i, n in enumerate(names) if n in unread])
-    record, codes, vstart, vend = record[read], codes[read], vstart[read], vend[read]
-    values, numeric = _numbers(data, vstart, vend)
-    return _Items(record, codes, values, numeric, names), step_of
 
 
 def _run_name(data: np.ndarray, start: int, end: int, fallback: str) -> str:
@@ -250,13 +77,11 @@ def file_run_id(path: Path) -> str:
     return match["id"] if match else path.stem
 
 
-def _per_record(items: _Items, names: set[str], size: int) -> np.ndarray:
+def _per_record(items: Items, names: set[str], size: int) -> np.ndarray:
     """Each history record's value of the item named in `names` (NaN where it has none)."""
-    codes = [i for i, n in enumerate(items.names) if n in names]
     out = np.full(size, np.nan)
-    if codes:
-        take = np.isin(items.code, codes) & items.numeric
-        out[items.record[take]] = items.value[take]
+    take = named(items.names, names.__contains__)[items.code] & items.numeric
+    out[items.record[take]] = items.value[take]
     return out
 
 
@@ -267,7 +92,7 @@ def _filled(steps: np.ndarray, before: float) -> np.ndarray:
     return steps[np.maximum.accumulate(index)][1:]
 
 
-def _steps(items: _Items, step_of: np.ndarray, cursor: Cursor) -> tuple[np.ndarray, str | None]:
+def _steps(items: Items, step_of: np.ndarray, cursor: Cursor) -> tuple[np.ndarray, str | None]:
     """Each history record's step, and where the file's steps come from (Cursor.steps): the
     trainer's step once a record logs one (records before the first keep W&B's), else the history
     record's own step, else its `_step` item."""
@@ -287,32 +112,58 @@ def _steps(items: _Items, step_of: np.ndarray, cursor: Cursor) -> tuple[np.ndarr
     return _filled(trainer, before), mode
 
 
-def _rows(items: _Items, step_of: np.ndarray, cursor: Cursor, name: str | None, keep: Keep | None) -> tuple[pl.DataFrame, Cursor, int, table.Span | None]:
-    """The metric rows of a chunk's history records (W&B's own items and the trainer's step left
-    out; with `keep`, only the tags it keeps, asked once a key), the cursor's step state after them,
-    how many values had no step to go at, and the steps all of them covered."""
+@dataclass(frozen=True)
+class _Placed:
+    """The items of a chunk's history records that become rows, and where they go."""
+
+    chosen: np.ndarray
+    """Indices into the Items."""
+    step: np.ndarray
+    wall: np.ndarray
+    cursor: Cursor
+    """The cursor's step state after them."""
+    unplaced: int
+    """Values that had no step to go at."""
+    span: table.Span | None
+    """The steps all of them covered (kept by `keep` or not)."""
+
+
+def _placed(items: Items, step_of: np.ndarray, cursor: Cursor, keep: Keep | None) -> _Placed:
+    """The metric items of a chunk's history records (W&B's own items and the trainer's step left
+    out; with `keep`, only the tags it keeps, asked once a key), at their steps."""
     size = step_of.size
     steps, mode = _steps(items, step_of, cursor)
     wall = _per_record(items, {"_timestamp"}, size)
-    skip = [i for i, n in enumerate(items.names) if n in W_AND_B_OWN or n in TRAINER_STEPS or n.startswith("_wandb")]
-    take = items.numeric & ~np.isin(items.code, skip)
+    skip = named(items.names, lambda n: n in W_AND_B_OWN or n in TRAINER_STEPS or n.startswith("_wandb"))
+    take = items.numeric & ~skip[items.code]
     row_step = steps[items.record[take]]
     placed = ~np.isnan(row_step) & (row_step >= 0) & (row_step < 2.0**63)
     chosen, at = np.flatnonzero(take)[placed], row_step[placed].astype(np.int64)
     span = (int(at.min()), int(at.max())) if at.size else None
     if keep is not None:
-        kept = np.isin(items.code[chosen], [i for i, n in enumerate(items.names) if keep(n)])
+        kept = named(items.names, keep)[items.code[chosen]]
         chosen, at = chosen[kept], at[kept]
-    codes = items.code[chosen]
-    tags = pl.Series("tag", items.names, dtype=pl.String()).gather(codes) if codes.size > 256 else pl.Series("tag", [items.names[c] for c in codes.tolist()], dtype=pl.String())
-    frame = pl.DataFrame([
-        pl.Series("step", at, dtype=pl.Int64()), tags, pl.Series("value", items.value[chosen], dtype=pl.Float64()),
-        pl.Series("wall_time", wall[items.record[chosen]], dtype=pl.Float64(), nan_to_null=True),
-        pl.Series("run", [name or ""] * chosen.size, dtype=pl.String()),
-    ])
     known = steps[~np.isnan(steps)]
     last = int(known[-1]) if known.size and 0 <= known[-1] < 2.0**63 else cursor.last_step
-    return frame, cursor.advance(steps=mode, last_step=last), int((~placed).sum()), span
+    return _Placed(chosen, at, wall[items.record[chosen]], cursor.advance(steps=mode, last_step=last), int((~placed).sum()), span)
+
+
+def _frame(items: Items, chosen: np.ndarray, step: np.ndarray, wall: np.ndarray, run: pl.Series) -> pl.DataFrame:
+    """Raw rows of the `chosen` items (NAMED_RAW's columns)."""
+    codes = items.code[chosen]
+    tags = pl.Series("tag", items.names, dtype=pl.String()).gather(codes) if codes.size > 256 else pl.Series("tag", [items.names[c] for c in codes.tolist()], dtype=pl.String())
+    return pl.DataFrame([
+        pl.Series("step", step, dtype=pl.Int64()), tags, pl.Series("value", items.value[chosen], dtype=pl.Float64()),
+        pl.Series("wall_time", wall, dtype=pl.Float64(), nan_to_null=True), run.alias("run"),
+    ])
+
+
+def _rows(items: Items, step_of: np.ndarray, cursor: Cursor, name: str | None, keep: Keep | None) -> tuple[pl.DataFrame, Cursor, int, table.Span | None]:
+    """The metric rows of a chunk's history records (_placed), the cursor's step state after them,
+    how many values had no step to go at, and the steps all of them covered."""
+    got = _placed(items, step_of, cursor, keep)
+    run = pl.Series("run", [name or ""] * got.chosen.size, dtype=pl.String())
+    return _frame(items, got.chosen, got.step, got.wall, run), got.cursor, got.unplaced, got.span
 
 
 def _empty() -> pl.DataFrame:
@@ -323,12 +174,16 @@ def _empty() -> pl.DataFrame:
 def _read_here(data: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """Which records are history or run records (sources/wandb_log.Needed), as writers lay them
     out, in field order: `num` first, then the record's kind, or `control` (field 16) before the
-    kinds numbered above it (a RunRecord's); any other layout is taken to be needed."""
-    canonical = _get(data, starts) == 0x08
-    _, after, bad = varints(data, starts + 1, ends)
-    kind, then = _get(data, after), _get(data, after + 1)
+    kinds numbered above it (a RunRecord's); any other layout is taken to be needed. Read from each
+    record's first 8 bytes: `num` is a varint of up to 5 bytes there (a longer one is needed)."""
+    head = rows_at(data, starts, 8)
+    last = head[:, 1:6] < 0x80
+    after = np.where(last.any(axis=1), 2 + np.argmax(last, axis=1), 7)  # (where the kind is: past the varint)
+    row = np.arange(starts.size)
+    kind, then = head[row, np.minimum(after, 6)], head[row, np.minimum(after + 1, 7)]
+    bad = (after > 6) | (starts + after > ends)
     ours = (kind == 0x12) | (((kind == 0x8A) | (kind == 0x82)) & (then == 0x01))
-    return ~canonical | bad | ours
+    return (head[:, 0] != 0x08) | bad | ours
 
 
 def _decode(rec, path: Path, cursor: Cursor, keep: Keep | None) -> tuple[pl.DataFrame, Cursor, list[Problem], table.Span | None]:
@@ -357,7 +212,7 @@ def _decode(rec, path: Path, cursor: Cursor, keep: Keep | None) -> tuple[pl.Data
     cursor = cursor.advance(name=name)
     if not hist.size:
         return _empty(), cursor, problems, None
-    items, step_of = _items(data, top.start[hist], top.end[hist])
+    items, step_of = items_of(data, top.start[hist], top.end[hist])
     rows, cursor, unplaced, span = _rows(items, step_of, cursor, name, keep)
     if unplaced:
         problems.append(Problem(source, f"{unplaced} value(s) in history records with no step (no `_step`, no trainer step) skipped"))
@@ -416,6 +271,93 @@ class WandbFormat:
             problems.append(Problem(source, f"last record is incomplete ({size - cursor.offset} bytes; file cut off or still being written)", offset=cursor.offset))
         rows = pl.concat(frames, rechunk=False) if frames else _empty()
         return Parsed(rows, cursor, tuple(problems), span=table.joined(spans), projected=keep is not None)
+
+    def read_together(
+        self, jobs: list[tuple[Path, Cursor, int | None]], *, keep: Keep | None, largest: int
+    ) -> tuple[pl.DataFrame, list[Found | None]]:
+        """What `read(path, cursor, final=False, limit=limit, keep=keep)` finds in each of many
+        files with a few new records each (a daemon's pass over many runs: a read alone costs a
+        few milliseconds whatever it holds, the decode of all of them together about as much):
+        raw rows, the files' in turn, and per file its cursor, span and number of rows, or None
+        where `read` must read it on its own (_frame_small, or anything it would warn of)."""
+        return _read_together(jobs, keep, largest)
+
+
+Found = tuple[Cursor, "table.Span | None", int]
+"""A file read together with others (WandbFormat.read_together): its cursor after the read, the
+steps its rows covered, and how many of the batch's rows are its."""
+
+
+def _frame_small(path: Path, cursor: Cursor, limit: int | None, largest: int) -> Records | None:
+    """The records of a small read of `path` on from `cursor`, as `WandbFormat.read` would frame
+    them, or None where that read must be made: the header or the run's record not read yet,
+    `largest` bytes or more new, a problem to tell, or a record running past `limit`."""
+    if cursor.name is None or cursor.offset < len(FILE_HEADER):
+        return None
+    try:
+        with open(path, "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            end = size if limit is None else min(size, cursor.offset + limit)
+            if end - cursor.offset >= largest or _chunk_end(cursor.offset, end, CHUNK) != end:
+                return None
+            fh.seek(cursor.offset)
+            buf = fh.read(max(0, end - cursor.offset))
+    except OSError:
+        return None  # read() names the problem
+    rec = frame(buf, base=cursor.offset, skipping=cursor.skipping, final=False, source=str(path), needed=_read_here)
+    moved = rec.consumed > cursor.offset or rec.skipping != cursor.skipping
+    if rec.problems or len(buf) != end - cursor.offset or (not moved and rec.cut is not None and end < size):
+        return None
+    return rec
+
+
+def _read_together(jobs: list[tuple[Path, Cursor, int | None]], keep: Keep | None, largest: int) -> tuple[pl.DataFrame, list[Found | None]]:
+    """WandbFormat.read_together: each file framed on its own (blocks are the file's), the
+    records of all of them walked and decoded as one chunk's, then placed at their steps file by
+    file (a file's steps go on from its own cursor)."""
+    found: list[Found | None] = [None] * len(jobs)
+    framed = [(k, rec) for k, rec in ((k, _frame_small(*job, largest)) for k, job in enumerate(jobs)) if rec is not None]
+    if not framed:
+        return _empty(), found
+    recs = [rec for _, rec in framed]
+    sizes = np.array([rec.data.size for rec in recs], dtype=np.int64)
+    shift = np.cumsum(sizes) - sizes
+    data = np.concatenate([rec.data for rec in recs])
+    starts = np.concatenate([rec.starts + d for rec, d in zip(recs, shift.tolist())])
+    ends = np.concatenate([rec.ends + d for rec, d in zip(recs, shift.tolist())])
+    file_of = np.repeat(np.arange(len(recs)), [rec.starts.size for rec in recs])
+    walked = np.flatnonzero(np.concatenate([rec.wanted if rec.wanted is not None else np.ones(rec.starts.size, dtype=bool) for rec in recs]))
+    top = fields(data, starts[walked], ends[walked], keep=(RECORD_HISTORY,), stop=RECORD_TYPES)
+    broken = set(file_of[walked[top.bad]].tolist())  # (read alone: read() says what is wrong)
+    hist = np.flatnonzero((top.wire == WIRE_LEN) & ~top.bad[top.message] & (top.number == RECORD_HISTORY))
+    hist = hist[np.argsort(top.message[hist], kind="stable")]
+    hist_bounds = np.searchsorted(file_of[walked[top.message[hist]]], np.arange(len(recs) + 1))
+    items, step_of = items_of(data, top.start[hist], top.end[hist]) if hist.size else (None, None)
+    item_bounds = np.searchsorted(items.record, hist_bounds) if items is not None else hist_bounds
+    chosen, steps, walls, names, counts = [], [], [], [], []
+    for j, (k, rec) in enumerate(framed):
+        cursor = jobs[k][1]
+        h0, h1, i0, i1 = int(hist_bounds[j]), int(hist_bounds[j + 1]), int(item_bounds[j]), int(item_bounds[j + 1])
+        if j in broken:
+            continue
+        if h0 == h1 or items is None:
+            found[k] = (cursor.advance(offset=rec.consumed, skipping=rec.skipping), None, 0)
+            continue
+        mine = Items(items.record[i0:i1] - h0, items.code[i0:i1], items.value[i0:i1], items.numeric[i0:i1], items.names)
+        got = _placed(mine, step_of[h0:h1], cursor, keep)
+        if got.unplaced:
+            continue  # (read() says so)
+        chosen.append(got.chosen + i0)
+        steps.append(got.step)
+        walls.append(got.wall)
+        names.append(cursor.name)
+        counts.append(got.chosen.size)
+        found[k] = (got.cursor.advance(offset=rec.consumed, skipping=rec.skipping), got.span, got.chosen.size)
+    if not chosen:
+        return _empty(), found
+    owner = np.repeat(np.arange(len(names)), counts)
+    run = pl.Series("run", names, dtype=pl.String()).gather(owner)
+    return _frame(items, np.concatenate(chosen), np.concatenate(steps), np.concatenate(walls), run), found
 
 
 def _chunk_end(offset: int, end: int, chunk: int) -> int:
