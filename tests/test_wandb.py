@@ -24,7 +24,7 @@ from lossguard.ingest.sources.wandb_log import BLOCK, frame
 
 from .conftest import run_lossguard
 from .test_incremental import _grow_and_read
-from .test_watch import Watch
+from .test_watch import NO_PLOTS, Watch
 
 pytest.importorskip("wandb")
 
@@ -272,7 +272,7 @@ run.finish()
 
 def test_the_daemon_follows_a_run_wandb_is_writing_alerts_its_spike_once_and_not_again_after_kill_9(tmp_path):
     (tmp_path / "runs" / "exp").mkdir(parents=True)
-    w = Watch(tmp_path).start()
+    w = Watch(tmp_path, env=NO_PLOTS).start()
     writer = None
     try:
         w.wait_settled()
