@@ -332,13 +332,13 @@ def test_watch_serves_metrics_where_the_command_line_says(tmp_path):
     import urllib.request
 
     from .am_server import free_port
-    from .test_watch import Watch
+    from .test_watch import NO_PLOTS, Watch
 
     log = tmp_path / "runs" / "exp" / "metrics.jsonl"
     log.parent.mkdir(parents=True)
     log.write_text(_calm(range(1, 20)))
     port = free_port()
-    w = Watch(tmp_path, "--metrics-listen", str(port), "--metrics-textfile", str(tmp_path / "lossguard.prom")).start()
+    w = Watch(tmp_path, "--metrics-listen", str(port), "--metrics-textfile", str(tmp_path / "lossguard.prom"), env=NO_PLOTS).start()
     try:
         w.wait_ready()
         deadline = time.monotonic() + 20
@@ -369,13 +369,13 @@ def test_idle_connections_to_metrics_neither_take_the_daemons_files_nor_hold_bac
     import socket
 
     from .am_server import free_port
-    from .test_watch import Watch
+    from .test_watch import NO_PLOTS, Watch
 
     log = tmp_path / "runs" / "exp" / "metrics.jsonl"
     log.parent.mkdir(parents=True)
     log.write_text(_calm(range(1, 30)))
     port = free_port()
-    w = Watch(tmp_path, "--metrics-listen", str(port))
+    w = Watch(tmp_path, "--metrics-listen", str(port), env=NO_PLOTS)
     limit = 160  # the daemon's open-file limit, lowered so that a few hundred idle sockets are more than it has
 
     def lowered() -> None:

@@ -19,7 +19,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from .am_server import free_port, listening_port
-from .test_watch import Watch, _calm, _line
+from .test_watch import NO_PLOTS, Watch, _calm, _line
 
 REPO = Path(__file__).resolve().parent.parent
 RULES = REPO / "deploy" / "prometheus" / "lossguard.rules.yml"
@@ -63,7 +63,7 @@ def test_the_shipped_rules_pass_their_promtool_unit_tests():
 
 def metrics_watch(tmp: Path, port: int) -> Watch:
     (tmp / "runs").mkdir(exist_ok=True)
-    return Watch(tmp, env={"LOSSGUARD_METRICS_LISTEN": f"127.0.0.1:{port}"})
+    return Watch(tmp, env={**NO_PLOTS, "LOSSGUARD_METRICS_LISTEN": f"127.0.0.1:{port}"})
 
 
 @needs_promtool

@@ -19,7 +19,7 @@ import pytest
 
 from .conftest import assert_one_error_line
 from .slack_server import Answer
-from .test_watch import Watch, _calm, _line, opened
+from .test_watch import NO_PLOTS, Watch, _calm, _line, opened
 from .test_watch_slack import _calm_run, _daemon, _posts, _wait
 
 LOSSGUARD = [sys.executable, "-m", "lossguard.cli"]
@@ -49,7 +49,7 @@ def test_a_kill_before_the_first_commit_does_not_turn_history_into_alerts(tmp_pa
     assert first.proc.wait(timeout=60) == -signal.SIGKILL
     db = tmp_path / "state" / "state.db"
     assert db.exists()  # the file is there from the first second: it is not what says "fresh"
-    w = Watch(tmp_path).start()
+    w = Watch(tmp_path, env=NO_PLOTS).start()
     try:
         w.wait_ready(files=3)
         ev = w.settle()
@@ -72,12 +72,7 @@ def _spike_in(tmp: Path, run: str, at: int) -> None:
         fh.write(_calm(range(at - 15, at)) + _line(at, 9.0))
 
 
-# No plots: a stop finishes the round of plots it is drawing (up to 10, 0.7 s each in a child
-# process), 7-20 s of these two tests that prove nothing about the state; a plot's id is its alert's
-# with "-plot" after it, unique when the alerts' are.
-NO_PLOTS = {"LOSSGUARD_PLOTS": "false"}
-
-
+# No plots (NO_PLOTS): a plot's id is its alert's with "-plot" after it, unique when the alerts' are.
 @pytest.mark.parametrize("damage", ["emptied", "garbage"])
 def test_a_state_started_over_neither_repeats_old_alerts_nor_loses_new_ones(tmp_path, damage):
     (tmp_path / "runs").mkdir()

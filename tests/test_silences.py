@@ -478,12 +478,12 @@ def test_the_running_daemon_honours_a_silence_at_once_and_reports_what_is_open_w
     """A real daemon with a JSON-lines sink: a silence added from the CLI while it runs holds the next
     spike of its runs (another run's still alerts), a kill -9 and restart keep it, and expiring
     it reports the incident still open, once."""
-    from .test_watch import Watch, _calm, _line
+    from .test_watch import NO_PLOTS, Watch, _calm, _line
 
     for run in ("gpt-a", "other"):
         (tmp_path / "runs" / run).mkdir(parents=True)
         (tmp_path / "runs" / run / "metrics.jsonl").write_text(_calm(range(1, 20)))
-    w = Watch(tmp_path).start()
+    w = Watch(tmp_path, env=NO_PLOTS).start()
     try:
         w.wait_ready(files=2)
         res = run_lossguard("silence", "add", "--state-dir", str(tmp_path / "state"), "--run", "gpt-*", "--for", "1h", "--comment", "restarting")
@@ -512,11 +512,11 @@ def test_the_daemon_delivers_a_spike_after_the_clock_stepped_back_into_a_reporte
     """A real daemon on the state a clock stepped back leaves behind: a silence of gpt-* that the
     daemon reported as ended (at a wall time now an hour ahead) and that, by the clock, is again
     in its window. The next spike of gpt-a reaches the JSON-lines sink (it was held, never said)."""
-    from .test_watch import Watch, _calm, _line
+    from .test_watch import NO_PLOTS, Watch, _calm, _line
 
     (tmp_path / "runs" / "gpt-a").mkdir(parents=True)
     (tmp_path / "runs" / "gpt-a" / "metrics.jsonl").write_text(_calm(range(1, 20)))
-    w = Watch(tmp_path).start()
+    w = Watch(tmp_path, env=NO_PLOTS).start()
     try:
         w.wait_ready(files=1)
         now = time.time()
@@ -533,12 +533,12 @@ def test_the_daemon_delivers_a_spike_after_the_clock_stepped_back_into_a_reporte
 def test_the_daemon_sends_the_resolution_of_an_alert_that_recovers_under_a_silence(tmp_path):
     """The alert went out; the operator silences the run (`silence add`); the run recovers: the
     JSON-lines sink gets its `resolved` (a Slack message would otherwise stay open for good)."""
-    from .test_watch import Watch, _calm, _line
+    from .test_watch import NO_PLOTS, Watch, _calm, _line
 
     (tmp_path / "runs" / "gpt-a").mkdir(parents=True)
     log = tmp_path / "runs" / "gpt-a" / "metrics.jsonl"
     log.write_text(_calm(range(1, 20)))
-    w = Watch(tmp_path).start()
+    w = Watch(tmp_path, env=NO_PLOTS).start()
     try:
         w.wait_ready(files=1)
         with open(log, "a") as fh:

@@ -37,27 +37,53 @@ LOG = """
 import math, sys, time, trackio
 def loss(step):
     return {SPIKE: 9.0}.get(step, 2.0 + (step % 5) * 0.01)
-for name, first, last, resume in RUNS:
+for i, (name, first, last, resume) in enumerate(RUNS):
+    if i == HOLD:
+        print("held", flush=True)
+        sys.stdin.readline()
     trackio.init(project="proj", name=name, resume=resume)
     for step in range(first, last):
         values = {"train/loss": loss(step), "lr": 1e-4}
         if step % 2 == 0:
             values["grad_norm"] = {NON_FINITE}.get(step, 1.0 + step * 0.1)
         trackio.log(values, step=step)
-        time.sleep(PAUSE)
+        if i >= HOLD:
+            time.sleep(PAUSE)
     trackio.finish()
 """
 NON_FINITE = {3: "math.nan", 4: "math.inf", 6: "-math.inf"}
 
 
-def _trackio(folder: Path, runs: list[tuple[str, int, int, str]], spike: int = -1, pause: float = 0.0) -> None:
-    """trackio logging `runs` ((name, first step, end, resume)) into project `proj` under `folder`,
-    `pause` seconds after each step."""
+def _start(folder: Path, runs: list[tuple[str, int, int, str]], *, spike: int = -1, pause: float = 0.0, hold: int = 0) -> subprocess.Popen:
+    """trackio logging `runs` ((name, first step, end, resume)) into project `proj` under `folder`:
+    the runs before `hold`, then (once told on its stdin, after it printed "held") the others,
+    `pause` seconds after each of their steps."""
     non_finite = "{" + ", ".join(f"{k}: {v}" for k, v in NON_FINITE.items()) + "}"
-    script = textwrap.dedent(LOG).replace("RUNS", repr(runs)).replace("SPIKE", str(spike)).replace("{NON_FINITE}", non_finite).replace("PAUSE", repr(pause))
+    script = textwrap.dedent(LOG).replace("RUNS", repr(runs)).replace("SPIKE", str(spike)).replace("{NON_FINITE}", non_finite)
+    script = script.replace("PAUSE", repr(pause)).replace("HOLD", str(hold))
     env = {**os.environ, "TRACKIO_DIR": str(folder), "HF_HUB_OFFLINE": "1", "TRACKIO_TELEMETRY_DISABLED": "1"}
-    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
+    return subprocess.Popen([sys.executable, "-c", script], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _held(folder: Path, runs: list[tuple[str, int, int, str]], *, hold: int, spike: int = -1, pause: float = 0.0):  # noqa: ANN202
+    """`_start`ed, once it has logged the runs before `hold`: returns what lets it log the rest and
+    waits for its end. One trackio process for the history and the live part (its import and start
+    are most of a child's 2-3 s); the live part is still a run trackio resumes."""
+    proc = _start(folder, runs, spike=spike, pause=pause, hold=hold)
+    for line in proc.stdout:  # (trackio says what it does on stdout too)
+        if line == "held\n":
+            break
+
+    def rest() -> None:
+        _, err = proc.communicate("go\n", timeout=300)
+        assert proc.returncode == 0, err
+
+    return rest
+
+
+def _trackio(folder: Path, runs: list[tuple[str, int, int, str]]) -> None:
+    """trackio logging `runs` into project `proj` under `folder`, to its end."""
+    _held(folder, runs, hold=len(runs))()
 
 
 def _expected_rows(name: str, first: int, last: int) -> list[tuple[str, int, str, float]]:
@@ -139,7 +165,7 @@ def test_rows_appended_between_reads_read_in_pieces_equal_one_read(written, empt
 
 def test_a_write_only_the_wal_holds_is_seen_by_the_daemon(tmp_path):
     folder = tmp_path / "runs" / "trackio"
-    _trackio(folder, [("r1", 0, 40, "never")])
+    rest = _held(folder, [("r1", 0, 40, "never"), ("r1", 40, 50, "allow")], hold=1, spike=45)
     db = folder / "proj.db"
     state = State(tmp_path / "state")
     follower = Follower([tmp_path / "runs"], rules=default_rules(), state=state, log=lambda _: None, pass_budget=WAIT_FOR_EVERY_READ)
@@ -150,7 +176,7 @@ def test_a_write_only_the_wal_holds_is_seen_by_the_daemon(tmp_path):
     keep.execute("SELECT count(*) FROM metrics").fetchone()
     before = os.stat(db)
     try:
-        _trackio(folder, [("r1", 40, 50, "allow")], spike=45)
+        rest()
         after = os.stat(db)
         assert (after.st_size, after.st_mtime_ns) == (before.st_size, before.st_mtime_ns)
         assert os.stat(f"{db}-wal").st_size > 0
@@ -164,7 +190,6 @@ def test_a_write_only_the_wal_holds_is_seen_by_the_daemon(tmp_path):
 
 def test_the_daemon_follows_a_database_a_real_trackio_process_logs_into_and_a_kill_repeats_nothing(tmp_path):
     folder = tmp_path / "runs" / "trackio"
-    _trackio(folder, [("r1", 0, 30, "never")])
     # (trackio writes what was logged every 0.5 s: a step every 20 ms spreads these over passes.)
-    write = lambda: _trackio(folder, [("r1", 30, 70, "allow")], spike=55, pause=0.02)  # noqa: E731
+    write = _held(folder, [("r1", 0, 30, "never"), ("r1", 30, 70, "allow")], hold=1, spike=55, pause=0.02)
     assert alerted_once_across_a_kill(tmp_path, write, 55) == [("trackio/proj/r1", "loss-spike", 55)]

@@ -24,7 +24,7 @@ from lossguard.ingest.sources.wandb_log import BLOCK, frame
 
 from .conftest import run_lossguard
 from .test_incremental import _grow_and_read
-from .test_watch import Watch
+from .test_watch import NO_PLOTS, Watch
 
 pytest.importorskip("wandb")
 
@@ -265,22 +265,23 @@ print(run.id, flush=True)
 for s in range(1, 61):
     wandb.log({"train/loss": 9.0 if s == 45 else 2.0 + (s % 5) * 0.01, "train/learning_rate": 1e-4, "train/grad_norm": 1.0, "train/global_step": s})
     time.sleep(0.05)
-time.sleep(float(sys.argv[1]))  # (still running while the daemon reads what was flushed)
+sys.stdin.readline()  # (still running until the test has seen the daemon alert what was flushed)
 run.finish()
 '''
 
 
 def test_the_daemon_follows_a_run_wandb_is_writing_alerts_its_spike_once_and_not_again_after_kill_9(tmp_path):
     (tmp_path / "runs" / "exp").mkdir(parents=True)
-    w = Watch(tmp_path).start()
+    w = Watch(tmp_path, env=NO_PLOTS).start()
     writer = None
     try:
         w.wait_settled()
-        writer = subprocess.Popen([sys.executable, "-c", LIVE, "3"], env=wandb_env(tmp_path / "runs" / "exp", tmp_path / "home"), stdout=subprocess.PIPE, text=True)
+        writer = subprocess.Popen([sys.executable, "-c", LIVE], env=wandb_env(tmp_path / "runs" / "exp", tmp_path / "home"), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         run_id = writer.stdout.readline().strip()
         run = f"exp/huggingface/live@{run_id}"
         ev = w.wait_for(lambda ev: any(e["event"] == "opened" and e["run"] == run for e in ev), timeout=120)
         assert [(e["rule"], e["step"]) for e in ev if e["event"] == "opened" and e["run"] == run] == [("loss-spike", 45)]
+        writer.stdin.close()  # (the run finishes now: what was alerted was read while it ran)
         assert writer.wait(timeout=120) == 0
         w.kill9()
         w.start()

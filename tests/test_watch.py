@@ -22,6 +22,13 @@ PATIENCE = 60.0
 """How long a wait for the daemon gives it before failing. Each wait returns as soon as what it waits
 for is there, so this costs nothing when all is well; 20 s was too short on a 2-core machine running
 the suite on both cores (pytest -n) beside other work."""
+NO_PLOTS = {"LOSSGUARD_PLOTS": "false"}
+"""The environment of a daemon whose test is not about its pictures. Each alert's picture is a
+child process drawing for 1-2 s of CPU (with matplotlib's import), the daemon's largest cost in
+these tests, beside the other worker's; and a stop finishes the round of plots it is drawing (a
+30 s SIGTERM ran out on a box at load 14). Pictures have tests of their own (here, in
+test_watch_slack and test_plot), and the kill -9 tests keep them: a plot's id must not repeat
+either."""
 
 
 def _line(step: int, loss: float, gn: float = 1.0) -> str:
@@ -147,13 +154,13 @@ def alerted_once_across_a_kill(tmp: Path, write, step: int) -> list[tuple[str, s
     """A daemon following tmp/runs while `write()` (a tracker's real process) writes a spike at
     `step`, killed -9 once it is alerted and started again: the (run, rule, step) of every opened
     incident its sink holds once everything is said."""
-    w = Watch(tmp).start()
+    w = Watch(tmp, env=NO_PLOTS).start()
     try:
         w.wait_ready()
         write()
         w.wait_for(lambda ev: ("loss-spike", step) in opened(ev))
         w.kill9()
-        w = Watch(tmp).start()
+        w = Watch(tmp, env=NO_PLOTS).start()
         ev = w.settle()
     finally:
         w.kill9()
@@ -173,7 +180,7 @@ def opened(ev):
 def test_history_is_read_but_not_alerted_and_a_new_spike_is_alerted_once(runs):
     log = runs / "runs" / "exp" / "metrics.jsonl"
     log.write_text(_calm(range(1, 30)) + _line(30, 9.0) + _calm(range(31, 60)))  # an old spike
-    w = Watch(runs).start()
+    w = Watch(runs, env=NO_PLOTS).start()
     try:
         w.wait_ready()
         with open(log, "a") as fh:
@@ -235,7 +242,7 @@ def test_kill_9_at_random_moments_loses_and_repeats_nothing(runs, seed):
 def test_rotation_truncation_and_resume(runs):
     log = runs / "runs" / "exp" / "train.log"
     log.write_text("".join(f"step {s} | loss: 2.0 | lr 1e-4 | norm: 1.0\n" for s in range(1, 30)))
-    w = Watch(runs).start()
+    w = Watch(runs, env=NO_PLOTS).start()
     try:
         w.wait_ready()
         # Rename rotation: the old file gets its last lines, the new one starts fresh.
@@ -262,7 +269,7 @@ def test_rotation_truncation_and_resume(runs):
 
 def test_polling_mode_alone_finds_new_runs(runs):
     (runs / "runs" / "exp" / "metrics.jsonl").write_text(_calm(range(1, 5)))
-    w = Watch(runs, "--polling").start()
+    w = Watch(runs, "--polling", env=NO_PLOTS).start()
     try:
         w.wait_ready()  # its first pass is over: what comes now is not history
         new = runs / "runs" / "later" / "metrics.jsonl"
@@ -358,7 +365,7 @@ def test_watch_raises_the_incidents_scan_reports(runs):
     # rest is written: a slow start under load used to take the whole log for history.
     pos = data.index(b"\n", data.index(b"iteration        5/")) + 1
     target.write_bytes(data[:pos])
-    w = Watch(runs).start()
+    w = Watch(runs, env=NO_PLOTS).start()
     try:
         w.wait_ready()
         rng = random.Random(7)
@@ -381,7 +388,7 @@ def test_sighup_with_a_bad_rules_file_keeps_the_old_rules(runs):
     rules.write_text('[[rule]]\nname = "spike"\nmetric = "loss"\nkind = "ratio"\nfactor = 2.0\nwindow = 9\n')
     log = runs / "runs" / "exp" / "metrics.jsonl"
     log.write_text(_calm(range(1, 20)))
-    w = Watch(runs, "--rules", str(rules)).start()
+    w = Watch(runs, "--rules", str(rules), env=NO_PLOTS).start()
     try:
         w.wait_ready()
         rules.write_text('[[rule]]\nname = "spike"\nmetric = "loss"\nkind = "ratoi"\n')
@@ -401,7 +408,7 @@ def test_status_shows_files_open_incidents_and_undelivered_with_their_error(runs
     log = runs / "runs" / "exp" / "metrics.jsonl"
     log.write_text(_calm(range(1, 20)))
     # A sink that cannot be written: notifications stay in the outbox with the reason.
-    w = Watch(runs)
+    w = Watch(runs, env=NO_PLOTS)
     w.args[w.args.index("--jsonl") + 1] = str(runs / "no-such-dir" / "out.jsonl")
     w.start()
     try:
@@ -432,7 +439,7 @@ def test_status_shows_files_open_incidents_and_undelivered_with_their_error(runs
 
 def test_with_inotify_alone_new_runs_and_appends_are_followed_without_a_rescan(runs):
     # Rescans every 10 minutes: everything below can only have come through inotify.
-    w = Watch(runs, env={"LOSSGUARD_RESCAN_INTERVAL": "600"})
+    w = Watch(runs, env={**NO_PLOTS, "LOSSGUARD_RESCAN_INTERVAL": "600"})
     w.args[w.args.index("--poll-interval") + 1] = "600"
     log = runs / "runs" / "exp" / "metrics.jsonl"
     log.write_text(_calm(range(1, 20)))
@@ -458,7 +465,7 @@ def test_a_fresh_daemon_reads_rotated_segments_first_and_alerts_only_what_is_new
     kv = "step {} | loss: {} | lr 1e-4 | norm: 1.0\n"
     (exp / "train.log.1").write_text("".join(kv.format(s, 9.0 if s == 20 else 2.0) for s in range(1, 30)))  # an old spike
     (exp / "train.log").write_text("".join(kv.format(s, 2.0) for s in range(30, 45)))
-    w = Watch(runs).start()
+    w = Watch(runs, env=NO_PLOTS).start()
     try:
         w.wait_ready()
         with open(exp / "train.log", "a") as fh:
@@ -483,7 +490,7 @@ def test_changes_during_long_passes_get_their_pass_and_sigterm_then_still_exits(
     for log in logs:
         log.parent.mkdir(parents=True)
         log.write_text(_calm(range(1, 20)))
-    w = Watch(tmp_path)
+    w = Watch(tmp_path, env=NO_PLOTS)
     w.args[w.args.index("--poll-interval") + 1] = "600"
     w.start()
     step, spike_at = 20, None

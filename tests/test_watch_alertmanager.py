@@ -10,7 +10,7 @@ import sqlite3
 import pytest
 
 from .am_server import Alertmanager, Webhook, needs_alertmanager, wait
-from .test_watch import Watch, _calm, _line
+from .test_watch import NO_PLOTS, Watch, _calm, _line
 
 pytestmark = needs_alertmanager
 
@@ -35,7 +35,7 @@ def _daemon(tmp, am_url: str, *, host: str, resend: float = 1.0, run: str = "exp
     config.write_text(
         f'[alertmanager]\nurls = ["{am_url}"]\nhost = "{host}"\nresend_interval = {resend}\nextra_labels = {{ team = "pretraining" }}\n'
     )
-    return Watch(tmp, "--config", str(config))
+    return Watch(tmp, "--config", str(config), env=NO_PLOTS)  # (no test here is about pictures)
 
 
 def _append(path, text: str) -> None:

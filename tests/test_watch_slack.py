@@ -15,15 +15,15 @@ import pytest
 
 from .images import png_size
 from .slack_server import Answer
-from .test_watch import PATIENCE, Watch, _calm, _line
+from .test_watch import NO_PLOTS, PATIENCE, Watch, _calm, _line
 
 TOKEN = "xoxb-1111-SECRET"
 
 
-def _daemon(tmp, slack, extra_toml: str = "") -> Watch:
+def _daemon(tmp, slack, extra_toml: str = "", *, env: dict | None = None) -> Watch:
     config = tmp / "lossguard.toml"
     config.write_text(f'[slack]\nchannel = "#training"\nbase_url = "{slack.base_url}"\n{extra_toml}')
-    return Watch(tmp, "--config", str(config), env={"LOSSGUARD_SLACK_TOKEN": TOKEN})
+    return Watch(tmp, "--config", str(config), env={"LOSSGUARD_SLACK_TOKEN": TOKEN, **(env or {})})
 
 
 def _calm_run(tmp, steps: int):
@@ -49,7 +49,7 @@ def _wait(predicate, timeout=PATIENCE):
 
 def test_spike_is_routed_then_resolved_in_its_thread_with_the_parent_updated(tmp_path, slack):
     log = _calm_run(tmp_path, 20)
-    w = _daemon(tmp_path, slack, '[[slack.routes]]\nchannel = "#oncall"\nseverity = ["critical"]\n').start()
+    w = _daemon(tmp_path, slack, '[[slack.routes]]\nchannel = "#oncall"\nseverity = ["critical"]\n', env=NO_PLOTS).start()
     try:
         w.wait_ready()
         with open(log, "a") as fh:
@@ -78,7 +78,7 @@ def test_a_burst_of_spikes_is_one_message_with_details_in_its_thread_paced(tmp_p
     for i in range(4):
         (runs / f"exp{i}").mkdir(parents=True)
         (runs / f"exp{i}" / "metrics.jsonl").write_text(_calm(range(1, 20)))
-    w = _daemon(tmp_path, slack).start()
+    w = _daemon(tmp_path, slack, env=NO_PLOTS).start()
     try:
         w.wait_ready()
         # The four spikes written while no daemon runs: the next one's first pass meets them all, as
@@ -88,7 +88,7 @@ def test_a_burst_of_spikes_is_one_message_with_details_in_its_thread_paced(tmp_p
         for i in range(4):
             with open(runs / f"exp{i}" / "metrics.jsonl", "a") as fh:
                 fh.write(_line(20, 9.0))
-        w = _daemon(tmp_path, slack).start()
+        w = _daemon(tmp_path, slack, env=NO_PLOTS).start()
         _wait(lambda: len(_posts(slack)) >= 5)
         posts = _posts(slack)
         summary = posts[0]
@@ -105,7 +105,7 @@ def test_a_permanent_error_is_logged_once_loudly_and_kept_in_the_outbox(tmp_path
 
     log = _calm_run(tmp_path, 20)
     slack.queue.extend([Answer(body={"ok": False, "error": "not_in_channel"})] * 5)
-    w = _daemon(tmp_path, slack).start()
+    w = _daemon(tmp_path, slack, env=NO_PLOTS).start()
     try:
         w.wait_ready()
         with open(log, "a") as fh:
@@ -125,7 +125,7 @@ def test_a_permanent_error_is_logged_once_loudly_and_kept_in_the_outbox(tmp_path
 
 def test_a_loss_spike_after_a_grad_norm_spike_escalates_that_alert_in_its_thread(tmp_path, slack):
     log = _calm_run(tmp_path, 61)
-    w = _daemon(tmp_path, slack).start()
+    w = _daemon(tmp_path, slack, env=NO_PLOTS).start()
     try:
         w.wait_ready()
         with open(log, "a") as fh:  # the grad norm jumps 30x; the loss has not moved yet
@@ -149,7 +149,7 @@ def test_a_loss_spike_after_a_grad_norm_spike_escalates_that_alert_in_its_thread
 
 def test_a_grad_norm_and_loss_spike_on_one_line_are_one_thread(tmp_path, slack):
     log = _calm_run(tmp_path, 61)
-    w = _daemon(tmp_path, slack).start()
+    w = _daemon(tmp_path, slack, env=NO_PLOTS).start()
     try:
         w.wait_ready()
         with open(log, "a") as fh:
@@ -226,7 +226,7 @@ def test_a_webhook_gets_the_alert_and_no_upload(tmp_path, slack):
 
 def test_the_resolved_header_is_rewritten_after_a_clean_restart(tmp_path, slack):
     log = _calm_run(tmp_path, 20)
-    w = _daemon(tmp_path, slack).start()
+    w = _daemon(tmp_path, slack, env=NO_PLOTS).start()
     try:
         w.wait_ready()
         with open(log, "a") as fh:
