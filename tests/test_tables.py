@@ -10,6 +10,8 @@ import collections
 import csv
 import json
 import math
+import subprocess
+import sys
 from pathlib import Path
 
 import polars as pl
@@ -27,6 +29,7 @@ from lossguard.state import State
 from lossguard.watch.follow import Follower
 
 from .conftest import WAIT_FOR_EVERY_READ, run_lossguard
+from .test_watch import Watch
 
 SPIKE, JUMP, STEPS = 45, 43, 60
 """A calm run whose LR jumps tenfold at JUMP and whose loss spikes at SPIKE."""
@@ -102,6 +105,45 @@ def test_dvclive_spike_found_by_scan_with_the_lr_of_its_run(tmp_path, monkeypatc
     code, report = _scan_json(tmp_path / "runs")
     assert code == 1
     _spike_caused_by_the_lr_jump(report, "exp1", SPIKE, JUMP)
+
+
+LIVE = """
+import sys
+from dvclive import Live
+folder, first, last, base, spike, resume = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5]), sys.argv[6] == "resume"
+with Live(dir=folder, save_dvc_exp=False, resume=resume) as live:
+    for step in range(first, last):
+        live.log_metric("train/loss", 9.0 if step == spike else base + (step % 5) * 0.01)
+        live.next_step()
+"""
+
+
+def _live(tmp: Path, first: int, last: int, *, base: float, spike: int = -1, resume: bool = False) -> None:
+    """A real dvclive process logging steps first..last-1 into runs/exp1/dvclive (`resume`: on from
+    the run there; else a new `Live()`, which deletes the folder's files and writes them again)."""
+    args = [str(tmp / "runs" / "exp1" / "dvclive"), str(first), str(last), str(base), str(spike), "resume" if resume else "new"]
+    done = subprocess.run([sys.executable, "-c", LIVE, *args], cwd=tmp, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+
+
+def test_dvclive_run_again_in_its_folder_is_a_new_timeline_whose_spike_at_a_step_seen_before_is_alerted_once(tmp_path):
+    # Issue 24 F4: a new Live() rewrites the .tsv files from step 0; the re-run's spike at the step the
+    # first run spiked at was taken for the first run's incident (keyed run/rule/step): never opened,
+    # and its recovery sent as a stray second `resolved`.
+    (tmp_path / "runs" / "exp1").mkdir(parents=True)
+    _live(tmp_path, 0, 12, base=2.0)
+    w = Watch(tmp_path).start()
+    try:
+        w.wait_ready()
+        _live(tmp_path, 12, STEPS, base=2.0, spike=SPIKE, resume=True)
+        w.wait_for(lambda ev: [e["event"] for e in ev if e["event"] != "plot"] == ["opened", "resolved"])
+        _live(tmp_path, 0, STEPS, base=3.0, spike=SPIKE)  # another seed, the same step spiking
+        w.wait_for(lambda ev: [e["event"] for e in ev if e["run"] == "exp1"].count("opened") == 2)
+        ev = w.settle()
+    finally:
+        err = w.stop_and_read()
+    said = [(e["event"], e["step"], e["value"], round(e["baseline"])) for e in ev if e["event"] in ("opened", "resolved")]
+    assert said == [("opened", SPIKE, 9.0, 2), ("resolved", SPIKE, 9.0, 2), ("opened", SPIKE, 9.0, 3), ("resolved", SPIKE, 9.0, 3)], err
 
 
 # --- MLflow file store ---------------------------------------------------------------------------

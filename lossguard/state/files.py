@@ -35,7 +35,7 @@ class FilesAndTails(Connected):
         if cached is not None:
             self._tails.move_to_end((run, key))
             return cached
-        row = self.db.execute("SELECT tail, seen FROM streams WHERE run=? AND metric=?", (run, key)).fetchone()
+        row = self.db.execute("SELECT tail, seen, timeline FROM streams WHERE run=? AND metric=?", (run, key)).fetchone()
         return Tail.empty() if not row else unpack_tail(*row)
 
     def tails_of(self, runs: Sequence[str], keys: Sequence[str]) -> dict[tuple[str, str], Tail]:
@@ -50,8 +50,8 @@ class FilesAndTails(Connected):
             out.update(((run, key), t) for key, t in zip(keys, cached) if t is not None)
         for chunk in chunks(missing):
             rows = self.db.execute(
-                f"SELECT run, metric, tail, seen FROM streams WHERE metric IN ({marks(keys)}) AND run IN ({marks(chunk)})", (*keys, *chunk)
+                f"SELECT run, metric, tail, seen, timeline FROM streams WHERE metric IN ({marks(keys)}) AND run IN ({marks(chunk)})", (*keys, *chunk)
             )
-            for run, key, tail, seen in rows:
-                out.setdefault((run, key), unpack_tail(tail, seen))
+            for run, key, tail, seen, timeline in rows:
+                out.setdefault((run, key), unpack_tail(tail, seen, timeline))
         return out

@@ -36,9 +36,16 @@ def offset_of(row: FileRow) -> Cursor:
     return _cursor(row.cursor)
 
 
-def _head(path: str) -> bytes:
+def _look(path: str, cursor: Cursor | None) -> tuple[bytes, bool]:
+    """The file's first bytes, and whether the bytes before the cursor's offset are still those it
+    read there (Cursor.behind; True when it kept none): one open for both."""
     with open(path, "rb") as fh:
-        return fh.read(FINGERPRINT)
+        head = fh.read(FINGERPRINT)
+        if cursor is None or not cursor.behind:
+            return head, True
+        behind = bytes.fromhex(cursor.behind)
+        fh.seek(max(cursor.offset - len(behind), 0))
+        return head, fh.read(len(behind)) == behind
 
 
 def _same_file(row: FileRow, device: int, inode: int, head: bytes) -> bool:
@@ -155,21 +162,26 @@ class Tracker:
                 row is not None and (row.device, row.inode) == (st.st_dev, st.st_ino) and len(row.fingerprint) >= FINGERPRINT
                 and size == offset_of(row).offset and row.mtime == mtime
             )
-            head = row.fingerprint if settled else _head(path)
+            head, kept = (row.fingerprint, True) if settled else _look(path, None if row is None else offset_of(row))
             if row is None and sqlite_db.is_database(head):
                 size, mtime = sqlite_db.stamp(path, st)
         except OSError:
             return None
-        found = self._row(path, run, row, by_ident, quiet, (st.st_dev, st.st_ino, size), head)
+        found = self._row(path, run, row, by_ident, quiet, (st.st_dev, st.st_ino, size), head, kept)
         return Sighting(found, size, mtime)
 
-    def _row(self, path: str, run: str, row: FileRow | None, by_ident: Mapping, quiet: bool, stat: tuple[int, int, int], head: bytes) -> FileRow:
+    def _row(self, path: str, run: str, row: FileRow | None, by_ident: Mapping, quiet: bool, stat: tuple[int, int, int], head: bytes,
+             kept: bool = True) -> FileRow:
         device, inode, size = stat
         if row is not None and _same_file(row, device, inode, head):
             # (A database shrinks when it is checkpointed or VACUUMed: its reader tells rows
             # renumbered from rows added, sources.sqlite_db.)
-            if size < offset_of(row).offset and not sqlite_db.is_database(head):
-                self.log(f"{path}: file shrank below the read offset (truncated in place, copytruncate?): reading it again from the start")
+            shrank = size < offset_of(row).offset and not sqlite_db.is_database(head)
+            if shrank or not kept:
+                # Its steps start again: the run's next timeline (a resume), its spikes new incidents.
+                why = "file shrank below the read offset (truncated in place, copytruncate?)" if shrank else (
+                    "file written again from its start in place (the bytes before the read offset changed: a new run logging to it?)")
+                self.log(f"{path}: {why}: reading it again from the start")
                 return FileRow(path, row.run, row.format, device, inode, head, Cursor().to_json(), False, 0)
             if len(row.fingerprint) < FINGERPRINT and len(head) > len(row.fingerprint):
                 return replace(row, fingerprint=head)

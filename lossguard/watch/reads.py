@@ -31,9 +31,9 @@ READ_LIMIT = 16 << 20
 """Bytes of one file a pass reads at most: a long history is read over several passes, so the
 daemon's memory is bounded by this, the streams and their windows, not by the size of the logs."""
 
-Part = tuple[str, pl.DataFrame, bool, tuple[int, int]]
-"""One run's share of a file's read: the run, its new rows, whether they are all history, and the
-span of steps its lines reached."""
+Part = tuple[str, pl.DataFrame, bool, tuple[int, int], bool]
+"""One run's share of a file's read: the run, its new rows, whether they are all history, the
+span of steps its lines reached, and whether the read began at the file's start."""
 
 
 @dataclass
@@ -66,6 +66,9 @@ class NewRows:
     """Whether all of them are history (read from what the file held at the first start)."""
     last_steps: dict[str, int]
     """The last step each run's new lines reached, whatever tags they hold."""
+    anew: set[str] = field(default_factory=set)
+    """The runs with rows of a file read from its start (new, replaced, written again, truncated):
+    where their steps go back, they may be another run's (lossguard.watch.tails.restarted)."""
 
 
 def _capped(row: FileRow, limit: int) -> int:
@@ -194,7 +197,7 @@ class Reads:
             got.extend(_own_runs(res.frame, cursor.offset < row.quiet))
         elif res.span is not None:
             # Lines holding only tags no rule reads give no rows, but their steps still move the run on.
-            got.append((row.run, res.frame, cursor.offset < row.quiet, res.span))
+            got.append((row.run, res.frame, cursor.offset < row.quiet, res.span, cursor.offset == 0))
         # Quiet until the read passes the size the file had at the first start (or, for a database,
         # which shrinks when checkpointed, the size it has now: a database's read that got every
         # row says so by its offset, sources.sqlite_db).
@@ -211,7 +214,7 @@ def _own_runs(frame: pl.DataFrame, history: bool) -> list[Part]:
     if not frame.height:
         return []
     return [
-        (str(key[0]), rows, history, (int(rows.get_column("step").min()), int(rows.get_column("step").max())))
+        (str(key[0]), rows, history, (int(rows.get_column("step").min()), int(rows.get_column("step").max())), False)
         for key, rows in frame.partition_by("run", as_dict=True, maintain_order=True).items()
     ]
 
@@ -221,8 +224,10 @@ def _by_run(order: list[str], parts: dict[str, list[Part]]) -> NewRows:
     file names come after the run of the file that holds them."""
     rows = NewRows({}, {}, {})
     for file_run in order:
-        for run, frame, history, span in parts.get(file_run, ()):
+        for run, frame, history, span, anew in parts.get(file_run, ()):
             rows.frames.setdefault(run, []).append(frame)
+            if anew:
+                rows.anew.add(run)
             rows.quiet[run] = rows.quiet.get(run, True) and history
             rows.last_steps[run] = max(rows.last_steps.get(run, span[1]), span[1])
     return rows
