@@ -272,3 +272,36 @@ def test_the_daemon_follows_a_database_a_real_mlflow_process_logs_into_and_a_kil
         assert writer.returncode == 0, writer.stderr
 
     assert alerted_once_across_a_kill(tmp_path, write, 55) == [("exp1/pretrain/r1", "loss-spike", 55)]
+
+
+def _stepless(client, run: str, steps) -> None:  # noqa: ANN001
+    """`log_metric(run, "loss", value)` with no step, as a script that never counts steps logs:
+    MLflow stores step 0 in every row. The loss spikes at the 31st."""
+    for i in steps:
+        client.log_metric(run, "loss", 9.0 if i == 30 else 2.0 + (i % 5) * 0.01, timestamp=T0 + i)
+
+
+def test_a_metric_logged_without_a_step_is_numbered_in_the_order_logged_said_once_and_judged(store, tmp_path):
+    # Issue 24 F2: every row at step 0 was one point, "too short", nothing judged.
+    client = _client(store)
+    run = client.create_run(client.create_experiment("pretrain"), run_name="r1").info.run_id
+    client.log_metric(run, "lr", 1e-4, timestamp=T0)  # one row: its step 0 is kept
+    _log(client, run, "grad_norm", [(s, 1.0) for s in range(5)])  # steps of its own: kept
+    state = State(tmp_path / "state")
+    said: list[str] = []
+    follower = Follower([store.parent.parent], rules=default_rules(), state=state, log=said.append, pass_budget=WAIT_FOR_EVERY_READ)
+    _stepless(client, run, range(1))
+    follower.run_pass(1.0)  # one row: nothing to number yet
+    _stepless(client, run, range(1, 20))
+    follower.run_pass(2.0)
+    _stepless(client, run, range(20, 40))
+    report = follower.run_pass(3.0)
+    state.close()
+    assert [(n.kind, n.incident.step) for n in report.notices if n.kind == "opened"] == [("opened", 30)]
+    warned = [s for s in said if "without a step" in s]
+    assert warned == [f"warning: {store}: run pretrain/r1: loss was logged without a step (all its rows at one step, MLflow's 0): its rows are numbered in the order logged"]
+    frame, _, problems = read_paths([store.parent.parent])
+    steps = {tag: frame.filter(pl.col("tag") == tag).get_column("step").to_list() for tag in ("loss", "lr", "grad_norm")}
+    assert steps == {"loss": list(range(40)), "lr": [0], "grad_norm": list(range(5))}
+    assert [p.message for p in problems] == [warned[0].split(": ", 2)[2]]
+    assert [i.step for i in scan([store.parent.parent], rules=default_rules()).incidents] == [30]

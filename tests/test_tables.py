@@ -219,6 +219,33 @@ def test_mlruns_spike_found_by_scan_with_the_lr_of_its_run_and_runs_of_one_name_
     assert not [r for r in report["runs"] if "gone" in r["run"]]
 
 
+def test_mlruns_a_metric_logged_without_a_step_is_numbered_in_the_order_logged_said_once_and_judged(tmp_path, monkeypatch):
+    # Issue 24 F2: `log_metric(run, key, value)` writes step 0 on every line; all were one point.
+    import mlflow
+
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    root = tmp_path / "runs" / "exp1" / "mlruns"
+    client = mlflow.MlflowClient(tracking_uri=root.as_uri())
+    run = client.create_run(client.create_experiment("exp one"), run_name="nostep").info.run_id
+    client.log_metric(run, "lr", 1e-4)  # one line: its step 0 is kept
+    state = State(tmp_path / "state")
+    said: list[str] = []
+    follower = Follower([tmp_path / "runs"], rules=default_rules(), state=state, log=said.append, pass_budget=WAIT_FOR_EVERY_READ)
+    report = None
+    for first, last in ((0, 1), (1, 20), (20, STEPS)):  # (the first read holds one line: nothing to number yet)
+        for step in range(first, last):
+            client.log_metric(run, "train/loss", _loss(step))
+        report = follower.run_pass(float(last))
+    state.close()
+    assert [(n.kind, n.incident.step) for n in report.notices if n.kind == "opened"] == [("opened", SPIKE)]
+    assert [s.split(": ", 2)[2] for s in said if "without a step" in s] == [
+        "run exp one/nostep: train/loss was logged without a step (all its rows at one step, MLflow's 0): its rows are numbered in the order logged"
+    ]
+    frame, _, problems = read_paths([tmp_path / "runs"])
+    assert frame.filter(pl.col("tag") == "train/loss").get_column("step").to_list() == list(range(STEPS))
+    assert frame.filter(pl.col("tag") == "lr").get_column("step").to_list() == [0] and len(problems) == 1
+
+
 @settings(max_examples=300, deadline=None)
 @given(name=st.text(max_size=200) | st.text(alphabet=" ab'\":#\\\n\t-é\u2028\x85", max_size=200))
 def test_mlruns_meta_yaml_scalars_read_as_pyyaml_reads_what_mlflow_writes(name):
