@@ -27,7 +27,7 @@ from lossguard.report.audit import scan
 from lossguard.state import State
 from lossguard.watch.follow import Follower
 
-from .conftest import WAIT_FOR_EVERY_READ
+from .conftest import WAIT_FOR_EVERY_READ, run_lossguard
 from .test_watch import alerted_once_across_a_kill
 
 mlflow = pytest.importorskip("mlflow")
@@ -305,3 +305,15 @@ def test_a_metric_logged_without_a_step_is_numbered_in_the_order_logged_said_onc
     assert steps == {"loss": list(range(40)), "lr": [0], "grad_norm": list(range(5))}
     assert [p.message for p in problems] == [warned[0].split(": ", 2)[2]]
     assert [i.step for i in scan([store.parent.parent], rules=default_rules()).incidents] == [30]
+
+
+def test_scan_run_matching_nothing_lists_the_run_names_a_tracker_gives_not_its_files_folder(store):
+    # Issue 24 F3: the message listed `exp1` (the database's folder, discovery's name), which
+    # `--run` never matches: the names to give are the tracker's runs'.
+    _written(store)
+    (store.parent / "train.log").write_text("step 1 | loss 2.0\n")  # a log of a run of its own, beside
+    res = run_lossguard("scan", "--run", "nomatch*", str(store.parent.parent))
+    assert res.returncode == 2, res.stderr
+    (line,) = [x for x in res.stderr.splitlines() if "no run matches" in x]
+    second = next(r for r in _rows(read_paths([store])[0]) if "(" in r)
+    assert line.endswith(f"(runs found: exp1, exp1/pretrain/r1, exp1/{second}, exp1/sft/r1)"), line

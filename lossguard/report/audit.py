@@ -72,6 +72,9 @@ class ScanResult:
     """Problems of files that belong to no run report (discovery, unrecognised files)."""
     files: int
     bytes: int
+    names: tuple[str, ...] = ()
+    """With a run filter, every run name a user could give it: discovery's names for logs of one run,
+    and the names files that hold many runs give theirs (`exp1/pretrain/r1`), read to filter them."""
 
     @property
     def incidents(self) -> list[Incident]:
@@ -326,9 +329,12 @@ def scan(
     progress: Callable[[int, int, int], None] | None = None,
 ) -> ScanResult:
     found, problems = collect(paths, globs=options.globs)
+    names: set[str] = set()
     if run_glob:
         # A file naming its own runs is read for the filter below: its runs are known once read.
-        found = [f for f in found if fnmatchcase(f.run, run_glob) or may_name_runs(f.path)]
+        naming = [may_name_runs(f.path) for f in found]
+        names = {f.run for f, named in zip(found, naming) if not named}
+        found = [f for f, named in zip(found, naming) if named or fnmatchcase(f.run, run_glob)]
     by_run: dict[str, list[str]] = {}
     sizes: dict[str, int] = {}
     for f in found:
@@ -377,4 +383,5 @@ def scan(
     ordered = sorted((r for r in reports if not run_glob or fnmatchcase(r.run, run_glob)), key=lambda r: r.run)
     kept = tuple(r for r in ordered if r.formats)
     orphans = [p for r in ordered if not r.formats for p in r.problems]
-    return ScanResult(rules, kept, tuple(summarised([*problems, *orphans])), files=len(found), bytes=total)
+    names |= {r.run for r in reports if r.formats}
+    return ScanResult(rules, kept, tuple(summarised([*problems, *orphans])), files=len(found), bytes=total, names=tuple(sorted(names)))
