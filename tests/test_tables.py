@@ -279,6 +279,32 @@ def test_the_daemon_follows_an_mlflow_run_as_it_grows_and_alerts_with_its_lr(tmp
     state.close()
 
 
+def test_a_pass_inotify_named_one_metric_file_of_an_mlflow_run_reads_the_runs_other_files_before_judging(tmp_path, monkeypatch):
+    # Issue 24 F5: the loss file's event alone started a pass; its spike was alerted with cause
+    # `unknown`, the LR file (written the same step) read by the next pass, and relabelled then.
+    import mlflow
+
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    root = tmp_path / "runs" / "exp1" / "mlruns"
+    client = mlflow.MlflowClient(tracking_uri=root.as_uri())
+    run = client.create_run(client.create_experiment("exp one"), run_name="live").info.run_id
+    for step in range(40):
+        client.log_batch(run, metrics=[mlflow.entities.Metric("train/loss", _loss(step), 0, step), mlflow.entities.Metric("lr", _lr(step), 0, step)])
+    state = State(tmp_path / "state")
+    follower = Follower([tmp_path / "runs"], rules=default_rules(), state=state, log=lambda _: None, pass_budget=WAIT_FOR_EVERY_READ)
+    follower.run_pass(1.0)
+    for step in range(40, STEPS):
+        client.log_batch(run, metrics=[mlflow.entities.Metric("train/loss", _loss(step), 0, step), mlflow.entities.Metric("lr", _lr(step), 0, step)])
+    (loss,) = root.glob("*/*/metrics/train/loss")
+    report = follower.run_pass(2.0, changed={str(loss)})  # (the LR file's event not yet in)
+    state.close()
+    (opened,) = [n.incident for n in report.notices if n.kind == "opened"]
+    _, scanned = _scan_json(tmp_path / "runs")
+    (spike,) = [s for r in scanned["runs"] for s in r["spikes"]]
+    assert opened.step == spike["step"] == SPIKE
+    assert [c.cause for c in opened.causes] == [c["cause"] for c in spike["causes"]] and opened.causes[0].cause == "lr_schedule"
+
+
 # --- DeepSpeed csv_monitor -----------------------------------------------------------------------
 
 

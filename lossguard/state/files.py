@@ -29,6 +29,13 @@ class FilesAndTails(Connected):
                 rows += self.db.execute(f"{_FILE} WHERE path IN ({marks(chunk)})", [stored(p) for p in chunk]).fetchall()
         return {path_of(r[0]): _file_row(r) for r in rows}
 
+    def files_of_runs(self, runs: Collection[str]) -> dict[str, FileRow]:
+        """The followed files of `runs` (the other files of runs inotify named one file of)."""
+        rows = []
+        for chunk in chunks(sorted(runs)):
+            rows += self.db.execute(f"{_FILE} WHERE run IN ({marks(chunk)})", list(chunk)).fetchall()
+        return {path_of(r[0]): _file_row(r) for r in rows}
+
     def tail(self, run: str, key: str) -> Tail:
         """A stream's committed tail (`key`: a canonical metric, or `tag:<tag>` for a context tag)."""
         cached = self._tails.get((run, key))

@@ -103,7 +103,11 @@ class Follower:
         if changed is not None and not self.first_pass:
             changed = self.tracker.named(changed)
             tracked = self.state.files(changed)
-            current = self.tracker.recheck(changed, tracked)
+            # The other files of those runs too (a stat each): a tracker keeping a metric a file
+            # (MLflow's file store, dvclive) writes a step's loss and grad norm to two files, and the
+            # loss judged without the grad norm beside it would be labelled without it.
+            tracked.update(self.state.files_of_runs({row.run for row in tracked.values()}))
+            current = self.tracker.recheck(set(tracked) | changed, tracked)
         if current is None:
             tracked = self.state.files()
             current, gone = self.tracker.walk(tracked, quiet=self.first_pass and self.state.fresh)
