@@ -203,6 +203,8 @@ def test_a_db_no_tracker_wrote_is_passed_over_in_silence_and_lossguards_own_stat
     result = scan([folder.parent], rules=default_rules())
     assert sorted({r.run.split("/")[1] for r in result.runs}) == ["pretrain", "sft"]
     assert result.all_problems == []
+    # Issue 24 (c): nor counted in the scan's total of files read: MLflow's is the one.
+    assert result.files == 1
     # Forced to read one as MLflow's: the file says what it is, once, and is not read again.
     res = read(folder / "junk.db", run=".", fmt="mlflow_db", final=False, options=OPTIONS)
     assert res.dead and [p.message for p in res.problems] == ["not a SQLite database after all; no longer read"]
