@@ -58,6 +58,7 @@ class Follower:
         pass_budget: float = PASS_BUDGET,
         log: Callable[[str], None] = print,
         clock: Callable[[], float] | None = None,
+        written: Sequence[Path] = (),
     ) -> None:
         self.rules = rules
         self.state = state
@@ -74,7 +75,8 @@ class Follower:
         memory: after a restart the first pass's tags set it again)."""
         self.before_commit: Callable[[], None] = lambda: None
         """Called as a pass is about to commit (the daemon's crash hook for tests)."""
-        self.tracker = Tracker(list(roots), options.globs, log)
+        self.tracker = Tracker(list(roots), options.globs, log, written)
+        """(`written`: what the daemon writes itself, never read as a log: followed.own_files.)"""
 
     def run_pass(self, now: float, changed: Collection[str] | None = None) -> PassReport:
         """One pass: over every file under the roots, or (`changed`, from inotify) over just those
