@@ -319,3 +319,32 @@ def test_scan_run_matching_nothing_lists_the_run_names_a_tracker_gives_not_its_f
     (line,) = [x for x in res.stderr.splitlines() if "no run matches" in x]
     second = next(r for r in _rows(read_paths([store])[0]) if "(" in r)
     assert line.endswith(f"(runs found: exp1, exp1/pretrain/r1, exp1/{second}, exp1/sft/r1)"), line
+
+
+def test_the_daemon_says_a_database_locked_at_every_pass_once_until_that_changes(store, tmp_path):
+    # Issue 24 (a): each pass's read of a locked database repeated the warning.
+    client = _client(store)
+    run = client.create_run(client.create_experiment("pretrain"), run_name="r1").info.run_id
+    _log(client, run, "loss", _calm_loss(range(1, 20)))
+    said: list[str] = []
+    state = State(tmp_path / "state")
+    follower = Follower([store.parent.parent], rules=default_rules(), state=state, log=said.append, pass_budget=WAIT_FOR_EVERY_READ)
+    writer = sqlite3.connect(store, isolation_level=None)
+    locked = lambda: sum("database locked" in s for s in said)  # noqa: E731
+    try:
+        assert follower.run_pass(1.0).rows == 19
+        _log(client, run, "loss", _calm_loss(range(20, 22)))
+        writer.execute("BEGIN EXCLUSIVE")
+        for now in (2.0, 3.0, 4.0):
+            assert follower.run_pass(now).problems == 1
+        assert locked() == 1
+        writer.execute("ROLLBACK")
+        assert follower.run_pass(4.5).rows == 2  # read once free: the next lock is news
+        _log(client, run, "loss", _calm_loss(range(20, 25)))
+        writer.execute("BEGIN EXCLUSIVE")
+        follower.run_pass(5.0)
+        assert locked() == 2
+    finally:
+        writer.execute("ROLLBACK")
+        writer.close()
+        state.close()

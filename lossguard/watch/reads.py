@@ -93,6 +93,9 @@ class Reads:
         self.log = log
         self._formats: dict[str, str | None] = {}
         """The formats sniffed in this pass (of files not read before)."""
+        self._said: dict[str, frozenset[str]] = {}
+        """What the last read of each file warned of: said again only once it changed (a database
+        locked at every pass for a minute is one warning, not one a pass)."""
 
     def read(self, tx: FileWrites, sightings: dict[str, Sighting], report: PassReport) -> NewRows:
         """The new rows of each run whose files changed. Runs left over from the last pass first,
@@ -187,8 +190,14 @@ class Reads:
             res = self.budget.read(path, cursor, seen.size - cursor.offset, job)
         if res is None:
             return False
-        for p in res.problems:
-            self.log(f"warning: {p}")
+        said = frozenset(map(str, res.problems))
+        for text in dict.fromkeys(map(str, res.problems)):
+            if text not in self._said.get(path, ()):
+                self.log(f"warning: {text}")
+        if said:
+            self._said[path] = said
+        else:
+            self._said.pop(path, None)
         report.problems += len(res.problems)
         report.files += 1
         if seen.size > cursor.offset + _capped(row, block):  # (the read was cut short: more than a partial line waits)
