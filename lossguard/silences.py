@@ -180,15 +180,16 @@ def new_silence(*, run: str, rule: str | None = None, metric: str | None = None,
     return NewSilence(run, rule, metric, cause, now, ends, comment.strip(), author, recovers)
 
 
-def literal_glob(name: str) -> str:
-    """A glob matching `name` (and, where a character could not travel safely through a shell, a
-    chat message and a copy-paste, any character there: `?`). Glob characters of the name itself
-    are bracketed so that they match only themselves."""
+def literal_glob(name: str, *, copyable: bool = True) -> str:
+    """A glob matching `name` only: glob characters of the name itself are bracketed so that they
+    match only themselves. `copyable` (the command an alert shows): where a character could not
+    travel safely through a shell, a chat message and a copy-paste, any character there (`?`),
+    which may match another run too; a click's silence is stored, never pasted, and so is exact."""
     out = []
     for ch in name:
         if ch in "*?[":
             out.append(f"[{ch}]")
-        elif ch == "`" or not ch.isprintable() or ch in "\u2028\u2029":
+        elif copyable and (ch == "`" or not ch.isprintable() or ch in "\u2028\u2029"):
             out.append("?")
         else:
             out.append(ch)

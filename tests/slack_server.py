@@ -60,6 +60,10 @@ class SlackServer:
         self.files: dict[str, File] = {}
         self._ts = 0
         self.socket_url: str | None = None
+        self.slow: dict[str, float] = {}
+        """path -> seconds every request to it waits before its answer (a Slack API that is slow today)."""
+        self.answers: dict[str, list[Answer]] = {}
+        """path -> answers for that path only, taken before `queue`'s."""
         """What apps.connections.open answers (tests.socket_server's URL): Socket Mode's endpoint."""
         server = self
 
@@ -82,9 +86,10 @@ class SlackServer:
                         body["blocks"] = json.loads(body["blocks"])
                 request = Request(self.path, {k.lower(): v for k, v in self.headers.items()}, body, time.monotonic(), data)
                 server.requests.append(request)
-                answer = server.queue.pop(0) if server.queue else Answer()
-                if answer.delay:
-                    time.sleep(answer.delay)
+                for_path = server.answers.get(self.path)
+                answer = for_path.pop(0) if for_path else server.queue.pop(0) if server.queue else Answer()
+                if answer.delay or server.slow.get(self.path):
+                    time.sleep(answer.delay or server.slow[self.path])
                 if answer.hold is not None:
                     answer.hold.wait(answer.hold_limit)
                 if answer.drop:

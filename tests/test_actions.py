@@ -17,6 +17,7 @@ from lossguard.alerts.slack import SlackBot
 from lossguard.detection.engine import analyse_run
 from lossguard.detection.rules import default_rules
 from lossguard.model import Notice
+from lossguard.silences import Silence
 from lossguard.state import IncidentRow, OutboxEntry
 
 from . import synth
@@ -129,11 +130,58 @@ def test_a_slash_command_is_parsed_with_its_text():
 
 def test_the_update_says_what_was_done_keeps_the_rest_and_drops_acknowledge_once_taken():
     click = _click(ACKNOWLEDGE)
-    blocks = actions.updated(click, "acknowledged by @ana at 03:12", acknowledged=True)
+    blocks = actions.updated(click, ["acknowledged by @ana at 03:12"], acknowledged=True)
     assert blocks[0]["type"] == "header" and blocks[-2]["elements"][0]["text"] == "acknowledged by @ana at 03:12"
     assert [e["action_id"] for e in blocks[-1]["elements"]] == [SILENCE_RUN, SILENCE_RULE]
-    again = actions.updated(replace(click, blocks=blocks), "acknowledged by @ana at 03:12", acknowledged=True)
+    again = actions.updated(replace(click, blocks=blocks), ["acknowledged by @ana at 03:12"], acknowledged=True)
     assert again == blocks  # a retried envelope updates the message to the same message
+
+
+def test_the_update_says_every_line_the_state_holds_whatever_copy_of_the_message_was_clicked():
+    first = actions.updated(_click(SILENCE_RUN, choice="1h"), ["silenced 1 h by @ana"], acknowledged=False)
+    # Bob clicked the copy from before Ana's click: the state's lines are what the message says.
+    second = actions.updated(_click(ACKNOWLEDGE), ["silenced 1 h by @ana", "acknowledged by @bob"], acknowledged=True)
+    said = [b for b in second if b.get("block_id") == actions.SAID]
+    assert [e["text"] for e in said[0]["elements"]] == ["silenced 1 h by @ana", "acknowledged by @bob"] and len(said) == 1
+    assert len(second) == len(first) and second[-1]["type"] == "actions"
+
+
+def test_a_header_rewritten_keeps_the_lines_said_above_its_buttons():
+    plain = ({"type": "header", "text": {"type": "plain_text", "text": "resolved"}}, {"type": "context", "elements": []})
+    assert actions.said_in(plain, []) == plain  # nothing said: the message as it was built, byte for byte
+    kept = actions.said_in((*plain, actions.buttons("k-1")), ["silenced 4 h by @ana"])
+    assert [b.get("block_id") for b in kept][-2:] == [actions.SAID, "lossguard|k-1"]
+
+
+HOSTILE = "<!channel> *all* & `x` <https://evil|click>"
+
+
+@pytest.mark.parametrize("action, choice, facts", [
+    pytest.param(actions.SHOW_PLOT, None, {}, id="show the plot"),
+    pytest.param(ACKNOWLEDGE, None, {}, id="acknowledge"),
+    pytest.param(ACKNOWLEDGE, None, {"acked_by": "@<!here>"}, id="acknowledged already"),
+    pytest.param(SILENCE_RUN, "4h", {}, id="silence the run"),
+    pytest.param(SILENCE_RULE, None, {}, id="silence the rule"),
+    pytest.param(SILENCE_RUN, "recovers", {"status": "resolved"}, id="recovered already"),
+    pytest.param(SILENCE_RUN, "<!everyone>", {}, id="a choice no menu offers"),
+])
+def test_a_reply_shows_a_hostile_run_name_as_text_never_as_a_mention_or_markup(action, choice, facts):
+    row = _incident(HOSTILE, status=facts.pop("status", "open"))
+    got = decide(_click(action, choice=choice), _facts(incident=row, **facts))
+    assert "<!" not in got.reply and "<http" not in got.reply and " & " not in got.reply, got.reply
+    assert "&lt;!channel&gt;" in got.reply or "&lt;!here&gt;" in got.reply or "&lt;!everyone&gt;" in got.reply
+
+
+def test_a_member_of_a_user_group_slack_would_not_name_is_refused_and_told_why():
+    got = decide(_click(SILENCE_RUN, choice="4h", user="U0BOB00001"), _facts(unchecked=frozenset({"S0ONCALL01"})))
+    assert got == Refuse(actions.UNCHECKED.format(groups="S0ONCALL01"))
+
+
+def test_a_run_name_with_a_control_character_is_silenced_for_that_run_only():
+    got = decide(_click(SILENCE_RUN, choice="1h"), _facts(incident=_incident("exp\x1b7b`")))
+    silence = Silence(1, got.new.run, None, None, None, NOW, NOW + 3600, "c")
+    assert silence.matches(Notice("stalled", "exp\x1b7b`", step=1))
+    assert not silence.matches(Notice("stalled", "expX7b`", step=1)) and not silence.matches(Notice("stalled", "exp\x1b7bX", step=1))
 
 
 def _sink(slack, *, buttons: bool) -> SlackSink:

@@ -8,16 +8,17 @@ from __future__ import annotations
 import json
 import logging
 import time
+from contextlib import contextmanager
 from dataclasses import replace
 
 import pytest
 
 from lossguard.alerts import link as link_module
-from lossguard.alerts.actions import ACKNOWLEDGE, REFUSED, SILENCE_RUN
+from lossguard.alerts.actions import ACKNOWLEDGE, REFUSED, SILENCE_RULE, SILENCE_RUN
 from lossguard.alerts.link import slack_link
 from lossguard.alerts.pipeline import Dispatcher
 from lossguard.alerts.slack import SlackBot
-from lossguard.state import State, read_summary
+from lossguard.state import State, StateBusy, read_summary
 
 from .test_actions import ANA, envelope
 from .test_pipeline import BASE, Clock, bot_sink, posts, raise_
@@ -41,10 +42,22 @@ def _alerted(slack, state) -> str:
     return block["block_id"].removeprefix("lossguard|")
 
 
-def _link(slack, state, actors=(ANA,)):
+def _link(slack, state, actors=(ANA,), *, rules=lambda: [("loss-spike", "loss")], start=True):
     bot = SlackBot("xoxb-2222-SECRET", "#training", base_url=slack.base_url, backoff=0.01, retries=0)
-    return slack_link(app_token=APP_TOKEN, base_url=slack.base_url, bot=bot, state=state.secondary(), status_state=state.secondary(),
-                      actors=list(actors), rules=lambda: [("loss-spike", "loss")]).start()
+    link = slack_link(app_token=APP_TOKEN, base_url=slack.base_url, bot=bot, state=state.secondary(), status_state=state.secondary(),
+                      actors=list(actors), rules=rules)
+    return link.start() if start else link
+
+
+@contextmanager
+def _connected(slack, socket, state, **kw):
+    """The link started and connected, stopped at the end."""
+    link = _link(slack, state, **kw)
+    try:
+        socket.wait_connected()
+        yield link
+    finally:
+        link.close()
 
 
 def _requests(slack, method):
@@ -211,5 +224,232 @@ def test_show_the_plot_draws_the_curves_the_state_holds_into_the_alerts_thread(s
         (request, (png,)), = slack.uploads()
         assert request.body["thread_ts"] == "1700000000.000001" and png_size(png)[0] > 0
         assert state.silences() == [] and not list((state.directory / "plots").glob("*/*.png"))  # nothing changed; no file left
+    finally:
+        link.close()
+
+
+def test_an_unexpected_error_in_the_link_is_logged_scrubbed_shown_as_failed_and_the_link_starts_again(slack, socket, state, caplog, monkeypatch):
+    monkeypatch.setattr(link_module, "FIRST_WAIT", 0.2)
+    link = _link(slack, state, start=False)
+    real, seen = link.connect, []
+
+    def connect():
+        seen.append(read_summary(state.path)["slack_link"])
+        if len(seen) == 1:
+            raise RuntimeError(f"a bug, with {APP_TOKEN} in its message")
+        return real()
+
+    link.connect = connect
+    with caplog.at_level(logging.INFO, logger="lossguard"):
+        link.start()
+        try:
+            socket.wait_connected()
+            _wait(lambda: read_summary(state.path)["slack_link"]["state"] == "connected")
+        finally:
+            link.close()
+    assert seen[1]["state"] == "failed" and "RuntimeError: a bug" in seen[1]["error"] and APP_TOKEN not in json.dumps(seen[1])
+    (error,) = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert "the Slack Socket Mode link failed" in error.getMessage() and APP_TOKEN not in caplog.text
+
+
+def test_the_link_beats_while_connected_and_status_says_when_it_was_last_heard(slack, socket, state, monkeypatch, capsys):
+    from lossguard.cli import main
+
+    monkeypatch.setattr(link_module, "HEARTBEAT", 0.1)
+    link = _link(slack, state)
+    try:
+        socket.wait_connected()
+        _wait(lambda: (read_summary(state.path)["slack_link"] or {}).get("state") == "connected")
+        first = read_summary(state.path)["slack_link"]
+        _wait(lambda: read_summary(state.path)["slack_link"]["beat"] > first["beat"] + 0.2)
+        assert read_summary(state.path)["slack_link"]["at"] == first["at"]  # (connected since then, still)
+        assert main(["status", "--state-dir", str(state.directory)]) == 0
+        assert "slack link connected: buttons on alerts are taken (since " in capsys.readouterr().out
+    finally:
+        link.close()
+    assert main(["status", "--format", "json", "--state-dir", str(state.directory)]) == 0
+    assert json.loads(capsys.readouterr().out)["slack_link"]["silent_for"] is None  # stopped: nothing more expected of it
+
+
+def test_status_says_a_link_not_heard_from_for_minutes_is_not_running(state, capsys):
+    from lossguard.cli import main
+
+    state.set_link({"state": "connected", "at": time.time() - 3600, "beat": time.time() - 600})  # a daemon killed, a thread gone
+    assert main(["status", "--state-dir", str(state.directory)]) == 0
+    assert "NOT HEARD FROM for 10 min: the daemon or its link is not running" in capsys.readouterr().out
+    state.set_link({"state": "connected", "at": time.time() - 3600, "beat": time.time() - 5})
+    assert main(["status", "--state-dir", str(state.directory)]) == 0
+    out = capsys.readouterr().out
+    assert "last heard 5 s ago" in out and "NOT HEARD" not in out
+
+
+def test_a_slow_chat_update_does_not_delay_the_next_envelopes_ack(slack, socket, state):
+    key = _alerted(slack, state)
+    slack.slow["/api/chat.update"] = 3.5
+    with _connected(slack, socket, state):
+        socket.send(envelope(SILENCE_RUN, key=key, choice="1h", clicked=time.time(), envelope_id="e-slow-1"))
+        socket.wait_ack("e-slow-1")
+        _wait(lambda: _requests(slack, "chat.update"))  # the first click's update is under way, slowly
+        socket.send(envelope(ACKNOWLEDGE, key=key, clicked=time.time(), envelope_id="e-slow-2"))
+        socket.wait_ack("e-slow-2")
+        (acked_at, _), = [a for a in socket.acks if a[1].get("envelope_id") == "e-slow-2"]
+        assert acked_at - socket.sent["e-slow-2"] < 1.0
+        _wait(lambda: len(_requests(slack, "chat.update")) == 2 and len(_requests(slack, "chat.postEphemeral")) == 2, timeout=20)
+
+
+def _resolve(slack, state) -> None:
+    """The incident over (as a pass finds it), and its resolution delivered: the alert rewritten."""
+    clock = Clock()
+    with state.transaction() as tx:
+        tx.update_incident(replace(state.incident(BASE.run, BASE.rule, BASE.step), status="resolved", incident=replace(BASE, end_step=30)))
+    raise_(state, replace(BASE, end_step=30), kind="resolved")
+    Dispatcher(state, {"slack": bot_sink(slack, buttons=True)}, clock=clock, sleep=clock.sleep, wall=time.time).round()
+
+
+def test_the_resolution_rewrites_the_alert_keeping_what_was_said_from_slack(slack, socket, state):
+    key = _alerted(slack, state)
+    click = envelope(SILENCE_RUN, key=key, choice="4h", clicked=time.time(), envelope_id="e-said")
+    click["payload"]["container"]["channel_id"] = "#training"  # (where the local server says the alert went)
+    with _connected(slack, socket, state):
+        socket.send(click)
+        socket.wait_ack("e-said")
+        _wait(lambda: _requests(slack, "chat.update"))
+    _resolve(slack, state)
+    rewrite = _requests(slack, "chat.update")[-1]
+    assert rewrite["ts"] == "1700000000.000001" and "resolved" in rewrite["text"]
+    assert "silenced 4 h by @ana at <!date^" in json.dumps(rewrite["blocks"])
+
+
+def test_a_click_on_an_old_copy_of_a_resolved_alert_does_not_bring_the_open_alert_back(slack, socket, state):
+    key = _alerted(slack, state)
+    _resolve(slack, state)
+    updates = len(_requests(slack, "chat.update"))
+    with _connected(slack, socket, state):
+        socket.send(envelope(SILENCE_RULE, key=key, clicked=time.time(), envelope_id="e-old-copy"))  # its blocks: the open alert's
+        socket.wait_ack("e-old-copy")
+        _wait(lambda: _requests(slack, "chat.postEphemeral"))
+        time.sleep(0.3)
+    assert len(_requests(slack, "chat.update")) == updates  # the resolved alert stays resolved
+    assert len(state.silences(now=time.time())) == 1  # the silence itself is made, as the CLI would
+
+
+def test_an_unexpected_error_while_applying_a_click_is_answered_in_one_line_and_logged_scrubbed(slack, socket, state, caplog):
+    from lossguard.alerts.clicks import COULD_NOT
+
+    key = _alerted(slack, state)
+
+    def rules():
+        raise RuntimeError(f"the rules are broken ({APP_TOKEN})")
+
+    with caplog.at_level(logging.INFO, logger="lossguard"):
+        link = _link(slack, state, rules=rules)
+        try:
+            socket.wait_connected()
+            socket.send(envelope(SILENCE_RULE, key=key, clicked=time.time(), envelope_id="e-bug"))
+            assert socket.wait_ack("e-bug") == {"envelope_id": "e-bug"}
+            _wait(lambda: _requests(slack, "chat.postEphemeral"))
+        finally:
+            link.close()
+    (reply,) = _requests(slack, "chat.postEphemeral")
+    assert reply["text"] == COULD_NOT and reply["user"] == ANA
+    (error,) = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert "e-bug" in error.getMessage() and "RuntimeError" in error.getMessage() and APP_TOKEN not in caplog.text
+    assert state.silences() == [] and _requests(slack, "chat.update") == []
+
+
+def test_stopping_the_link_waits_for_the_click_being_applied_and_leaves_the_next_to_slacks_retry(slack, socket, state):
+    import threading
+
+    key = _alerted(slack, state)
+    applying, release = threading.Event(), threading.Event()
+
+    def rules():
+        applying.set()
+        release.wait(10)
+        return [("loss-spike", "loss")]
+
+    link = _link(slack, state, rules=rules)
+    socket.wait_connected()
+    socket.send(envelope(SILENCE_RUN, key=key, choice="1h", clicked=time.time(), envelope_id="e-in-flight"))
+    assert applying.wait(10)
+    threading.Timer(0.5, release.set).start()
+    started = time.monotonic()
+    link.close(timeout=5)
+    assert time.monotonic() - started >= 0.4  # it waited for the click
+    assert state.envelope_reply("e-in-flight") is not None and len(state.silences()) == 1  # committed before the state may close
+    with pytest.raises(StateBusy):  # an envelope after the stop is not taken: Slack sends it again to the daemon that comes back
+        link.handler(envelope(SILENCE_RUN, key=key, choice="1h", clicked=time.time(), envelope_id="e-after"))
+    assert state.envelope_reply("e-after") is None
+
+
+def test_a_refusal_is_answered_but_stores_no_envelope(slack, socket, state):
+    key = _alerted(slack, state)
+    with _connected(slack, socket, state):
+        for i in range(3):
+            socket.send(envelope(SILENCE_RUN, key=key, choice="4h", user="U0EVE00001", clicked=time.time(), envelope_id=f"e-eve-{i}"))
+            socket.wait_ack(f"e-eve-{i}")
+        _wait(lambda: len(_requests(slack, "chat.postEphemeral")) == 3)
+    assert state.db.execute("SELECT count(*) FROM envelopes").fetchone()[0] == 0
+
+
+def test_a_member_of_a_user_group_slack_no_longer_names_is_refused_not_taken_on_old_membership(slack, state):
+    from lossguard.alerts import actions, clicks
+    from lossguard.alerts.clicks import ClickHandler
+    from lossguard.alerts.message import CAUSE_TITLES
+
+    from .slack_server import Answer
+
+    key = _alerted(slack, state)
+    now = [time.time()]
+    bot = SlackBot("xoxb-2222-SECRET", "#training", base_url=slack.base_url, backoff=0.01, retries=0)
+    handler = ClickHandler(state.secondary(), bot, actors=["S0ONCALL01"], rules=lambda: [("loss-spike", "loss")],
+                           causes=list(CAUSE_TITLES), clock=lambda: now[0])
+    bob = "U0BOB00001"
+    slack.answers["/api/usergroups.users.list"] = [Answer(body={"ok": True, "users": [bob]}), Answer(body={"ok": False, "error": "missing_scope"})]
+    try:
+        _, then = handler(envelope(ACKNOWLEDGE, key=key, user=bob, clicked=now[0], envelope_id="e-bob-1"))
+        then()
+        assert state.acked([1]) == {1: "@ana"}  # (the envelope's username)
+        now[0] += clicks.GROUPS_FOR + 1
+        _, then = handler(envelope(SILENCE_RUN, key=key, choice="4h", user=bob, clicked=now[0], envelope_id="e-bob-2"))
+        then()
+        _wait(lambda: len(_requests(slack, "chat.postEphemeral")) == 2)
+    finally:
+        handler.close()
+    assert state.silences() == []
+    assert actions.UNCHECKED.format(groups="S0ONCALL01") in [r["text"] for r in _requests(slack, "chat.postEphemeral")]  # (follow-ups: in any order)
+
+
+def test_a_retried_show_the_plot_uploads_once_and_a_new_click_after_a_failed_upload_draws_again(slack, socket, state):
+    import numpy as np
+
+    from lossguard.alerts.actions import SHOW_PLOT
+    from lossguard.state import Tail
+
+    from .slack_server import Answer
+
+    steps = np.arange(1, 41, dtype=np.int64)
+    with state.transaction() as tx:
+        tx.put_tail("exp", "loss", Tail(steps, np.where(steps == 20, 9.0, 2.0), 40))
+    raise_(state, BASE)
+    clock = Clock()
+    Dispatcher(state, {"slack": bot_sink(slack, buttons=True, plot_button=True)}, clock=clock, sleep=clock.sleep, wall=time.time).round()
+    key = posts(slack)[-1]["blocks"][-1]["block_id"].removeprefix("lossguard|")
+    slack.answers["/api/files.getUploadURLExternal"] = [Answer(body={"ok": False, "error": "ratelimited"})]
+    link = _link(slack, state)
+    try:
+        socket.wait_connected()
+        first = envelope(SHOW_PLOT, key=key, clicked=time.time(), envelope_id="e-plot-1")
+        socket.send(first)
+        socket.wait_ack("e-plot-1")
+        _wait(lambda: any("could not upload the plot" in r["text"] for r in _requests(slack, "chat.postEphemeral")), timeout=60)
+        socket.send(first)  # Slack's retry of the same envelope: nothing drawn again
+        socket.wait_ack("e-plot-1", count=2)
+        _wait(lambda: len(_requests(slack, "chat.postEphemeral")) == 3)
+        assert slack.uploads() == [] and len(_requests(slack, "files.getUploadURLExternal")) == 1
+        socket.send(envelope(SHOW_PLOT, key=key, clicked=time.time(), envelope_id="e-plot-2"))  # a new click
+        _wait(lambda: slack.uploads(), timeout=60)
+        time.sleep(0.3)
+        assert len(slack.uploads()) == 1
     finally:
         link.close()

@@ -4,6 +4,7 @@ it recovers" ended by the recovery; and a layout-8 file brought up to it."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import time
 from dataclasses import replace
@@ -67,7 +68,68 @@ def test_a_layout_8_state_gains_the_envelopes_acks_and_silences_until_recovery(t
     db.commit()
     db.close()
     state = State(tmp_path / "state")
-    assert state.db.execute("PRAGMA user_version").fetchone()[0] == VERSION == 9
+    assert state.db.execute("PRAGMA user_version").fetchone()[0] == VERSION == 11
     assert state.silences()[0].recovers is None and state.envelope_reply("nope") is None
     assert state.acknowledge("e-4", 1, by="@ana", reply="", now=1.0) and state.acked([1]) == {1: "@ana"}
     state.close()
+
+
+def test_a_layout_9_state_gains_the_envelopes_index_and_what_was_said_on_a_message(tmp_path):
+    state = State(tmp_path / "state")
+    state.apply_silence("e-5", _new(1.0), reply="r", now=1.0)
+    state.close()
+    db = sqlite3.connect(tmp_path / "state" / "state.db")
+    db.execute("DROP TABLE said")
+    db.execute("DROP INDEX envelopes_received")
+    db.execute("PRAGMA user_version=9")
+    db.commit()
+    db.close()
+    state = State(tmp_path / "state")
+    assert state.db.execute("PRAGMA user_version").fetchone()[0] == VERSION and state.envelope_reply("e-5") == "r"
+    assert state.acknowledge("e-6", 1, by="@ana", reply="", now=2.0, said=("C0", "1.1", "acknowledged by @ana"))
+    assert state.said("C0|1.1") == ["acknowledged by @ana"] and state.said("C0|1.2") == []
+    state.close()
+
+
+def test_old_envelopes_are_pruned_through_an_index_not_a_walk_of_the_table(tmp_path):
+    state = State(tmp_path / "state")
+    plan = state.db.execute("EXPLAIN QUERY PLAN DELETE FROM envelopes WHERE received < ?", (1.0,)).fetchall()
+    assert "envelopes_received" in " ".join(str(step[-1]) for step in plan)
+    state.apply_silence("e-old", _new(1.0), reply="r", now=1.0)
+    state.apply_silence("e-new", _new(1.0), reply="r", now=1.0 + 8 * 86400)
+    assert state.envelope_reply("e-old") is None and state.envelope_reply("e-new") == "r"
+    state.close()
+
+
+def test_what_was_said_on_a_message_commits_with_the_click_and_a_retry_says_it_once(tmp_path):
+    state = State(tmp_path / "state")
+    said = ("C0", "1.1", "silenced 4 h by @ana")
+    assert state.apply_silence("e-7", _new(1.0), reply="r", now=1.0, said=said) is not None
+    assert state.apply_silence("e-7", _new(1.0), reply="r", now=2.0, said=said) is None
+    assert state.said("C0|1.1") == ["silenced 4 h by @ana"]
+    state.close()
+
+
+def test_status_reads_a_layout_8_state_as_it_is_and_leaves_it_so(tmp_path, capsys):
+    from lossguard.cli import main
+
+    state = State(tmp_path / "state")
+    raise_(state, BASE)
+    state.add_silence(run="exp", rule=None, metric=None, cause=None, starts=1.0, ends=2e9, comment="restarting", author="a")
+    state.close()
+    path = tmp_path / "state" / "state.db"
+    db = sqlite3.connect(path)
+    db.execute("DROP TABLE envelopes")
+    db.execute("DROP TABLE IF EXISTS said")
+    for table, column in (("incidents", "acked_by"), ("incidents", "acked_at"), ("silences", "recovers")):
+        db.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
+    db.execute("PRAGMA user_version=8")
+    db.commit()
+    db.close()
+    before = path.read_bytes()
+    assert main(["status", "--state-dir", str(tmp_path / "state")]) == 0
+    out = capsys.readouterr().out
+    assert "1 silence(s) in force" in out and "restarting" in out and "1 open incident(s)" in out
+    assert main(["status", "--format", "json", "--state-dir", str(tmp_path / "state")]) == 0
+    assert json.loads(capsys.readouterr().out)["silences"][0]["recovers"] is None
+    assert path.read_bytes() == before  # read, never migrated

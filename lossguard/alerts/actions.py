@@ -14,12 +14,13 @@ incident is still open are read from the state at the click, never trusted from 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..errors import UsageError
 from ..silences import NewSilence, literal_glob, new_silence
 from ..state import IncidentRow
-from .message import escape
+from .message import MAX_BLOCKS, escape
 
 SILENCE_RUN = "lossguard.silence_run"
 SILENCE_RULE = "lossguard.silence_rule"
@@ -28,6 +29,10 @@ SHOW_PLOT = "lossguard.show_plot"
 ACTIONS = (SILENCE_RUN, SILENCE_RULE, ACKNOWLEDGE, SHOW_PLOT)
 BLOCK = "lossguard|"
 """The actions block's id starts so; the incident's key follows."""
+SAID = "lossguard-said"
+"""The id of the context block that says what was done from Slack (`silenced 4 h by @ana at 03:12`)."""
+SAID_SHOWN = 10
+"""A context block holds at most 10 elements: the latest lines said."""
 CHOICES = {"1h": ("1 h", 3600.0), "4h": ("4 h", 4 * 3600.0), "recovers": ("until it recovers", 7 * 86400.0)}
 """The run menu's options: the words the message says, and how long the silence may last (until it
 recovers: at most a week, so a run that never recovers is not silenced for good by one click)."""
@@ -36,6 +41,9 @@ EXPIRES = 30 * 60.0
 """A click older than this (made while the daemon was down, retried by Slack when it came back) is
 answered as expired: whoever clicked has moved on, and may have silenced it by hand meanwhile."""
 REFUSED = "You may not silence lossguard alerts here (ask to be listed in slack_actors)."
+UNCHECKED = ("lossguard could not ask Slack who is in the user group {groups} (usergroups:read; see its log), so it "
+             "refuses for now: nothing changed. Try again in a few minutes.")
+"""A user group's members unknown (Slack would not say): refused, never taken on old membership."""
 
 
 def key_of(state_id: str, incident_id: int) -> str:
@@ -126,6 +134,8 @@ class Facts:
     actors: frozenset[str]
     groups: frozenset[str] = frozenset()
     """The user groups of `actors` the clicker is in."""
+    unchecked: frozenset[str] = frozenset()
+    """The user groups of `actors` whose members Slack would not say at the click (the clicker may be in one)."""
     rules: tuple[tuple[str, str], ...] = ()
     """(name, metric) of the rules in force."""
     causes: tuple[str, ...] = ()
@@ -171,12 +181,20 @@ def allowed(user: str, facts: Facts) -> bool:
     return user in facts.actors or bool(facts.groups & facts.actors)
 
 
+def refusal(unchecked: frozenset[str] = frozenset()) -> Refuse:
+    """Why someone not allowed is refused: not listed, or perhaps listed through a user group whose
+    members Slack would not name (`unchecked`)."""
+    if unchecked:
+        return Refuse(UNCHECKED.format(groups=", ".join(sorted(unchecked))))
+    return Refuse(REFUSED)
+
+
 def decide(click: Click, facts: Facts) -> Decision:
     """What a click does. Refused, changing nothing, when the clicker is not listed, the click is
     older than EXPIRES, the state holds no such incident (started over, or pruned), or the silence
     would hold nothing (its rule is no longer in force; the incident recovered already)."""
     if not allowed(click.user, facts):
-        return Refuse(REFUSED)
+        return refusal(facts.unchecked)
     if click.clicked_at is not None and facts.now - click.clicked_at > EXPIRES:
         return Refuse(f"This button expired: it was clicked {int((facts.now - click.clicked_at) // 60)} min ago, "
                       "while lossguard could not take it. Nothing changed; click again if it still holds.")
@@ -185,42 +203,56 @@ def decide(click: Click, facts: Facts) -> Decision:
     if state_id != facts.state_id or row is None or not ident.isdigit() or row.id != int(ident):
         return Refuse("lossguard no longer holds this incident (its state was started over): nothing changed.")
     inc = row.incident
-    who = f"@{click.name}"
+    run, who = escape(inc.run), f"@{click.name}"  # (names from disk, and Slack's, are data: mrkdwn-escaped in every reply)
     if click.action == SHOW_PLOT:
-        return ShowPlot(row.id, f"The curves of {inc.run} around step {inc.step}, as lossguard holds them now, follow in the alert's thread.")
+        return ShowPlot(row.id, f"The curves of {run} around step {inc.step}, as lossguard holds them now, follow in the alert's thread.")
     if click.action == ACKNOWLEDGE:
         if facts.acked_by is not None:
-            return Refuse(f"Already acknowledged by {facts.acked_by}.")
-        return Acknowledge(row.id, who, f"You took {inc.run} ({inc.rule}): its updates are no longer posted.", f"acknowledged by {escape(who)} at {_at(facts.now)}")
+            return Refuse(f"Already acknowledged by {escape(facts.acked_by)}.")
+        return Acknowledge(row.id, who, f"You took {run} ({escape(inc.rule)}): its updates are no longer posted.", f"acknowledged by {escape(who)} at {_at(facts.now)}")
     choice = click.choice if click.action == SILENCE_RUN else RULE_FOR
     if choice not in CHOICES:
-        return Refuse(f"lossguard does not know the choice {choice!r}: nothing changed.")
+        return Refuse(f"lossguard does not know the choice {escape(repr(choice))}: nothing changed.")
     words, seconds = CHOICES[choice]
     recovers = row.id if choice == "recovers" else None
     if recovers is not None and row.status != "open":
-        return Refuse(f"{inc.run} has recovered already: a silence until it recovers would hold nothing.")
+        return Refuse(f"{run} has recovered already: a silence until it recovers would hold nothing.")
     stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(facts.now))
-    rule = literal_glob(inc.rule) if click.action == SILENCE_RULE else None
+    # (exact globs: a silence made by a click holds this run and rule only, whatever characters they have)
+    rule = literal_glob(inc.rule, copyable=False) if click.action == SILENCE_RULE else None
     try:
-        new = new_silence(run=literal_glob(inc.run), rule=rule, ends=facts.now + seconds, now=facts.now, author=who,
+        new = new_silence(run=literal_glob(inc.run, copyable=False), rule=rule, ends=facts.now + seconds, now=facts.now, author=who,
                           comment=f"from Slack at {stamp} by {who} ({click.user})", rules=list(facts.rules) if rule else None,
                           causes=list(facts.causes), recovers=recovers)
     except UsageError as exc:
-        return Refuse(f"That silence would hold nothing ({exc}): nothing changed.")
-    what = f"rule {inc.rule} of {inc.run}" if rule else f"run {inc.run}"
+        return Refuse(f"That silence would hold nothing ({escape(str(exc))}): nothing changed.")
+    what = f"rule {escape(inc.rule)} of {run}" if rule else f"run {run}"
     return MakeSilence(new, f"Silenced the {what} {words} (`lossguard silence list` shows it).",
                        f"silenced {words} by {escape(who)} at {_at(facts.now)}" + (f" (rule {escape(inc.rule)})" if rule else ""))
 
 
-def updated(click: Click, line: str, *, acknowledged: bool) -> tuple[dict, ...]:
-    """The clicked alert's blocks with what was done said under it, and its buttons (Acknowledge
-    gone once someone took it); the rest as Slack holds it, so a header the daemon rewrote stays."""
+def updated(click: Click, said: Sequence[str], *, acknowledged: bool) -> tuple[dict, ...]:
+    """The clicked alert's blocks with what was done from Slack said under them (`said`: every line
+    the state holds for this message, so an update is the same whatever order the clicks' updates
+    go out in, and a retried envelope's is the same message again), and its buttons (Acknowledge gone
+    once someone took it); the rest as Slack holds it, so a header the daemon rewrote stays. The
+    caller sends it only while the incident is open: a click on an old copy of a resolved alert
+    must not bring its buttons and open header back."""
     ours = next((b for b in click.blocks if str(b.get("block_id", "")).startswith(BLOCK)), None)
     had = {e.get("action_id") for e in ours.get("elements", ())} if ours is not None else {ACKNOWLEDGE}
     was_acked = ACKNOWLEDGE not in had
     blocks = [b for b in click.blocks if b is not ours]
-    said = {"type": "context", "elements": [{"type": "mrkdwn", "text": line}]}
-    if not any(b.get("type") == "context" and any(e.get("text") == line for e in b.get("elements", ())) for b in blocks):  # (a retried envelope)
-        blocks.append(said)
     blocks.append(buttons(click.key, acknowledged=acknowledged or was_acked, plot=SHOW_PLOT in had))
-    return tuple(blocks[-50:])
+    return said_in(blocks, said)
+
+
+def said_in(blocks: Sequence[dict], said: Sequence[str]) -> tuple[dict, ...]:
+    """`blocks` with the lines said from Slack in one context block, above the buttons if there are
+    any (any such block they had is replaced): what a click's update and a header the daemon
+    rewrites (resolved, escalated) both keep."""
+    out = [b for b in blocks if b.get("block_id") != SAID]
+    if said:
+        block = {"type": "context", "block_id": SAID, "elements": [{"type": "mrkdwn", "text": line} for line in said[-SAID_SHOWN:]]}
+        at = next((i for i, b in enumerate(out) if str(b.get("block_id", "")).startswith(BLOCK)), len(out))
+        out.insert(at, block)
+    return tuple(out if len(out) <= MAX_BLOCKS else out[:1] + out[1 - MAX_BLOCKS:])  # (the header and what was said stay)

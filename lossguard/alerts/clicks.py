@@ -1,12 +1,13 @@
 """A click from Slack applied: the facts looked up in the state, the pure decision (alerts.actions)
-taken, its change committed with the envelope's id, then (after the ack) the alert updated in place
-and the clicker answered in one ephemeral line.
+taken, its change committed with the envelope's id, then (after the ack, on threads of our own:
+alerts.followups) the alert updated in place and the clicker answered in one ephemeral line.
 
 Exactly once: the change and the envelope commit in one transaction (state.clicks), and the ack is
 sent only after that commit. An envelope Slack sends again (the ack never came: a kill, a dropped
 link) finds its row: nothing is applied a second time, and the update and the answer it may have
-missed are given again from what was recorded (updating a message twice with the same line is
-the same message)."""
+missed are given again. The update is built from the state as it goes out (every line said on
+the message, whether the incident is still open), so it is the same message whatever order the
+follow-ups run in, and never reopens an alert whose incident is over."""
 
 from __future__ import annotations
 
@@ -20,7 +21,8 @@ from collections.abc import Callable
 
 from ..state import State, StateBusy
 from . import actions
-from .message import Message
+from .followups import FollowUps, unexpected
+from .message import Message, escape
 from .slack import SlackBot
 
 log = logging.getLogger("lossguard")
@@ -31,10 +33,15 @@ GROUPS_FOR = 300.0
 """Seconds a user group's members are trusted before they are asked again."""
 
 Then = Callable[[], None] | None
+COULD_NOT = "lossguard could not take this click; see its log."
+"""The answer to a click that failed for a reason nobody foresaw (acked: Slack would only send it again)."""
+AGAIN = "click Show the plot again to try again."
+"""A new click draws the plot again; Slack's retry of the same envelope does not (exactly once)."""
 
 
 class ClickHandler:
-    """What the Socket Mode link calls for every envelope, one at a time (its own state connection)."""
+    """What the Socket Mode link calls for every envelope, one at a time (its own state connection);
+    what follows a click's ack runs on its own bounded threads (alerts.followups)."""
 
     def __init__(self, state: State, bot: SlackBot, *, actors: list[str], rules: Callable[[], list[tuple[str, str]]],
                  causes: list[str], status: Callable[[str], str] | None = None, clock: Callable[[], float] = time.time) -> None:
@@ -44,12 +51,16 @@ class ClickHandler:
         """`/lossguard status [RUN]`'s answer (None: the command is not offered)."""
         self._lock = threading.Lock()
         self._groups: dict[str, tuple[float, frozenset[str]]] = {}
+        self.follow_ups = FollowUps()
+        self._closed = False
 
     def __call__(self, envelope: dict) -> tuple[dict | None, Then]:
         parsed = actions.parse(envelope)
         if parsed is None:
             return None, None
         with self._lock:
+            if self._closed:  # (not acked: Slack sends it again, to the daemon that comes back)
+                raise StateBusy("lossguard is stopping")
             try:
                 if isinstance(parsed, actions.Command):
                     return self._command(parsed), None
@@ -57,9 +68,25 @@ class ClickHandler:
             except StateBusy as exc:  # (not acked: Slack sends it again, when the state can be written)
                 log.warning("a click from Slack waits: %s", exc)
                 raise
-            except Exception:  # noqa: BLE001 - acked, or Slack would send what cannot be applied again and again
-                log.exception("a click from Slack could not be applied (envelope %s); it is acknowledged and dropped", parsed.envelope_id)
-                return None, None
+            except Exception as exc:  # noqa: BLE001 - acked, or Slack would send what cannot be applied again and again
+                unexpected(f"a click from Slack could not be applied (envelope {parsed.envelope_id}); it is acknowledged and dropped", exc)
+                if isinstance(parsed, actions.Command):
+                    return {"response_type": "ephemeral", "text": COULD_NOT}, None
+                return None, self._afterwards(parsed, {"reply": COULD_NOT})
+
+    def close(self, timeout: float = 5.0) -> None:
+        """No more envelopes taken (those that come are left for Slack to send again); the one being
+        applied and the follow-ups under way get up to `timeout` s, so the state is closed under
+        none of them."""
+        deadline = time.monotonic() + timeout
+        if self._lock.acquire(timeout=timeout):
+            self._closed = True
+            self._lock.release()
+        else:
+            self._closed = True
+            log.warning("a click from Slack was still being applied after %.0f s as lossguard stopped", timeout)
+        if not self.follow_ups.close(max(0.0, deadline - time.monotonic())):
+            log.warning("a click's follow-up was still under way as lossguard stopped")
 
     def _click(self, click: actions.Click) -> Then:
         recorded = self.state.envelope_reply(click.envelope_id)
@@ -71,15 +98,17 @@ class ClickHandler:
         done = {"reply": decision.reply, "line": getattr(decision, "line", None), "acked": isinstance(decision, actions.Acknowledge),
                 "plot": decision.incident_id if isinstance(decision, actions.ShowPlot) else None}
         recorded = json.dumps(done)
+        said = (click.channel, click.ts, done["line"]) if done["line"] and click.channel and click.ts else None
         if isinstance(decision, actions.MakeSilence):
-            s = self.state.apply_silence(click.envelope_id, decision.new, reply=recorded, now=now)
+            s = self.state.apply_silence(click.envelope_id, decision.new, reply=recorded, now=now, said=said)
             if s is not None:
                 log.info("silence %s added from Slack", s.describe())
         elif isinstance(decision, actions.Acknowledge):
-            self.state.acknowledge(click.envelope_id, decision.incident_id, by=decision.by, reply=recorded, now=now)
+            self.state.acknowledge(click.envelope_id, decision.incident_id, by=decision.by, reply=recorded, now=now, said=said)
             log.info("incident %s acknowledged from Slack by %s", decision.incident_id, decision.by)
-        else:
+        elif isinstance(decision, actions.ShowPlot):
             self.state.answered(click.envelope_id, reply=recorded, now=now)
+        # (a refusal changed nothing and stores nothing: its retry is refused again)
         if os.environ.get(KILL_AT) == "before-ack":
             os.kill(os.getpid(), signal.SIGKILL)
         return self._afterwards(click, done)
@@ -88,33 +117,37 @@ class ClickHandler:
         _, _, ident = click.key.rpartition("-")
         found = self.state.clicked_incident(int(ident)) if ident.isdigit() else None
         row, acked_by = found if found is not None else (None, None)
-        allowed = click.user in self.actors
-        return actions.Facts(self.state.id, row, acked_by, self.actors, frozenset() if allowed else self._groups_of(click.user, now),
-                             rules=tuple(self.rules()), causes=self.causes, now=now)
+        groups, unchecked = self._groups_of(click.user, now)
+        return actions.Facts(self.state.id, row, acked_by, self.actors, groups, unchecked, rules=tuple(self.rules()), causes=self.causes, now=now)
 
-    def _groups_of(self, user: str, now: float) -> frozenset[str]:
-        """The user groups listed in slack_actors that `user` is in (asked of Slack, kept GROUPS_FOR)."""
-        mine = set()
+    def _groups_of(self, user: str, now: float) -> tuple[frozenset[str], frozenset[str]]:
+        """The user groups listed in slack_actors that `user` is in, and those Slack would not name
+        the members of (asked of Slack, kept GROUPS_FOR: once that is over and Slack will not say,
+        the group is unknown, never taken on what it was). Not asked for a user listed by ID."""
+        mine, unknown = set(), set()
+        if user in self.actors:
+            return frozenset(), frozenset()
         for group in (a for a in self.actors if a.startswith("S")):
             at, members = self._groups.get(group, (-1e18, frozenset()))
             if now - at > GROUPS_FOR:
                 fresh = self.bot.group_members(group)
-                if fresh is not None:
-                    at, members = now, fresh
-                    self._groups[group] = (at, members)
+                if fresh is None:
+                    log.warning("Slack would not say who is in user group %s (the bot needs usergroups:read): its members' clicks are refused", group)
+                    unknown.add(group)
+                    continue
+                at, members = now, fresh
+                self._groups[group] = (at, members)
             if user in members:
                 mine.add(group)
-        return frozenset(mine)
+        return frozenset(mine), frozenset(unknown) if not mine else frozenset()
 
     def _afterwards(self, click: actions.Click, done: dict) -> Then:
-        """After the ack: the alert updated in place (when something was done) and the clicker told."""
+        """After the ack, on a follow-up thread: the alert updated in place (when something was done
+        and the incident is still open) and the clicker told."""
 
         def then() -> None:
             if done.get("line") and click.channel and click.ts:
-                blocks = actions.updated(click, done["line"], acknowledged=bool(done.get("acked")))
-                delivery = self.bot.update(Message(click.text, blocks), ts=click.ts, channel=click.channel)
-                if not delivery.ok:
-                    log.warning("the alert a click acted on could not be updated: %s", delivery.describe())
+                self._update(click, acknowledged=bool(done.get("acked")))
             if click.channel:
                 delivery = self.bot.ephemeral(done["reply"], channel=click.channel, user=click.user)
                 if not delivery.ok:
@@ -122,7 +155,26 @@ class ClickHandler:
             if done.get("plot") is not None and click.channel and click.ts:
                 self._show_plot(click, int(done["plot"]))
 
-        return then
+        def after_ack() -> None:
+            self.follow_ups.submit(then)
+
+        return after_ack
+
+    def _update(self, click: actions.Click, *, acknowledged: bool) -> None:
+        """The clicked message with every line the state holds for it, read as the update goes out:
+        not at all once the incident is over (its resolution rewrote the alert, said lines kept; a
+        click on an old copy must not bring the open alert back)."""
+        _, _, ident = click.key.rpartition("-")
+        with self._lock:
+            found = self.state.clicked_incident(int(ident)) if ident.isdigit() else None
+            said = self.state.said(f"{click.channel}|{click.ts}")
+        if found is None or found[0].status != "open":
+            log.info("the alert a click acted on is not updated: its incident is no longer open")
+            return
+        blocks = actions.updated(click, said, acknowledged=acknowledged or found[1] is not None)
+        delivery = self.bot.update(Message(click.text, blocks), ts=click.ts, channel=click.channel)
+        if not delivery.ok:
+            log.warning("the alert a click acted on could not be updated: %s", delivery.describe())
 
     def _show_plot(self, click: actions.Click, incident_id: int) -> None:
         """The incident's curves as the state holds them now (its streams' tails), drawn in a child
@@ -148,14 +200,17 @@ class ClickHandler:
                 delivery = self.bot.upload(path, channel=click.channel, thread_ts=click.ts, title=f"{inc.run}: {inc.metric} around step {inc.step}")
         except (PlotError, OSError) as exc:
             log.warning("the plot a click asked for could not be drawn: %s", exc)
+            self.bot.ephemeral(f"lossguard could not draw the plot; {AGAIN}", channel=click.channel, user=click.user)
             return
         if not delivery.ok:
             log.warning("the plot a click asked for could not be uploaded: %s", delivery.describe())
+            self.bot.ephemeral(f"lossguard could not upload the plot ({escape(delivery.error or 'no answer')}); {AGAIN}", channel=click.channel, user=click.user)
 
     def _command(self, command: actions.Command) -> dict:
         """`/lossguard status [RUN]`, answered in the ack (ephemeral), from the state."""
-        if command.user not in self.actors and not self._groups_of(command.user, self.clock()):
-            text = actions.REFUSED
+        groups, unchecked = self._groups_of(command.user, self.clock())
+        if command.user not in self.actors and not groups:
+            text = actions.refusal(unchecked).reply
         elif self.status is None:
             text = "lossguard answers no commands here."
         else:

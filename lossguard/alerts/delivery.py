@@ -40,6 +40,8 @@ class Rewrite:
     summary: tuple[Notice, ...] = ()
     """A burst's summary: its incidents as they stand now, each one's state shown (empty: an
     alert, whose header takes the post's own text)."""
+    said: tuple[str, ...] = ()
+    """What was said on that message from Slack (`silenced 4 h by @ana at 03:12`): kept in the rewrite."""
 
 
 @dataclass(frozen=True)

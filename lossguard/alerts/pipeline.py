@@ -275,7 +275,7 @@ class Dispatcher:
         alert = self.state.alert_message(ident, sink.name)
         if alert is not None and alert.thread is not None:
             over = all(row.status == "resolved" or row.id == ident for row in alert.incidents)
-            return Rewrite(alert.thread, alert.id) if kind == "escalated" or over else None
+            return Rewrite(alert.thread, alert.id, said=tuple(self.state.said(alert.thread))) if kind == "escalated" or over else None
         listed = self.state.summary_of(ident, sink.name) if kind == "resolved" else None
         if listed is None or listed.role != "summary" or listed.thread is None:
             return None

@@ -11,6 +11,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 
 from .. import silences
@@ -180,7 +181,8 @@ class SlackSink:
         delivery = self.client.post(text, channel=channel or post.channel, thread_ts=ts or None)
         if delivery.ok and post.rewrite is not None:
             target, _, target_ts = post.rewrite.thread.partition("|")
-            self.client.update(message.summary(post.rewrite.summary) if post.rewrite.summary else text, ts=target_ts, channel=target)
+            rewritten = message.summary(post.rewrite.summary) if post.rewrite.summary else replace(text, blocks=actions.said_in(text.blocks, post.rewrite.said))
+            self.client.update(rewritten, ts=target_ts, channel=target)
         return delivery
 
     def _text(self, post: Post) -> message.Message:

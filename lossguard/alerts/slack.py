@@ -155,8 +155,10 @@ def check_app_token(app_token: str, *, base_url: str = DEFAULT_BASE_URL) -> Deli
 class SocketModeLink:
     """The app token's Socket Mode connection (slack-sdk's builtin client: no dependency beyond
     slack-sdk), opened once; it does not reconnect by itself (alerts.link owns the backoff).
-    `on_request(envelope) -> (ack payload or None, then)` runs for every envelope: what it applies
-    is committed when it returns; the ack is sent after, then `then()` (the message updated)."""
+    `on_request(envelope) -> (ack payload or None, then)` runs for every envelope, on slack-sdk's one
+    worker: what it applies is committed when it returns; the ack is sent after, then `then()`,
+    which must return at once (it hands the message's update to threads of its own: the next
+    envelope's ack waits for it)."""
 
     def __init__(self, app_token: str, *, base_url: str = DEFAULT_BASE_URL, on_request, logger, ping_interval: float = 3.0) -> None:  # noqa: ANN001
         from slack_sdk.socket_mode.builtin import SocketModeClient

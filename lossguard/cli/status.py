@@ -4,7 +4,9 @@ notifications, silences in force), read while the daemon runs."""
 from __future__ import annotations
 
 import argparse
+import time
 
+from ..alerts.link import HEARTBEAT
 from ..errors import UsageError
 from ..escaping import printable
 from ..redact import scrub
@@ -12,6 +14,10 @@ from .exits import EXIT_OK
 from .help_text import Formatter
 from .silence import silence_line
 from .state_access import add_state_options, state_dir_of
+
+
+STALE = 3 * HEARTBEAT
+"""A link not heard from for this long is not running (it writes a heartbeat every HEARTBEAT s)."""
 
 
 def add(sub: argparse._SubParsersAction) -> None:
@@ -39,6 +45,9 @@ def _run(args: argparse.Namespace) -> int:
     summary = read_summary(path)
     for n in summary["undelivered"]:  # (a state written before errors were scrubbed at the source)
         n["error"] = n["error"] and scrub(n["error"])
+    link = summary["slack_link"]
+    if link is not None:
+        link["silent_for"] = _silent_for(link, time.time())
     if args.format == "json":
         print(json.dumps(summary, indent=2))
         return EXIT_OK
@@ -60,15 +69,32 @@ def _run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _silent_for(link: dict, now: float) -> float | None:
+    """Seconds since the link last said it was alive (it does every HEARTBEAT s while it runs);
+    None once it stopped (nothing more is expected of it)."""
+    if link.get("state") == "stopped":
+        return None
+    return max(0.0, round(now - float(link.get("beat") or link.get("at") or 0), 1))
+
+
 def _link_line(link: dict) -> str:
-    """The Socket Mode link (the buttons on alerts) as the daemon last found it."""
+    """The Socket Mode link (the buttons on alerts) as the daemon last found it, and how long ago
+    it was last heard from: a link whose thread or daemon died says so, not how it last stood."""
     import datetime as dt
 
     since = dt.datetime.fromtimestamp(float(link.get("at") or 0)).astimezone().isoformat(timespec="seconds")
     words = {"connected": "connected: buttons on alerts are taken", "reconnecting": "reconnecting", "refused": "REFUSED by Slack",
-             "connecting": "connecting"}.get(str(link.get("state")), str(link.get("state")))
+             "connecting": "connecting", "failed": "FAILED (an unexpected error, see the daemon's log; starting again)"}.get(
+        str(link.get("state")), printable(str(link.get("state"))))
     why = "".join(f": {scrub(printable(str(link[k])))}" for k in ("error", "fix") if link.get(k))
-    return f"slack link {words}{why} (since {since})"
+    silent = link.get("silent_for")
+    if silent is None:
+        heard = ""
+    elif silent > STALE:
+        heard = f"; NOT HEARD FROM for {silent / 60:.0f} min: the daemon or its link is not running, see its log"
+    else:
+        heard = f"; last heard {silent:.0f} s ago"
+    return f"slack link {words}{why} (since {since}{heard})"
 
 
 def _section(heading: str, lines: list[str]) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 from collections.abc import Iterator, Sequence
 
 import numpy as np
@@ -24,6 +25,12 @@ INCIDENT = "SELECT id, status, body, source, quiet, notified_value, notified_at,
 INCIDENT_RUN = INCIDENT.replace("SELECT id,", "SELECT run, id,", 1)
 """INCIDENT with the run first (queries over many runs group by it)."""
 RUN = "SELECT run, last_step, advanced_at, stalled FROM runs"
+
+
+def column_or_null(db: sqlite3.Connection, table: str, column: str) -> str:
+    """`column` as a SELECT names it, or NULL in a file laid out before the column was added (read
+    by `status` and the other read-only readers, which never migrate a state)."""
+    return column if any(row[1] == column for row in db.execute(f"PRAGMA table_info({table})")) else "NULL"
 
 
 def chunks(items: Sequence[str]) -> Iterator[Sequence[str]]:

@@ -15,7 +15,7 @@ CREATE TABLE IF NOT EXISTS incidents (
     UNIQUE (run, rule, step, timeline)
 );
 """
-"""The incidents table, apart: layout 10 makes it again (a new UNIQUE)."""
+"""The incidents table, apart: layout 11 makes it again (a new UNIQUE)."""
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
@@ -65,10 +65,14 @@ CREATE INDEX IF NOT EXISTS messages_in_doubt ON messages (sink) WHERE ts IS NULL
 CREATE TABLE IF NOT EXISTS envelopes (
     envelope_id TEXT PRIMARY KEY, received REAL NOT NULL, reply TEXT NOT NULL DEFAULT ''
 );
+CREATE INDEX IF NOT EXISTS envelopes_received ON envelopes (received);
+CREATE TABLE IF NOT EXISTS said (
+    channel TEXT NOT NULL, ts TEXT NOT NULL, line TEXT NOT NULL, at REAL NOT NULL, PRIMARY KEY (channel, ts, line)
+);
 """
 
 
-VERSION = 10
+VERSION = 11
 """The layout of state.db, kept in SQLite's user_version. A later layout adds a step to MIGRATIONS
 (the statements that take version N - 1 to N), run in one transaction when an older file is opened.
 Version 0 is a file from before versions were kept: its layout is version 1's. Version 2 writes
@@ -95,13 +99,16 @@ before layout 8 are not in it (their headers are not rewritten). Version 9 takes
 Slack: the Socket Mode envelopes already applied (`envelopes`: Slack retries one not acknowledged
 in time, and a retry must apply nothing twice), who acknowledged an incident (`incidents.acked_by`,
 `acked_at`: its updates are no longer posted) and the incident whose recovery ends a silence
-(`silences.recovers`). Version 10 names an incident by its timeline too (`incidents.timeline`, and
-`streams.timeline`, the timeline each stream's tail ends on): a run rewritten from its start (a new
-`Live()` in a dvclive folder) spikes at steps an earlier timeline spiked at, and those are incidents
-of their own; the table is rebuilt for its new UNIQUE, its ids kept. An older lossguard refuses a
-newer file rather than misread it."""
+(`silences.recovers`). Version 10 indexes the envelopes by when they came (each click prunes the
+old ones) and keeps what was said on a message from Slack (`said`: `silenced 4 h by @ana at 03:12`,
+by channel and ts), so the header the daemon rewrites as the incident resolves or grows keeps it.
+Version 11 names an incident by its timeline too (`incidents.timeline`, and `streams.timeline`, the
+timeline each stream's tail ends on): a run rewritten from its start (a new `Live()` in a dvclive
+folder) spikes at steps an earlier timeline spiked at, and those are incidents of their own; the
+table is rebuilt for its new UNIQUE, its ids kept. An older lossguard refuses a newer file rather
+than misread it."""
 _KEPT = "id, run, rule, step, status, body, quiet, notified_value, notified_at, top_cause, thread, source, parent, opened_at, acked_by, acked_at"
-"""The incidents' columns before layout 10, copied into the table it makes again."""
+"""The incidents' columns before layout 11, copied into the table it makes again."""
 MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: (),
     2: (),
@@ -128,13 +135,14 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "ALTER TABLE incidents ADD COLUMN acked_at REAL",
         "ALTER TABLE silences ADD COLUMN recovers INTEGER",
     ),
-    10: (
+    10: (),  # the envelopes' index and the `said` table (SCHEMA creates them)
+    11: (
         "ALTER TABLE streams ADD COLUMN timeline INTEGER NOT NULL DEFAULT 0",
         # (SQLite cannot change a table's UNIQUE: the table is made again, its rows and ids kept.)
-        "ALTER TABLE incidents RENAME TO incidents_9",
+        "ALTER TABLE incidents RENAME TO incidents_10",
         INCIDENTS,
-        f"INSERT INTO incidents ({_KEPT}) SELECT {_KEPT} FROM incidents_9",
-        "DROP TABLE incidents_9",
+        f"INSERT INTO incidents ({_KEPT}) SELECT {_KEPT} FROM incidents_10",
+        "DROP TABLE incidents_10",
     ),
 }
 """(An ADD COLUMN whose column exists is skipped: the step may meet a file that already has it.)"""

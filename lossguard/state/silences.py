@@ -11,7 +11,7 @@ from dataclasses import replace
 
 from ..model import Notice
 from ..silences import NewSilence, Silence, covering
-from .columns import INCIDENT, incident_row
+from .columns import INCIDENT, column_or_null, incident_row
 from .rows import OutboxEntry
 from .transaction import Connected
 
@@ -35,13 +35,14 @@ def _silence(r: tuple) -> Silence:
 
 def select_silences(db: sqlite3.Connection, *, now: float | None) -> list[Silence]:
     """Silences in force at `now` (None: every one kept), oldest first; none in a state from before
-    layout 7, which had none. (Sorted here: an ORDER BY would have SQLite walk the whole table in
+    layout 7, which had none, and none "until it recovers" before layout 9 (read, never migrated here). (Sorted here: an ORDER BY would have SQLite walk the whole table in
     id order instead of the index of the few unreported ones.)"""
     if not db.execute("SELECT count(*) FROM sqlite_master WHERE type='table' AND name='silences'").fetchone()[0]:
         return []
+    query = _SILENCE.replace(", recovers ", f", {column_or_null(db, 'silences', 'recovers')} ", 1)  # (none before layout 9)
     if now is None:
-        return [_silence(r) for r in db.execute(f"{_SILENCE} ORDER BY id")]
-    return sorted(map(_silence, db.execute(f"{_SILENCE} WHERE {_IN_FORCE}", (now,))), key=lambda s: s.id)
+        return [_silence(r) for r in db.execute(f"{query} ORDER BY id")]
+    return sorted(map(_silence, db.execute(f"{query} WHERE {_IN_FORCE}", (now,))), key=lambda s: s.id)
 
 
 class Silences(Connected):

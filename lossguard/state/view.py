@@ -16,7 +16,7 @@ from urllib.parse import quote
 
 from ..escaping import decodable
 from ..silences import Silence
-from .columns import RUN, TAIL_FORMAT, chunks, marks, path_of, run_row
+from .columns import RUN, TAIL_FORMAT, chunks, column_or_null, marks, path_of, run_row
 from .errors import StateError
 from .rows import Backlog, RunRow
 from .silences import select_silences
@@ -139,7 +139,7 @@ def _summary(db: sqlite3.Connection) -> dict[str, list[dict[str, object]]]:
             for p, r, f, c, d in q("SELECT path, run, format, cursor, dead FROM files ORDER BY path")
         ],
         "open_incidents": [{"run": r, "rule": ru, "step": st, "acked_by": a} for r, ru, st, a in q(
-            f"SELECT run, rule, step, {_acked(db)} FROM incidents WHERE status='open' ORDER BY run, step")],
+            f"SELECT run, rule, step, {column_or_null(db, 'incidents', 'acked_by')} FROM incidents WHERE status='open' ORDER BY run, step")],
         "undelivered": [
             {"id": i, "kind": k, "attempts": a, "error": e, "permanent": bool(p)}
             for i, k, a, e, p in q("SELECT id, kind, attempts, last_error, permanent FROM outbox WHERE sent_at IS NULL ORDER BY id")
@@ -147,13 +147,6 @@ def _summary(db: sqlite3.Connection) -> dict[str, list[dict[str, object]]]:
         "silences": [s.to_json() for s in select_silences(db, now=time.time())],
         "slack_link": _link(db),
     }
-
-
-def _acked(db: sqlite3.Connection) -> str:
-    """Who acknowledged an incident from Slack, as a column (NULL in a state from before layout 9,
-    which `status` reads without changing it)."""
-    columns = {row[1] for row in db.execute("PRAGMA table_info(incidents)")}
-    return "acked_by" if "acked_by" in columns else "NULL"
 
 
 def _link(db: sqlite3.Connection) -> dict[str, object] | None:
