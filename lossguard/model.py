@@ -74,6 +74,11 @@ class Incident:
     follows: tuple[str, int] | None = None
     """(rule, first step) of the grad-norm incident this loss spike followed: the same trouble
     escalating (one alert thread), not a second, unrelated one."""
+    timeline: int = 0
+    """Which of the stream's timelines the incident is on, as the daemon counts them from its first
+    read: each time the steps go back (a resume, a log a new run rewrote from its start) a new one
+    begins. With (run, rule, step) it names the incident: a re-run's spike at a step an earlier
+    timeline spiked at is another incident, alerted on its own. (`scan` leaves it 0.)"""
 
     @property
     def over(self) -> bool:
@@ -123,6 +128,7 @@ class Incident:
             "causes": [c.to_json() for c in self.causes],
             "resumed_from": self.resumed_from,
             "follows": None if self.follows is None else list(self.follows),
+            "timeline": self.timeline,
         }
 
     @classmethod
@@ -143,6 +149,7 @@ class Incident:
             segment=int(data.get("segment", 0)), causes=tuple(Cause.from_json(c) for c in data.get("causes", ())),
             resumed_from=step("resumed_from"),
             follows=None if not data.get("follows") else (str(data["follows"][0]), int(data["follows"][1])),
+            timeline=int(data.get("timeline", 0)),
         )
 
     def to_report(self) -> dict[str, object]:

@@ -6,7 +6,10 @@ from __future__ import annotations
 import os
 import time
 
+import polars as pl
+
 from lossguard.ingest.discover import Listings, discover
+from lossguard.ingest.reader import read_paths
 
 
 def test_repeated_walks_list_again_only_the_folders_that_changed(tmp_path):
@@ -148,3 +151,20 @@ def test_the_daemon_keeps_the_run_name_a_file_was_first_followed_under(tmp_path)
     again, _ = Tracker([tmp_path / "runs"]).walk(state.files(), quiet=False)
     assert sorted((s.row.run, os.path.basename(p)) for p, s in again.items()) == [("csv", "x.csv"), ("csv/y", "y.csv")]
     state.close()
+
+
+def test_absl_info_logs_are_text_logs_of_their_program_and_the_link_to_the_newest_is_not_read_twice(tmp_path):
+    # Issue 24 (f): absl/glog name their logs `<program>.<host>.<user>.log.INFO.<date>-<time>.<pid>`
+    # (absl/logging/__init__.py, find_log_dir_and_names) with `<program>.INFO` linking the newest.
+    folder = tmp_path / "runs" / "exp"
+    folder.mkdir(parents=True)
+    lines = "".join(f"I0101 12:00:{s % 60:02d}.000000 4242 train.py:96] step {s} | loss {9.0 if s == 30 else 2.0 + (s % 5) * 0.01}\n" for s in range(1, 40))
+    log = folder / "train.box.root.log.INFO.20260101-120000.4242"
+    log.write_text(lines)
+    (folder / "train.INFO").symlink_to(log.name)
+    (folder / "train.box.root.log.WARNING.20260101-120000.4242").write_text("W0101 12:00:00.000000 4242 train.py:9] slow\n")
+    (tmp_path / "runs" / "solo.INFO").write_text(lines)  # (not a link: read)
+    found = discover(tmp_path / "runs", problems=[])
+    assert sorted((f.run, f.path.name) for f in found) == [("exp/train", log.name), ("solo", "solo.INFO")]
+    frame, _, problems = read_paths([log])
+    assert problems == [] and frame.filter(pl.col("metric") == "loss").get_column("step").to_list() == list(range(1, 40))

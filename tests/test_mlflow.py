@@ -27,7 +27,7 @@ from lossguard.report.audit import scan
 from lossguard.state import State
 from lossguard.watch.follow import Follower
 
-from .conftest import WAIT_FOR_EVERY_READ
+from .conftest import WAIT_FOR_EVERY_READ, run_lossguard
 from .test_watch import alerted_once_across_a_kill
 
 mlflow = pytest.importorskip("mlflow")
@@ -203,6 +203,8 @@ def test_a_db_no_tracker_wrote_is_passed_over_in_silence_and_lossguards_own_stat
     result = scan([folder.parent], rules=default_rules())
     assert sorted({r.run.split("/")[1] for r in result.runs}) == ["pretrain", "sft"]
     assert result.all_problems == []
+    # Issue 24 (c): nor counted in the scan's total of files read: MLflow's is the one.
+    assert result.files == 1
     # Forced to read one as MLflow's: the file says what it is, once, and is not read again.
     res = read(folder / "junk.db", run=".", fmt="mlflow_db", final=False, options=OPTIONS)
     assert res.dead and [p.message for p in res.problems] == ["not a SQLite database after all; no longer read"]
@@ -272,3 +274,77 @@ def test_the_daemon_follows_a_database_a_real_mlflow_process_logs_into_and_a_kil
         assert writer.returncode == 0, writer.stderr
 
     assert alerted_once_across_a_kill(tmp_path, write, 55) == [("exp1/pretrain/r1", "loss-spike", 55)]
+
+
+def _stepless(client, run: str, steps) -> None:  # noqa: ANN001
+    """`log_metric(run, "loss", value)` with no step, as a script that never counts steps logs:
+    MLflow stores step 0 in every row. The loss spikes at the 31st."""
+    for i in steps:
+        client.log_metric(run, "loss", 9.0 if i == 30 else 2.0 + (i % 5) * 0.01, timestamp=T0 + i)
+
+
+def test_a_metric_logged_without_a_step_is_numbered_in_the_order_logged_said_once_and_judged(store, tmp_path):
+    # Issue 24 F2: every row at step 0 was one point, "too short", nothing judged.
+    client = _client(store)
+    run = client.create_run(client.create_experiment("pretrain"), run_name="r1").info.run_id
+    client.log_metric(run, "lr", 1e-4, timestamp=T0)  # one row: its step 0 is kept
+    _log(client, run, "grad_norm", [(s, 1.0) for s in range(5)])  # steps of its own: kept
+    state = State(tmp_path / "state")
+    said: list[str] = []
+    follower = Follower([store.parent.parent], rules=default_rules(), state=state, log=said.append, pass_budget=WAIT_FOR_EVERY_READ)
+    _stepless(client, run, range(1))
+    follower.run_pass(1.0)  # one row: nothing to number yet
+    _stepless(client, run, range(1, 20))
+    follower.run_pass(2.0)
+    _stepless(client, run, range(20, 40))
+    report = follower.run_pass(3.0)
+    state.close()
+    assert [(n.kind, n.incident.step) for n in report.notices if n.kind == "opened"] == [("opened", 30)]
+    warned = [s for s in said if "without a step" in s]
+    assert warned == [f"warning: {store}: run pretrain/r1: loss was logged without a step (all its rows at one step, MLflow's 0): its rows are numbered in the order logged"]
+    frame, _, problems = read_paths([store.parent.parent])
+    steps = {tag: frame.filter(pl.col("tag") == tag).get_column("step").to_list() for tag in ("loss", "lr", "grad_norm")}
+    assert steps == {"loss": list(range(40)), "lr": [0], "grad_norm": list(range(5))}
+    assert [p.message for p in problems] == [warned[0].split(": ", 2)[2]]
+    assert [i.step for i in scan([store.parent.parent], rules=default_rules()).incidents] == [30]
+
+
+def test_scan_run_matching_nothing_lists_the_run_names_a_tracker_gives_not_its_files_folder(store):
+    # Issue 24 F3: the message listed `exp1` (the database's folder, discovery's name), which
+    # `--run` never matches: the names to give are the tracker's runs'.
+    _written(store)
+    (store.parent / "train.log").write_text("step 1 | loss 2.0\n")  # a log of a run of its own, beside
+    res = run_lossguard("scan", "--run", "nomatch*", str(store.parent.parent))
+    assert res.returncode == 2, res.stderr
+    (line,) = [x for x in res.stderr.splitlines() if "no run matches" in x]
+    second = next(r for r in _rows(read_paths([store])[0]) if "(" in r)
+    assert line.endswith(f"(runs found: exp1, exp1/pretrain/r1, exp1/{second}, exp1/sft/r1)"), line
+
+
+def test_the_daemon_says_a_database_locked_at_every_pass_once_until_that_changes(store, tmp_path):
+    # Issue 24 (a): each pass's read of a locked database repeated the warning.
+    client = _client(store)
+    run = client.create_run(client.create_experiment("pretrain"), run_name="r1").info.run_id
+    _log(client, run, "loss", _calm_loss(range(1, 20)))
+    said: list[str] = []
+    state = State(tmp_path / "state")
+    follower = Follower([store.parent.parent], rules=default_rules(), state=state, log=said.append, pass_budget=WAIT_FOR_EVERY_READ)
+    writer = sqlite3.connect(store, isolation_level=None)
+    locked = lambda: sum("database locked" in s for s in said)  # noqa: E731
+    try:
+        assert follower.run_pass(1.0).rows == 19
+        _log(client, run, "loss", _calm_loss(range(20, 22)))
+        writer.execute("BEGIN EXCLUSIVE")
+        for now in (2.0, 3.0, 4.0):
+            assert follower.run_pass(now).problems == 1
+        assert locked() == 1
+        writer.execute("ROLLBACK")
+        assert follower.run_pass(4.5).rows == 2  # read once free: the next lock is news
+        _log(client, run, "loss", _calm_loss(range(20, 25)))
+        writer.execute("BEGIN EXCLUSIVE")
+        follower.run_pass(5.0)
+        assert locked() == 2
+    finally:
+        writer.execute("ROLLBACK")
+        writer.close()
+        state.close()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import sqlite3
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -137,3 +138,29 @@ def test_a_stream_s_latest_value_is_kept_apart_and_an_older_state_gets_it_from_i
     db.close()
     State(tmp_path / "state").close()  # layout 7 fills `latest` from the tails
     assert StateReader(tmp_path / "state" / "state.db").latest_values(["loss", "lr"])[("r", "lr")] == 2e-4
+
+def test_a_layout_10_state_keeps_its_incidents_and_ids_and_then_holds_one_step_on_two_timelines(tmp_path):
+    # Layout 11: a re-run's incident at a step an earlier timeline's holds is a row of its own.
+    s = State(tmp_path / "state")
+    with s.transaction() as tx:
+        first = tx.add_incident(INC, source="a.log", quiet=False, now=1.0)
+        tx.put_tails([("exp/7b", "loss", Tail(np.array([1, 2]), np.array([2.0, 2.1]), 2, 3))])
+    s.close()
+    db = sqlite3.connect(tmp_path / "state" / "state.db")
+    columns = [r[1] for r in db.execute("PRAGMA table_info(incidents)") if r[1] != "timeline"]
+    db.execute("ALTER TABLE incidents RENAME TO new")  # as layout 10 made it: UNIQUE (run, rule, step)
+    db.execute(f"CREATE TABLE incidents ({', '.join(columns)}, UNIQUE (run, rule, step))")
+    db.execute(f"INSERT INTO incidents SELECT {', '.join(columns)} FROM new")
+    db.execute("DROP TABLE new")
+    db.execute("ALTER TABLE streams DROP COLUMN timeline")
+    db.execute("PRAGMA user_version=10")
+    db.commit()
+    db.close()
+    s = State(tmp_path / "state")
+    assert s.db.execute("PRAGMA user_version").fetchone()[0] == VERSION == 11
+    assert s.incident("exp/7b", "loss-spike", 700).id == first and s.tail("exp/7b", "loss").timeline == 0
+    with s.transaction() as tx:
+        again = tx.add_incident(replace(INC, timeline=1), source="a.log", quiet=False, now=2.0)
+    assert again != first and s.incident("exp/7b", "loss-spike", 700, 0).id == first
+    assert s.incident("exp/7b", "loss-spike", 700).id == again  # (the latest timeline's)
+    s.close()

@@ -68,7 +68,7 @@ def test_a_layout_8_state_gains_the_envelopes_acks_and_silences_until_recovery(t
     db.commit()
     db.close()
     state = State(tmp_path / "state")
-    assert state.db.execute("PRAGMA user_version").fetchone()[0] == VERSION == 10
+    assert state.db.execute("PRAGMA user_version").fetchone()[0] == VERSION == 11
     assert state.silences()[0].recovers is None and state.envelope_reply("nope") is None
     assert state.acknowledge("e-4", 1, by="@ana", reply="", now=1.0) and state.acked([1]) == {1: "@ana"}
     state.close()
@@ -85,7 +85,7 @@ def test_a_layout_9_state_gains_the_envelopes_index_and_what_was_said_on_a_messa
     db.commit()
     db.close()
     state = State(tmp_path / "state")
-    assert state.db.execute("PRAGMA user_version").fetchone()[0] == 10 and state.envelope_reply("e-5") == "r"
+    assert state.db.execute("PRAGMA user_version").fetchone()[0] == VERSION and state.envelope_reply("e-5") == "r"
     assert state.acknowledge("e-6", 1, by="@ana", reply="", now=2.0, said=("C0", "1.1", "acknowledged by @ana"))
     assert state.said("C0|1.1") == ["acknowledged by @ana"] and state.said("C0|1.2") == []
     state.close()

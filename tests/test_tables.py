@@ -10,6 +10,8 @@ import collections
 import csv
 import json
 import math
+import subprocess
+import sys
 from pathlib import Path
 
 import polars as pl
@@ -27,6 +29,7 @@ from lossguard.state import State
 from lossguard.watch.follow import Follower
 
 from .conftest import WAIT_FOR_EVERY_READ, run_lossguard
+from .test_watch import Watch
 
 SPIKE, JUMP, STEPS = 45, 43, 60
 """A calm run whose LR jumps tenfold at JUMP and whose loss spikes at SPIKE."""
@@ -104,6 +107,45 @@ def test_dvclive_spike_found_by_scan_with_the_lr_of_its_run(tmp_path, monkeypatc
     _spike_caused_by_the_lr_jump(report, "exp1", SPIKE, JUMP)
 
 
+LIVE = """
+import sys
+from dvclive import Live
+folder, first, last, base, spike, resume = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5]), sys.argv[6] == "resume"
+with Live(dir=folder, save_dvc_exp=False, resume=resume) as live:
+    for step in range(first, last):
+        live.log_metric("train/loss", 9.0 if step == spike else base + (step % 5) * 0.01)
+        live.next_step()
+"""
+
+
+def _live(tmp: Path, first: int, last: int, *, base: float, spike: int = -1, resume: bool = False) -> None:
+    """A real dvclive process logging steps first..last-1 into runs/exp1/dvclive (`resume`: on from
+    the run there; else a new `Live()`, which deletes the folder's files and writes them again)."""
+    args = [str(tmp / "runs" / "exp1" / "dvclive"), str(first), str(last), str(base), str(spike), "resume" if resume else "new"]
+    done = subprocess.run([sys.executable, "-c", LIVE, *args], cwd=tmp, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+
+
+def test_dvclive_run_again_in_its_folder_is_a_new_timeline_whose_spike_at_a_step_seen_before_is_alerted_once(tmp_path):
+    # Issue 24 F4: a new Live() rewrites the .tsv files from step 0; the re-run's spike at the step the
+    # first run spiked at was taken for the first run's incident (keyed run/rule/step): never opened,
+    # and its recovery sent as a stray second `resolved`.
+    (tmp_path / "runs" / "exp1").mkdir(parents=True)
+    _live(tmp_path, 0, 12, base=2.0)
+    w = Watch(tmp_path).start()
+    try:
+        w.wait_ready()
+        _live(tmp_path, 12, STEPS, base=2.0, spike=SPIKE, resume=True)
+        w.wait_for(lambda ev: [e["event"] for e in ev if e["event"] != "plot"] == ["opened", "resolved"])
+        _live(tmp_path, 0, STEPS, base=3.0, spike=SPIKE)  # another seed, the same step spiking
+        w.wait_for(lambda ev: [e["event"] for e in ev if e["run"] == "exp1"].count("opened") == 2)
+        ev = w.settle()
+    finally:
+        err = w.stop_and_read()
+    said = [(e["event"], e["step"], e["value"], round(e["baseline"])) for e in ev if e["event"] in ("opened", "resolved")]
+    assert said == [("opened", SPIKE, 9.0, 2), ("resolved", SPIKE, 9.0, 2), ("opened", SPIKE, 9.0, 3), ("resolved", SPIKE, 9.0, 3)], err
+
+
 # --- MLflow file store ---------------------------------------------------------------------------
 
 
@@ -177,6 +219,33 @@ def test_mlruns_spike_found_by_scan_with_the_lr_of_its_run_and_runs_of_one_name_
     assert not [r for r in report["runs"] if "gone" in r["run"]]
 
 
+def test_mlruns_a_metric_logged_without_a_step_is_numbered_in_the_order_logged_said_once_and_judged(tmp_path, monkeypatch):
+    # Issue 24 F2: `log_metric(run, key, value)` writes step 0 on every line; all were one point.
+    import mlflow
+
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    root = tmp_path / "runs" / "exp1" / "mlruns"
+    client = mlflow.MlflowClient(tracking_uri=root.as_uri())
+    run = client.create_run(client.create_experiment("exp one"), run_name="nostep").info.run_id
+    client.log_metric(run, "lr", 1e-4)  # one line: its step 0 is kept
+    state = State(tmp_path / "state")
+    said: list[str] = []
+    follower = Follower([tmp_path / "runs"], rules=default_rules(), state=state, log=said.append, pass_budget=WAIT_FOR_EVERY_READ)
+    report = None
+    for first, last in ((0, 1), (1, 20), (20, STEPS)):  # (the first read holds one line: nothing to number yet)
+        for step in range(first, last):
+            client.log_metric(run, "train/loss", _loss(step))
+        report = follower.run_pass(float(last))
+    state.close()
+    assert [(n.kind, n.incident.step) for n in report.notices if n.kind == "opened"] == [("opened", SPIKE)]
+    assert [s.split(": ", 2)[2] for s in said if "without a step" in s] == [
+        "run exp one/nostep: train/loss was logged without a step (all its rows at one step, MLflow's 0): its rows are numbered in the order logged"
+    ]
+    frame, _, problems = read_paths([tmp_path / "runs"])
+    assert frame.filter(pl.col("tag") == "train/loss").get_column("step").to_list() == list(range(STEPS))
+    assert frame.filter(pl.col("tag") == "lr").get_column("step").to_list() == [0] and len(problems) == 1
+
+
 @settings(max_examples=300, deadline=None)
 @given(name=st.text(max_size=200) | st.text(alphabet=" ab'\":#\\\n\t-é\u2028\x85", max_size=200))
 def test_mlruns_meta_yaml_scalars_read_as_pyyaml_reads_what_mlflow_writes(name):
@@ -208,6 +277,32 @@ def test_the_daemon_follows_an_mlflow_run_as_it_grows_and_alerts_with_its_lr(tmp
     assert [(n.incident.run, n.incident.step) for n in opened] == [("exp1/exp one/live", SPIKE)]
     assert "lr_schedule" in [c.cause for c in opened[0].incident.causes]
     state.close()
+
+
+def test_a_pass_inotify_named_one_metric_file_of_an_mlflow_run_reads_the_runs_other_files_before_judging(tmp_path, monkeypatch):
+    # Issue 24 F5: the loss file's event alone started a pass; its spike was alerted with cause
+    # `unknown`, the LR file (written the same step) read by the next pass, and relabelled then.
+    import mlflow
+
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    root = tmp_path / "runs" / "exp1" / "mlruns"
+    client = mlflow.MlflowClient(tracking_uri=root.as_uri())
+    run = client.create_run(client.create_experiment("exp one"), run_name="live").info.run_id
+    for step in range(40):
+        client.log_batch(run, metrics=[mlflow.entities.Metric("train/loss", _loss(step), 0, step), mlflow.entities.Metric("lr", _lr(step), 0, step)])
+    state = State(tmp_path / "state")
+    follower = Follower([tmp_path / "runs"], rules=default_rules(), state=state, log=lambda _: None, pass_budget=WAIT_FOR_EVERY_READ)
+    follower.run_pass(1.0)
+    for step in range(40, STEPS):
+        client.log_batch(run, metrics=[mlflow.entities.Metric("train/loss", _loss(step), 0, step), mlflow.entities.Metric("lr", _lr(step), 0, step)])
+    (loss,) = root.glob("*/*/metrics/train/loss")
+    report = follower.run_pass(2.0, changed={str(loss)})  # (the LR file's event not yet in)
+    state.close()
+    (opened,) = [n.incident for n in report.notices if n.kind == "opened"]
+    _, scanned = _scan_json(tmp_path / "runs")
+    (spike,) = [s for r in scanned["runs"] for s in r["spikes"]]
+    assert opened.step == spike["step"] == SPIKE
+    assert [c.cause for c in opened.causes] == [c["cause"] for c in spike["causes"]] and opened.causes[0].cause == "lr_schedule"
 
 
 # --- DeepSpeed csv_monitor -----------------------------------------------------------------------

@@ -55,6 +55,9 @@ POSITIVES = [
     pytest.param("train/CE loss", "loss", id="olmo-core train/CE loss"),
     pytest.param("optim/total grad norm", "grad_norm", id="olmo-core optim/total grad norm"),
     pytest.param("optim/LR (group 0)", "lr", id="olmo-core optim/LR (group 0)"),
+    # OLMo-core's LMEvaluatorCallback (train/callbacks/evaluator_callback.py): `eval/{evaluator}/{set} {metric}`
+    # in its console and trackers; issue 24 (e): the eval loss, not nothing (and never the training loss).
+    pytest.param("eval/lm/c4_en-validation/CE loss", "eval_loss", id="olmo-core eval/lm/<set>/CE loss"),
     # OLMo: olmo/train.py (train_step, log_metrics_to_console)
     pytest.param("train/CrossEntropyLoss", "loss", id="olmo train/CrossEntropyLoss"),
     pytest.param("optim/total_grad_norm", "grad_norm", id="olmo optim/total_grad_norm"),

@@ -576,3 +576,33 @@ def test_plots_false_draws_nothing(runs):
     with sqlite3.connect(runs / "state" / "state.db") as db:  # (a picture is kept in the alert's own commit)
         assert db.execute("SELECT count(*) FROM plots").fetchone()[0] == 0
     assert not (runs / "state" / "plots").exists()
+
+
+def test_the_daemons_own_log_and_alerts_under_the_folder_it_follows_are_not_read_as_training_logs(runs):
+    # Issue 24 (b): `lossguard watch runs/ --jsonl runs/alerts.jsonl > runs/watch.log` followed its
+    # own files (each line it wrote a change to sniff again); its state there too.
+    log = runs / "runs" / "exp" / "metrics.jsonl"
+    log.write_text(_calm(range(1, 30)))
+    (runs / "runs" / "state").mkdir()
+    (runs / "state").symlink_to(runs / "runs" / "state")  # (where the helpers look; the daemon writes under runs/)
+    w = Watch(runs, "--state-dir", str(runs / "runs" / "state"))  # (the later --state-dir wins)
+    w.out = runs / "runs" / "alerts.jsonl"
+    w.args[w.args.index("--jsonl") + 1] = str(w.out)
+    w.log = runs / "runs" / "watch.log"
+    w.start()
+    try:
+        w.wait_settled()
+        with open(log, "a") as fh:
+            fh.write(_line(30, 9.0) + _calm(range(31, 40)))
+        w.settle()
+        w.proc.send_signal(signal.SIGHUP)  # (a reload: the next pass walks the tree)
+        ev = w.settle()
+    finally:
+        err = w.stop_and_read()
+    assert w.proc.returncode == 0, err
+    assert [(e["event"], e["run"]) for e in ev if e["event"] in ("opened", "resolved")] == [("opened", "exp"), ("resolved", "exp")]
+    import sqlite3
+
+    with sqlite3.connect(runs / "runs" / "state" / "state.db") as db:
+        followed = sorted(Path(p).name for (p,) in db.execute("SELECT path FROM files"))
+    assert followed == ["metrics.jsonl"] * 3, followed  # exp's and the two settling runs'

@@ -103,7 +103,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.jobs is not None and args.jobs < 1:
         raise UsageError("--jobs must be at least 1")
     results = _scanned(args, options)
-    _refuse_empty(results, args, options)
+    _refuse_empty(results, args)
     result = results[0]
     text = _report_text(results, args)
     if args.output:
@@ -151,14 +151,12 @@ def _scanned(args: argparse.Namespace, options) -> list:  # noqa: ANN001 - a Rea
     return results
 
 
-def _refuse_empty(results: list, args: argparse.Namespace, options) -> None:  # noqa: ANN001 - a ReadOptions
+def _refuse_empty(results: list, args: argparse.Namespace) -> None:
     """A scan that found nothing to judge because of what it was asked (a --run glob that matches no
     run, no logs at all, a --metric nothing logs or judges) is a usage error, said with what is there."""
     result = results[0]
     if args.run and not result.runs:
-        from ..ingest.discover import collect
-
-        names = sorted({f.run for f in collect(args.paths, globs=options.globs)[0]})
+        names = result.names
         shown = ", ".join(printable(n) for n in names[:10]) + (f", ... ({len(names)} in all)" if len(names) > 10 else "")
         raise UsageError(f"no run matches {printable(args.run)!r} (runs found: {shown or 'none'})")
     if not result.runs and not result.all_problems:

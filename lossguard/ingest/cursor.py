@@ -58,6 +58,10 @@ class Cursor:
     """A database's last row read (sources.sqlite_db: `index` is its key), as a digest of what it
     holds: a row that no longer holds it means the keys were renumbered (VACUUM) or the database
     replaced in place, and the database is read again from its start."""
+    behind: str | None = None
+    """The last bytes before `offset` (hex; text files, read by sources.textfile): a file whose bytes
+    there changed was written again from its start in place (a new run's logger in the same folder:
+    the same inode, the same first lines), not appended to, and is read again from its start."""
     name: str | None = None
     """The run a file names for its rows, as a record read before said (a W&B log's RunRecord, at
     its head), for reads that start past that record."""

@@ -53,6 +53,11 @@ CSV_MONITOR = re.compile(r"^Train_(?:Samples|Eigenvalues)_.+\.csv$")
 name with `/` as `_`, all in `<output_path>/<job_name>/`): its folder is their run, so the loss
 and the learning rate are judged together."""
 _ROTATED = re.compile(r"^(?P<base>.+)\.(?P<n>[1-9]\d{0,2})$")
+ABSL = re.compile(r"^(?P<program>[^.]+)\.(?:[^/]+\.log\.INFO\.\d{8}-\d{6}\.\d+|INFO)$")
+"""absl's and glog's log files (absl/logging/__init__.py, find_log_dir_and_names):
+`<program>.<host>.<user>.log.INFO.<yyyymmdd-hhmmss>.<pid>`, a file a start, and `<program>.INFO`,
+a link to the newest. Text logs, every start of a program one run (`<program>`); the INFO log
+holds the WARNING and ERROR ones' lines too, and its link is the file it names (not read twice)."""
 
 
 @dataclass(frozen=True, order=True)
@@ -85,7 +90,7 @@ def is_candidate(name: str, extra_globs: Sequence[str] = ()) -> bool:
         return False
     if any(fnmatch(name, g) for g in extra_globs):
         return True
-    return os.path.splitext(name)[1].lower() in LOG_SUFFIXES
+    return os.path.splitext(name)[1].lower() in LOG_SUFFIXES or ABSL.match(name) is not None
 
 
 def is_log(path: str, extra_globs: Sequence[str] = ()) -> bool:
@@ -94,7 +99,8 @@ def is_log(path: str, extra_globs: Sequence[str] = ()) -> bool:
     inside, fmt = in_layout(path)
     if inside:
         return fmt is not None
-    return is_candidate(os.path.basename(path), extra_globs)
+    name = os.path.basename(path)
+    return is_candidate(name, extra_globs) and not (name.endswith(".INFO") and os.path.islink(path) and ABSL.match(name))
 
 
 def _enters(name: str, path: str) -> bool:
@@ -153,10 +159,12 @@ def run_name(path: Path, root: Path) -> str:
             return folder.name or "."
         rel = os.path.relpath(folder, root)
         return Path(rel).as_posix()
+    absl = ABSL.match(path.name)
+    stem = absl["program"] if absl else path.stem
     if root == path:
-        return path.stem
+        return stem
     rel = os.path.relpath(folder, root)
-    return path.stem if rel == "." else f"{Path(rel).as_posix()}/{path.stem}"
+    return stem if rel == "." else f"{Path(rel).as_posix()}/{stem}"
 
 
 class Listings:

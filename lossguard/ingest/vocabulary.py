@@ -128,6 +128,10 @@ def recognise(tag: str) -> Match | None:
         aggregate = True
     named = raw[0].lower().startswith("lr-") or (len(raw) > 1 and segments[0] == ["lr"])
     metric = _lr(ws, named=named) or _SPELLINGS.get(tuple(ws))
+    if metric is None and evaluated and len(segments) > 1:
+        # An evaluation's loss on one of its sets: the segments before the loss name the evaluator
+        # and the set (OLMo-core's `eval/lm/c4_en-validation/CE loss`).
+        metric = "loss" if _SPELLINGS.get(tuple(w for w in segments[-1] if w not in MARKERS)) == "loss" else None
     if evaluated or tested:
         if metric != "loss" and tuple(ws) not in _EVAL_SPELLINGS:
             return None

@@ -26,6 +26,7 @@ from ..detection.engine import SCAN_NEEDS, RunAnalysis, analyse_runs
 from ..escaping import decodable
 from ..model import Incident
 from ..ingest.problems import Problem, summarised
+from ..ingest.sources import sqlite_db
 from ..ingest.readmany import Job
 from ..ingest.reader import FileResult, ReadOptions, read_found, unrecognised
 from ..detection.rules import RuleSet
@@ -54,6 +55,8 @@ class RunReport:
     curves: dict[str, Curve] = field(default_factory=dict)
     sparks: dict[tuple[str, int], tuple[float, ...]] = field(default_factory=dict)
     """Loss values around each incident, keyed by (rule, step)."""
+    ignored: int = 0
+    """Its files passed over in silence (databases no tracker wrote): no file of the scan's total."""
 
     @property
     def run(self) -> str:
@@ -72,6 +75,9 @@ class ScanResult:
     """Problems of files that belong to no run report (discovery, unrecognised files)."""
     files: int
     bytes: int
+    names: tuple[str, ...] = ()
+    """With a run filter, every run name a user could give it: discovery's names for logs of one run,
+    and the names files that hold many runs give theirs (`exp1/pretrain/r1`), read to filter them."""
 
     @property
     def incidents(self) -> list[Incident]:
@@ -117,6 +123,8 @@ class _Read:
     formats: tuple[str, ...]
     problems: tuple[Problem, ...]
     span: table.Span | None
+    ignored: int = 0
+    """RunReport.ignored."""
 
 
 TOGETHER_BYTES = 2 << 20
@@ -152,6 +160,7 @@ def _read_run(run: str, paths: Sequence[str], options: ReadOptions, explicit: fr
     of its own besides."""
     frames, formats, problems, spans = [], [], [], []
     own: list[_Read] = []
+    ignored = 0
     for path in paths:
         got = ready.get(path, "")  # "": neither read nor sniffed yet
         if isinstance(got, FileResult):
@@ -161,12 +170,17 @@ def _read_run(run: str, paths: Sequence[str], options: ReadOptions, explicit: fr
         else:
             # Only what judging reads (SCAN_NEEDS): the other metrics' rows are never built.
             res = read_found(Found(run, Path(path)), options, lean=True, explicit=path in explicit, needs=SCAN_NEEDS, fmt=got or None)
+        database = path.lower().endswith(sqlite_db.SUFFIXES)
         if res.result is None:
             problem = unrecognised(Path(path), explicit=path in explicit)
             if problem:
                 problems.append(problem)
+            else:
+                ignored += database  # (another application's database: not a file the scan read)
             continue
         problems.extend(res.result.problems)
+        if res.format is None and not res.result.problems:
+            ignored += database  # (an empty file of a database's name: nobody's database yet)
         if res.result.named:
             own += _own_runs(path, res)
             continue
@@ -179,9 +193,9 @@ def _read_run(run: str, paths: Sequence[str], options: ReadOptions, explicit: fr
     if not formats:
         # No file of the run was read: the scan keeps only its problems (thousands of empty files, each
         # a run of its own, once cost an analysis of nothing each).
-        return [RunReport(RunAnalysis(run, {}, 0, None, None, ()), paths[0], (), len(paths), tuple(problems)), *_gathered(own)]
+        return [RunReport(RunAnalysis(run, {}, 0, None, None, ()), paths[0], (), len(paths), tuple(problems), ignored=ignored), *_gathered(own)]
     frame = pl.concat(frames, rechunk=False) if frames else table.empty(lean=True)
-    return [_Read(run, paths, frame, tuple(dict.fromkeys(formats)), tuple(problems), table.joined(spans)), *_gathered(own)]
+    return [_Read(run, paths, frame, tuple(dict.fromkeys(formats)), tuple(problems), table.joined(spans), ignored), *_gathered(own)]
 
 
 def _own_runs(path: str, res: FileResult) -> list[_Read]:
@@ -224,7 +238,7 @@ def _report(read: _Read, analysis: RunAnalysis, streams: dict[str, Points]) -> R
     paths = read.paths
     parents = {str(Path(p).parent) for p in paths}
     source = paths[0] if len(paths) == 1 else (parents.pop() if len(parents) == 1 else os.path.commonpath(paths))
-    return RunReport(analysis, decodable(source), read.formats, len(paths), read.problems, curves, sparks)
+    return RunReport(analysis, decodable(source), read.formats, len(paths), read.problems, curves, sparks, read.ignored)
 
 
 def scan_runs(batch: Sequence[tuple[str, Sequence[str]]], rules: RuleSet, options: ReadOptions, explicit: frozenset[str] = frozenset()) -> list[RunReport]:
@@ -326,9 +340,12 @@ def scan(
     progress: Callable[[int, int, int], None] | None = None,
 ) -> ScanResult:
     found, problems = collect(paths, globs=options.globs)
+    names: set[str] = set()
     if run_glob:
         # A file naming its own runs is read for the filter below: its runs are known once read.
-        found = [f for f in found if fnmatchcase(f.run, run_glob) or may_name_runs(f.path)]
+        naming = [may_name_runs(f.path) for f in found]
+        names = {f.run for f, named in zip(found, naming) if not named}
+        found = [f for f, named in zip(found, naming) if named or fnmatchcase(f.run, run_glob)]
     by_run: dict[str, list[str]] = {}
     sizes: dict[str, int] = {}
     for f in found:
@@ -377,4 +394,6 @@ def scan(
     ordered = sorted((r for r in reports if not run_glob or fnmatchcase(r.run, run_glob)), key=lambda r: r.run)
     kept = tuple(r for r in ordered if r.formats)
     orphans = [p for r in ordered if not r.formats for p in r.problems]
-    return ScanResult(rules, kept, tuple(summarised([*problems, *orphans])), files=len(found), bytes=total)
+    names |= {r.run for r in reports if r.formats}
+    files = len(found) - sum(r.ignored for r in reports)
+    return ScanResult(rules, kept, tuple(summarised([*problems, *orphans])), files=files, bytes=total, names=tuple(sorted(names)))

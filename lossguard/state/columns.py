@@ -76,12 +76,12 @@ def pack_tail(tail: Tail) -> bytes:
     return np.ascontiguousarray(tail.steps, TAIL_FORMAT[0]).tobytes() + np.ascontiguousarray(tail.values, TAIL_FORMAT[1]).tobytes()
 
 
-def unpack_tail(tail: bytes | str, seen: int) -> Tail:
+def unpack_tail(tail: bytes | str, seen: int, timeline: int = 0) -> Tail:
     """`pack_tail` undone; a text is a tail of layout 1 (JSON)."""
     if isinstance(tail, str):  # version 1: JSON [[step, value], ...], non-finite values as strings
         points = json.loads(tail)
-        return Tail(np.array([p[0] for p in points], np.int64), np.array([float(p[1]) for p in points], np.float64), seen)
+        return Tail(np.array([p[0] for p in points], np.int64), np.array([float(p[1]) for p in points], np.float64), seen, timeline)
     step_size, value_size = (np.dtype(t).itemsize for t in TAIL_FORMAT)
     n = len(tail) // (step_size + value_size)
     steps = np.frombuffer(tail, TAIL_FORMAT[0], n).copy()
-    return Tail(steps, np.frombuffer(tail, TAIL_FORMAT[1], n, offset=step_size * n).copy(), seen)
+    return Tail(steps, np.frombuffer(tail, TAIL_FORMAT[1], n, offset=step_size * n).copy(), seen, timeline)

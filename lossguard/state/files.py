@@ -29,13 +29,20 @@ class FilesAndTails(Connected):
                 rows += self.db.execute(f"{_FILE} WHERE path IN ({marks(chunk)})", [stored(p) for p in chunk]).fetchall()
         return {path_of(r[0]): _file_row(r) for r in rows}
 
+    def files_of_runs(self, runs: Collection[str]) -> dict[str, FileRow]:
+        """The followed files of `runs` (the other files of runs inotify named one file of)."""
+        rows = []
+        for chunk in chunks(sorted(runs)):
+            rows += self.db.execute(f"{_FILE} WHERE run IN ({marks(chunk)})", list(chunk)).fetchall()
+        return {path_of(r[0]): _file_row(r) for r in rows}
+
     def tail(self, run: str, key: str) -> Tail:
         """A stream's committed tail (`key`: a canonical metric, or `tag:<tag>` for a context tag)."""
         cached = self._tails.get((run, key))
         if cached is not None:
             self._tails.move_to_end((run, key))
             return cached
-        row = self.db.execute("SELECT tail, seen FROM streams WHERE run=? AND metric=?", (run, key)).fetchone()
+        row = self.db.execute("SELECT tail, seen, timeline FROM streams WHERE run=? AND metric=?", (run, key)).fetchone()
         return Tail.empty() if not row else unpack_tail(*row)
 
     def tails_of(self, runs: Sequence[str], keys: Sequence[str]) -> dict[tuple[str, str], Tail]:
@@ -50,8 +57,8 @@ class FilesAndTails(Connected):
             out.update(((run, key), t) for key, t in zip(keys, cached) if t is not None)
         for chunk in chunks(missing):
             rows = self.db.execute(
-                f"SELECT run, metric, tail, seen FROM streams WHERE metric IN ({marks(keys)}) AND run IN ({marks(chunk)})", (*keys, *chunk)
+                f"SELECT run, metric, tail, seen, timeline FROM streams WHERE metric IN ({marks(keys)}) AND run IN ({marks(chunk)})", (*keys, *chunk)
             )
-            for run, key, tail, seen in rows:
-                out.setdefault((run, key), unpack_tail(tail, seen))
+            for run, key, tail, seen, timeline in rows:
+                out.setdefault((run, key), unpack_tail(tail, seen, timeline))
         return out

@@ -43,8 +43,13 @@ class RunsAndIncidents(Connected):
                 out[r[0]] = run_row(r)
         return out
 
-    def incident(self, run: str, rule: str, step: int) -> IncidentRow | None:
-        row = self.db.execute(f"{INCIDENT} WHERE run=? AND rule=? AND step=?", (run, rule, step)).fetchone()
+    def incident(self, run: str, rule: str, step: int, timeline: int | None = None) -> IncidentRow | None:
+        """The incident (run, rule, step) on `timeline` (model.Incident.timeline); None: on its
+        latest timeline (the grad-norm spike a loss spike follows is the last one at its step)."""
+        if timeline is None:
+            row = self.db.execute(f"{INCIDENT} WHERE run=? AND rule=? AND step=? ORDER BY timeline DESC LIMIT 1", (run, rule, step)).fetchone()
+        else:
+            row = self.db.execute(f"{INCIDENT} WHERE run=? AND rule=? AND step=? AND timeline=?", (run, rule, step, timeline)).fetchone()
         return None if row is None else incident_row(row)
 
     def incident_keys(self, run: str, *, since: int) -> frozenset[tuple[str, int]]:

@@ -34,6 +34,9 @@ class Tail:
     values: np.ndarray
     seen: int
     """Points the stream has held in all (the tail keeps only the last of them)."""
+    timeline: int = 0
+    """The timeline the tail's last point is on (model.Incident.timeline): how many times the
+    stream's steps went back before it, since the daemon's first read of it."""
 
     @classmethod
     def empty(cls) -> Tail:

@@ -6,6 +6,17 @@ from __future__ import annotations
 
 import sqlite3
 
+INCIDENTS = """
+CREATE TABLE IF NOT EXISTS incidents (
+    id INTEGER PRIMARY KEY, run TEXT NOT NULL, rule TEXT NOT NULL, step INTEGER NOT NULL,
+    status TEXT NOT NULL, body TEXT NOT NULL, quiet INTEGER NOT NULL DEFAULT 0,
+    notified_value REAL, notified_at REAL, top_cause TEXT, thread TEXT, source TEXT NOT NULL DEFAULT '', parent INTEGER,
+    opened_at REAL, acked_by TEXT, acked_at REAL, timeline INTEGER NOT NULL DEFAULT 0,
+    UNIQUE (run, rule, step, timeline)
+);
+"""
+"""The incidents table, apart: layout 11 makes it again (a new UNIQUE)."""
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
 CREATE TABLE IF NOT EXISTS files (
@@ -14,7 +25,7 @@ CREATE TABLE IF NOT EXISTS files (
     mtime INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS streams (
-    run TEXT NOT NULL, metric TEXT NOT NULL, tail BLOB NOT NULL, seen INTEGER NOT NULL,
+    run TEXT NOT NULL, metric TEXT NOT NULL, tail BLOB NOT NULL, seen INTEGER NOT NULL, timeline INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (run, metric)
 );
 CREATE TABLE IF NOT EXISTS latest (
@@ -25,13 +36,7 @@ CREATE TABLE IF NOT EXISTS runs (
     run TEXT PRIMARY KEY, last_step INTEGER, advanced_at REAL, stalled INTEGER NOT NULL DEFAULT 0,
     touched INTEGER NOT NULL DEFAULT 0
 );
-CREATE TABLE IF NOT EXISTS incidents (
-    id INTEGER PRIMARY KEY, run TEXT NOT NULL, rule TEXT NOT NULL, step INTEGER NOT NULL,
-    status TEXT NOT NULL, body TEXT NOT NULL, quiet INTEGER NOT NULL DEFAULT 0,
-    notified_value REAL, notified_at REAL, top_cause TEXT, thread TEXT, source TEXT NOT NULL DEFAULT '', parent INTEGER,
-    opened_at REAL, acked_by TEXT, acked_at REAL,
-    UNIQUE (run, rule, step)
-);
+""" + INCIDENTS + """
 CREATE TABLE IF NOT EXISTS outbox (
     id INTEGER PRIMARY KEY, incident_id INTEGER, sink TEXT NOT NULL DEFAULT '', kind TEXT NOT NULL, payload TEXT NOT NULL,
     created REAL NOT NULL, attempts INTEGER NOT NULL DEFAULT 0, last_error TEXT, permanent INTEGER NOT NULL DEFAULT 0,
@@ -67,7 +72,7 @@ CREATE TABLE IF NOT EXISTS said (
 """
 
 
-VERSION = 10
+VERSION = 11
 """The layout of state.db, kept in SQLite's user_version. A later layout adds a step to MIGRATIONS
 (the statements that take version N - 1 to N), run in one transaction when an older file is opened.
 Version 0 is a file from before versions were kept: its layout is version 1's. Version 2 writes
@@ -97,7 +102,13 @@ in time, and a retry must apply nothing twice), who acknowledged an incident (`i
 (`silences.recovers`). Version 10 indexes the envelopes by when they came (each click prunes the
 old ones) and keeps what was said on a message from Slack (`said`: `silenced 4 h by @ana at 03:12`,
 by channel and ts), so the header the daemon rewrites as the incident resolves or grows keeps it.
-An older lossguard refuses a newer file rather than misread it."""
+Version 11 names an incident by its timeline too (`incidents.timeline`, and `streams.timeline`, the
+timeline each stream's tail ends on): a run rewritten from its start (a new `Live()` in a dvclive
+folder) spikes at steps an earlier timeline spiked at, and those are incidents of their own; the
+table is rebuilt for its new UNIQUE, its ids kept. An older lossguard refuses a newer file rather
+than misread it."""
+_KEPT = "id, run, rule, step, status, body, quiet, notified_value, notified_at, top_cause, thread, source, parent, opened_at, acked_by, acked_at"
+"""The incidents' columns before layout 11, copied into the table it makes again."""
 MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: (),
     2: (),
@@ -125,6 +136,14 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "ALTER TABLE silences ADD COLUMN recovers INTEGER",
     ),
     10: (),  # the envelopes' index and the `said` table (SCHEMA creates them)
+    11: (
+        "ALTER TABLE streams ADD COLUMN timeline INTEGER NOT NULL DEFAULT 0",
+        # (SQLite cannot change a table's UNIQUE: the table is made again, its rows and ids kept.)
+        "ALTER TABLE incidents RENAME TO incidents_10",
+        INCIDENTS,
+        f"INSERT INTO incidents ({_KEPT}) SELECT {_KEPT} FROM incidents_10",
+        "DROP TABLE incidents_10",
+    ),
 }
 """(An ADD COLUMN whose column exists is skipped: the step may meet a file that already has it.)"""
 

@@ -48,7 +48,7 @@ class Transaction:
 
     def put_tail(self, run: str, key: str, tail: Tail) -> None:
         packed = pack_tail(tail)
-        self.db.execute("INSERT OR REPLACE INTO streams (run, metric, tail, seen) VALUES (?,?,?,?)", (run, key, packed, tail.seen))
+        self.db.execute("INSERT OR REPLACE INTO streams (run, metric, tail, seen, timeline) VALUES (?,?,?,?,?)", (run, key, packed, tail.seen, tail.timeline))
         if tail.values.size:  # the latest value on its own: a scrape reads it without the tail
             self.db.execute("INSERT OR REPLACE INTO latest (run, metric, value) VALUES (?,?,?)", (run, key, packed[-8:]))
             self.touched.add(run)
@@ -59,12 +59,12 @@ class Transaction:
         rows, latest = [], []
         for run, key, tail in tails:
             packed = pack_tail(tail)
-            rows.append((run, key, packed, tail.seen))
+            rows.append((run, key, packed, tail.seen, tail.timeline))
             if tail.values.size:
                 latest.append((run, key, packed[-8:]))
                 self.touched.add(run)
             self.tails[(run, key)] = tail
-        self.db.executemany("INSERT OR REPLACE INTO streams (run, metric, tail, seen) VALUES (?,?,?,?)", rows)
+        self.db.executemany("INSERT OR REPLACE INTO streams (run, metric, tail, seen, timeline) VALUES (?,?,?,?,?)", rows)
         self.db.executemany("INSERT OR REPLACE INTO latest (run, metric, value) VALUES (?,?,?)", latest)
 
     def advance_runs(self, runs: Sequence[tuple[str, int]], *, now: float) -> None:
@@ -77,9 +77,9 @@ class Transaction:
         status = "resolved" if incident.over else "open"
         top = incident.causes[0].cause if incident.causes else None
         cur = self.db.execute(
-            "INSERT INTO incidents (run, rule, step, status, body, source, quiet, notified_value, notified_at, top_cause, parent, opened_at) "
-            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-            (incident.run, incident.rule, incident.step, status, json.dumps(incident.to_json()), source, int(quiet), incident.value, now, top, parent, now),
+            "INSERT INTO incidents (run, rule, step, timeline, status, body, source, quiet, notified_value, notified_at, top_cause, parent, opened_at) "
+            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (incident.run, incident.rule, incident.step, incident.timeline, status, json.dumps(incident.to_json()), source, int(quiet), incident.value, now, top, parent, now),
         )
         self.touched.add(incident.run)
         return int(cur.lastrowid)

@@ -104,7 +104,8 @@ class Daemon:
         self.plotter = Plotter(self.state.secondary(), sinks, directory=state_dir / "plots") if plot_sinks else None
         rules: RuleSet = rules_loader()
         self.follower = Follower(roots, rules=rules, state=self.state, options=options, sinks=list(sinks), plot_sinks=plot_sinks,
-                                 stall_after=stall_after, log=log.info, clock=time.monotonic)
+                                 stall_after=stall_after, log=log.info, clock=time.monotonic,
+                                 written=[state_dir, *(sink.path for sink in sinks.values() if isinstance(getattr(sink, "path", None), Path))])
         self.follower.budget.wake = self.note  # a slow read, left running by a pass, is done
         if os.environ.get(KILL_AT) == "before-first-commit":
             self.follower.before_commit = lambda: self.follower.first_pass and os.kill(os.getpid(), signal.SIGKILL)

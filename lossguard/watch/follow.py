@@ -12,6 +12,7 @@ went quiet (lossguard.watch.stalls), and commits. This module only says which wi
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import polars as pl
@@ -30,7 +31,7 @@ from .notices import Notices
 from .pass_report import PassReport
 from .reads import READ_LIMIT, FileWrites, NewRows, Reads
 from .stalls import Stalls
-from .tails import TAIL_KEYS, Tails, context_of, kept_tag_tails, kept_tails, points_before, windows_of
+from .tails import TAIL_KEYS, Tails, context_of, kept_tag_tails, kept_tails, points_before, restarted, timelines_before, windows_of
 
 
 def _sources(parts: list[pl.DataFrame]) -> str:
@@ -57,6 +58,7 @@ class Follower:
         pass_budget: float = PASS_BUDGET,
         log: Callable[[str], None] = print,
         clock: Callable[[], float] | None = None,
+        written: Sequence[Path] = (),
     ) -> None:
         self.rules = rules
         self.state = state
@@ -73,7 +75,8 @@ class Follower:
         memory: after a restart the first pass's tags set it again)."""
         self.before_commit: Callable[[], None] = lambda: None
         """Called as a pass is about to commit (the daemon's crash hook for tests)."""
-        self.tracker = Tracker(list(roots), options.globs, log)
+        self.tracker = Tracker(list(roots), options.globs, log, written)
+        """(`written`: what the daemon writes itself, never read as a log: followed.own_files.)"""
 
     def run_pass(self, now: float, changed: Collection[str] | None = None) -> PassReport:
         """One pass: over every file under the roots, or (`changed`, from inotify) over just those
@@ -102,7 +105,11 @@ class Follower:
         if changed is not None and not self.first_pass:
             changed = self.tracker.named(changed)
             tracked = self.state.files(changed)
-            current = self.tracker.recheck(changed, tracked)
+            # The other files of those runs too (a stat each): a tracker keeping a metric a file
+            # (MLflow's file store, dvclive) writes a step's loss and grad norm to two files, and the
+            # loss judged without the grad norm beside it would be labelled without it.
+            tracked.update(self.state.files_of_runs({row.run for row in tracked.values()}))
+            current = self.tracker.recheck(set(tracked) | changed, tracked)
         if current is None:
             tracked = self.state.files()
             current, gone = self.tracker.walk(tracked, quiet=self.first_pass and self.state.fresh)
@@ -126,6 +133,10 @@ class Follower:
         report.rows += frame.height
         tails = self.state.tails_of(runs, TAIL_KEYS)
         points, _ = by_run_and_metric(frame, JUDGED, best=self._best)
+        # A stream another run's file restarted (tails.restarted) is judged from its new points alone.
+        restarts = {(run, m): tails[(run, m)].timeline + 1 for run in sorted(new.anew) for m in restarted(run, tails, points)}
+        if restarts:
+            tails = {key: tail for key, tail in tails.items() if key not in restarts}
         windows = [windows_of(run, tails, points) for run in runs]
         seen = self._seen(runs, windows, tails, points)
         active = [self.rules.for_run(run) for run in runs]
@@ -135,7 +146,11 @@ class Follower:
         kept = []
         moved: list[tuple[str, int]] = []
         for k, run in enumerate(runs):
-            incidents = found.get(k, ())
+            timelines = {**timelines_before(run, tails), **{m: t for (r, m), t in restarts.items() if r == run}}
+            incidents = tuple(replace(i, timeline=timelines.get(i.metric, 0) + i.segment) for i in found.get(k, ()))
+            # An incident the restarted run's predecessor left open ends where the new one began.
+            incidents += tuple(replace(i, resumed_from=int(points[(run, i.metric)][0][0])) for i in seen[k].open
+                               if restarts.get((run, i.metric), 0) > i.timeline and not i.over)
             if incidents:
                 source = _sources(new.frames[run])
                 for inc in incidents:
@@ -143,7 +158,7 @@ class Follower:
             judged = {i.key for i in incidents}
             still_open = [i.step for i in seen[k].open if i.key not in judged] + [i.step for i in incidents if not i.over]
             fresh = {m: points[(run, m)][0].size for m in JUDGED if (run, m) in points}
-            kept += kept_tails(run, windows[k], fresh, tails, active[k], still_open)
+            kept += kept_tails(run, windows[k], fresh, tails, active[k], still_open, timelines)
             if self.stalls.advanced(tx, positions.get(run), run, int(new.last_steps[run]), now=now, report=report):
                 moved.append((run, int(new.last_steps[run])))
         tx.put_tails(kept + kept_tag_tails(tagged, tails))

@@ -6,6 +6,7 @@ Nothing here reads content or writes the state: it says what is what, the pass a
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
@@ -36,9 +37,16 @@ def offset_of(row: FileRow) -> Cursor:
     return _cursor(row.cursor)
 
 
-def _head(path: str) -> bytes:
+def _look(path: str, cursor: Cursor | None) -> tuple[bytes, bool]:
+    """The file's first bytes, and whether the bytes before the cursor's offset are still those it
+    read there (Cursor.behind; True when it kept none): one open for both."""
     with open(path, "rb") as fh:
-        return fh.read(FINGERPRINT)
+        head = fh.read(FINGERPRINT)
+        if cursor is None or not cursor.behind:
+            return head, True
+        behind = bytes.fromhex(cursor.behind)
+        fh.seek(max(cursor.offset - len(behind), 0))
+        return head, fh.read(len(behind)) == behind
 
 
 def _same_file(row: FileRow, device: int, inode: int, head: bytes) -> bool:
@@ -80,14 +88,41 @@ def _unread_folders(problems: Sequence) -> tuple[str, ...]:
     return tuple(os.path.join(f, "") for f in folders if os.path.lexists(f))
 
 
+def own_files(written: Sequence[Path]) -> frozenset[tuple[int, int]]:
+    """(device, inode) of what the daemon itself writes, never a training log whatever its name:
+    its own stdout and stderr when they are files (`lossguard watch runs/ > runs/watch.log`), the
+    files named in `written` (the JSON-lines sink's) and those in its folders (the state's
+    database, its WAL, its lock)."""
+    ids = set()
+    for fd in (1, 2):
+        try:
+            st = os.fstat(fd)
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode):
+            ids.add((st.st_dev, st.st_ino))
+    for path in written:
+        try:
+            entries = [e.path for e in os.scandir(path)] if path.is_dir() else [path]
+            for entry in entries:
+                st = os.stat(entry)
+                ids.add((st.st_dev, st.st_ino))
+        except OSError:
+            continue  # (not written yet)
+    return frozenset(ids)
+
+
 @dataclass
 class Tracker:
     roots: Sequence[Path]
     globs: Sequence[str] = ()
     """File-name patterns of the user's own formats (ReadOptions.globs)."""
     log: Callable[[str], None] = print
+    written: Sequence[Path] = ()
+    """What the daemon writes (its state folder, its JSON-lines file): own_files."""
     _listings: Listings = field(default_factory=Listings)
     _warned: set[str] = field(default_factory=set)
+    _own: frozenset[tuple[int, int]] = frozenset()
 
     def walk(self, tracked: Mapping[str, FileRow], *, quiet: bool) -> tuple[dict[str, Sighting], list[str]]:
         """Every log under the roots, and the followed paths that are gone. `quiet`: files met now
@@ -101,6 +136,7 @@ class Tracker:
             self._warn_once(str(p))
         by_ident = {(r.device, r.inode): r for r in tracked.values()}
         current: dict[str, Sighting] = {}
+        self._own = own_files(self.written)
         for f in found:
             path = str(f.path)
             if not path.isascii() and decodable(path) != path:
@@ -111,8 +147,8 @@ class Tracker:
         listed = {str(f.path) for f in found}
         idents = {(s.row.device, s.row.inode) for s in current.values()}
         unread = _unread_folders(problems)
-        gone = [p for p, r in tracked.items() if p not in current and p not in listed and (r.device, r.inode) not in idents
-                and not p.startswith(unread)]
+        gone = [p for p, r in tracked.items() if p not in current and (p not in listed or (r.device, r.inode) in self._own)
+                and (r.device, r.inode) not in idents and not p.startswith(unread)]
         for path in gone:
             self.log(f"{path}: file is gone; no longer followed")
         return current, gone
@@ -125,14 +161,25 @@ class Tracker:
         for path in changed:
             row = tracked.get(path)
             if row is None:
-                if is_log(path, self.globs):
+                if is_log(path, self.globs) and not self._is_own(path):
                     return None
-                continue  # checkpoints, wandb files, our own state: nothing to read
+                continue  # checkpoints, wandb files, our own state and log: nothing to read
             seen = self._identify(path, row.run, row, {}, False)
             if seen is None:
                 return None
             current[path] = seen
         return current
+
+    def _is_own(self, path: str) -> bool:
+        """A file the daemon writes (its log, its JSON lines), looked for again when one not known
+        yet changes (the JSON-lines file appears with the first alert)."""
+        try:
+            st = os.stat(path)
+        except OSError:
+            return False
+        if (st.st_dev, st.st_ino) not in self._own:
+            self._own = own_files(self.written)
+        return (st.st_dev, st.st_ino) in self._own
 
     @staticmethod
     def named(changed: Collection[str]) -> set[str]:
@@ -146,6 +193,8 @@ class Tracker:
         if it is new, replaced or truncated, the old one renamed if it moved here (rotation)."""
         try:
             st = os.stat(path)
+            if (st.st_dev, st.st_ino) in self._own:
+                return None  # (its own log or alerts, under a folder it follows: no training log)
             # A database's size and time are its WAL's too (a WAL-mode write changes only that).
             size, mtime = sqlite_db.stamp(path, st) if row is not None and sqlite_db.is_database(row.fingerprint) else (st.st_size, st.st_mtime_ns)
             # A stat is enough for a file untouched since the last read; one that changed gets its
@@ -155,21 +204,26 @@ class Tracker:
                 row is not None and (row.device, row.inode) == (st.st_dev, st.st_ino) and len(row.fingerprint) >= FINGERPRINT
                 and size == offset_of(row).offset and row.mtime == mtime
             )
-            head = row.fingerprint if settled else _head(path)
+            head, kept = (row.fingerprint, True) if settled else _look(path, None if row is None else offset_of(row))
             if row is None and sqlite_db.is_database(head):
                 size, mtime = sqlite_db.stamp(path, st)
         except OSError:
             return None
-        found = self._row(path, run, row, by_ident, quiet, (st.st_dev, st.st_ino, size), head)
+        found = self._row(path, run, row, by_ident, quiet, (st.st_dev, st.st_ino, size), head, kept)
         return Sighting(found, size, mtime)
 
-    def _row(self, path: str, run: str, row: FileRow | None, by_ident: Mapping, quiet: bool, stat: tuple[int, int, int], head: bytes) -> FileRow:
+    def _row(self, path: str, run: str, row: FileRow | None, by_ident: Mapping, quiet: bool, stat: tuple[int, int, int], head: bytes,
+             kept: bool = True) -> FileRow:
         device, inode, size = stat
         if row is not None and _same_file(row, device, inode, head):
             # (A database shrinks when it is checkpointed or VACUUMed: its reader tells rows
             # renumbered from rows added, sources.sqlite_db.)
-            if size < offset_of(row).offset and not sqlite_db.is_database(head):
-                self.log(f"{path}: file shrank below the read offset (truncated in place, copytruncate?): reading it again from the start")
+            shrank = size < offset_of(row).offset and not sqlite_db.is_database(head)
+            if shrank or not kept:
+                # Its steps start again: the run's next timeline (a resume), its spikes new incidents.
+                why = "file shrank below the read offset (truncated in place, copytruncate?)" if shrank else (
+                    "file written again from its start in place (the bytes before the read offset changed: a new run logging to it?)")
+                self.log(f"{path}: {why}: reading it again from the start")
                 return FileRow(path, row.run, row.format, device, inode, head, Cursor().to_json(), False, 0)
             if len(row.fingerprint) < FINGERPRINT and len(head) > len(row.fingerprint):
                 return replace(row, fingerprint=head)

@@ -42,7 +42,7 @@ class Notices:
                  windows: dict[str, Points]) -> None:
         """Record the incident as judged now, and say what its lifecycle says of it (`quiet`: found
         in the history read at the first start, recorded without a word)."""
-        sent = self.state.incident(inc.run, inc.rule, inc.step)
+        sent = self.state.incident(inc.run, inc.rule, inc.step, inc.timeline)
         parent = self.state.incident(inc.run, *inc.follows) if sent is None and inc.follows else None
         decision = decide(sent, inc, now=now, quiet=quiet, update_every=self.update_every, parent=parent)
         if decision.row is None:

@@ -31,9 +31,9 @@ READ_LIMIT = 16 << 20
 """Bytes of one file a pass reads at most: a long history is read over several passes, so the
 daemon's memory is bounded by this, the streams and their windows, not by the size of the logs."""
 
-Part = tuple[str, pl.DataFrame, bool, tuple[int, int]]
-"""One run's share of a file's read: the run, its new rows, whether they are all history, and the
-span of steps its lines reached."""
+Part = tuple[str, pl.DataFrame, bool, tuple[int, int], bool]
+"""One run's share of a file's read: the run, its new rows, whether they are all history, the
+span of steps its lines reached, and whether the read began at the file's start."""
 
 
 @dataclass
@@ -66,6 +66,9 @@ class NewRows:
     """Whether all of them are history (read from what the file held at the first start)."""
     last_steps: dict[str, int]
     """The last step each run's new lines reached, whatever tags they hold."""
+    anew: set[str] = field(default_factory=set)
+    """The runs with rows of a file read from its start (new, replaced, written again, truncated):
+    where their steps go back, they may be another run's (lossguard.watch.tails.restarted)."""
 
 
 def _capped(row: FileRow, limit: int) -> int:
@@ -90,6 +93,9 @@ class Reads:
         self.log = log
         self._formats: dict[str, str | None] = {}
         """The formats sniffed in this pass (of files not read before)."""
+        self._said: dict[str, frozenset[str]] = {}
+        """What the last read of each file warned of: said again only once it changed (a database
+        locked at every pass for a minute is one warning, not one a pass)."""
 
     def read(self, tx: FileWrites, sightings: dict[str, Sighting], report: PassReport) -> NewRows:
         """The new rows of each run whose files changed. Runs left over from the last pass first,
@@ -184,8 +190,14 @@ class Reads:
             res = self.budget.read(path, cursor, seen.size - cursor.offset, job)
         if res is None:
             return False
-        for p in res.problems:
-            self.log(f"warning: {p}")
+        said = frozenset(map(str, res.problems))
+        for text in dict.fromkeys(map(str, res.problems)):
+            if text not in self._said.get(path, ()):
+                self.log(f"warning: {text}")
+        if said:
+            self._said[path] = said
+        else:
+            self._said.pop(path, None)
         report.problems += len(res.problems)
         report.files += 1
         if seen.size > cursor.offset + _capped(row, block):  # (the read was cut short: more than a partial line waits)
@@ -194,7 +206,7 @@ class Reads:
             got.extend(_own_runs(res.frame, cursor.offset < row.quiet))
         elif res.span is not None:
             # Lines holding only tags no rule reads give no rows, but their steps still move the run on.
-            got.append((row.run, res.frame, cursor.offset < row.quiet, res.span))
+            got.append((row.run, res.frame, cursor.offset < row.quiet, res.span, cursor.offset == 0))
         # Quiet until the read passes the size the file had at the first start (or, for a database,
         # which shrinks when checkpointed, the size it has now: a database's read that got every
         # row says so by its offset, sources.sqlite_db).
@@ -211,7 +223,7 @@ def _own_runs(frame: pl.DataFrame, history: bool) -> list[Part]:
     if not frame.height:
         return []
     return [
-        (str(key[0]), rows, history, (int(rows.get_column("step").min()), int(rows.get_column("step").max())))
+        (str(key[0]), rows, history, (int(rows.get_column("step").min()), int(rows.get_column("step").max())), False)
         for key, rows in frame.partition_by("run", as_dict=True, maintain_order=True).items()
     ]
 
@@ -221,8 +233,10 @@ def _by_run(order: list[str], parts: dict[str, list[Part]]) -> NewRows:
     file names come after the run of the file that holds them."""
     rows = NewRows({}, {}, {})
     for file_run in order:
-        for run, frame, history, span in parts.get(file_run, ()):
+        for run, frame, history, span, anew in parts.get(file_run, ()):
             rows.frames.setdefault(run, []).append(frame)
+            if anew:
+                rows.anew.add(run)
             rows.quiet[run] = rows.quiet.get(run, True) and history
             rows.last_steps[run] = max(rows.last_steps.get(run, span[1]), span[1])
     return rows

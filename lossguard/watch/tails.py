@@ -67,6 +67,37 @@ def windows_of(run: str, tails: Tails, new: Mapping[tuple[str, str], Points]) ->
     return mine
 
 
+def restarted(run: str, tails: Tails, new: Mapping[tuple[str, str], Points]) -> list[str]:
+    """The judged streams of `run` whose new points, read from a file's start, are another run's
+    rather than the history the tail holds written again: their steps go back below the tail's
+    last, and they do not repeat its points at the steps both hold (a logger that writes its whole
+    file again, Lightning's metrics.csv, repeats them). Such a stream starts a timeline of its own,
+    judged as `scan` judges the new file, without the earlier run's points for history: a dvclive
+    folder a new `Live()` wrote again, a log a new job overwrote."""
+    out = []
+    for m in JUDGED:
+        tail, fresh = tails.get((run, m)), new.get((run, m))
+        if tail is None or not tail.steps.size or fresh is None or not fresh[0].size or fresh[0][0] >= tail.steps[-1]:
+            continue
+        first = fresh[2] == fresh[2][0]
+        common, at_tail, at_fresh = np.intersect1d(tail.steps, fresh[0][first], return_indices=True)
+        if not (common.size and np.array_equal(tail.values[at_tail], fresh[1][first][at_fresh], equal_nan=True)):
+            out.append(m)
+    return out
+
+
+def timelines_before(run: str, tails: Tails) -> dict[str, int]:
+    """What each judged stream's window segments are short of its timelines (model.Incident.
+    timeline): the timeline its tail ends on, less the resumes inside the tail (the window's
+    segments count from the tail's first point)."""
+    out = {}
+    for m in JUDGED:
+        tail = tails.get((run, m))
+        if tail is not None and tail.steps.size:
+            out[m] = tail.timeline - int(np.count_nonzero(tail.steps[1:] < tail.steps[:-1]))
+    return out
+
+
 def points_before(run: str, tails: Tails) -> dict[str, int]:
     """Points each judged stream held before its tail, where its window starts (for min_history)."""
     empty = Tail.empty()
@@ -87,13 +118,15 @@ def context_of(run: str, tagged: pl.DataFrame | None, windows: dict[str, Points]
     return context_from(pl.concat(parts) if parts else _NO_ROWS, windows)
 
 
-def kept_tails(run: str, windows: dict[str, Points], fresh: dict[str, int], tails: Tails, active: Sequence[Rule], open_steps: list[int]) -> list[tuple[str, str, Tail]]:
+def kept_tails(run: str, windows: dict[str, Points], fresh: dict[str, int], tails: Tails, active: Sequence[Rule], open_steps: list[int],
+               timelines: Mapping[str, int]) -> list[tuple[str, str, Tail]]:
     """Each stream's tail to keep: windows for every rule, and the span of incidents still open
-    (`open_steps`: their first steps); `fresh`: the points each stream got in this pass."""
+    (`open_steps`: their first steps); `fresh`: the points each stream got in this pass;
+    `timelines`: timelines_before, to say which timeline each tail ends on."""
     need = max([r.lookback for r in active] + [16]) + 8
     judged = {r.metric for r in active}
     out = []
-    for m, (steps, values, _) in windows.items():
+    for m, (steps, values, segments) in windows.items():
         if not steps.size:
             continue
         keep = need
@@ -103,7 +136,8 @@ def kept_tails(run: str, windows: dict[str, Points], fresh: dict[str, int], tail
         keep = max(keep, _holding_finite(values, need))
         n = min(keep, TAIL_CAP)
         before = tails.get((run, m))
-        out.append((run, m, Tail(steps[-n:], values[-n:], (before.seen if before is not None else 0) + fresh.get(m, 0))))
+        timeline = timelines.get(m, 0) + int(segments[-1])
+        out.append((run, m, Tail(steps[-n:], values[-n:], (before.seen if before is not None else 0) + fresh.get(m, 0), timeline)))
     return out
 
 

@@ -23,6 +23,7 @@ from ..cursor import Cursor
 from ..problems import Problem
 from ..sources import sqlite_db
 from .base import NAMED_RAW, Format, Parsed, no_rows
+from .onemetric import stepless
 
 TABLES = frozenset({"experiments", "runs", "metrics", "alembic_version"})
 """What every MLflow SQL store holds since its first migration (and no other tracker's does)."""
@@ -41,10 +42,38 @@ class MlflowDbFormat:
                 fetched = sqlite_db.fetch(db, METRICS, cursor, _batch, size=size, limit=limit)
                 got = pl.concat(fetched.batches, rechunk=False) if fetched.batches else None
                 names = run_names(db, got.get_column("uuid").unique().to_list()) if got is not None else {}
+                got, begun = _numbered(db, got) if got is not None else (None, [])
         except sqlite_db.Unreadable as exc:
             return no_rows(source, cursor if exc.dead else sqlite_db.again(cursor), exc.message, dead=exc.dead)
         problems = (Problem(source, sqlite_db.RESTARTED),) if fetched.restarted else ()
+        problems += tuple(Problem(source, stepless(names[uuid], key)) for uuid, key in begun if uuid in names)
         return Parsed(_frame(got, names) if got is not None else pl.DataFrame(schema=NAMED_RAW), fetched.cursor, problems)
+
+
+STEPLESS = "SELECT min(step) = max(step), sum(rowid < ?), count(*) FROM metrics WHERE run_uuid = ? AND key = ?"
+"""Whether a metric's rows all share one step, how many come before a row, and how many it has."""
+
+
+def _numbered(db: sqlite3.Connection, got: pl.DataFrame) -> tuple[pl.DataFrame, list[tuple[str, str]]]:
+    """The rows of metrics logged without a step (`log_metric(key, value)`: step 0 in every row)
+    numbered in the order logged, as the file store's are (formats.mlruns.numbered): a metric whose
+    rows in the whole store share one step, and are more than one, has its i-th row at that step + i.
+    Only metrics whose fetched rows share a step are asked about (one indexed count each). Also the
+    (run id, key) of those whose numbering this read begins (it holds their second row): said once."""
+    one = got.group_by("uuid", "tag").agg(pl.col("step").min().alias("lo"), pl.col("step").max().alias("hi"), pl.col("_key").min().alias("at"), pl.len().alias("n"))
+    bases, begun = [], []
+    for uuid, key, lo, hi, at, n in one.filter(pl.col("lo") == pl.col("hi")).iter_rows():
+        same, before, total = db.execute(STEPLESS, (at, uuid, key)).fetchone()
+        if same and total > 1:
+            bases.append((uuid, key, lo + before))
+            if before <= 1 < before + n:
+                begun.append((uuid, key))
+    if not bases:
+        return got, begun
+    base = pl.DataFrame(bases, orient="row", schema={"uuid": pl.String(), "tag": pl.String(), "base": pl.Int64()})
+    got = got.join(base, on=["uuid", "tag"], how="left", maintain_order="left")
+    rank = pl.int_range(pl.len(), dtype=pl.Int64).over("uuid", "tag")
+    return got.with_columns(pl.when(pl.col("base").is_not_null()).then(pl.col("base") + rank).otherwise(pl.col("step")).alias("step")).drop("base"), begun
 
 
 BATCH = {"_key": pl.Int64(), "uuid": pl.String(), "tag": pl.String(), "value": pl.Float64(), "is_nan": pl.Int64(), "step": pl.Int64(), "ts": pl.Int64()}

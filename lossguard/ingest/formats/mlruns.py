@@ -25,7 +25,7 @@ from ..cursor import Cursor
 from ..problems import Problem
 from ..sources import mlruns
 from .base import Format, LineFormat, Layout
-from .onemetric import MS, PLACEHOLDER, Named, OneMetric
+from .onemetric import MS, PLACEHOLDER, STEPLESS, Named, OneMetric
 
 FOLDER = "mlruns"
 METRICS = "metrics"
@@ -47,8 +47,37 @@ def parse(lines: pl.DataFrame, cursor: Cursor, raw: bytes | None = None) -> tupl
         (stamp.cast(pl.Float64) * MS).alias("wall_time"),
         "line_no",
     )
+    rows, cursor = numbered(rows, cursor)
     steps = rows.get_column("step").drop_nulls()
     return table.conform_raw(rows), cursor.advance(last_step=int(steps[-1]) if steps.len() else cursor.last_step)
+
+
+def numbered(rows: pl.DataFrame, cursor: Cursor) -> tuple[pl.DataFrame, Cursor]:
+    """A metric logged without a step (`log_metric(key, value)`: MLflow stores step 0 for each row)
+    numbered in the order logged: one step for all would leave nothing to judge. From its second
+    row sharing the first's step, row i is at step first + i (the first stays where it is, so a
+    read in pieces numbers as one read does); a metric whose steps differ keeps them (`index`:
+    rows read, `steps`: STEPLESS once numbering, MLFLOW once not)."""
+    valid = rows.get_column("step").drop_nulls()
+    n, prior = valid.len(), cursor.index
+    if not n or cursor.steps == MLFLOW:
+        return rows, cursor.advance(index=prior + n)
+    if cursor.steps != STEPLESS:
+        shared = cursor.last_step if prior else int(valid[0])
+        differ = (valid != shared).arg_true()
+        same = n if not differ.len() else int(differ[0])
+        if prior + same < 2:
+            return rows, cursor.advance(index=prior + n, steps=MLFLOW if differ.len() else None)
+        first = shared + prior
+    else:
+        first = cursor.last_step + 1
+    step = pl.col("step")
+    rows = rows.with_columns(pl.when(step.is_not_null()).then(first + step.is_not_null().cum_sum() - 1).alias("step"))
+    return rows, cursor.advance(index=prior + n, steps=STEPLESS)
+
+
+MLFLOW = "mlflow"
+"""Cursor.steps of a metric file whose steps are MLflow's own (STEPLESS: numbered; None: undecided)."""
 
 
 def _metrics_at(parts: tuple[str, ...]) -> int | None:

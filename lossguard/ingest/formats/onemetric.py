@@ -66,4 +66,17 @@ class OneMetric:
             return Parsed(tagged(table.empty_raw()), cursor, named.problems)
         sink = (lambda rows: each(tagged(rows))) if each is not None else None
         parsed = self.lines.read(path, cursor, final=final, limit=limit, each=sink)
-        return replace(parsed, rows=tagged(parsed.rows), problems=(*named.problems, *parsed.problems))
+        problems = (*named.problems, *parsed.problems)
+        if parsed.cursor.steps == STEPLESS != cursor.steps:  # (once: when numbering begins)
+            problems = (*problems, Problem(str(path), stepless(named.run or path.parent.name, named.tag)))
+        return replace(parsed, rows=tagged(parsed.rows), problems=problems)
+
+
+STEPLESS = "stepless"
+"""Cursor.steps of a metric logged without steps, whose rows its parser numbers in the order logged."""
+
+
+def stepless(run: str, key: str) -> str:
+    """What a read says once of a tracker's metric logged without a step (MLflow's store and file
+    store both keep step 0 for each such row)."""
+    return f"run {run}: {key} was logged without a step (all its rows at one step, MLflow's 0): its rows are numbered in the order logged"

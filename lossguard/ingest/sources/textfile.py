@@ -20,6 +20,8 @@ STREAMED_BLOCK = 8 << 20
 """Blocks of a read whose rows are handed out as each block is read (`lossguard read`): one block's
 text, lines and table are then all the memory it holds, and polars' ~1 ms a call is nothing at 8 MB."""
 MAX_LINE = 16 << 20
+BEHIND = 16
+"""Bytes before the offset a cursor keeps (Cursor.behind), to tell a file rewritten in place."""
 
 
 @dataclass(frozen=True)
@@ -106,7 +108,7 @@ def iter_blocks(
             offset += len(complete)
             first = line + 1
             line += complete.count(b"\n")
-            last = cursor.advance(offset=offset, line=line, skipping=False)
+            last = cursor.advance(offset=offset, line=line, skipping=False, behind=complete[-BEHIND:].hex())
             yield TextBlock(complete, first, last)
             if limit is not None and offset - cursor.offset >= limit:
                 return
@@ -119,7 +121,7 @@ def iter_blocks(
     if final and carry and not skipping:
         offset += len(carry)
         line += 1
-        yield TextBlock(carry + b"\n", line, cursor.advance(offset=offset, line=line, skipping=False))
+        yield TextBlock(carry + b"\n", line, cursor.advance(offset=offset, line=line, skipping=False, behind=carry[-BEHIND:].hex()))
     elif (offset, skipping) != (last.offset, last.skipping):
         # No more lines, but an over-long line was skipped past: report where reading stands.
-        yield TextBlock(b"", line + 1, cursor.advance(offset=offset, line=line, skipping=skipping))
+        yield TextBlock(b"", line + 1, cursor.advance(offset=offset, line=line, skipping=skipping, behind=None))
