@@ -52,6 +52,7 @@ LOSSGUARD = """
 import time
 t0 = time.perf_counter()
 from pathlib import Path
+import numpy.ma  # (polars imports it the first time it builds a Series from numpy: an import, timed as one)
 from lossguard.ingest.reader import read, ReadOptions
 t1 = time.perf_counter()
 r = read(Path({path!r}), run="r", fmt="wandb", final=True, options=ReadOptions())
