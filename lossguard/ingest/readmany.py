@@ -29,6 +29,7 @@ from . import table
 from .cursor import Cursor
 from ..escaping import decodable
 from .formats.base import BINARY_LINE, SMALL_BLOCK, LineFormat, only_newlines, split_lines
+from .formats.onemetric import OneMetric
 from .needs import Needs
 from .problems import Problem
 from .reader import BUILTIN, ReadOptions, ReadResult
@@ -62,7 +63,16 @@ def batched(fmt: str | None, options: ReadOptions) -> bool:
     reader = BUILTIN.get(fmt) if fmt else None
     if reader is None or options.reader(fmt) is not reader:
         return False
-    return (isinstance(reader, LineFormat) and reader.together is not None) or hasattr(reader, "read_together")
+    lines = _lines_of(reader)
+    return (lines is not None and lines.together is not None) or hasattr(reader, "read_together")
+
+
+def _lines_of(reader) -> LineFormat | None:  # noqa: ANN001 - (any built-in reader)
+    """The line format a batch parses for `reader`: its own, or that of a reader of one metric a
+    file (DVCLive's), whose files each give their rows the tag their path names."""
+    if isinstance(reader, OneMetric):
+        return reader.lines
+    return reader if isinstance(reader, LineFormat) else None
 
 
 def read_many(jobs: Sequence[Job], *, options: ReadOptions, needs: Needs | None = None, lean: bool = False, largest: int = SMALL_BLOCK) -> list[ReadResult | None]:
@@ -76,28 +86,40 @@ def read_many(jobs: Sequence[Job], *, options: ReadOptions, needs: Needs | None 
             by_format.setdefault(job.fmt, []).append(k)
     for fmt, at in by_format.items():
         reader = BUILTIN[fmt]
-        if not isinstance(reader, LineFormat):
+        lines = _lines_of(reader)
+        if lines is None:
             _records_together(reader, [(k, jobs[k]) for k in at], out, options, needs, lean, largest)
             continue
         files: list[tuple[int, _File]] = []
+        tags: list[str] | None = [] if isinstance(reader, OneMetric) else None
         for k in at:
+            if tags is not None:
+                named = reader.named(jobs[k].path)
+                if named.skipped or named.problems or named.run is not None:
+                    continue  # (read() says what its place says, or names the rows' run)
             got = _block(jobs[k], largest, lean)
             if isinstance(got, ReadResult):
                 out[k] = got
             elif got is not None:
                 files.append((k, got))
+                if tags is not None:
+                    tags.append(named.tag)
         if not files:
             continue
         try:
-            _parse_together(reader, files, options, out, needs, lean)
+            _parse_together(lines, files, options, out, needs, lean, tags)
         except Exception:  # noqa: BLE001 - each file is then read on its own, where read() names the one at fault
             for k, _ in files:
                 out[k] = None
     return out
 
 
-def _parse_together(reader: LineFormat, files: list[tuple[int, _File]], options: ReadOptions, out: list[ReadResult | None], needs: Needs | None, lean: bool) -> None:
-    """Fills `out` for the files whose rows the one parse gives exactly."""
+def _parse_together(
+    reader: LineFormat, files: list[tuple[int, _File]], options: ReadOptions, out: list[ReadResult | None], needs: Needs | None, lean: bool,
+    tags_of: list[str] | None = None,
+) -> None:
+    """Fills `out` for the files whose rows the one parse gives exactly; with `tags_of`, each
+    file's rows take its tag (a reader of one metric a file)."""
     together = reader.together
     assert together is not None
     counts = [f.lines for _, f in files]
@@ -127,8 +149,11 @@ def _parse_together(reader: LineFormat, files: list[tuple[int, _File]], options:
     if line_no.size > 1 and not bool((line_no[1:] >= line_no[:-1]).all()):
         return
     rows = rows.drop("line_no")
-    tags = rows.get_column("tag").cast(pl.String).unique().to_list()
     bounds = np.searchsorted(line_no, starts)
+    if tags_of is not None:
+        owner = pl.Series(np.repeat(np.arange(len(files)), np.diff(bounds)), dtype=pl.Int64())
+        rows = table.conform_raw(rows.with_columns(pl.Series("tag", tags_of, dtype=pl.String()).gather(owner)))
+    tags = rows.get_column("tag").cast(pl.String).unique().to_list()
     finished = table.finish(rows, run="", source="", metric_of=options.aliases.mapping(tags), lean=lean)
     if not lean:
         # Each row's run and source, from the file its line came from (one gather for all files).

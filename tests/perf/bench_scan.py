@@ -65,6 +65,16 @@ SMALL_LOGS = {
     "tfevents": "tb-clean/events.out.tfevents.1796083710.vm",
 }
 """The sample runs' logs a small run may be (--small-log): a sweep's runs are many copies of one kind."""
+DVCLIVE_STEPS = 300
+
+
+def dvclive_run(run: Path) -> None:
+    """A run as dvclive lays it out (--small-log dvclive): a tab-separated file a metric under
+    dvclive/plots/metrics/, each `step<TAB>value` with its header, as Live.log_metric writes them."""
+    metrics = run / "dvclive" / "plots" / "metrics" / "train"
+    metrics.mkdir(parents=True)
+    for name, value in (("loss", lambda s: 2.0 + 0.01 * (s % 7)), ("lr", lambda s: 1e-3), ("grad_norm", lambda s: 0.5 + 0.001 * s)):
+        (metrics / f"{name}.tsv").write_text(f"step\t{name}\n" + "".join(f"{s}\t{value(s)}\n" for s in range(DVCLIVE_STEPS)))
 
 
 def scan(args: list[str], *, code: str | None = None) -> tuple[float, float, float, str]:
@@ -84,7 +94,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=1000)
     ap.add_argument("--run-mb", type=int, default=10)
     ap.add_argument("--small-runs", type=int, default=1000)
-    ap.add_argument("--small-log", choices=sorted(SMALL_LOGS), default="megatron", help="the sample log each small run holds a copy of")
+    ap.add_argument("--small-log", choices=sorted([*SMALL_LOGS, "dvclive"]), default="megatron", help="the sample log each small run holds a copy of")
     ap.add_argument("--big-mb", type=int, default=1024)
     ap.add_argument("--only", choices=("start", "samples", "small", "big", "folder"), action="append", help="run only these parts")
     ap.add_argument("--repeat", type=int, default=1, help="runs of the 'small' part (its min is printed)")
@@ -108,13 +118,16 @@ def main() -> None:
         s, me, kids, _ = scan([str(ROOT / "tests/fixtures/runs")])
         print(f"  scan the sample runs (8 runs)             {s:7.2f} s  {me:6.0f} MB")
     if "small" in parts:
-        log = ROOT / "tests/fixtures/runs" / SMALL_LOGS[args.small_log]
         small = DATA / (f"small-runs-{args.small_runs}" + ("" if args.small_log == "megatron" else f"-{args.small_log}"))
         if not small.exists():
             for i in range(args.small_runs):
                 (small / f"run{i:04d}").mkdir(parents=True)
-                shutil.copy(log, small / f"run{i:04d}" / log.name)
-        mb = args.small_runs * log.stat().st_size / 1e6
+                if args.small_log == "dvclive":
+                    dvclive_run(small / f"run{i:04d}")
+                else:
+                    log = ROOT / "tests/fixtures/runs" / SMALL_LOGS[args.small_log]
+                    shutil.copy(log, small / f"run{i:04d}" / log.name)
+        mb = sum(f.stat().st_size for f in small.rglob("*") if f.is_file()) / 1e6
         versions = [("", None)] + ([(" [base]", args.baseline)] if args.baseline else [])
         for jobs in ("1", "2"):
             # Taken in turns (new, base, new, base...): a burst of load on a shared box falls on both alike.
