@@ -172,14 +172,7 @@ def _parse_together(
             mask = rows.get_column("tag").cast(pl.String).is_in(wanted).to_numpy()
             finished = finished.filter(pl.Series(mask))
             kept_bounds = np.searchsorted(line_no[mask], starts)
-    record = None
-    if "record" in marks.columns:
-        record = np.zeros(lines.height, dtype=bool)
-        record[marks.filter(pl.col("record")).get_column("line_no").to_numpy()] = True
-    last_steps: dict[int, int] | None = None
-    if "last_step" in marks.columns:
-        stepped = marks.filter(pl.col("last_step").is_not_null()).group_by("file").agg(pl.col("last_step").last())
-        last_steps = dict(zip(stepped.get_column("file").to_list(), stepped.get_column("last_step").to_list()))
+    record, last_steps = _marked(marks, lines.height)
     for i, (k, f) in enumerate(files):
         if not fine[i]:
             continue
@@ -227,6 +220,21 @@ def _records_together(reader, jobs: list[tuple[int, Job]], out: list[ReadResult 
     for k, _, (cursor, span, count) in read:
         out[k] = ReadResult(finished.slice(at, count), cursor, span=span, named=True)
         at += count
+
+
+def _marked(marks: pl.DataFrame, lines: int) -> tuple[np.ndarray | None, dict[int, int] | None]:
+    """What Together.marks said beyond `alone`: per line of the batch, whether its rows count as a
+    record (None: every line with rows does), and per file the step its cursor is left at (None:
+    its last row's)."""
+    record = None
+    if "record" in marks.columns:
+        record = np.zeros(lines, dtype=bool)
+        record[marks.filter(pl.col("record")).get_column("line_no").to_numpy()] = True
+    last_steps: dict[int, int] | None = None
+    if "last_step" in marks.columns:
+        stepped = marks.filter(pl.col("last_step").is_not_null()).group_by("file").agg(pl.col("last_step").last())
+        last_steps = dict(zip(stepped.get_column("file").to_list(), stepped.get_column("last_step").to_list()))
+    return record, last_steps
 
 
 MARKS = ("alone", "record", "last_step")
