@@ -305,3 +305,23 @@ def test_scan_workers_share_the_cores_and_a_users_polars_setting_stands(monkeypa
     assert not audit._fine_grained({"big": 100 << 20, **{f"run{k}": 345_000 for k in range(100)}}, 2)
     monkeypatch.setenv("POLARS_MAX_THREADS", "3")
     assert sizes(2) == {3} and os.environ["POLARS_MAX_THREADS"] == "3"
+
+
+def test_a_growing_files_last_record_not_yet_whole_is_said_but_is_no_strict_failure(tmp_path):
+    """A live W&B run's `.wandb` always ends inside a record (wandb-core writes a block when it fills):
+    a nightly `scan --strict` of a box with a run still training must not fail on it. A file that
+    could not be read still fails it."""
+    from tensorboardX import SummaryWriter
+
+    writer = SummaryWriter(str(tmp_path / "live"))
+    for step in range(60):
+        writer.add_scalar("train/loss", 10.0 if step == 50 else 2.0 + 0.01 * (step % 3), step)
+    writer.close()
+    (log,) = (tmp_path / "live").glob("events.out.tfevents.*")
+    log.write_bytes(log.read_bytes()[:-5])  # the next record half written
+    res = lossguard("scan", str(tmp_path), "--strict")
+    assert res.returncode == 1, res.stderr
+    assert "last event record is incomplete" in res.stdout + res.stderr
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "metrics.jsonl").write_bytes(b"\xff\xfe\x00garbage\n")
+    assert lossguard("scan", str(tmp_path), "--strict").returncode == 2

@@ -38,7 +38,7 @@ def add(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--metric", metavar="NAME", help="only spikes of this metric (loss, eval_loss, grad_norm...)")
     p.add_argument("--since", type=int, metavar="STEP", help="only spikes that start at or after STEP")
     p.add_argument("--jobs", type=int, default=None, metavar="N", help="runs read in parallel (default: the cores available, for scans large enough to gain from it)")
-    p.add_argument("--strict", action="store_true", help="exit 2 if any file could not be read")
+    p.add_argument("--strict", action="store_true", help="exit 2 if any file could not be read (a growing file's last record not yet whole is said, but is not that)")
     p.add_argument("--quiet", action="store_true", help="no progress bar, no warnings on stderr")
     p.add_argument("--config", type=Path, help="lossguard.toml with [aliases] and [[formats]]")
     p.add_argument("--log-format", dest="log_format", metavar="NAME", help="read every file as this format instead of detecting it")
@@ -119,8 +119,8 @@ def _run(args: argparse.Namespace) -> int:
     if not result.runs:
         print("lossguard: error: no file under the given paths could be read", file=sys.stderr)
         return EXIT_USAGE
-    if args.strict and problems:
-        return EXIT_USAGE
+    if args.strict and any(not p.unfinished for p in problems):
+        return EXIT_USAGE  # (a growing file's last record, not yet whole, was no file that could not be read)
     return EXIT_FOUND if any(r.incidents for r in result.runs) else EXIT_OK
 
 

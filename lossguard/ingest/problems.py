@@ -14,6 +14,10 @@ class Problem:
     message: str
     line: int | None = None
     offset: int | None = None
+    unfinished: bool = False
+    """The file's last record is not whole yet, everything before it was read: a file still being
+    written (a live W&B run always ends inside a record), or one cut off. Said, but not a file that
+    could not be read: `scan --strict` does not fail on it."""
 
     def __str__(self) -> str:
         where = self.source
@@ -37,9 +41,11 @@ def summarised(problems: Iterable[Problem], *, keep: int = KEEP_PER_FOLDER) -> l
     out: list[Problem | None] = []
     seen: dict[tuple[str, str], int] = {}
     slot: dict[tuple[str, str], int] = {}
+    unfinished: dict[tuple[str, str], bool] = {}
     for problem in problems:
         key = (os.path.dirname(problem.source), problem.message)
         seen[key] = seen.get(key, 0) + 1
+        unfinished[key] = unfinished.get(key, True) and problem.unfinished
         if seen[key] <= keep:
             out.append(problem)
         elif key not in slot:
@@ -47,5 +53,5 @@ def summarised(problems: Iterable[Problem], *, keep: int = KEEP_PER_FOLDER) -> l
             out.append(None)
     for key, at in slot.items():
         folder, message = key
-        out[at] = Problem(folder or ".", f"... and {seen[key] - keep:,} more file(s) in this folder: {message}")
+        out[at] = Problem(folder or ".", f"... and {seen[key] - keep:,} more file(s) in this folder: {message}", unfinished=unfinished[key])
     return [p for p in out if p is not None]

@@ -440,7 +440,7 @@ class TfEventsFormat:
         if final and not dead:
             size = path.stat().st_size
             if size > offset:
-                problems.append(Problem(source, f"last event record is incomplete ({size - offset} bytes; file cut off or still being written)", offset=offset))
+                problems.append(Problem(source, f"last event record is incomplete ({size - offset} bytes; file cut off or still being written)", offset=offset, unfinished=True))
         rows = pl.concat(frames, rechunk=False) if frames else table.empty_raw()
         return Parsed(rows, cursor.advance(offset=offset), tuple(problems), dead=dead, span=table.joined(spans), projected=keep is not None)
 

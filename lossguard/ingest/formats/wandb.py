@@ -268,7 +268,7 @@ class WandbFormat:
                         break
                     end, chunk = max(end, min(size, stop + chunk)), chunk * 2  # one record longer than the chunk, or past the limit
         if final and cursor.offset < size:
-            problems.append(Problem(source, f"last record is incomplete ({size - cursor.offset} bytes; file cut off or still being written)", offset=cursor.offset))
+            problems.append(Problem(source, f"last record is incomplete ({size - cursor.offset} bytes; file cut off or still being written)", offset=cursor.offset, unfinished=True))
         rows = pl.concat(frames, rechunk=False) if frames else _empty()
         return Parsed(rows, cursor, tuple(problems), span=table.joined(spans), projected=keep is not None)
 
