@@ -81,8 +81,12 @@ def run_of(run: str, own: str) -> str:
     return own if run == "." else f"{run}/{own}"
 
 
-def own_runs(run: str) -> pl.Expr:
-    """run_of over a raw frame's `run` column."""
+def own_runs(run: str, raw: pl.DataFrame) -> pl.Expr:
+    """run_of over a raw frame's `run` column: one literal where a single run names every row (a
+    tracker's file of one run, read alone: a fifth of the time of joining the names row by row)."""
+    names = raw.get_column("run")
+    if names.len() and names.dtype == pl.String() and not names.null_count() and (names == names[0]).all():
+        return pl.lit(run_of(run, names[0]), dtype=pl.String())
     return pl.col("run").cast(pl.String()) if run == "." else pl.concat_str(pl.lit(f"{run}/"), pl.col("run").cast(pl.String()))
 
 
@@ -99,7 +103,7 @@ def finish(raw: pl.DataFrame, *, run: str, source: str, metric_of: dict[str, str
         # (renaming then works on the few categories, not on every row).
         tag = pl.col("tag").cast(pl.Categorical())
         return raw.select(
-            *([own_runs(run).alias("run")] if named else []),
+            *([own_runs(run, raw).alias("run")] if named else []),
             pl.col("step").cast(pl.Int64()),
             (tag.replace(renamed) if renamed else tag).alias("metric"),
             tag.alias("tag"),
@@ -107,7 +111,7 @@ def finish(raw: pl.DataFrame, *, run: str, source: str, metric_of: dict[str, str
         )
     metric = pl.col("tag").cast(pl.String()).replace(renamed) if renamed else pl.col("tag").cast(pl.String())
     return raw.select(
-        (own_runs(run) if named else pl.lit(run, dtype=pl.String())).alias("run"),
+        (own_runs(run, raw) if named else pl.lit(run, dtype=pl.String())).alias("run"),
         pl.lit(source, dtype=pl.String()).alias("source"),
         pl.col("step").cast(pl.Int64()),
         metric.cast(pl.String()).alias("metric"),

@@ -26,7 +26,7 @@ from ..cursor import Cursor
 from ..problems import Problem
 from ..sources.protobuf import WIRE_LEN, fields, spans_of
 from ..sources.tfrecord import rows_at
-from ..sources.wandb_log import BLOCK, FILE_HEADER, Records, frame, header_problem
+from ..sources.wandb_log import BLOCK, FILE_HEADER, Records, frame, header_problem, read_padded
 from .base import Format, Keep, Layout, Parsed, Sink
 from .wandb_items import Items, items_of, named
 
@@ -162,7 +162,7 @@ def _rows(items: Items, step_of: np.ndarray, cursor: Cursor, name: str | None, k
     """The metric rows of a chunk's history records (_placed), the cursor's step state after them,
     how many values had no step to go at, and the steps all of them covered."""
     got = _placed(items, step_of, cursor, keep)
-    run = pl.Series("run", [name or ""] * got.chosen.size, dtype=pl.String())
+    run = pl.repeat(name or "", got.chosen.size, eager=True, dtype=pl.String()).alias("run")
     return _frame(items, got.chosen, got.step, got.wall, run), got.cursor, got.unplaced, got.span
 
 
@@ -253,7 +253,7 @@ class WandbFormat:
                 stop = _chunk_end(cursor.offset, end, chunk)
                 fh.seek(cursor.offset)
                 rec = frame(
-                    fh.read(stop - cursor.offset), base=cursor.offset, skipping=cursor.skipping, final=final and stop == size, source=source, needed=_read_here
+                    read_padded(fh, stop - cursor.offset), base=cursor.offset, skipping=cursor.skipping, final=final and stop == size, source=source, needed=_read_here
                 )
                 problems.extend(rec.problems)
                 rows, moved, found, span = _decode(rec, path, cursor, keep)
