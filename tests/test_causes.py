@@ -198,3 +198,16 @@ def test_when_the_grad_norm_is_logged_nothing_says_it_is_missing():
     (inc,) = analyse_run(frame_of(loss=loss, grad_norm=grad_norm, lr=lr), default_rules(), run="r").incidents
     assert inc.causes[0].cause == "bad_batch" and "grad_norm only" in inc.causes[0].evidence
     assert not any("in this log" in c.evidence for c in inc.causes)
+
+
+def test_an_inf_grad_norm_is_not_called_calm_by_the_bad_batch_label():
+    # Acceptance run 2: an isolated Inf grad norm read "bad_batch ... grad_norm only 1.0x its
+    # median" (the finite values' ratio): a calm gradient at the very step it overflowed.
+    loss, grad_norm, lr = healthy(1000)
+    grad_norm[700] = np.inf
+    (inc,) = analyse_run(frame_of(loss=loss, grad_norm=grad_norm, lr=lr), default_rules(), run="r").incidents
+    assert inc.metric == "grad_norm" and inc.kind == "nonfinite"
+    assert inc.causes[0].cause == "numerical_instability"
+    batch = next(c for c in inc.causes if c.cause == "bad_batch")
+    assert "grad_norm only" not in batch.evidence
+    assert f"grad_norm Inf at step {inc.step}" in batch.evidence and batch.confidence <= 0.4

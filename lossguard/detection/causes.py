@@ -367,6 +367,18 @@ def _recurrence(inc: Incident, ctx: RunContext, interval: float) -> Cause | None
     )
 
 
+def _nonfinite_grad_norm(ctx: RunContext, lo: float, hi: float) -> tuple[int, str] | None:
+    """The first grad norm in [lo, hi] that is not finite, its step and how it reads (Inf, NaN)."""
+    if ctx.grad_norm is None:
+        return None
+    steps, values = ctx.grad_norm.between(lo, hi)
+    bad = np.flatnonzero(~np.isfinite(values))
+    if not bad.size:
+        return None
+    v = float(values[bad[0]])
+    return int(steps[bad[0]]), "NaN" if math.isnan(v) else ("Inf" if v > 0 else "-Inf")
+
+
 def _bad_batch(
     inc: Incident, ctx: RunContext, interval: float, gn_ratio: float | None, lr_event: bool, numerical: Cause | None
 ) -> Cause | None:
@@ -380,7 +392,13 @@ def _bad_batch(
     if lr_event:
         return None
     recovered = f"back under the threshold {int((inc.end_step - inc.step) / interval) or 1} point(s) later"
-    if gn_ratio is None:
+    overflow = _nonfinite_grad_norm(ctx, inc.step - 3 * interval, max(inc.peak_step, inc.step))
+    if overflow is not None:
+        # An Inf or NaN grad norm measures nothing: "only 1.0x its median" of the finite ones
+        # would read as a calm gradient at the very step it overflowed.
+        confidence = 0.4
+        calm = f"grad_norm {overflow[1]} at step {overflow[0]} (an overflow, or a batch that made one: the grad norm cannot tell)"
+    elif gn_ratio is None:
         confidence = 0.45
         calm = _missing(inc, ctx, "grad_norm") or "too few grad norm values before the spike to rule out an explosion"
     else:
