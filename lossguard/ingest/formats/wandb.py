@@ -67,7 +67,7 @@ def steps_from(cursor: Cursor) -> str | None:
     """Where a read took a W&B log's steps from (the cursor after it), for `read`'s metrics line."""
     if cursor.steps in TRAINER_STEPS:
         return f"the trainer's {cursor.steps}"
-    return "W&B's own step (_step, one per wandb.log call)" if cursor.steps == HISTORY else None
+    return "W&B's step (_step: each wandb.log call's step=, or one per call without it)" if cursor.steps == HISTORY else None
 
 
 def file_run_id(path: Path) -> str:
