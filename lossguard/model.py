@@ -95,6 +95,20 @@ class Incident:
         return "still open"
 
     @property
+    def later_timeline(self) -> int:
+        """Which of the run's timelines the incident is on, counted from 0, where the run's steps
+        went back (a resume, a re-run into the same log or tracker run): the daemon's `timeline`,
+        else scan's `segment`."""
+        return self.timeline or self.segment
+
+    @property
+    def at(self) -> str:
+        """Where the incident is, in words: its step, and its timeline where the steps went back
+        before it (two files of one W&B run that both count from 0 both have a step 100)."""
+        n = self.later_timeline
+        return f"step {self.step}" if not n else f"step {self.step} (timeline {n + 1}: after the steps went back)"
+
+    @property
     def ratio(self) -> float | None:
         if self.baseline is None or self.baseline == 0 or not math.isfinite(self.value):
             return None
@@ -165,6 +179,8 @@ class Incident:
         }
         if self.resumed_from is not None:  # (only then: these keys are new, and rare)
             report["resumed_from"] = self.resumed_from
+        if self.later_timeline:
+            report["segment"] = self.later_timeline  # (as a too_short warning numbers them)
         if self.follows is not None:
             report["follows"] = {"rule": self.follows[0], "step": self.follows[1]}
         return report

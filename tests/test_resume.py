@@ -75,3 +75,21 @@ def test_the_daemon_labels_it_from_its_segment_and_resolves_it_when_the_run_resu
     assert later[0].incident.causes[0].cause == "gradient_explosion"  # the replay did not relabel it
     assert state.open_incidents("exp") == []
     state.close()
+
+
+def test_a_spike_after_the_steps_went_back_names_its_timeline(tmp_path, capsys):
+    """Acceptance run 2: two files of one W&B run both counting from 0 gave "step 100" with nothing
+    to tell which timeline's step 100 spiked. Here a log rewritten from step 1 spikes at 100 on its
+    second timeline: the spike names it (JSON `segment`, the table's "timeline 2")."""
+    first = "".join(_line(s, 2.0 + (s % 3) * 0.01, 1.0) for s in range(1, 200))
+    second = "".join(_line(s, 9.0 if s == CRASH else 2.0 + (s % 3) * 0.01, 1.0) for s in range(1, 150))
+    log = tmp_path / "runs" / "exp" / "metrics.jsonl"
+    log.parent.mkdir(parents=True)
+    log.write_text(first + second)
+    (spike,) = [s for s in _scan(capsys, log)["spikes"] if s["metric"] == "loss"]
+    assert spike["step"] == CRASH and spike["segment"] == 1
+    main(["scan", str(tmp_path / "runs"), "--quiet"])
+    assert f"step {CRASH} (timeline 2: after the steps went back) · rule loss-spike" in capsys.readouterr().out
+    log.write_text(second)  # (one timeline: no segment said)
+    (spike,) = [s for s in _scan(capsys, log)["spikes"] if s["metric"] == "loss"]
+    assert "segment" not in spike

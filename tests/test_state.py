@@ -95,7 +95,8 @@ def test_a_layout_2_file_is_migrated_with_its_undelivered_notifications(tmp_path
         " created REAL NOT NULL, attempts INTEGER NOT NULL DEFAULT 0, last_error TEXT, permanent INTEGER NOT NULL DEFAULT 0, sent_at REAL);"
     )
     # Layout 2 kept the scan report's form of the incident, with the source and the sink as keys.
-    old = {**INC.to_report(), "source": "runs/exp/train.log"}
+    # (The report form names a later timeline's segment now; layout 2's did not.)
+    old = {**{k: v for k, v in INC.to_report().items() if k != "segment"}, "source": "runs/exp/train.log"}
     db.execute("INSERT INTO incidents (id, run, rule, step, status, body) VALUES (1, ?, ?, ?, 'open', ?)", (INC.run, INC.rule, INC.step, json.dumps(old)))
     db.execute("INSERT INTO outbox (incident_id, kind, payload, created) VALUES (1, 'opened', ?, 1.0)", (json.dumps({"sink": "jsonl", **old}),))
     db.execute("INSERT INTO outbox (incident_id, kind, payload, created) VALUES (NULL, 'stalled', ?, 1.0)", (json.dumps({"sink": "slack", "run": "r", "step": 9, "minutes": 30.0}),))

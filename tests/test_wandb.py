@@ -438,3 +438,20 @@ def test_words_gathered_at_any_byte_are_the_bytes_there(raw, lead):
     arr = np.frombuffer(bytes(lead) + raw + bytes(16), dtype=np.uint8)[lead:]
     at = np.arange(0, max(0, arr.size - 16))
     assert words_at(arr, at).tolist() == rows_at(arr, at, 8).view("<u8").ravel().tolist()
+
+
+def test_a_killed_runs_cut_last_record_is_a_warning_of_that_run_not_of_no_run(box, tmp_path):
+    """Acceptance run 2: a run killed (-9) mid-write said its cut record among the files of no run
+    (the report's top-level warnings), where nobody looking at the run would see it."""
+    root, ids = box
+    src = _file(root, ids["twin"])
+    copy = tmp_path / "wandb" / src.parent.name / src.name
+    copy.parent.mkdir(parents=True)
+    data = src.read_bytes()
+    cut = max(b for b in _boundaries(data) if b < len(data) - 60) + 20  # (inside its last records)
+    copy.write_bytes(data[:cut])
+    res = run_lossguard("scan", str(tmp_path), "--format", "json")
+    report = json.loads(res.stdout)
+    (run,) = report["runs"]
+    assert run["run"].endswith(ids["twin"]) and report["warnings"] == []
+    assert [w["message"].split(" (")[0] for w in run["warnings"]] == ["last record is incomplete"]

@@ -178,12 +178,15 @@ def _read_run(run: str, paths: Sequence[str], options: ReadOptions, explicit: fr
             else:
                 ignored += database  # (another application's database: not a file the scan read)
             continue
-        problems.extend(res.result.problems)
         if res.format is None and not res.result.problems:
             ignored += database  # (an empty file of a database's name: nobody's database yet)
         if res.result.named:
-            own += _own_runs(path, res)
+            mine = _own_runs(path, res)
+            own += mine
+            if len(mine) != 1:  # (the file of one run, a W&B log: its problems are that run's)
+                problems.extend(res.result.problems)
             continue
+        problems.extend(res.result.problems)
         # A file counts as read if it gave rows (kept or not), or gave no complaint (a run that just started).
         if res.format and (res.result.span is not None or not res.result.problems):
             formats.append(res.format)
@@ -206,7 +209,8 @@ def _own_runs(path: str, res: FileResult) -> list[_Read]:
     if not frame.height:
         return []
     parts = frame.partition_by("run", as_dict=True, maintain_order=True, include_key=False)
-    return [_Read(str(key[0]), (path,), rows, (res.format,), (), table.span_of(rows)) for key, rows in parts.items()]
+    told = res.result.problems if len(parts) == 1 else ()
+    return [_Read(str(key[0]), (path,), rows, (res.format,), told, table.span_of(rows)) for key, rows in parts.items()]
 
 
 def _gathered(reads: list[_Read]) -> list[_Read]:
@@ -218,7 +222,7 @@ def _gathered(reads: list[_Read]) -> list[_Read]:
     return [
         group[0] if len(group) == 1 else _Read(
             run, tuple(p for r in group for p in r.paths), pl.concat([r.frame for r in group], how="vertical_relaxed", rechunk=False),
-            tuple(dict.fromkeys(f for r in group for f in r.formats)), (), table.joined([r.span for r in group]),
+            tuple(dict.fromkeys(f for r in group for f in r.formats)), tuple(p for r in group for p in r.problems), table.joined([r.span for r in group]),
         )
         for run, group in by_run.items()
     ]

@@ -132,7 +132,7 @@ def to_text(result: ScanResult, *, colour: bool = False) -> str:
         for inc in rep.incidents:
             out.append("")
             sev = st(p(inc.severity.upper()), SEVERITY_COLOUR.get(inc.severity, "0"))
-            out.append(f"{sev} {st(p(rep.run), '1')} step {inc.step} · rule {p(inc.rule)}")
+            out.append(f"{sev} {st(p(rep.run), '1')} {inc.at} · rule {p(inc.rule)}")
             out.append(f"  {p(_incident_head(inc))}")
             spark = rep.sparks.get((inc.rule, inc.step))
             if spark:
@@ -169,7 +169,7 @@ def to_markdown(result: ScanResult) -> str:
         for rep, inc in incidents:
             top = inc.causes[0] if inc.causes else None
             out.append(
-                f"| {md(rep.run)} | {inc.step} | {md(inc.rule)} | {md(inc.severity)} | {fmt(inc.value)} | {fmt(inc.baseline)} | "
+                f"| {md(rep.run)} | {inc.step if not inc.later_timeline else md(inc.at.removeprefix('step '))} | {md(inc.rule)} | {md(inc.severity)} | {fmt(inc.value)} | {fmt(inc.baseline)} | "
                 f"{f'{inc.ratio:.1f}x' if inc.ratio else '-'} | {inc.end_step if inc.end_step is not None else f'resumed from {inc.resumed_from}' if inc.resumed_from is not None else 'open'} | "
                 f"{md(top.cause) + f' ({top.confidence:.0%})' if top else '-'} | {md(top.evidence) if top else ''} |"
             )
@@ -251,7 +251,7 @@ def _card(rep: RunReport, group: list[Incident]) -> str:
         for c in inc.causes
     )
     heads = "".join(f"<div>{html_text(_incident_head(i))}</div>" for i in group)
-    return f'<div class="inc {html_text(severity)}"><b>step {inc.step}</b> · {rules} ({html_text(severity)}){heads}{_zoom(rep, group)}{causes}</div>'
+    return f'<div class="inc {html_text(severity)}"><b>{html_text(inc.at)}</b> · {rules} ({html_text(severity)}){heads}{_zoom(rep, group)}{causes}</div>'
 
 
 def _run_html(rep: RunReport, anchor: str) -> str:
