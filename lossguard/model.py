@@ -102,11 +102,15 @@ class Incident:
         return self.timeline or self.segment
 
     @property
+    def timeline_words(self) -> str | None:
+        """The incident's timeline in words, where the steps went back before it (two files of one
+        W&B run that both count from 0 both have a step 100); None on the run's first."""
+        return f"timeline {self.later_timeline + 1}: after the steps went back" if self.later_timeline else None
+
+    @property
     def at(self) -> str:
-        """Where the incident is, in words: its step, and its timeline where the steps went back
-        before it (two files of one W&B run that both count from 0 both have a step 100)."""
-        n = self.later_timeline
-        return f"step {self.step}" if not n else f"step {self.step} (timeline {n + 1}: after the steps went back)"
+        """Where the incident is, in words: its step, and its timeline_words."""
+        return f"step {self.step}" + (f" ({self.timeline_words})" if self.timeline_words else "")
 
     @property
     def ratio(self) -> float | None:

@@ -113,7 +113,7 @@ def build(
     ratio = f" ({inc.ratio:.1f}×)" if inc.ratio is not None else ""
     end = inc.ending
     facts = (
-        f"*Run* {code(inc.run)}  ·  *step {inc.step}* (peak at {inc.peak_step}, {end}{f'; timeline {inc.later_timeline + 1}, after the steps went back' if inc.later_timeline else ''})\n"
+        f"*Run* {code(inc.run)}  ·  *step {inc.step}* (peak at {inc.peak_step}, {end}{f'; {inc.timeline_words}' if inc.timeline_words else ''})\n"
         f"*{escape(inc.metric)}* {fmt(inc.value)} vs baseline {fmt(inc.baseline)}{ratio}  ·  rule {code(inc.rule)}"
     )
     blocks: list[dict] = [

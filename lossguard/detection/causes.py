@@ -193,6 +193,15 @@ def _loss_after(ctx: RunContext, step: int, *, interval: float) -> str:
     return f"the loss has not followed yet ({_fmt(latest)}, its median {_fmt(median)}): it often does within a few intervals"
 
 
+def _first_nonfinite(series: Series | None, lo: float, hi: float) -> tuple[int, float] | None:
+    """The step and value of the series' first value in [lo, hi] that is not finite."""
+    if series is None:
+        return None
+    steps, values = series.between(lo, hi)
+    bad = np.flatnonzero(~np.isfinite(values))
+    return (int(steps[bad[0]]), float(values[bad[0]])) if bad.size else None
+
+
 def _numerical(inc: Incident, ctx: RunContext, lo: float, hi: float) -> Cause | None:
     found: list[tuple[float, str]] = []
     if inc.kind == "nonfinite":
@@ -200,10 +209,9 @@ def _numerical(inc: Incident, ctx: RunContext, lo: float, hi: float) -> Cause | 
     for name, series in (("loss", ctx.loss), ("grad_norm", ctx.grad_norm)):
         if series is None or (inc.kind == "nonfinite" and inc.metric == name):
             continue
-        steps, values = series.between(lo, hi)
-        bad = ~np.isfinite(values)
-        if bad.any():
-            found.append((0.85, f"{name} is {_fmt(float(values[bad][0]))} at step {int(steps[bad][0])}"))
+        first = _first_nonfinite(series, lo, hi)
+        if first is not None:
+            found.append((0.85, f"{name} is {_fmt(first[1])} at step {first[0]}"))
     if ctx.loss_scale is not None:
         steps, values = ctx.loss_scale.between(lo, hi)
         before = ctx.loss_scale.before(lo, 1)
@@ -367,20 +375,9 @@ def _recurrence(inc: Incident, ctx: RunContext, interval: float) -> Cause | None
     )
 
 
-def _nonfinite_grad_norm(ctx: RunContext, lo: float, hi: float) -> tuple[int, str] | None:
-    """The first grad norm in [lo, hi] that is not finite, its step and how it reads (Inf, NaN)."""
-    if ctx.grad_norm is None:
-        return None
-    steps, values = ctx.grad_norm.between(lo, hi)
-    bad = np.flatnonzero(~np.isfinite(values))
-    if not bad.size:
-        return None
-    v = float(values[bad[0]])
-    return int(steps[bad[0]]), "NaN" if math.isnan(v) else ("Inf" if v > 0 else "-Inf")
-
-
 def _bad_batch(
-    inc: Incident, ctx: RunContext, interval: float, gn_ratio: float | None, lr_event: bool, numerical: Cause | None
+    inc: Incident, ctx: RunContext, interval: float, gn_ratio: float | None, gn_overflow: tuple[int, float] | None, lr_event: bool,
+    numerical: Cause | None,
 ) -> Cause | None:
     if inc.end_step is None or inc.points > 2:
         return None
@@ -392,12 +389,11 @@ def _bad_batch(
     if lr_event:
         return None
     recovered = f"back under the threshold {int((inc.end_step - inc.step) / interval) or 1} point(s) later"
-    overflow = _nonfinite_grad_norm(ctx, inc.step - 3 * interval, max(inc.peak_step, inc.step))
-    if overflow is not None:
+    if gn_overflow is not None:
         # An Inf or NaN grad norm measures nothing: "only 1.0x its median" of the finite ones
         # would read as a calm gradient at the very step it overflowed.
         confidence = 0.4
-        calm = f"grad_norm {overflow[1]} at step {overflow[0]} (an overflow, or a batch that made one: the grad norm cannot tell)"
+        calm = f"grad_norm {_fmt(gn_overflow[1])} at step {gn_overflow[0]} (an overflow, or a batch that made one: the grad norm cannot tell)"
     elif gn_ratio is None:
         confidence = 0.45
         calm = _missing(inc, ctx, "grad_norm") or "too few grad norm values before the spike to rule out an explosion"
@@ -429,7 +425,8 @@ def label(inc: Incident, ctx: RunContext) -> tuple[Cause, ...]:
     numerical = _numerical(inc, ctx, inc.step - 10 * interval, hi)
     high, schedule = _lr_events(inc, ctx, interval)
     recurrence = _recurrence(inc, ctx, interval)
-    batch = _bad_batch(inc, ctx, interval, gn_ratio, schedule is not None and schedule.confidence >= 0.5, numerical)
+    gn_overflow = _first_nonfinite(ctx.grad_norm, near_lo, max(inc.peak_step, inc.step))  # (the window _gradient judges)
+    batch = _bad_batch(inc, ctx, interval, gn_ratio, gn_overflow, schedule is not None and schedule.confidence >= 0.5, numerical)
     causes = [c for c in (grad, numerical, high, schedule, recurrence, batch) if c is not None]
     missing = {name: why for name in MISSING if (why := _missing(inc, ctx, name)) is not None}
     top = max((c.confidence for c in causes), default=0.0)

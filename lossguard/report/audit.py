@@ -13,7 +13,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fnmatch import fnmatchcase
 from pathlib import Path
 
@@ -182,9 +182,11 @@ def _read_run(run: str, paths: Sequence[str], options: ReadOptions, explicit: fr
             ignored += database  # (an empty file of a database's name: nobody's database yet)
         if res.result.named:
             mine = _own_runs(path, res)
-            own += mine
-            if len(mine) != 1:  # (the file of one run, a W&B log: its problems are that run's)
+            if len(mine) == 1:  # (the file of one run, a W&B log: its problems are that run's)
+                mine[0] = replace(mine[0], problems=res.result.problems)
+            else:
                 problems.extend(res.result.problems)
+            own += mine
             continue
         problems.extend(res.result.problems)
         # A file counts as read if it gave rows (kept or not), or gave no complaint (a run that just started).
@@ -209,8 +211,7 @@ def _own_runs(path: str, res: FileResult) -> list[_Read]:
     if not frame.height:
         return []
     parts = frame.partition_by("run", as_dict=True, maintain_order=True, include_key=False)
-    told = res.result.problems if len(parts) == 1 else ()
-    return [_Read(str(key[0]), (path,), rows, (res.format,), told, table.span_of(rows)) for key, rows in parts.items()]
+    return [_Read(str(key[0]), (path,), rows, (res.format,), (), table.span_of(rows)) for key, rows in parts.items()]
 
 
 def _gathered(reads: list[_Read]) -> list[_Read]:

@@ -169,7 +169,7 @@ def to_markdown(result: ScanResult) -> str:
         for rep, inc in incidents:
             top = inc.causes[0] if inc.causes else None
             out.append(
-                f"| {md(rep.run)} | {inc.step if not inc.later_timeline else md(inc.at.removeprefix('step '))} | {md(inc.rule)} | {md(inc.severity)} | {fmt(inc.value)} | {fmt(inc.baseline)} | "
+                f"| {md(rep.run)} | {inc.step}{f' ({md(inc.timeline_words)})' if inc.timeline_words else ''} | {md(inc.rule)} | {md(inc.severity)} | {fmt(inc.value)} | {fmt(inc.baseline)} | "
                 f"{f'{inc.ratio:.1f}x' if inc.ratio else '-'} | {inc.end_step if inc.end_step is not None else f'resumed from {inc.resumed_from}' if inc.resumed_from is not None else 'open'} | "
                 f"{md(top.cause) + f' ({top.confidence:.0%})' if top else '-'} | {md(top.evidence) if top else ''} |"
             )

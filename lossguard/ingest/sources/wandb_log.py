@@ -297,8 +297,10 @@ def read_padded(fh: BinaryIO, size: int) -> Padded:
 def frame(buf: bytes | Padded, *, base: int, skipping: bool = False, final: bool, source: str, needed: Needed | None = None) -> Records:
     """The complete records of `buf`, the file's bytes from offset `base` (a record boundary, or
     inside a damaged block when `skipping`); base 0 starts past the file header (checked apart)."""
-    room = buf.room if isinstance(buf, Padded) else None
-    arr = room[PAD : PAD + buf.size] if isinstance(buf, Padded) else np.frombuffer(buf, dtype=np.uint8)
+    if isinstance(buf, Padded):
+        room, arr = buf.room, buf.room[PAD : PAD + buf.size]
+    else:
+        room, arr = None, np.frombuffer(buf, dtype=np.uint8)
     buf = memoryview(arr)
     if not arr.size:
         return Records(np.zeros(2 * PAD, dtype=np.uint8), *(np.zeros(0, dtype=np.int64),) * 3, consumed=base, skipping=skipping)
