@@ -56,7 +56,8 @@ def test_read_table_filters_by_metric_and_shows_wall_time_for_event_files(capsys
     main(["read", str(CORPUS / "tfevents/satd_hmer_lightning_lr_sgd"), "--metric", "lr"])
     lines = capsys.readouterr().out.splitlines()
     # The mapping block (every metric, whatever --metric keeps), a blank line, then the table.
-    assert lines[0] == "metrics (.): loss <- train_loss, eval_loss <- val_loss, lr <- lr-SGD" and lines[1] == ""
+    # (The run folder given is the run, named as it is: not ".".)
+    assert lines[0] == "metrics (satd_hmer_lightning_lr_sgd): loss <- train_loss, eval_loss <- val_loss, lr <- lr-SGD" and lines[1] == ""
     lines = lines[2:]
     assert lines[0].split() == ["run", "source", "step", "metric", "tag", "value", "wall_time"]
     assert len(lines) == 241 and all(" lr-SGD " in line for line in lines[1:])

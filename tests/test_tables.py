@@ -107,6 +107,52 @@ def test_dvclive_spike_found_by_scan_with_the_lr_of_its_run(tmp_path, monkeypatc
     _spike_caused_by_the_lr_jump(report, "exp1", SPIKE, JUMP)
 
 
+def _repeats_said(problems) -> list[str]:  # noqa: ANN001
+    return [Path(p.source).name for p in problems if "rows at the step of the row before them" in p.message]
+
+
+def test_dvclive_micro_batches_logged_at_one_step_are_said_once_a_file_not_dropped_silently(tmp_path, monkeypatch):
+    # Acceptance run 3: four log_metric calls a step (one a micro-batch) kept one row a step with
+    # nothing said, and a 5x value in another row was missed in silence.
+    from dvclive import Live
+
+    monkeypatch.chdir(tmp_path)
+    with Live(dir=str(tmp_path / "runs" / "exp1" / "dvclive"), save_dvc_exp=False) as live:
+        for step in range(30):
+            for micro in range(4):
+                live.log_metric("train/loss", 10.0 if (step, micro) == (25, 1) else 2.0 + micro * 0.01)
+            live.log_metric("lr", 1e-4)
+            live.next_step()
+    path = tmp_path / "runs" / "exp1" / "dvclive" / "plots" / "metrics" / "train" / "loss.tsv"
+    frame, _, problems = read_paths([tmp_path / "runs"])
+    assert _repeats_said(problems) == ["loss.tsv"]  # (lr, once a step, is not named)
+    assert frame.filter(pl.col("metric") == "loss").get_column("step").to_list() == [s for s in range(30) for _ in range(4)]
+    # Read as the daemon reads a growing file, in pieces: said once, by the read that first sees it.
+    text = path.read_bytes()
+    cut = text.index(b"\n", len(text) // 3) + 1
+    path.write_bytes(text[:cut])
+    first = read(path, run="exp1", fmt="dvclive", final=False, options=ReadOptions())
+    path.write_bytes(text)
+    second = read(path, first.cursor, run="exp1", fmt="dvclive", final=False, options=ReadOptions())
+    assert _repeats_said(first.problems) == ["loss.tsv"] and second.problems == ()
+    res = run_lossguard("scan", str(tmp_path / "runs"))
+    assert "loss.tsv: rows at the step of the row before them" in res.stdout, res.stdout
+
+
+def test_dvclive_metric_logged_without_next_step_is_said_not_only_too_short(tmp_path, monkeypatch):
+    # Acceptance run 3: log_metric in a loop that never calls next_step writes every row at step 0;
+    # the scan said only "too short to judge", and nothing of why.
+    from dvclive import Live
+
+    monkeypatch.chdir(tmp_path)
+    with Live(dir=str(tmp_path / "exp2" / "dvclive"), save_dvc_exp=False) as live:
+        for i in range(40):
+            live.log_metric("train/loss", 10.0 if i == 30 else 2.0)
+    res = run_lossguard("scan", str(tmp_path / "exp2" / "dvclive"))
+    assert res.returncode == 0 and "loss.tsv: rows at the step of the row before them" in res.stdout, res.stdout
+    assert "Live.next_step()" in res.stdout
+
+
 LIVE = """
 import sys
 from dvclive import Live

@@ -14,7 +14,7 @@ import pytest
 from lossguard.detection.rules import default_rules
 from lossguard.ingest import reader as reader_module
 from lossguard.ingest.cursor import Cursor
-from lossguard.ingest.discover import discover
+from lossguard.ingest.discover import collect, discover
 from lossguard.ingest.formats import sniff
 from lossguard.ingest.formats.base import Format, Layout, Parsed
 from lossguard.ingest.reader import ReadOptions, read_paths
@@ -44,7 +44,7 @@ class _Ledger:
 
 LEDGER = Format(
     reader=_Ledger(), names_runs=True,
-    layout=Layout(folder="ledgers", logs=lambda below: len(below) == 2 and below[1].endswith(".rec"), skip=frozenset({"files", "latest"})),
+    layout=Layout(folder="ledgers", logs=lambda below: len(below) == 2 and below[1].endswith(".rec"), skip=frozenset({"files", "latest"}), names_runs=True),
 )
 
 
@@ -126,3 +126,21 @@ def test_a_folder_merely_named_like_a_trackers_hides_none_of_the_logs_under_it(t
     log.write_text("".join(f"step {s} loss {2.0 + (s % 3) * 0.01}\n" for s in range(1, 30)) + "step 30 loss 9.0\n")
     assert [(f.run, f.path) for f in discover(tmp_path, problems=[])] == [(f"{folder}/exp1", log)]
     assert [(i.run, i.step) for i in scan([tmp_path], rules=default_rules()).incidents] == [(f"{folder}/exp1", 30)]
+
+
+def test_a_run_folder_scanned_itself_is_named_for_its_folder_not_dot(tmp_path, monkeypatch):
+    # Acceptance run 3: `scan dvclive/exp1`, or `scan .` inside the run, named the run ".": a name that
+    # says nothing in a report, a Slack alert or a Prometheus label. A walk from above names it exp1.
+    exp = tmp_path / "runs" / "exp1"
+    (exp / "dvclive" / "plots" / "metrics").mkdir(parents=True)
+    (exp / "dvclive" / "plots" / "metrics" / "loss.tsv").write_text("step\tloss\n" + "".join(f"{s}\t2.0\n" for s in range(12)))
+    (exp / "dvclive" / "metrics.json").write_text('{"step": 11}')
+    (tmp_path / "runs" / "exp2").mkdir()
+    (tmp_path / "runs" / "exp2" / "train.log").write_text("".join(f"step {s} loss 2.0\n" for s in range(12)))
+    monkeypatch.chdir(exp / "dvclive")
+    for root in (exp, exp / "dvclive", Path("."), Path("plots/metrics/loss.tsv")):
+        found, _ = collect([root])
+        assert {f.run for f in found} == {"exp1"}, root
+    monkeypatch.chdir(tmp_path / "runs" / "exp2")
+    assert {f.run for f in collect([Path(".")])[0]} == {"exp2"}
+    assert {f.run for f in collect([tmp_path / "runs"])[0]} == {"exp1", "exp2"}

@@ -167,6 +167,26 @@ def run_name(path: Path, root: Path) -> str:
     return stem if rel == "." else f"{Path(rel).as_posix()}/{stem}"
 
 
+def _named_for(root: Path, path: Path) -> str:
+    """The name of a run found at the root: the root's; for a tracker's file, the folder holding the
+    tracker's folder (or that folder, named by the user), as a walk from above names it, whether
+    the root is that folder, the tracker's (`scan exp1/dvclive`) or a file in it."""
+    held = tracked(os.path.abspath(path))
+    if held is None or held[0].layout is None:
+        return Path(os.path.abspath(root)).name or "."
+    parts = Path(os.path.abspath(path)).parts[: -len(held[1])]
+    owner = parts[:-1] if parts[-1] == held[0].layout.folder else parts
+    return owner[-1] if len(owner) > 1 else "."
+
+
+def names_its_rows(path: Path) -> bool:
+    """Whether a file's rows carry their run's name (a database's, a W&B log's, an MLflow file store's)."""
+    if path.name.lower().endswith(sqlite_db.SUFFIXES):
+        return True
+    held = tracked(str(path))
+    return held is not None and held[0].layout is not None and held[0].layout.names_runs
+
+
 class Listings:
     """What each folder held at the last walk, for a process that walks the same tree again and
     again (the daemon polling NFS): a folder whose modification time has not moved holds the same
@@ -317,11 +337,21 @@ def collect(paths: Sequence[Path], *, globs: Sequence[str] = (), listings: Listi
             # A FIFO would block the first read forever, /dev/zero never end: the stat says so without
             # opening either.
             raise UsageError(f"{root}: not a regular file or folder")
+        if not root.is_absolute() and any(part in LAYOUTS for part in Path(os.path.abspath(root)).parts):
+            # Inside a tracker's folder (`cd exp1/dvclive && lossguard scan .`): a path relative to
+            # it holds no part that says so, and its files would be no tracker's.
+            root = Path(os.path.abspath(root))
         here = discover(root, extra_globs=globs, problems=problems, listings=listings)
+        label = Path(os.path.abspath(root)).name or str(root)
         if len(paths) > 1:
             # Several roots: "." (or the same relative name) under two of them must not merge.
-            label = root.name or str(root)
             here = [Found(label if f.run == "." else f"{label}/{f.run}", f.path) for f in here]
+        else:
+            # A run folder scanned itself (`scan runs/exp1`, `scan .` inside it) is known by its
+            # name, as under its parent, where "." says nothing in a report, a Slack alert or a
+            # Prometheus label. Not a run whose rows the files name (W&B's, MLflow's): "." is what
+            # goes before those names.
+            here = [Found(_named_for(root, f.path), f.path) if f.run == "." and not names_its_rows(f.path) else f for f in here]
         found.extend(here)
     if listings is not None:
         listings.forget_unvisited()

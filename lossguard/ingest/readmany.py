@@ -28,7 +28,7 @@ import polars as pl
 from . import table
 from .cursor import Cursor
 from ..escaping import decodable
-from .formats.base import BINARY_LINE, SMALL_BLOCK, LineFormat, only_newlines, split_lines
+from .formats.base import BINARY_LINE, REPEATS, SMALL_BLOCK, LineFormat, only_newlines, repeats, split_lines
 from .formats.onemetric import OneMetric
 from .needs import Needs
 from .problems import Problem
@@ -177,8 +177,8 @@ def _parse_together(
         if not fine[i]:
             continue
         lo, hi = int(bounds[i]), int(bounds[i + 1])
-        if nulls[lo:hi].any():
-            continue  # a step that is no whole number: read() says so, naming the line
+        if nulls[lo:hi].any() or (together.repeats and f.job.cursor.steps != REPEATS and repeats(steps[lo:hi], f.job.cursor.last_step)):
+            continue  # a step that is no whole number, or a repeated one not yet said: read() says it
         mine = line_no[lo:hi]
         records = int(np.unique(mine if record is None else mine[record[mine]]).size)
         if last_steps is not None:

@@ -73,6 +73,9 @@ class Together:
     file's cursor before, the cursor the batch's parse ended at and whether the file got rows, the
     other cursor fields reading the file alone would set, or None when the batch can not tell (the
     file is then read on its own). None: the parser sets none."""
+    repeats: bool = False
+    """Whether the parser says once of a file that its rows repeat a step (Cursor.steps REPEATS): a
+    file whose rows do, not said yet, is then read on its own."""
 
 
 @dataclass(frozen=True)
@@ -207,7 +210,16 @@ def kept_rows(rows: pl.DataFrame, keep: Keep) -> pl.DataFrame:
     return rows if len(kept) == len(tags) else rows.filter(pl.col("tag").is_in(kept))
 
 
+REPEATS = "repeats"
+"""Cursor.steps of a file some of whose rows are at the step of the row before them."""
+
+def repeats(steps: np.ndarray, last: int | None) -> bool:
+    """Whether a row is at the step of the row before it (`last`: the file's step before these rows)."""
+    return steps.size > 0 and (bool((steps[1:] == steps[:-1]).any()) or (last is not None and int(steps[0]) == last))
+
+
 STEP_FALLBACKS = {
+    REPEATS: "rows at the step of the row before them in this file (a metric logged again before its step moved on: micro-batches, or DVCLive's log_metric without Live.next_step()): one value a step is judged, the last",
     "epoch": "no step finer than the epoch in this file: its epochs are the steps",
     "numbered": "no step in this file (no progress bar, no epoch with a known number of steps per epoch): its records are numbered 1, 2, 3... in file order",
 }
@@ -252,6 +264,10 @@ class Layout:
     """For a tracker whose folder may be given another name (`Live(dir="exp3")`): given the parts
     of a file's path, the index of its tracker folder by what the tracker writes in it, or None.
     Such a folder, named by the user, names the run itself."""
+    names_runs: bool = False
+    """The reader names each row's run from the files (W&B's display name, MLflow's experiment and
+    run name), the folder's run being only what goes before it: a tracker folder scanned as the
+    root is not named for that root (discover.collect)."""
     own: Callable[[str], bool] | None = None
     """Whether a name directly in a folder of the tracker's name is the tracker's (W&B's `run-*`,
     `offline-run-*`, `latest-run`, `debug.log`); None: every name. A folder named `wandb` that is

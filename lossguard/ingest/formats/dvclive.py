@@ -24,7 +24,7 @@ import polars as pl
 
 from .. import table
 from ..cursor import Cursor
-from .base import Format, LineFormat, Layout, Together
+from .base import REPEATS, Format, LineFormat, Layout, Together, repeats
 from .onemetric import MS, PLACEHOLDER, Named, OneMetric
 
 FOLDER = "dvclive"
@@ -54,7 +54,10 @@ def parse(lines: pl.DataFrame, cursor: Cursor, raw: bytes | None = None) -> tupl
         "line_no",
     ).filter(pl.col("value").is_not_null() | pl.col("step").is_null())
     steps = rows.get_column("step").drop_nulls()
-    return table.conform_raw(rows), cursor.advance(last_step=int(steps[-1]) if steps.len() else cursor.last_step)
+    # dvclive's step moves only at Live.next_step(): a metric logged again before it (each
+    # micro-batch of a step, or each call of a loop that never calls it) writes rows of one step.
+    said = cursor.steps == REPEATS or not repeats(steps.to_numpy(), cursor.last_step)
+    return table.conform_raw(rows), cursor.advance(last_step=int(steps[-1]) if steps.len() else cursor.last_step, steps=cursor.steps if said else REPEATS)
 
 
 def _logs(below: tuple[str, ...]) -> bool:
@@ -90,8 +93,11 @@ OWN = frozenset({"plots", "metrics.json", "params.yaml", "dvc.yaml", "report.htm
 of dvclive itself, a project) is walked as any folder, its logs not hidden."""
 
 
-DVCLIVE = OneMetric(LineFormat("dvclive", parse, together=Together(lambda lines: lines.select(pl.repeat(False, pl.len()).alias("alone"), pl.repeat(False, pl.len()).alias("record")))), _named)
+DVCLIVE = OneMetric(
+    LineFormat("dvclive", parse, together=Together(lambda lines: lines.select(pl.repeat(False, pl.len()).alias("alone"), pl.repeat(False, pl.len()).alias("record")), repeats=True)), _named
+)
 """A line's row depends on nothing before it (the header is known by its words), so many runs'
 files are parsed in one call (readmany: a scan of 300 runs of 3 metrics took 4.3 s file by file, 0.9 s
-so); `parse` counts no records in the cursor (its index), nor does the batch."""
+so); `parse` counts no records in the cursor (its index), nor does the batch. A file repeating a
+step is read alone until that was said (`repeats`)."""
 FORMAT = Format(reader=DVCLIVE, layout=Layout(folder=FOLDER, logs=_logs, skip=frozenset({"artifacts"}), renamed=renamed, own=OWN.__contains__))
