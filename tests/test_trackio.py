@@ -193,3 +193,27 @@ def test_the_daemon_follows_a_database_a_real_trackio_process_logs_into_and_a_ki
     # (trackio writes what was logged every 0.5 s: a step every 20 ms spreads these over passes.)
     write = _held(folder, [("r1", 0, 30, "never"), ("r1", 30, 70, "allow")], hold=1, spike=55, pause=0.02)
     assert alerted_once_across_a_kill(tmp_path, write, 55) == [("trackio/proj/r1", "loss-spike", 55)]
+
+
+NESTED = """
+import trackio
+trackio.init(project="proj", name="nested")
+for step in range(20):
+    trackio.log({"train": {"loss": 9.0 if step == 15 else 2.0 + (step % 3) * 0.01, "lr": 1e-4}, "eval": {"acc": 0.5}})
+trackio.finish()
+"""
+
+
+def test_a_run_logged_as_nested_dicts_is_read_under_the_joined_keys(tmp_path):
+    # Acceptance run 3: trackio.log({"train": {"loss": ...}}), which trackio stores as given, made
+    # `scan` say "no training logs found" although the database and its run were there.
+    env = {**os.environ, "TRACKIO_DIR": str(tmp_path / "db"), "HF_HUB_OFFLINE": "1", "TRACKIO_TELEMETRY_DISABLED": "1"}
+    done = subprocess.run([sys.executable, "-c", NESTED], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    frame, _, problems = read_paths([tmp_path / "db"])
+    assert problems == []
+    assert sorted(frame.get_column("tag").unique().to_list()) == ["eval.acc", "train.loss", "train.lr"]
+    loss = frame.filter(pl.col("metric") == "loss")
+    assert loss.get_column("step").to_list() == list(range(20)) and loss.get_column("value")[15] == 9.0
+    result = scan([tmp_path / "db"], rules=default_rules())
+    assert [(i.run, i.step) for i in result.incidents] == [("proj/nested", 15)]

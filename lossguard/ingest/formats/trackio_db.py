@@ -56,7 +56,7 @@ class TrackioDbFormat:
 
 def _frame(rows: list[tuple], names: dict[str, str]) -> tuple[pl.DataFrame, int]:
     """Raw rows of the fetched rows' numbers (a number, or a non-finite one as trackio spells it;
-    media, tables and nested values are not metrics), and how many rows held no JSON object."""
+    media and tables are not metrics; a nested dict's numbers are, under their joined keys), and how many rows held no JSON object."""
     steps: list[int] = []
     tags: list[str] = []
     values: list[float] = []
@@ -73,7 +73,7 @@ def _frame(rows: list[tuple], names: dict[str, str]) -> tuple[pl.DataFrame, int]
             continue
         run = names[run_id]
         wall = _wall_time(stamp)
-        for tag, value in got.items():
+        for tag, value in _flat(got):
             number = NON_FINITE.get(value) if isinstance(value, str) else None if isinstance(value, bool) or not isinstance(value, (int, float)) else float(value)
             if number is None:
                 continue
@@ -85,6 +85,19 @@ def _frame(rows: list[tuple], names: dict[str, str]) -> tuple[pl.DataFrame, int]
     if not steps:
         return pl.DataFrame(schema=NAMED_RAW), bad
     return pl.DataFrame({"step": steps, "tag": tags, "value": values, "wall_time": times, "run": runs}, schema=NAMED_RAW), bad
+
+
+def _flat(metrics: dict, prefix: str = "") -> list[tuple[str, object]]:
+    """A logged dict's values by key, a nested dict's (`trackio.log({"train": {"loss": 2.3}})`,
+    which trackio stores as given) by its keys joined by '.', as lossguard names W&B's nested keys:
+    `train.loss`."""
+    out: list[tuple[str, object]] = []
+    for key, value in metrics.items():
+        if isinstance(value, dict):
+            out.extend(_flat(value, f"{prefix}{key}."))
+        else:
+            out.append((f"{prefix}{key}", value))
+    return out
 
 
 def _wall_time(stamp: object) -> float | None:
