@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import unicodedata
 
 BARS = "▁▂▃▄▅▆▇█"
 
@@ -26,3 +27,25 @@ def sparkline(values: tuple[float, ...] | list[float]) -> str:
     lo, hi = min(finite), max(finite)
     span = hi - lo or 1.0
     return "".join(BARS[min(7, int((v - lo) / span * 7.999))] if math.isfinite(v) else "×" for v in values)
+
+
+def cells(text: str) -> int:
+    """Terminal cells a (printable) text takes: East Asian wide and fullwidth characters take two,
+    combining marks none, so a column of run names in Chinese or Japanese lines up."""
+    if text.isascii():
+        return len(text)
+    return sum(0 if unicodedata.combining(ch) else 2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
+
+
+def pad(text: str, width: int, *, right: bool = False) -> str:
+    """`text` padded with spaces to `width` cells (on the left for `right`-aligned numbers)."""
+    fill = " " * max(0, width - cells(text))
+    return fill + text if right else text + fill
+
+
+def table_lines(rows: list[list[str]], header: list[str], right: frozenset[int] | set[int] = frozenset(), *, ruled: bool = False) -> list[str]:
+    """A text table: each column as wide as its widest cell in terminal cells, two spaces between
+    (`ruled`: dashes under the header)."""
+    widths = [max([cells(h), *(cells(r[i]) for r in rows)]) for i, h in enumerate(header)]
+    lines = [header, *([["-" * w for w in widths]] if ruled else []), *rows]
+    return ["  ".join(pad(c, w, right=i in right) for i, (c, w) in enumerate(zip(line, widths))).rstrip() for line in lines]

@@ -325,3 +325,23 @@ def test_a_growing_files_last_record_not_yet_whole_is_said_but_is_no_strict_fail
     (tmp_path / "broken").mkdir()
     (tmp_path / "broken" / "metrics.jsonl").write_bytes(b"\xff\xfe\x00garbage\n")
     assert lossguard("scan", str(tmp_path), "--strict").returncode == 2
+
+
+def test_table_columns_line_up_in_terminal_cells_for_wide_run_names(tmp_path, capsys):
+    # Acceptance run 3: columns were padded by characters, so a run named in Chinese (each character
+    # two cells wide in a terminal) pushed its row's later columns two cells right.
+    import unicodedata
+
+    for name in ("实验一", "baseline"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "train.log").write_text("".join(f"step {s} loss {2.0 + (s % 3) * 0.01}\n" for s in range(1, 30)))
+    main(["scan", str(tmp_path)])
+    lines = capsys.readouterr().out.splitlines()
+    table = [line for line in lines if line.startswith(("RUN", "实验一", "baseline"))]
+    assert len(table) == 3
+
+    def cell_of(line: str, word: str) -> int:  # where `word` starts, in terminal cells
+        at = line.index(word)
+        return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in line[:at])
+
+    assert len({cell_of(line, "kv_lines" if not line.startswith("RUN") else "FORMAT") for line in table}) == 1, table

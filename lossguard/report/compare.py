@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..display import table_lines
 from ..escaping import printable
 from ..model import Incident
 from .audit import ScanResult
@@ -65,9 +66,7 @@ def to_text(rows: list[RunComparison], name_a: str, name_b: str) -> str:
          ",".join(str(i.step) for i in r.only_a) or "-", ",".join(str(i.step) for i in r.only_b) or "-"]
         for r in rows
     ]
-    widths = [max(len(h), *(len(t[i]) for t in table)) if table else len(h) for i, h in enumerate(header)]
-    for cells in [header, *table]:
-        lines.append("  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip())
+    lines.extend(table_lines(table, header))
     total_steps = sum(r.steps for r in rows)
     ta, tb = sum(len(r.a) for r in rows), sum(len(r.b) for r in rows)
     if total_steps:

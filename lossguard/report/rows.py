@@ -14,6 +14,7 @@ from typing import NamedTuple, TextIO
 import polars as pl
 
 from ..ingest import table
+from ..display import table_lines
 from ..escaping import printable
 from ..model import json_number
 
@@ -267,7 +268,4 @@ def write_table(frame: pl.DataFrame, fmt: str, out: TextIO) -> None:
     else:
         cols = frame.columns
         rows = [[("" if v is None else (repr(v) if isinstance(v, float) else printable(str(v)))) for v in r] for r in frame.iter_rows()]
-        widths = [max([len(c)] + [len(r[i]) for r in rows]) for i, c in enumerate(cols)]
-        out.write("  ".join(c.ljust(w) for c, w in zip(cols, widths)).rstrip() + "\n")
-        for r in rows:
-            out.write("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() + "\n")
+        out.write("".join(line + "\n" for line in table_lines(rows, cols)))

@@ -11,7 +11,7 @@ from dataclasses import asdict
 
 from ..version import __version__
 from . import svg
-from ..display import fmt, sparkline
+from ..display import fmt, sparkline, table_lines
 from ..escaping import html_text, markdown, markdown_code, printable
 from ..model import Incident, json_number
 from .audit import RunReport, ScanResult
@@ -93,12 +93,7 @@ SEVERITY_COLOUR = {"critical": "1;31", "warning": "33", "info": "36"}
 
 
 def _table(rows: list[list[str]], header: list[str], right: set[int]) -> list[str]:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
-
-    def line(cells: list[str]) -> str:
-        return "  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
-
-    return [line(header), line(["-" * w for w in widths]), *(line(r) for r in rows)]
+    return table_lines(rows, header, right, ruled=True)
 
 
 def _incident_head(inc: Incident) -> str:
