@@ -44,7 +44,7 @@ class _Ledger:
 
 LEDGER = Format(
     reader=_Ledger(), names_runs=True,
-    layout=Layout(folder="ledgers", logs=lambda below: len(below) == 2 and below[1].endswith(".rec"), skip=frozenset({"files", "latest"}), names_runs=True),
+    layout=Layout(folder="ledgers", logs=lambda below: len(below) == 2 and below[1].endswith(".rec"), skip=frozenset({"files", "latest"})),
 )
 
 

@@ -23,7 +23,7 @@ from fnmatch import fnmatch
 from functools import lru_cache
 from pathlib import Path
 
-from .formats.sniff import LAYOUTS, by_name, in_layout, tracked
+from .formats.sniff import LAYOUTS, by_name, in_layout, may_name_runs, tracked
 from ..errors import UsageError
 from ..escaping import decodable
 from .problems import Problem
@@ -171,20 +171,13 @@ def _named_for(root: Path, path: Path) -> str:
     """The name of a run found at the root: the root's; for a tracker's file, the folder holding the
     tracker's folder (or that folder, named by the user), as a walk from above names it, whether
     the root is that folder, the tracker's (`scan exp1/dvclive`) or a file in it."""
-    held = tracked(os.path.abspath(path))
+    where = os.path.abspath(path)
+    held = tracked(where)
     if held is None or held[0].layout is None:
         return Path(os.path.abspath(root)).name or "."
-    parts = Path(os.path.abspath(path)).parts[: -len(held[1])]
+    parts = Path(where).parts[: -len(held[1])]
     owner = parts[:-1] if parts[-1] == held[0].layout.folder else parts
     return owner[-1] if len(owner) > 1 else "."
-
-
-def names_its_rows(path: Path) -> bool:
-    """Whether a file's rows carry their run's name (a database's, a W&B log's, an MLflow file store's)."""
-    if path.name.lower().endswith(sqlite_db.SUFFIXES):
-        return True
-    held = tracked(str(path))
-    return held is not None and held[0].layout is not None and held[0].layout.names_runs
 
 
 class Listings:
@@ -351,7 +344,7 @@ def collect(paths: Sequence[Path], *, globs: Sequence[str] = (), listings: Listi
             # name, as under its parent, where "." says nothing in a report, a Slack alert or a
             # Prometheus label. Not a run whose rows the files name (W&B's, MLflow's): "." is what
             # goes before those names.
-            here = [Found(_named_for(root, f.path), f.path) if f.run == "." and not names_its_rows(f.path) else f for f in here]
+            here = [Found(_named_for(root, f.path), f.path) if f.run == "." and not may_name_runs(f.path) else f for f in here]
         found.extend(here)
     if listings is not None:
         listings.forget_unvisited()

@@ -92,10 +92,6 @@ class _Style:
 SEVERITY_COLOUR = {"critical": "1;31", "warning": "33", "info": "36"}
 
 
-def _table(rows: list[list[str]], header: list[str], right: set[int]) -> list[str]:
-    return table_lines(rows, header, right, ruled=True)
-
-
 def _incident_head(inc: Incident) -> str:
     ratio = f" ({inc.ratio:.1f}x)" if inc.ratio is not None else ""
     end = inc.ending if inc.over else "still open at the end of the log"
@@ -122,7 +118,7 @@ def to_text(result: ScanResult, *, colour: bool = False) -> str:
         for rep in result.runs
     ]
     # STEPS is the span the run covers; POINTS the loss values logged in it (one every 500 steps...).
-    out += _table(rows, ["RUN", "FORMAT", "STEPS", "POINTS", "SPIKES", "WORST", "TOP CAUSE"], {2, 3, 4, 5})
+    out += table_lines(rows, ["RUN", "FORMAT", "STEPS", "POINTS", "SPIKES", "WORST", "TOP CAUSE"], {2, 3, 4, 5}, ruled=True)
     for rep in result.runs:
         for inc in rep.incidents:
             out.append("")

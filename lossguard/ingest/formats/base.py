@@ -213,6 +213,7 @@ def kept_rows(rows: pl.DataFrame, keep: Keep) -> pl.DataFrame:
 REPEATS = "repeats"
 """Cursor.steps of a file some of whose rows are at the step of the row before them."""
 
+
 def repeats(steps: np.ndarray, last: int | None) -> bool:
     """Whether a row is at the step of the row before it (`last`: the file's step before these rows)."""
     return steps.size > 0 and (bool((steps[1:] == steps[:-1]).any()) or (last is not None and int(steps[0]) == last))
@@ -264,10 +265,6 @@ class Layout:
     """For a tracker whose folder may be given another name (`Live(dir="exp3")`): given the parts
     of a file's path, the index of its tracker folder by what the tracker writes in it, or None.
     Such a folder, named by the user, names the run itself."""
-    names_runs: bool = False
-    """The reader names each row's run from the files (W&B's display name, MLflow's experiment and
-    run name), the folder's run being only what goes before it: a tracker folder scanned as the
-    root is not named for that root (discover.collect)."""
     own: Callable[[str], bool] | None = None
     """Whether a name directly in a folder of the tracker's name is the tracker's (W&B's `run-*`,
     `offline-run-*`, `latest-run`, `debug.log`); None: every name. A folder named `wandb` that is

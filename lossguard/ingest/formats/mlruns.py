@@ -130,5 +130,5 @@ FORMAT = Format(
     # Where a run's metrics are not: its artifacts (checkpoints, thousands of files), deleted
     # experiments, traces. (params/ and tags/ are a small file each and are left to `logs`: a
     # metric key may well have a folder of either name, `params/norm`.)
-    layout=Layout(folder=FOLDER, logs=_logs, skip=frozenset({"artifacts", mlruns.TRASH, "traces"}), renamed=renamed, own=_own, names_runs=True),
+    layout=Layout(folder=FOLDER, logs=_logs, skip=frozenset({"artifacts", mlruns.TRASH, "traces"}), renamed=renamed, own=_own),
 )

@@ -382,5 +382,5 @@ FORMAT = Format(
     reader=WANDB,
     names=("*.wandb",),
     names_runs=True,
-    layout=Layout(folder="wandb", logs=_is_log, skip=frozenset({"latest-run", "files", "logs", "tmp", "media", "artifacts", "code"}), own=_own, names_runs=True),
+    layout=Layout(folder="wandb", logs=_is_log, skip=frozenset({"latest-run", "files", "logs", "tmp", "media", "artifacts", "code"}), own=_own),
 )
