@@ -144,3 +144,11 @@ def test_a_run_folder_scanned_itself_is_named_for_its_folder_not_dot(tmp_path, m
     monkeypatch.chdir(tmp_path / "runs" / "exp2")
     assert {f.run for f in collect([Path(".")])[0]} == {"exp2"}
     assert {f.run for f in collect([tmp_path / "runs"])[0]} == {"exp1", "exp2"}
+
+
+def test_a_run_folder_scanned_itself_whose_name_is_not_utf8_is_named_as_every_discovered_name_is(tmp_path):
+    exp = Path(os.fsdecode(bytes(tmp_path) + b"/caf\xe9"))
+    exp.mkdir()
+    (exp / "train.log").write_text("".join(f"step {s} loss 2.0\n" for s in range(12)))
+    found, _ = collect([exp])
+    assert {f.run for f in found} == {"caf\\xe9"}

@@ -335,7 +335,7 @@ def collect(paths: Sequence[Path], *, globs: Sequence[str] = (), listings: Listi
             # it holds no part that says so, and its files would be no tracker's.
             root = Path(os.path.abspath(root))
         here = discover(root, extra_globs=globs, problems=problems, listings=listings)
-        label = Path(os.path.abspath(root)).name or str(root)
+        label = decodable(Path(os.path.abspath(root)).name or str(root))
         if len(paths) > 1:
             # Several roots: "." (or the same relative name) under two of them must not merge.
             here = [Found(label if f.run == "." else f"{label}/{f.run}", f.path) for f in here]
@@ -344,7 +344,7 @@ def collect(paths: Sequence[Path], *, globs: Sequence[str] = (), listings: Listi
             # name, as under its parent, where "." says nothing in a report, a Slack alert or a
             # Prometheus label. Not a run whose rows the files name (W&B's, MLflow's): "." is what
             # goes before those names.
-            here = [Found(_named_for(root, f.path), f.path) if f.run == "." and not may_name_runs(f.path) else f for f in here]
+            here = [Found(decodable(_named_for(root, f.path)), f.path) if f.run == "." and not may_name_runs(f.path) else f for f in here]
         found.extend(here)
     if listings is not None:
         listings.forget_unvisited()
