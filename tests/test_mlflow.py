@@ -132,25 +132,47 @@ def _grown(whole: Path, path: Path, upto: int) -> None:
     with sqlite3.connect(path) as db:
         db.execute("ATTACH DATABASE ? AS whole", (str(whole),))
         db.execute("INSERT INTO metrics SELECT * FROM whole.metrics WHERE rowid > (SELECT coalesce(max(rowid), 0) FROM main.metrics) AND rowid <= ? ORDER BY rowid", (upto,))
+        # MLflow keeps each run's metric's latest row (highest step) in the same transaction.
+        db.execute("DELETE FROM latest_metrics")
+        db.execute(
+            "INSERT INTO latest_metrics SELECT key, value, timestamp, step, is_nan, run_uuid FROM "
+            "(SELECT *, row_number() OVER (PARTITION BY run_uuid, key ORDER BY step DESC, timestamp DESC) AS n FROM metrics) WHERE n = 1"
+        )
     db.close()
 
 
-@pytest.fixture(scope="module")
-def filled(template, tmp_path_factory) -> tuple[Path, Path]:
-    """A database MLflow filled (`_written`), and a copy of it without its metric rows."""
+def _with_stepless(db: Path) -> None:
+    """Runs logging metrics without a step: the LR beside a loss logged with `step=` (_mixed), a
+    loss on its own (_stepless), and a loss beside an eval logged now and then."""
+    client = _client(db)
+    exp = client.create_experiment("stepless")
+    _mixed(client, client.create_run(exp, run_name="mixed").info.run_id, range(8))
+    _stepless(client, client.create_run(exp, run_name="alone").info.run_id, range(10))
+    sparse = client.create_run(exp, run_name="sparse").info.run_id
+    for i in range(12):
+        client.log_metric(sparse, "loss", 2.0 + (i % 3) * 0.01, timestamp=T0 + i)
+        if i % 6 == 3:
+            client.log_metric(sparse, "eval_loss", 2.5, timestamp=T0 + i, step=i)
+
+
+@pytest.fixture(scope="module", params=[_written, _with_stepless])
+def filled(template, tmp_path_factory, request) -> tuple[Path, Path]:
+    """A database MLflow filled (`_written`, or `_with_stepless`), and a copy of it without its
+    metric rows."""
     folder = tmp_path_factory.mktemp("filled")
     whole, empty = folder / "whole.db", folder / "empty.db"
     shutil.copy(template, whole)
-    _written(whole)
+    request.param(whole)
     shutil.copy(whole, empty)
     with sqlite3.connect(empty) as db:
         db.execute("DELETE FROM metrics")
+        db.execute("DELETE FROM latest_metrics")
     db.close()
     return whole, empty
 
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(cuts=st.lists(st.integers(0, 50), max_size=6), limit=st.sampled_from([None, 1, 200, 2000]))
+@given(cuts=st.lists(st.integers(0, 60), max_size=6), limit=st.sampled_from([None, 1, 200, 2000]))
 def test_rows_appended_between_reads_read_in_pieces_equal_one_read(filled, tmp_path_factory, cuts, limit):
     whole, empty = filled
     path = tmp_path_factory.mktemp("grown") / "mlflow.db"
@@ -163,7 +185,7 @@ def test_rows_appended_between_reads_read_in_pieces_equal_one_read(filled, tmp_p
         for upto in [*sorted(cuts), total, total]:
             _grown(whole, path, upto)
             res = read(path, cursor, run=".", fmt="mlflow_db", final=False, options=OPTIONS, limit=limit)
-            assert res.problems == () and res.named
+            assert all("without a step" in p.message for p in res.problems) and res.named
             frames.append(res.frame)
             cursor = Cursor.from_json(res.cursor.to_json())  # (as the daemon keeps it)
         while cursor.offset < sqlite_db.stamp(path)[0]:  # what a cut-short read left: the next passes
@@ -307,6 +329,67 @@ def test_a_metric_logged_without_a_step_is_numbered_in_the_order_logged_said_onc
     assert steps == {"loss": list(range(40)), "lr": [0], "grad_norm": list(range(5))}
     assert [p.message for p in problems] == [warned[0].split(": ", 2)[2]]
     assert [i.step for i in scan([store.parent.parent], rules=default_rules()).incidents] == [30]
+
+
+def _mixed(client, run: str, iterations) -> None:  # noqa: ANN001
+    """A loop that logs its loss with `step=` (every 10 steps) and its LR without one (step 0 in
+    every row, as MLflow stores it), LR after loss; the LR jumps 100x at step 400, the loss spikes there."""
+    for i in iterations:
+        client.log_metric(run, "loss", 9.0 if i == 40 else 2.0 + (i % 5) * 0.01, timestamp=T0 + 2 * i, step=10 * i)
+        client.log_metric(run, "lr", 1e-2 if i >= 40 else 1e-4, timestamp=T0 + 2 * i + 1)
+
+
+def test_a_metric_logged_without_a_step_beside_stepped_ones_is_put_at_their_steps_not_numbered_apart(store, tmp_path):
+    # Acceptance run 3, finding 3: the LR was numbered 0..59 while the loss ran 0..590, so the LR's
+    # jump sat at step 40, far from the spike at 400, and the cause was missed.
+    client = _client(store)
+    run = client.create_run(client.create_experiment("pretrain"), run_name="r1").info.run_id
+    said: list[str] = []
+    state = State(tmp_path / "state")
+    follower = Follower([store.parent.parent], rules=default_rules(), state=state, log=said.append, pass_budget=WAIT_FOR_EVERY_READ)
+    for t, part in enumerate((range(1), range(1, 2), range(2, 25), range(25, 60))):
+        _mixed(client, run, part)
+        report = follower.run_pass(1.0 + t) if t < 3 else follower.run_pass(9.0)
+    state.close()
+    frame, _, problems = read_paths([store.parent.parent])
+    steps = {tag: frame.filter(pl.col("tag") == tag).get_column("step").to_list() for tag in ("loss", "lr")}
+    assert steps == {"loss": [10 * i for i in range(60)], "lr": [10 * i for i in range(60)]}
+    assert [p.message for p in problems] == [
+        "run pretrain/r1: lr was logged without a step (all its rows at one step, MLflow's 0) beside metrics logged with steps: "
+        "each of its rows is put at the step of the last row with a step logged before it"
+    ]
+    warned = [s for s in said if "without a step" in s]
+    assert warned == [f"warning: {store}: {problems[0].message}"]
+    (incident,) = scan([store.parent.parent], rules=default_rules()).incidents
+    assert incident.step == 400 and incident.causes[0].cause == "lr_schedule", incident.causes
+    opened = [n.incident for n in report.notices if n.kind == "opened"]
+    assert [(i.step, i.causes[0].cause) for i in opened] == [(400, "lr_schedule")]
+
+
+def test_a_metric_logged_without_a_step_is_numbered_apart_unless_stepped_metrics_keep_pace_with_it(store):
+    # A loss logged without a step beside an eval logged with steps every 10 rows would be folded
+    # onto two steps were it put at the eval's: it is numbered on its own, as in a run alone.
+    _with_stepless(store)
+    frame, _, problems = read_paths([store])
+    steps = {(run, tag): frame.filter((pl.col("run") == run) & (pl.col("tag") == tag)).get_column("step").to_list() for run, tag in (
+        ("stepless/mixed", "lr"), ("stepless/mixed", "loss"), ("stepless/alone", "loss"), ("stepless/sparse", "loss"), ("stepless/sparse", "eval_loss"),
+    )}
+    assert steps == {
+        ("stepless/mixed", "lr"): [10 * i for i in range(8)], ("stepless/mixed", "loss"): [10 * i for i in range(8)],
+        ("stepless/alone", "loss"): list(range(10)), ("stepless/sparse", "loss"): list(range(12)), ("stepless/sparse", "eval_loss"): [3, 9],
+    }
+    assert sorted(p.message.split(":")[0] for p in problems) == ["run stepless/alone", "run stepless/mixed", "run stepless/sparse"]
+
+
+def test_an_lr_logged_without_a_step_before_the_loss_is_put_at_the_step_of_the_loss_before_it(store):
+    client = _client(store)
+    run = client.create_run(client.create_experiment("pretrain"), run_name="r1").info.run_id
+    for i in range(6):
+        client.log_metric(run, "lr", 1e-4 * (i + 1), timestamp=T0 + 2 * i)
+        client.log_metric(run, "loss", 2.0, timestamp=T0 + 2 * i + 1, step=10 * i)
+    frame, _, _ = read_paths([store])
+    lr = frame.filter(pl.col("tag") == "lr").select("step", "value").rows()
+    assert lr == [(step, 1e-4 * (i + 1)) for i, step in enumerate([0, 0, 10, 20, 30, 40])]
 
 
 def test_scan_run_matching_nothing_lists_the_run_names_a_tracker_gives_not_its_files_folder(store):

@@ -76,7 +76,11 @@ STEPLESS = "stepless"
 """Cursor.steps of a metric logged without steps, whose rows its parser numbers in the order logged."""
 
 
-def stepless(run: str, key: str) -> str:
+def stepless(run: str, key: str, *, beside: bool = False) -> str:
     """What a read says once of a tracker's metric logged without a step (MLflow's store and file
-    store both keep step 0 for each such row)."""
-    return f"run {run}: {key} was logged without a step (all its rows at one step, MLflow's 0): its rows are numbered in the order logged"
+    store both keep step 0 for each such row): numbered in order, or put at the steps of the
+    metrics logged with steps `beside` it."""
+    said = f"run {run}: {key} was logged without a step (all its rows at one step, MLflow's 0)"
+    if beside:
+        return f"{said} beside metrics logged with steps: each of its rows is put at the step of the last row with a step logged before it"
+    return f"{said}: its rows are numbered in the order logged"
