@@ -62,7 +62,8 @@ run in `latest_metrics` (its highest step), and its lowest step is the first ent
 (run, key, step) index: a few look-ups, not a walk of the run's rows."""
 STEPPED_SCAN = "SELECT key FROM metrics WHERE run_uuid = ? GROUP BY key HAVING min(step) != max(step)"
 """The same, in a store with no `latest_metrics` table (a walk of the run's rows)."""
-FIRST_TWO = "SELECT rowid FROM metrics WHERE run_uuid = ? AND key = ? ORDER BY rowid LIMIT 2"
+FIRST_TWO = "SELECT rowid FROM metrics WHERE run_uuid = ? AND key = ? AND step = ? ORDER BY rowid LIMIT 2"
+"""A metric's first two rows (at its shared step: the (run, key, step) index holds them in rowid order)."""
 LAST_STEP = "SELECT step FROM metrics WHERE run_uuid = ? AND rowid < ? AND key IN ({marks}) ORDER BY rowid DESC LIMIT 1"
 """The step of the run's last row of a metric logged at steps before a row (the run's rowid index,
 walked back from it)."""
@@ -99,7 +100,7 @@ def _numbered(db: sqlite3.Connection, got: pl.DataFrame) -> tuple[pl.DataFrame, 
         if same and total > 1:
             if uuid not in stepped:
                 stepped[uuid] = _stepped(db, uuid)
-            found.append(_Stepless(uuid, key, lo, before, _paced(db, uuid, key, stepped[uuid])))
+            found.append(_Stepless(uuid, key, lo, before, _paced(db, uuid, key, lo, stepped[uuid])))
             if before <= 1 < before + n:
                 begun.append((uuid, key, bool(found[-1].beside)))
     if not found:
@@ -128,7 +129,7 @@ def _last_step(db: sqlite3.Connection, uuid: str, before: int, keys: list[str] |
     return None if row is None else row[0]
 
 
-def _paced(db: sqlite3.Connection, uuid: str, key: str, stepped: list[str]) -> tuple[str, ...]:
+def _paced(db: sqlite3.Connection, uuid: str, key: str, step: int, stepped: list[str]) -> tuple[str, ...]:
     """The metrics logged at steps that a metric logged without one goes at: those of its run, when
     one of their rows at a new step was logged between its first two rows (an LR logged without a
     step each time a loss is logged with one). Otherwise none: a loss logged without a step beside
@@ -136,7 +137,7 @@ def _paced(db: sqlite3.Connection, uuid: str, key: str, stepped: list[str]) -> t
     steps. Decided by its first two rows, which a read in pieces and one read see alike."""
     if not stepped:
         return ()
-    first, second = (r for (r,) in db.execute(FIRST_TWO, (uuid, key)).fetchall())
+    first, second = (r for (r,) in db.execute(FIRST_TWO, (uuid, key, step)).fetchall())
     paced = _last_step(db, uuid, second, stepped) not in (None, _last_step(db, uuid, first, stepped))
     return tuple(stepped) if paced else ()
 
