@@ -392,6 +392,29 @@ def test_an_lr_logged_without_a_step_before_the_loss_is_put_at_the_step_of_the_l
     assert lr == [(step, 1e-4 * (i + 1)) for i, step in enumerate([0, 0, 10, 20, 30, 40])]
 
 
+def test_status_shows_a_database_at_the_watched_root_as_the_runs_it_holds_not_dot(store, tmp_path, capsys):
+    # Acceptance run 3, finding 5b: `status` listed the database as run `.`.
+    import json
+
+    from lossguard.cli import main
+
+    _written(store)
+    (store.parent / "train.log").write_text("step 1 | loss 2.0\n")
+    for root in (store.parent, store.parent.parent):
+        state_dir = tmp_path / f"state-{root.name}"
+        state = State(state_dir)
+        Follower([root], rules=default_rules(), state=state, log=lambda _: None, pass_budget=WAIT_FOR_EVERY_READ).run_pass(1.0)
+        state.close()
+        assert main(["status", "--state-dir", str(state_dir)]) == 0
+        out = capsys.readouterr().out.splitlines()
+        prefix = "" if root == store.parent else "exp1/"
+        assert f"  {prefix}*  {store}  mlflow_db  byte {store.stat().st_size}" in out, out
+        assert any(line.startswith(f"  exp1  {store.parent / 'train.log'}  ") for line in out), out
+        assert main(["status", "--state-dir", str(state_dir), "--format", "json"]) == 0
+        files = {f["path"]: f for f in json.loads(capsys.readouterr().out)["files"]}
+        assert (files[str(store)]["run"], files[str(store)]["runs"]) == (prefix.rstrip("/") or ".", f"{prefix}*")
+
+
 def test_scan_run_matching_nothing_lists_the_run_names_a_tracker_gives_not_its_files_folder(store):
     # Issue 24 F3: the message listed `exp1` (the database's folder, discovery's name), which
     # `--run` never matches: the names to give are the tracker's runs'.

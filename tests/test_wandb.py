@@ -455,3 +455,25 @@ def test_a_killed_runs_cut_last_record_is_a_warning_of_that_run_not_of_no_run(bo
     (run,) = report["runs"]
     assert run["run"].endswith(ids["twin"]) and report["warnings"] == []
     assert [w["message"].split(" (")[0] for w in run["warnings"]] == ["last record is incomplete"]
+
+
+def test_status_names_a_followed_wandb_log_by_its_run_not_by_the_folder_prefix(box, tmp_path, capsys):
+    from lossguard.cli import main
+    from lossguard.detection.rules import default_rules
+    from lossguard.state import State
+    from lossguard.watch.follow import Follower
+
+    from .conftest import WAIT_FOR_EVERY_READ
+
+    root, ids = box
+    exp1 = tmp_path / "exp1"
+    shutil.copytree(root / "exp1" / "wandb", exp1 / "wandb", symlinks=True)
+    state = State(tmp_path / "state")
+    Follower([exp1], rules=default_rules(), state=state, log=lambda _: None, pass_budget=WAIT_FOR_EVERY_READ).run_pass(1.0)
+    state.close()
+    assert main(["status", "--state-dir", str(tmp_path / "state")]) == 0
+    out = capsys.readouterr().out.splitlines()
+    path = next((exp1 / "wandb").glob(f"offline-run-*-{ids['hf']}/run-{ids['hf']}.wandb"))
+    (line,) = [x for x in out if str(path) in x]
+    expected = {r for r in read_paths([exp1])[0].get_column("run").unique().to_list() if r.endswith(ids["hf"])}
+    assert {line.split()[0]} == expected and not line.startswith("  . "), line

@@ -48,13 +48,15 @@ def _run(args: argparse.Namespace) -> int:
     link = summary["slack_link"]
     if link is not None:
         link["silent_for"] = _silent_for(link, time.time())
+    for f in summary["files"]:
+        f["runs"] = _runs_of(f, f.pop("named", None))
     if args.format == "json":
         print(json.dumps(summary, indent=2))
         return EXIT_OK
     p = printable
     files, incidents, undelivered, silences = (summary[k] for k in ("files", "open_incidents", "undelivered", "silences"))
     _section(f"following {len(files)} file(s)", [
-        f"{p(f['run'])}  {p(f['path'])}  {p(f['format'] or '?')}  byte {f['offset']}{'  (unreadable)' if f['dead'] else ''}" for f in files
+        f"{p(f['runs'])}  {p(f['path'])}  {p(f['format'] or '?')}  byte {f['offset']}{'  (unreadable)' if f['dead'] else ''}" for f in files
     ])
     _section(f"{len(incidents)} open incident(s)", [
         f"{p(inc['run'])}  step {inc['step']}  {p(inc['rule'])}" + (f"  (acknowledged by {p(inc['acked_by'])})" if inc.get("acked_by") else "")
@@ -67,6 +69,19 @@ def _run(args: argparse.Namespace) -> int:
     if summary["slack_link"] is not None:
         print(_link_line(summary["slack_link"]))
     return EXIT_OK
+
+
+def _runs_of(file: dict, named: str | None) -> str:
+    """The runs a followed file's rows go to: its run, or, for a file whose rows name their runs
+    (a tracker's database, a W&B log), the name its rows give (a W&B log's run, kept in its
+    cursor) under the file's prefix, else the prefix with `*` (a database of many runs: `exp1/*`,
+    or `*` at the root followed), as `--run` globs take them; never the bare `.` of the root."""
+    from ..ingest.formats import FORMATS
+    from ..ingest.table import run_of
+
+    if not any(fmt.names_runs and fmt.name == file["format"] for fmt in FORMATS):
+        return str(file["run"])
+    return run_of(str(file["run"]), named or "*")
 
 
 def _silent_for(link: dict, now: float) -> float | None:

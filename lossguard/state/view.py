@@ -135,8 +135,8 @@ def _summary(db: sqlite3.Connection) -> dict[str, list[dict[str, object]]]:
     q = db.execute
     return {
         "files": [
-            {"path": decodable(path_of(p)), "run": r, "format": f, "offset": Cursor.from_json(c).offset, "dead": bool(d)}
-            for p, r, f, c, d in q("SELECT path, run, format, cursor, dead FROM files ORDER BY path")
+            {"path": decodable(path_of(p)), "run": r, "format": f, "offset": cur.offset, "dead": bool(d), "named": cur.name}
+            for p, r, f, cur, d in ((p, r, f, Cursor.from_json(c), d) for p, r, f, c, d in q("SELECT path, run, format, cursor, dead FROM files ORDER BY path"))
         ],
         "open_incidents": [{"run": r, "rule": ru, "step": st, "acked_by": a} for r, ru, st, a in q(
             f"SELECT run, rule, step, {column_or_null(db, 'incidents', 'acked_by')} FROM incidents WHERE status='open' ORDER BY run, step")],
