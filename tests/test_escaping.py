@@ -83,3 +83,19 @@ def test_daemon_log_lines_carry_a_timestamp_unless_journald_stamps_them(monkeypa
         line = capsys.readouterr().err.strip()
         assert bool(re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d{4} INFO following runs/$", line)) == stamped, line
         assert line.endswith("INFO following runs/")
+        logging.getLogger("lossguard").warning("%s: corrupt", "runs/x")
+        warned = capsys.readouterr().err.strip()
+        # journald takes `<4>` for the line's priority: `journalctl -p warning` shows it.
+        assert warned.startswith("<4>WARNING runs/x: corrupt") != stamped and line.startswith("<6>INFO") != stamped, (line, warned)
+
+
+def test_the_daemons_warnings_about_input_are_logged_at_warning_not_info(caplog):
+    from lossguard.watch.daemon import said
+
+    with caplog.at_level(logging.INFO, logger="lossguard"):
+        said("warning: runs/x/events.out.tfevents.1 @ byte 0: corrupt")
+        said("runs/x/train.log: renamed to runs/x/train.log.1; reading on from byte 10")
+    assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
+        ("WARNING", "runs/x/events.out.tfevents.1 @ byte 0: corrupt"),
+        ("INFO", "runs/x/train.log: renamed to runs/x/train.log.1; reading on from byte 10"),
+    ]

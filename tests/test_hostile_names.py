@@ -99,7 +99,7 @@ def test_daemon_log_and_status_keep_a_hostile_run_on_one_escaped_line(tmp_path):
         log = w.stop_and_read()
     _assert_safe(log)
     assert re.search(r"(?m)^(\S+ )?WARNING OPENED .*run ev\\x1b\[2J.*\\nINFO forged line\\u202eeno: loss spike at step 20", log), log
-    assert re.search(r"(?m)^(\S+ )?INFO warning: .*/ev\\x1b\[2J.*\\u202eeno/events.out.tfevents.1.gpu-3 @ byte 0: corrupt", log), log
+    assert re.search(r"(?m)^(\S+ )?WARNING .*/ev\\x1b\[2J.*\\u202eeno/events.out.tfevents.1.gpu-3 @ byte 0: corrupt", log), log
     assert status.returncode == 0, status.stderr
     _assert_safe(status.stdout)
     assert "\\x1b]52" in status.stdout
@@ -232,7 +232,7 @@ def test_a_file_name_that_is_not_utf8_is_followed_and_alerted_escaped_and_blinds
         err = w.stop_and_read()
     assert "Traceback" not in err and "\\udc" not in err, err[-3000:]
     said = [line for line in err.splitlines() if "not valid UTF-8" in line]
-    assert [line.split("warning: ")[1].split(":")[0] for line in said] == sorted(
+    assert [line.split("WARNING ")[1].split(":")[0] for line in said] == sorted(
         [str(tmp_path / "runs/b/old\\xe9.log"), str(tmp_path / "runs/c\\xff/metrics.jsonl")]), said
 
 

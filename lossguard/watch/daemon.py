@@ -104,7 +104,7 @@ class Daemon:
         self.plotter = Plotter(self.state.secondary(), sinks, directory=state_dir / "plots") if plot_sinks else None
         rules: RuleSet = rules_loader()
         self.follower = Follower(roots, rules=rules, state=self.state, options=options, sinks=list(sinks), plot_sinks=plot_sinks,
-                                 stall_after=stall_after, log=log.info, clock=time.monotonic,
+                                 stall_after=stall_after, log=said, clock=time.monotonic,
                                  written=[state_dir, *(sink.path for sink in sinks.values() if isinstance(getattr(sink, "path", None), Path))])
         self.follower.budget.wake = self.note  # a slow read, left running by a pass, is done
         if os.environ.get(KILL_AT) == "before-first-commit":
@@ -343,15 +343,39 @@ class Daemon:
         return 0
 
 
+WARNED = "warning: "
+"""How the follower's lines about bad input begin (the words scan prints them with)."""
+
+
+def said(line: str) -> None:
+    """A line of the follower's at its level: a warning about input (a corrupt record, a file
+    that holds no metrics) is a WARNING, which `journalctl -p warning` shows; the rest (a file
+    followed, renamed, gone) is INFO."""
+    if line.startswith(WARNED):
+        log.warning("%s", line[len(WARNED):])
+    else:
+        log.info("%s", line)
+
+
+SYSLOG_PRIORITY = {logging.DEBUG: 7, logging.INFO: 6, logging.WARNING: 4, logging.ERROR: 3, logging.CRITICAL: 2}
+"""journald reads a `<N>` at the start of a line of a service's stderr as its priority
+(SyslogLevelPrefix=, on by default): without it, every line is "info"."""
+
+
 class SafeFormatter(logging.Formatter):
     """One record, one line, no secret: the message (with the run names, paths and Slack errors
     formatted into it) has its control characters made visible and its secrets scrubbed here, where
     every log call passes, rather than at each call site, where one would be forgotten. A
     traceback keeps its own line breaks; only its other control characters are escaped."""
 
+    def __init__(self, fmt: str, datefmt: str | None = None, *, journal: bool = False) -> None:
+        super().__init__(fmt, datefmt=datefmt)
+        self.journal = journal
+
     def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 - logging's name
         record.message = scrub(printable(record.message))
-        return super().formatMessage(record)
+        line = super().formatMessage(record)
+        return f"<{SYSLOG_PRIORITY.get(record.levelno, 6)}>{line}" if self.journal else line
 
     def formatException(self, ei) -> str:  # noqa: ANN001, N802
         return scrub(printable_lines(super().formatException(ei)))
@@ -362,10 +386,12 @@ class SafeFormatter(logging.Formatter):
 
 def setup_logging(level: str) -> None:
     """Log lines on stderr, with a timestamp unless journald takes them (it stamps each line itself:
-    systemd sets JOURNAL_STREAM for a service whose stderr goes to the journal)."""
+    systemd sets JOURNAL_STREAM for a service whose stderr goes to the journal), where each line
+    carries its priority instead."""
     handler = logging.StreamHandler(sys.stderr)
-    stamp = "" if os.environ.get("JOURNAL_STREAM") else "%(asctime)s "
-    handler.setFormatter(SafeFormatter(f"{stamp}%(levelname)s %(message)s", datefmt="%Y-%m-%dT%H:%M:%S%z"))
+    journal = bool(os.environ.get("JOURNAL_STREAM"))
+    stamp = "" if journal else "%(asctime)s "
+    handler.setFormatter(SafeFormatter(f"{stamp}%(levelname)s %(message)s", datefmt="%Y-%m-%dT%H:%M:%S%z", journal=journal))
     root = logging.getLogger("lossguard")
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
