@@ -76,6 +76,23 @@ def test_read_table_and_its_warnings_are_escaped(hostile_runs):
     assert "\\x1b[2J" in done.stdout and "\\x1b]52" in done.stderr
 
 
+def test_read_csv_shows_control_characters_in_names_as_the_table_does_and_json_keeps_them_exact(hostile_runs):
+    # Acceptance run 3, finding 7: CSV has no escapes of its own, and `read --format csv | head`
+    # on a terminal ran the name's escape sequences.
+    tagged = hostile_runs / "tagged"
+    tagged.mkdir()
+    (tagged / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "loss": 2.0, "lo\x1b[2Jss": 1.0}) + "\n" for s in range(1, 4)))
+    done = _lossguard("read", hostile_runs, "--format", "csv")
+    assert done.returncode == 0, done.stderr
+    _assert_safe(done.stdout)
+    _assert_safe(done.stderr)
+    assert "ev\\x1b[2J\\x1b[Hil" in done.stdout and "lo\\x1b[2Jss" in done.stdout
+    assert done.stdout.splitlines()[0] == "run,source,step,metric,tag,value,wall_time"
+    exact = _lossguard("read", hostile_runs, "--format", "json")
+    rows = [json.loads(line) for line in exact.stdout.splitlines()]
+    assert {r["run"] for r in rows} >= {f"{HOSTILE}/version_0", "tagged"} and "lo\x1b[2Jss" in {r["tag"] for r in rows}
+
+
 def test_compare_rules_table_is_escaped(hostile_runs):
     rules = Path(__file__).parent.parent / "lossguard" / "data" / "default.toml"
     done = _lossguard("scan", hostile_runs, "--compare-rules", rules, rules)

@@ -179,12 +179,21 @@ class _Lines(NamedTuple):
 
 def _csv_lines(run: str | None, source: str | None, rows: pl.DataFrame) -> _Lines:
     """Run and source as polars writes them (its own quoting, taken from a one-row write), then the
-    other columns, never quoted when polars would quote none of their names."""
-    lead = pl.DataFrame({"run": [run], "source": [source]}, schema={"run": pl.String(), "source": pl.String()}).write_csv(include_header=False)[:-1] + ","
-    plain = all(_csv_as_is(rows.get_column(c).unique()) for c in ("metric", "tag"))
+    other columns, never quoted when polars would quote none of their names. CSV has no escapes of
+    its own: control characters in names are written as the table shows them (`\\x1b`), so that
+    `read --format csv` on a terminal cannot drive it (JSON keeps them exact, escaped as JSON is)."""
+    shown = {"run": [None if run is None else printable(run)], "source": [None if source is None else printable(source)]}
+    lead = pl.DataFrame(shown, schema={"run": pl.String(), "source": pl.String()}).write_csv(include_header=False)[:-1] + ","
+    names = {c: rows.get_column(c).unique().drop_nulls().to_list() for c in ("metric", "tag")}
+    escaped = {c: {n: printable(n) for n in listed if printable(n) != n} for c, listed in names.items()}
+    plain = all(_csv_as_is(pl.Series(c, [printable(n) for n in names[c]], dtype=pl.String())) for c in names)
     # No wall time (most text logs): its empty field ends the line too.
     timed = _any_value(rows.get_column("wall_time"))
-    columns = (lambda part: part) if timed else (lambda part: part.drop("wall_time"))
+
+    def columns(part: pl.DataFrame) -> pl.DataFrame:
+        part = part.with_columns(pl.col(c).replace(mapping) for c, mapping in escaped.items() if mapping) if any(escaped.values()) else part
+        return part if timed else part.drop("wall_time")
+
     return _Lines(lead, columns, "\n" if timed else ",\n", {"float_precision": None, "quote_style": "never" if plain else "necessary"})
 
 
