@@ -211,3 +211,24 @@ def test_an_inf_grad_norm_is_not_called_calm_by_the_bad_batch_label():
     batch = next(c for c in inc.causes if c.cause == "bad_batch")
     assert "grad_norm only" not in batch.evidence
     assert f"grad_norm Inf at step {inc.step}" in batch.evidence and batch.confidence <= 0.4
+
+
+def test_a_loss_that_steps_up_and_stays_with_calm_context_is_called_a_level_shift_and_points_at_the_data():
+    # Acceptance run 3, finding 7: a loss 5x up for good, LR and grad norm calm, was labelled
+    # "no clear signal", which says nothing a person at 3 a.m. can act on.
+    loss, grad_norm, _ = healthy(600)
+    lr = np.full(600, 3e-4)  # (constant: no warmup to make the LR the suspect)
+    loss[300:] *= 5.0
+    (incident,) = [i for i in analyse_run(frame_of(loss=loss, grad_norm=grad_norm, lr=lr), default_rules(), run="r").incidents if i.metric == "loss"]
+    unknown = next(c for c in incident.causes if c.cause == "unknown")
+    assert unknown is incident.causes[0]
+    assert "the loss stepped up" in unknown.evidence and "x at step 301 and stayed there" in unknown.evidence
+    assert "(299 points since, median 10 against 2 before)" in unknown.evidence
+    assert "data" in unknown.suggestion and "step 301" in unknown.suggestion
+
+
+def test_a_spike_that_recovers_slowly_is_not_called_a_level_shift():
+    loss, grad_norm, lr = healthy(600)
+    loss[300:315] *= 5.0
+    incidents = [i for i in analyse_run(frame_of(loss=loss, grad_norm=grad_norm, lr=lr), default_rules(), run="r").incidents if i.metric == "loss"]
+    assert incidents and not any("stepped up" in c.evidence for i in incidents for c in i.causes)

@@ -416,6 +416,25 @@ def _bad_batch(
     )
 
 
+SHIFT_POINTS = 10
+"""Points after a spike's start that must all hold its level for it to be a level shift."""
+
+
+def _level_shift(inc: Incident, ctx: RunContext) -> str | None:
+    """What a loss that stepped up and stayed there looks like (its every point since the spike
+    began above the spike's threshold, for SHIFT_POINTS points or more): a rule judging a window of
+    the last points stops flagging it once the window holds the new level, which reads as "recovered"
+    but is not; None for a spike that came back down."""
+    if ctx.loss is None or inc.end_step is not None or inc.threshold is None or inc.baseline is None or not math.isfinite(inc.threshold) or inc.baseline <= 0:
+        return None
+    _, after = ctx.loss.between(inc.step, math.inf)
+    after = after[np.isfinite(after)]
+    if after.size < SHIFT_POINTS or not (after > inc.threshold).all():
+        return None
+    level = float(np.median(after))
+    return f"the loss stepped up {level / inc.baseline:.1f}x at step {inc.step} and stayed there ({after.size - 1} points since, median {_fmt(level)} against {_fmt(inc.baseline)} before): a level shift, not a spike"
+
+
 def label(inc: Incident, ctx: RunContext) -> tuple[Cause, ...]:
     interval = ctx.interval
     near_lo = inc.step - 3 * interval
@@ -440,12 +459,15 @@ def label(inc: Incident, ctx: RunContext) -> tuple[Cause, ...]:
             )
         )
     elif top < 0.4:
+        shift = _level_shift(inc, ctx)
         causes.append(
             Cause(
                 "unknown",
                 0.35,
-                "no clear signal in lr, grad_norm or loss scale around the spike",
-                f"Look at the data and the job's other logs (restarts, node failures) around step {inc.step}.",
+                f"{shift}, with no sign of it in lr, grad_norm or loss scale" if shift else "no clear signal in lr, grad_norm or loss scale around the spike",
+                (f"A level shift on calm optimiser signals points at what is fed or loaded: look for a change of data at step {inc.step} "
+                 "(a new shard or mixture, a tokenizer or preprocessing change, a resume that loaded other weights or restarted the data loader)."
+                 if shift else f"Look at the data and the job's other logs (restarts, node failures) around step {inc.step}."),
             )
         )
     return tuple(sorted(causes, key=lambda c: (-c.confidence, c.cause)))
