@@ -88,6 +88,26 @@ def test_dvclive_a_real_run_reads_back_every_step_metric_and_nan_as_one_run(tmp_
     assert {p.name for p in (tmp_path / "runs" / "exp1" / "dvclive").iterdir()} >= {"metrics.json", "plots"}
 
 
+def test_dvclive_and_mlflow_file_store_timestamps_are_read_as_exact_seconds(tmp_path, monkeypatch):
+    # Acceptance run 3, finding 7: milliseconds times 0.001 gave 1700000000.1230001.
+    import mlflow
+
+    monkeypatch.chdir(tmp_path)
+    _live_run(tmp_path / "runs" / "exp1" / "dvclive", steps=range(5))
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    client = mlflow.MlflowClient(tracking_uri=(tmp_path / "runs" / "exp2" / "mlruns").as_uri())
+    run = client.create_run(client.create_experiment("e"), run_name="r").info.run_id
+    stamps = [1700000000123 + 1001 * i for i in range(5)]
+    for step, ms in enumerate(stamps):
+        client.log_metric(run, "loss", 2.0, timestamp=ms, step=step)
+    frame, _, problems = read_paths([tmp_path / "runs"])
+    assert problems == []
+    assert frame.filter(pl.col("run") == "exp2/e/r").get_column("wall_time").to_list() == [float(f"{ms // 1000}.{ms % 1000:03d}") for ms in stamps]
+    written = (tmp_path / "runs" / "exp1" / "dvclive" / "plots" / "metrics" / "lr.tsv").read_text().splitlines()[1:]
+    lr = frame.filter((pl.col("run") == "exp1") & (pl.col("tag") == "lr")).get_column("wall_time").to_list()
+    assert lr == [float(f"{int(line.split()[0]) // 1000}.{int(line.split()[0]) % 1000:03d}") for line in written]
+
+
 def test_dvclive_a_folder_of_another_name_is_known_by_its_summary_and_names_its_run(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     _live_run(tmp_path / "runs" / "exp3", steps=range(3))

@@ -25,7 +25,7 @@ import polars as pl
 from .. import table
 from ..cursor import Cursor
 from .base import REPEATS, Format, LineFormat, Layout, Together, repeats
-from .onemetric import MS, PLACEHOLDER, Named, OneMetric
+from .onemetric import PLACEHOLDER, Named, OneMetric, in_seconds
 
 FOLDER = "dvclive"
 BELOW = ("plots", "metrics")
@@ -50,14 +50,14 @@ def parse(lines: pl.DataFrame, cursor: Cursor, raw: bytes | None = None) -> tupl
         .alias("step"),
         pl.lit(PLACEHOLDER).alias("tag"),
         pl.col("fields").list.last().str.strip_chars().cast(pl.Float64, strict=False).alias("value"),
-        pl.when(stamped).then(pl.col("fields").list.first().cast(pl.Float64, strict=False) * MS).alias("wall_time"),
+        pl.when(stamped).then(pl.col("fields").list.first().cast(pl.Float64, strict=False)).alias("wall_time"),
         "line_no",
     ).filter(pl.col("value").is_not_null() | pl.col("step").is_null())
     steps = rows.get_column("step").drop_nulls()
     # dvclive's step moves only at Live.next_step(): a metric logged again before it (each
     # micro-batch of a step, or each call of a loop that never calls it) writes rows of one step.
     said = cursor.steps == REPEATS or not repeats(steps.to_numpy(), cursor.last_step)
-    return table.conform_raw(rows), cursor.advance(last_step=int(steps[-1]) if steps.len() else cursor.last_step, steps=cursor.steps if said else REPEATS)
+    return table.conform_raw(in_seconds(rows)), cursor.advance(last_step=int(steps[-1]) if steps.len() else cursor.last_step, steps=cursor.steps if said else REPEATS)
 
 
 def _logs(below: tuple[str, ...]) -> bool:

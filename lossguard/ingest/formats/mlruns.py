@@ -25,7 +25,7 @@ from ..cursor import Cursor
 from ..problems import Problem
 from ..sources import mlruns
 from .base import Format, LineFormat, Layout
-from .onemetric import MS, PLACEHOLDER, STEPLESS, Named, OneMetric
+from .onemetric import PLACEHOLDER, STEPLESS, Named, OneMetric, in_seconds
 
 FOLDER = "mlruns"
 METRICS = "metrics"
@@ -44,12 +44,12 @@ def parse(lines: pl.DataFrame, cursor: Cursor, raw: bytes | None = None) -> tupl
         pl.when(shaped).then(step).alias("step"),
         pl.lit(PLACEHOLDER).alias("tag"),
         value.alias("value"),
-        (stamp.cast(pl.Float64) * MS).alias("wall_time"),
+        stamp.cast(pl.Float64).alias("wall_time"),
         "line_no",
     )
     rows, cursor = numbered(rows, cursor)
     steps = rows.get_column("step").drop_nulls()
-    return table.conform_raw(rows), cursor.advance(last_step=int(steps[-1]) if steps.len() else cursor.last_step)
+    return table.conform_raw(in_seconds(rows)), cursor.advance(last_step=int(steps[-1]) if steps.len() else cursor.last_step)
 
 
 def numbered(rows: pl.DataFrame, cursor: Cursor) -> tuple[pl.DataFrame, Cursor]:

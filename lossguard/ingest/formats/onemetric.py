@@ -17,10 +17,13 @@ from ..cursor import Cursor
 from ..problems import Problem
 from .base import LineFormat, Parsed, Sink
 
-MS = 0.001
-"""Milliseconds (both trackers' timestamps) to seconds, multiplied: polars divides a long column by a
-constant as a multiplication by its reciprocal but a one-row column exactly, so `/ 1000` gave a
-timestamp read in pieces other digits than the same read whole."""
+def in_seconds(rows: pl.DataFrame) -> pl.DataFrame:
+    """Rows whose `wall_time` is in milliseconds (both trackers' timestamps) with it in seconds,
+    divided by numpy, exactly (1700000000.123, not the 1700000000.1230001 of a product with 0.001):
+    polars divides a long column by a constant as a product with its reciprocal but a one-row
+    column exactly, so that a timestamp read in pieces would get other digits than read whole."""
+    ms = rows.get_column("wall_time")
+    return rows.with_columns(pl.Series("wall_time", ms.cast(pl.Float64()).to_numpy() / 1000.0, dtype=pl.Float64(), nan_to_null=True))
 PLACEHOLDER = ""
 """The tag a line parser gives its rows: the path's name replaces it."""
 
