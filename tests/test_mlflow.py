@@ -415,6 +415,20 @@ def test_status_shows_a_database_at_the_watched_root_as_the_runs_it_holds_not_do
         assert (files[str(store)]["run"], files[str(store)]["runs"]) == (prefix.rstrip("/") or ".", f"{prefix}*")
 
 
+def test_scan_run_counts_a_database_in_its_header_only_when_a_run_kept_is_its(store):
+    # Acceptance run 3, finding 7: `--run exp2` said "2 file(s)", the database read to filter its
+    # runs counted though none of them was kept.
+    _written(store)
+    other = store.parent.parent / "exp2"
+    other.mkdir()
+    (other / "train.log").write_text("".join(f"step {s} | loss 2.0\n" for s in range(1, 30)))
+    alone = scan([store.parent.parent], rules=default_rules(), run_glob="exp2")
+    assert [r.run for r in alone.runs] == ["exp2"] and (alone.files, alone.bytes) == (1, (other / "train.log").stat().st_size)
+    both = scan([store.parent.parent], rules=default_rules(), run_glob="exp*/sft/*")
+    assert [r.run for r in both.runs] == ["exp1/sft/r1"] and (both.files, both.bytes) == (1, store.stat().st_size)
+    assert scan([store.parent.parent], rules=default_rules()).files == 2
+
+
 def test_scan_run_matching_nothing_lists_the_run_names_a_tracker_gives_not_its_files_folder(store):
     # Issue 24 F3: the message listed `exp1` (the database's folder, discovery's name), which
     # `--run` never matches: the names to give are the tracker's runs'.

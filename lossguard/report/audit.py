@@ -346,11 +346,13 @@ def scan(
 ) -> ScanResult:
     found, problems = collect(paths, globs=options.globs)
     names: set[str] = set()
+    naming: set[str] = set()
     if run_glob:
         # A file naming its own runs is read for the filter below: its runs are known once read.
-        naming = [may_name_runs(f.path) for f in found]
-        names = {f.run for f, named in zip(found, naming) if not named}
-        found = [f for f, named in zip(found, naming) if named or fnmatchcase(f.run, run_glob)]
+        named = [may_name_runs(f.path) for f in found]
+        names = {f.run for f, n in zip(found, named) if not n}
+        naming = {str(f.path) for f, n in zip(found, named) if n}
+        found = [f for f, n in zip(found, named) if n or fnmatchcase(f.run, run_glob)]
     by_run: dict[str, list[str]] = {}
     sizes: dict[str, int] = {}
     for f in found:
@@ -401,4 +403,16 @@ def scan(
     orphans = [p for r in ordered if not r.formats for p in r.problems]
     names |= {r.run for r in reports if r.formats}
     files = len(found) - sum(r.ignored for r in reports)
+    if run_glob:
+        # A file naming its own runs was read to filter them: it counts where a run kept is its.
+        sources = {r.source for r in kept}
+        counted = [f for f in found if str(f.path) not in naming or decodable(str(f.path)) in sources]
+        files, total = len(counted), sum(_size(f.path) for f in counted)
     return ScanResult(rules, kept, tuple(summarised([*problems, *orphans])), files=files, bytes=total, names=tuple(sorted(names)))
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
