@@ -115,6 +115,12 @@ def test_two_runs_given_one_name_stay_two_and_a_resumed_run_continues_as_one(box
         (f"exp1/huggingface/smart-sun-12@{ids['twin']}", 1, 30 * 3),
         ("exp1/huggingface/resume01", 2, 40 * 3),  # (no display name offline: the id)
     ])
+    # `scan --run` counts the files of the runs it keeps: the resumed run's two, not the others'.
+    from lossguard.detection.rules import default_rules
+    from lossguard.report.audit import scan
+
+    kept = scan([root], rules=default_rules(), run_glob="*/resume01")
+    assert [r.run for r in kept.runs] == ["exp1/huggingface/resume01"] and kept.files == 2
 
 
 def test_scan_finds_the_spike_logged_at_its_step_and_read_says_where_the_steps_come_from(box):

@@ -57,6 +57,8 @@ class RunReport:
     """Loss values around each incident, keyed by (rule, step)."""
     ignored: int = 0
     """Its files passed over in silence (databases no tracker wrote): no file of the scan's total."""
+    paths: tuple[str, ...] = ()
+    """Its files (`source` is their folder when they are several)."""
 
     @property
     def run(self) -> str:
@@ -243,7 +245,7 @@ def _report(read: _Read, analysis: RunAnalysis, streams: dict[str, Points]) -> R
     paths = read.paths
     parents = {str(Path(p).parent) for p in paths}
     source = paths[0] if len(paths) == 1 else (parents.pop() if len(parents) == 1 else os.path.commonpath(paths))
-    return RunReport(analysis, decodable(source), read.formats, len(paths), read.problems, curves, sparks, read.ignored)
+    return RunReport(analysis, decodable(source), read.formats, len(paths), read.problems, curves, sparks, read.ignored, tuple(paths))
 
 
 def scan_runs(batch: Sequence[tuple[str, Sequence[str]]], rules: RuleSet, options: ReadOptions, explicit: frozenset[str] = frozenset()) -> list[RunReport]:
@@ -405,8 +407,8 @@ def scan(
     files = len(found) - sum(r.ignored for r in reports)
     if run_glob:
         # A file naming its own runs was read to filter them: it counts where a run kept is its.
-        sources = {r.source for r in kept}
-        counted = [f for f in found if str(f.path) not in naming or decodable(str(f.path)) in sources]
+        kept_paths = {p for r in kept for p in r.paths}
+        counted = [f for f in found if str(f.path) not in naming or str(f.path) in kept_paths]
         files, total = len(counted), sum(_size(f.path) for f in counted)
     return ScanResult(rules, kept, tuple(summarised([*problems, *orphans])), files=files, bytes=total, names=tuple(sorted(names)))
 
