@@ -142,12 +142,23 @@ def _grown(whole: Path, path: Path, upto: int) -> None:
 
 
 def _with_stepless(db: Path) -> None:
-    """Runs logging metrics without a step: the LR beside a loss logged with `step=` (_mixed), a
-    loss on its own (_stepless), and a loss beside an eval logged now and then."""
+    """Runs logging metrics without a step: the LR beside a loss logged with `step=`, after it
+    (_mixed) or before it, and beside an eval logged at its epoch; a loss on its own (_stepless),
+    and a loss beside an eval logged now and then."""
     client = _client(db)
     exp = client.create_experiment("stepless")
     _mixed(client, client.create_run(exp, run_name="mixed").info.run_id, range(8))
     _stepless(client, client.create_run(exp, run_name="alone").info.run_id, range(10))
+    before = client.create_run(exp, run_name="before").info.run_id
+    for i in range(8):
+        client.log_metric(before, "lr", 1e-4, timestamp=T0 + 2 * i)
+        client.log_metric(before, "loss", 2.0, timestamp=T0 + 2 * i + 1, step=10 * i)
+    epochs = client.create_run(exp, run_name="epochs").info.run_id  # (an eval logged at its epoch)
+    for i in range(10):
+        client.log_metric(epochs, "loss", 2.0, timestamp=T0 + 3 * i, step=10 * i)
+        if i % 4 == 3:
+            client.log_metric(epochs, "val_loss", 2.5, timestamp=T0 + 3 * i + 1, step=i // 4 + 1)
+        client.log_metric(epochs, "lr", 1e-4, timestamp=T0 + 3 * i + 2)
     sparse = client.create_run(exp, run_name="sparse").info.run_id
     for i in range(12):
         client.log_metric(sparse, "loss", 2.0 + (i % 3) * 0.01, timestamp=T0 + i)
@@ -353,7 +364,8 @@ def test_a_metric_logged_without_a_step_beside_stepped_ones_is_put_at_their_step
     state.close()
     frame, _, problems = read_paths([store.parent.parent])
     steps = {tag: frame.filter(pl.col("tag") == tag).get_column("step").to_list() for tag in ("loss", "lr")}
-    assert steps == {"loss": [10 * i for i in range(60)], "lr": [10 * i for i in range(60)]}
+    # Its first two rows are numbered (0, 1) either way: the third tells whether it keeps pace.
+    assert steps == {"loss": [10 * i for i in range(60)], "lr": [0, 1, *(10 * i for i in range(2, 60))]}
     assert [p.message for p in problems] == [
         "run pretrain/r1: lr was logged without a step (all its rows at one step, MLflow's 0) beside metrics logged with steps: "
         "each of its rows is put at the step of the last row with a step logged before it"
@@ -373,12 +385,16 @@ def test_a_metric_logged_without_a_step_is_numbered_apart_unless_stepped_metrics
     frame, _, problems = read_paths([store])
     steps = {(run, tag): frame.filter((pl.col("run") == run) & (pl.col("tag") == tag)).get_column("step").to_list() for run, tag in (
         ("stepless/mixed", "lr"), ("stepless/mixed", "loss"), ("stepless/alone", "loss"), ("stepless/sparse", "loss"), ("stepless/sparse", "eval_loss"),
+        ("stepless/before", "lr"), ("stepless/epochs", "lr"), ("stepless/epochs", "val_loss"),
     )}
     assert steps == {
-        ("stepless/mixed", "lr"): [10 * i for i in range(8)], ("stepless/mixed", "loss"): [10 * i for i in range(8)],
+        ("stepless/mixed", "lr"): [0, 1, *(10 * i for i in range(2, 8))], ("stepless/mixed", "loss"): [10 * i for i in range(8)],
+        ("stepless/before", "lr"): [0, 1, *(10 * i for i in range(1, 7))], ("stepless/epochs", "lr"): [0, 1, *(10 * i for i in range(2, 10))],
+        ("stepless/epochs", "val_loss"): [1, 2],
         ("stepless/alone", "loss"): list(range(10)), ("stepless/sparse", "loss"): list(range(12)), ("stepless/sparse", "eval_loss"): [3, 9],
     }
-    assert sorted(p.message.split(":")[0] for p in problems) == ["run stepless/alone", "run stepless/mixed", "run stepless/sparse"]
+    said = sorted((p.message.split(":")[0], "beside metrics logged with steps" in p.message) for p in problems)
+    assert said == [("run stepless/alone", False), ("run stepless/before", True), ("run stepless/epochs", True), ("run stepless/mixed", True), ("run stepless/sparse", False)]
 
 
 def test_an_lr_logged_without_a_step_before_the_loss_is_put_at_the_step_of_the_loss_before_it(store):
@@ -389,7 +405,7 @@ def test_an_lr_logged_without_a_step_before_the_loss_is_put_at_the_step_of_the_l
         client.log_metric(run, "loss", 2.0, timestamp=T0 + 2 * i + 1, step=10 * i)
     frame, _, _ = read_paths([store])
     lr = frame.filter(pl.col("tag") == "lr").select("step", "value").rows()
-    assert lr == [(step, 1e-4 * (i + 1)) for i, step in enumerate([0, 0, 10, 20, 30, 40])]
+    assert lr == [(step, 1e-4 * (i + 1)) for i, step in enumerate([0, 1, 10, 20, 30, 40])]
 
 
 def test_status_shows_a_database_at_the_watched_root_as_the_runs_it_holds_not_dot(store, tmp_path, capsys):

@@ -53,20 +53,14 @@ class MlflowDbFormat:
 
 STEPLESS = "SELECT min(step) = max(step), sum(rowid < ?), count(*) FROM metrics WHERE run_uuid = ? AND key = ?"
 """Whether a metric's rows all share one step, how many come before a row, and how many it has."""
-STEPPED = """
-SELECT l.key FROM latest_metrics AS l WHERE l.run_uuid = ?
-AND l.step != (SELECT min(m.step) FROM metrics AS m WHERE m.run_uuid = l.run_uuid AND m.key = l.key)
-"""
-"""The metrics of a run logged at more than one step: MLflow keeps each metric's latest row of a
-run in `latest_metrics` (its highest step), and its lowest step is the first entry of the
-(run, key, step) index: a few look-ups, not a walk of the run's rows."""
-STEPPED_SCAN = "SELECT key FROM metrics WHERE run_uuid = ? GROUP BY key HAVING min(step) != max(step)"
-"""The same, in a store with no `latest_metrics` table (a walk of the run's rows)."""
-FIRST_TWO = "SELECT rowid FROM metrics WHERE run_uuid = ? AND key = ? AND step = ? ORDER BY rowid LIMIT 2"
-"""A metric's first two rows (at its shared step: the (run, key, step) index holds them in rowid order)."""
-LAST_STEP = "SELECT step FROM metrics WHERE run_uuid = ? AND rowid < ? AND key IN ({marks}) ORDER BY rowid DESC LIMIT 1"
-"""The step of the run's last row of a metric logged at steps before a row (the run's rowid index,
-walked back from it)."""
+FIRST_THREE = "SELECT rowid FROM metrics WHERE run_uuid = ? AND key = ? AND step = ? ORDER BY rowid LIMIT 3"
+"""A metric's first three rows (at its shared step: in rowid order on the (run, key, step) index
+where MLflow made it, else on the run's)."""
+BETWEEN = "SELECT key FROM metrics WHERE run_uuid = ? AND rowid > ? AND rowid < ? AND key != ? {step} ORDER BY rowid LIMIT 1"
+"""The first row of another metric of the run logged between two rows (the run's rowid index,
+walked forward from the first)."""
+LAST_OF = "SELECT step FROM metrics WHERE run_uuid = ? AND key = ? AND rowid < ? ORDER BY rowid DESC LIMIT 1"
+"""The step of a metric's last row before a row (the run's rowid index, walked back from it)."""
 
 
 @dataclass(frozen=True)
@@ -79,82 +73,68 @@ class _Stepless:
     """The step its rows share (MLflow's 0)."""
     before: int
     """Its rows before this read's first."""
-    beside: tuple[str, ...]
-    """The run's metrics logged at steps that its rows go at (none: they are numbered apart)."""
+    pace: str | None
+    """The metric logged with steps that its rows go at (None: they are numbered apart)."""
 
 
 def _numbered(db: sqlite3.Connection, got: pl.DataFrame) -> tuple[pl.DataFrame, list[tuple[str, str, bool]]]:
     """The rows of metrics logged without a step (`log_metric(key, value)`: step 0 in every row)
     given steps: a metric whose rows in the whole store share one step, and are more than one, has
     its i-th row (from the second) at that step + i, as the file store's are (formats.mlruns.numbered),
-    or at the steps of the metrics its run logs with `step=` where they keep pace with it (_beside).
-    Only metrics whose fetched rows share a step are asked about (a few indexed queries each).
-    Also the (run id, key, beside) of those whose numbering this read begins (it holds their
-    second row): said once."""
+    or, from its third, at the steps of a metric its run logs with `step=` that keeps pace with it
+    (_pace, _placed). Only metrics whose fetched rows share a step are asked about (a few indexed
+    queries each). Also the (run id, key, paced) of those whose numbering this read decides (it
+    holds their third row): said once."""
     one = got.group_by("uuid", "tag").agg(pl.col("step").min().alias("lo"), pl.col("step").max().alias("hi"), pl.col("_key").min().alias("at"), pl.len().alias("n"))
     found: list[_Stepless] = []
     begun = []
-    stepped: dict[str, list[str]] = {}
     for uuid, key, lo, hi, at, n in one.filter(pl.col("lo") == pl.col("hi")).iter_rows():
         same, before, total = db.execute(STEPLESS, (at, uuid, key)).fetchone()
         if same and total > 1:
-            if uuid not in stepped:
-                stepped[uuid] = _stepped(db, uuid)
-            found.append(_Stepless(uuid, key, lo, before, _paced(db, uuid, key, lo, stepped[uuid])))
-            if before <= 1 < before + n:
-                begun.append((uuid, key, bool(found[-1].beside)))
+            found.append(_Stepless(uuid, key, lo, before, _pace(db, uuid, key, lo) if total > 2 else None))
+            if total > 2 and before <= 2 < before + n:
+                begun.append((uuid, key, found[-1].pace is not None))
     if not found:
         return got, begun
-    apart = [(m.uuid, m.key, m.step + m.before) for m in found if not m.beside]
-    if apart:
-        base = pl.DataFrame(apart, orient="row", schema={"uuid": pl.String(), "tag": pl.String(), "base": pl.Int64()})
-        got = got.join(base, on=["uuid", "tag"], how="left", maintain_order="left")
-        rank = pl.int_range(pl.len(), dtype=pl.Int64).over("uuid", "tag")
-        got = got.with_columns(pl.when(pl.col("base").is_not_null()).then(pl.col("base") + rank).otherwise(pl.col("step")).alias("step")).drop("base")
-    for m in found:
-        if m.beside:
-            got = _beside(db, got, m)
-    return got, begun
+    numbers = pl.DataFrame([(m.uuid, m.key, m.step + m.before) for m in found], orient="row", schema={"uuid": pl.String(), "tag": pl.String(), "base": pl.Int64()})
+    got = got.join(numbers, on=["uuid", "tag"], how="left", maintain_order="left")
+    rank = pl.int_range(pl.len(), dtype=pl.Int64).over("uuid", "tag")
+    got = got.with_columns(pl.when(pl.col("base").is_not_null()).then(pl.col("base") + rank).otherwise(pl.col("step")).alias("step")).drop("base")
+    paced = [m for m in found if m.pace is not None]
+    return (_placed(db, got, paced) if paced else got), begun
 
 
-def _stepped(db: sqlite3.Connection, uuid: str) -> list[str]:
-    try:
-        return sorted(k for (k,) in db.execute(STEPPED, (uuid,)))
-    except sqlite3.OperationalError:  # (no latest_metrics: a store MLflow did not migrate)
-        return sorted(k for (k,) in db.execute(STEPPED_SCAN, (uuid,)))
+def _pace(db: sqlite3.Connection, uuid: str, key: str, step: int) -> str | None:
+    """The metric logged with steps that a metric logged without one goes at: the one of its run
+    whose row at another step was the first logged between its second and third rows, if that
+    metric also logged a row between its first two (an LR logged without a step each time a loss
+    is logged with one, before it or after it). None otherwise: a loss logged without a step beside
+    an eval logged with steps now and then is numbered on its own, not folded onto the eval's few
+    steps, and metrics that are all logged without steps stay numbered. Decided by rows logged
+    before its third, which every read after that sees alike, in one go or in pieces."""
+    first, second, third = (r for (r,) in db.execute(FIRST_THREE, (uuid, key, step)).fetchall())
+    row = db.execute(BETWEEN.format(step="AND step != ?"), (uuid, second, third, key, step)).fetchone()
+    if row is None:
+        return None
+    paced = db.execute(BETWEEN.format(step="AND key = ?"), (uuid, first, second, key, row[0])).fetchone()
+    return row[0] if paced is not None else None
 
 
-def _last_step(db: sqlite3.Connection, uuid: str, before: int, keys: list[str] | tuple[str, ...]) -> int | None:
-    row = db.execute(LAST_STEP.format(marks=", ".join("?" * len(keys))), (uuid, before, *keys)).fetchone()
-    return None if row is None else row[0]
-
-
-def _paced(db: sqlite3.Connection, uuid: str, key: str, step: int, stepped: list[str]) -> tuple[str, ...]:
-    """The metrics logged at steps that a metric logged without one goes at: those of its run, when
-    one of their rows at a new step was logged between its first two rows (an LR logged without a
-    step each time a loss is logged with one). Otherwise none: a loss logged without a step beside
-    an eval logged with steps now and then is numbered on its own, not folded onto the eval's
-    steps. Decided by its first two rows, which a read in pieces and one read see alike."""
-    if not stepped:
-        return ()
-    first, second = (r for (r,) in db.execute(FIRST_TWO, (uuid, key, step)).fetchall())
-    paced = _last_step(db, uuid, second, stepped) not in (None, _last_step(db, uuid, first, stepped))
-    return tuple(stepped) if paced else ()
-
-
-def _beside(db: sqlite3.Connection, got: pl.DataFrame, m: _Stepless) -> pl.DataFrame:
-    """The rows of `m` (logged without a step, beside metrics logged with steps) from its second on,
-    each at the step of its run's last row of those metrics before it (in the order logged: rowid);
-    a row with none before it keeps its shared step."""
-    run = got.filter(pl.col("uuid") == m.uuid).sort("_key")
-    first = run.filter(pl.col("tag") == m.key).get_column("_key").min()
-    seed = _last_step(db, m.uuid, first, m.beside)
-    last = pl.when(pl.col("tag").is_in(m.beside)).then(pl.col("step")).forward_fill().fill_null(pl.lit(seed, dtype=pl.Int64()))
-    mine = run.select("_key", pl.col("tag"), last.alias("at")).filter(pl.col("tag") == m.key)
-    mine = mine.with_columns(pl.int_range(pl.len(), dtype=pl.Int64).alias("i"))
-    mine = mine.filter((pl.col("i") + m.before >= 1) & pl.col("at").is_not_null()).select("_key", "at")
-    got = got.join(mine, on="_key", how="left", maintain_order="left")
-    return got.with_columns(pl.coalesce("at", "step").alias("step")).drop("at")
+def _placed(db: sqlite3.Connection, got: pl.DataFrame, paced: list[_Stepless]) -> pl.DataFrame:
+    """The rows of `paced` metrics from their third on, each at the step of the last row before it
+    (in the order logged: rowid) of the metric it keeps pace with; one forward fill a run and
+    metric kept pace with, however many metrics keep pace with it."""
+    for uuid, pace in sorted({(m.uuid, m.pace) for m in paced}):
+        keys = [m.key for m in paced if (m.uuid, m.pace) == (uuid, pace)]
+        run = got.filter(pl.col("uuid") == uuid)
+        first = run.filter(pl.col("tag").is_in(keys)).get_column("_key").min()
+        seed = db.execute(LAST_OF, (uuid, pace, first)).fetchone()
+        last = pl.when(pl.col("tag") == pace).then(pl.col("step")).forward_fill().fill_null(pl.lit(seed[0] if seed else None, dtype=pl.Int64()))
+        index = pl.DataFrame([(m.key, m.before) for m in paced if (m.uuid, m.pace) == (uuid, pace)], orient="row", schema={"tag": pl.String(), "before": pl.Int64()})
+        mine = run.select("_key", "tag", last.alias("at")).join(index, on="tag", how="inner", maintain_order="left")
+        mine = mine.filter((pl.int_range(pl.len(), dtype=pl.Int64).over("tag") + pl.col("before") >= 2) & pl.col("at").is_not_null()).select("_key", "at")
+        got = got.join(mine, on="_key", how="left", maintain_order="left").with_columns(pl.coalesce("at", "step").alias("step")).drop("at")
+    return got
 
 
 BATCH = {"_key": pl.Int64(), "uuid": pl.String(), "tag": pl.String(), "value": pl.Float64(), "is_nan": pl.Int64(), "step": pl.Int64(), "ts": pl.Int64()}
