@@ -416,8 +416,9 @@ def _bad_batch(
     )
 
 
-SHIFT_POINTS = 10
-"""Points after a spike's start that must all hold its level for it to be a level shift."""
+SHIFT_POINTS = 30
+"""Points after a spike's start that must all hold its level for it to be called a level shift:
+three windows of the default rule, more than a spike that is merely slow to recover lasts."""
 
 
 def _level_shift(inc: Incident, ctx: RunContext) -> str | None:
@@ -425,14 +426,17 @@ def _level_shift(inc: Incident, ctx: RunContext) -> str | None:
     began above the spike's threshold, for SHIFT_POINTS points or more): a rule judging a window of
     the last points stops flagging it once the window holds the new level, which reads as "recovered"
     but is not; None for a spike that came back down."""
-    if ctx.loss is None or inc.end_step is not None or inc.threshold is None or inc.baseline is None or not math.isfinite(inc.threshold) or inc.baseline <= 0:
+    if inc.metric != "loss" or ctx.loss is None or inc.end_step is not None or inc.threshold is None or inc.baseline is None:
+        return None  # (the context holds the training loss only: another metric's points are not in it)
+    if not math.isfinite(inc.threshold) or inc.baseline <= 0:
         return None
     _, after = ctx.loss.between(inc.step, math.inf)
     after = after[np.isfinite(after)]
     if after.size < SHIFT_POINTS or not (after > inc.threshold).all():
         return None
     level = float(np.median(after))
-    return f"the loss stepped up {level / inc.baseline:.1f}x at step {inc.step} and stayed there ({after.size - 1} points since, median {_fmt(level)} against {_fmt(inc.baseline)} before): a level shift, not a spike"
+    return (f"the loss stepped up {level / inc.baseline:.1f}x at step {inc.step} and has stayed there ({after.size - 1} points since, "
+            f"median {_fmt(level)} against {_fmt(inc.baseline)} before): a level shift so far, not a spike")
 
 
 def label(inc: Incident, ctx: RunContext) -> tuple[Cause, ...]:
