@@ -71,22 +71,46 @@ def test_html_text_escapes_quotes_for_attributes_and_shows_control_characters():
     assert html_text('a"b\'<c>&\x1b') == "a&quot;b&#x27;&lt;c&gt;&amp;\\x1b"
 
 
-def test_daemon_log_lines_carry_a_timestamp_unless_journald_stamps_them(monkeypatch, capsys):
+LOGGING_CHILD = """
+import logging
+from lossguard.watch.daemon import setup_logging
+setup_logging("info")
+log = logging.getLogger("lossguard")
+log.info("following %s", "runs/")
+log.warning("%s: corrupt", "runs/x")
+try:
+    1 / 0
+except ZeroDivisionError:
+    log.exception("pass failed")
+"""
+
+
+@pytest.mark.parametrize("journal", ["none", "stderr", "stdout only"])
+def test_daemon_log_lines_carry_a_timestamp_or_under_journald_each_line_its_priority(tmp_path, journal):
+    # journald stamps each line itself and reads a `<N>` at a line's start as its priority
+    # (`journalctl -p warning`), on every line a traceback's included; JOURNAL_STREAM names the
+    # stream systemd connected (device:inode): stdout's alone when stderr goes to a file.
+    import os
     import re
+    import subprocess
+    import sys
 
-    from lossguard.watch.daemon import setup_logging
-
-    for journal, stamped in (("", True), ("8:12345", False)):
-        monkeypatch.setenv("JOURNAL_STREAM", journal) if journal else monkeypatch.delenv("JOURNAL_STREAM", raising=False)
-        setup_logging("info")
-        logging.getLogger("lossguard").info("following %s", "runs/")
-        line = capsys.readouterr().err.strip()
-        assert bool(re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d{4} INFO following runs/$", line)) == stamped, line
-        assert line.endswith("INFO following runs/")
-        logging.getLogger("lossguard").warning("%s: corrupt", "runs/x")
-        warned = capsys.readouterr().err.strip()
-        # journald takes `<4>` for the line's priority: `journalctl -p warning` shows it.
-        assert warned.startswith("<4>WARNING runs/x: corrupt") != stamped and line.startswith("<6>INFO") != stamped, (line, warned)
+    err, other = tmp_path / "stderr", tmp_path / "other"
+    other.write_text("")
+    env = {k: v for k, v in os.environ.items() if k != "JOURNAL_STREAM"}
+    with open(err, "w") as fh:
+        if journal != "none":
+            st = os.fstat(fh.fileno()) if journal == "stderr" else os.stat(other)
+            env["JOURNAL_STREAM"] = f"{st.st_dev}:{st.st_ino}"
+        subprocess.run([sys.executable, "-c", LOGGING_CHILD], stderr=fh, env=env, check=True, timeout=60)
+    lines = err.read_text().splitlines()
+    if journal == "stderr":
+        assert lines[:2] == ["<6>INFO following runs/", "<4>WARNING runs/x: corrupt"], lines
+        assert lines[2] == "<3>ERROR pass failed" and len(lines) > 4 and all(line.startswith("<3>") for line in lines[2:]), lines
+        assert lines[-1] == "<3>ZeroDivisionError: division by zero"
+    else:
+        assert re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d{4} INFO following runs/$", lines[0]), lines
+        assert lines[1].endswith(" WARNING runs/x: corrupt") and not any(line.startswith("<") for line in lines)
 
 
 def test_the_daemons_warnings_about_input_are_logged_at_warning_not_info(caplog):

@@ -374,8 +374,15 @@ class SafeFormatter(logging.Formatter):
 
     def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 - logging's name
         record.message = scrub(printable(record.message))
-        line = super().formatMessage(record)
-        return f"<{SYSLOG_PRIORITY.get(record.levelno, 6)}>{line}" if self.journal else line
+        return super().formatMessage(record)
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = super().format(record)
+        if not self.journal:
+            return text
+        # journald reads each line of the stream apart: a traceback's lines carry the priority too.
+        mark = f"<{SYSLOG_PRIORITY.get(record.levelno, 6)}>"
+        return "\n".join(mark + line for line in text.split("\n"))
 
     def formatException(self, ei) -> str:  # noqa: ANN001, N802
         return scrub(printable_lines(super().formatException(ei)))
@@ -384,12 +391,23 @@ class SafeFormatter(logging.Formatter):
         return scrub(printable_lines(super().formatStack(stack_info)))
 
 
+def _to_journal(stream) -> bool:  # noqa: ANN001 - (a text stream)
+    """Whether `stream` is the journal's: systemd sets JOURNAL_STREAM to `device:inode` of the
+    stream it connected to the journal, which is stdout's alone when stderr goes to a file."""
+    dev, _, ino = os.environ.get("JOURNAL_STREAM", "").partition(":")
+    try:
+        st = os.fstat(stream.fileno())
+        return (st.st_dev, st.st_ino) == (int(dev), int(ino))
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 def setup_logging(level: str) -> None:
     """Log lines on stderr, with a timestamp unless journald takes them (it stamps each line itself:
     systemd sets JOURNAL_STREAM for a service whose stderr goes to the journal), where each line
     carries its priority instead."""
     handler = logging.StreamHandler(sys.stderr)
-    journal = bool(os.environ.get("JOURNAL_STREAM"))
+    journal = _to_journal(sys.stderr)
     stamp = "" if journal else "%(asctime)s "
     handler.setFormatter(SafeFormatter(f"{stamp}%(levelname)s %(message)s", datefmt="%Y-%m-%dT%H:%M:%S%z", journal=journal))
     root = logging.getLogger("lossguard")
