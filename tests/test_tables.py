@@ -245,6 +245,23 @@ def store(tmp_path, monkeypatch) -> Path:
     return root
 
 
+def test_status_lists_a_file_store_metric_under_its_run_not_dot(store, tmp_path, capsys):
+    from lossguard.cli import main
+    from lossguard.detection.rules import default_rules
+    from lossguard.state import State
+    from lossguard.watch.follow import Follower
+
+    from .conftest import WAIT_FOR_EVERY_READ
+
+    state = State(tmp_path / "state")
+    Follower([store], rules=default_rules(), state=state, log=lambda _: None, pass_budget=WAIT_FOR_EVERY_READ).run_pass(1.0)
+    state.close()
+    assert main(["status", "--state-dir", str(tmp_path / "state")]) == 0
+    out = capsys.readouterr().out.splitlines()
+    odd = [line for line in out if "/metrics/eval/acc/top1" in line]
+    assert len(odd) == 1 and odd[0].startswith("  exp2/odd  "), out
+
+
 def test_mlruns_every_run_is_a_run_of_its_own_named_by_experiment_and_run_the_deleted_not_read(store):
     frame, results, problems = read_paths([store.parent.parent])
     assert problems == [] and {r.format for r in results} == {"mlruns"}

@@ -72,15 +72,23 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _runs_of(file: dict, named: str | None) -> str:
-    """The runs a followed file's rows go to: its run, or, for a file whose rows name their runs
-    (a tracker's database, a W&B log), the name its rows give (a W&B log's run, kept in its
-    cursor) under the file's prefix, else the prefix with `*` (a database of many runs: `exp1/*`,
-    or `*` at the root followed), as `--run` globs take them; never the bare `.` of the root."""
+    """The runs a followed file's rows go to: its run, or, for a file whose rows name their runs,
+    the name they give under the file's prefix (a W&B log's, kept in its cursor; an MLflow file
+    store's metric file's, from its run's meta.yaml), else the prefix with `*` (a database of many
+    runs: `exp1/*`, or `*` at the root followed), as `--run` globs take them; never the bare `.`."""
+    from pathlib import Path
+
     from ..ingest.formats import FORMATS
     from ..ingest.table import run_of
 
-    if not any(fmt.names_runs and fmt.name == file["format"] for fmt in FORMATS):
+    fmt = next((f for f in FORMATS if f.names_runs and f.name == file["format"]), None)
+    if fmt is None:
         return str(file["run"])
+    if named is None and hasattr(fmt.reader, "named"):  # (a file a metric: its place names its run)
+        try:
+            named = fmt.reader.named(Path(file["path"])).run
+        except OSError:
+            named = None
     return run_of(str(file["run"]), named or "*")
 
 
