@@ -112,7 +112,10 @@ def _pace(db: sqlite3.Connection, uuid: str, key: str, step: int) -> str | None:
     an eval logged with steps now and then is numbered on its own, not folded onto the eval's few
     steps, and metrics that are all logged without steps stay numbered. Decided by rows logged
     before its third, which every read after that sees alike, in one go or in pieces."""
-    first, second, third = (r for (r,) in db.execute(FIRST_THREE, (uuid, key, step)).fetchall())
+    rows = [r for (r,) in db.execute(FIRST_THREE, (uuid, key, step)).fetchall()]
+    if len(rows) < 3:  # (rows deleted since they were counted: `mlflow gc` under a read)
+        return None
+    first, second, third = rows
     row = db.execute(BETWEEN.format(step="AND step != ?"), (uuid, second, third, key, step)).fetchone()
     if row is None:
         return None
