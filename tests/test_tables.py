@@ -108,6 +108,19 @@ def test_dvclive_and_mlflow_file_store_timestamps_are_read_as_exact_seconds(tmp_
     assert lr == [float(f"{int(line.split()[0]) // 1000}.{int(line.split()[0]) % 1000:03d}") for line in written]
 
 
+def test_dvclive_a_folder_of_another_name_scanned_from_inside_by_a_relative_path_is_read_as_dvclive(tmp_path, monkeypatch):
+    # `Live(dir="results/exp3")`, then `cd results/exp3 && lossguard scan .`: the relative paths
+    # held no part that says "dvclive", and the .tsv files were no one's.
+    monkeypatch.chdir(tmp_path)
+    _live_run(tmp_path / "results" / "exp3", steps=range(12))
+    expected = read_paths([tmp_path / "results" / "exp3"])[0].select("run", "tag", "step", "value")
+    for here, root in ((tmp_path / "results" / "exp3", "."), (tmp_path / "results" / "exp3" / "plots" / "metrics", "."), (tmp_path / "results", "exp3")):
+        monkeypatch.chdir(here)
+        frame, results, problems = read_paths([Path(root)])
+        assert problems == [] and {r.format for r in results} == {"dvclive"}, (here, root, problems)
+        assert frame.select("run", "tag", "step", "value").equals(expected), (here, root)
+
+
 def test_dvclive_a_folder_of_another_name_is_known_by_its_summary_and_names_its_run(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     _live_run(tmp_path / "runs" / "exp3", steps=range(3))

@@ -315,6 +315,25 @@ def discover(root: Path, *, extra_globs: Sequence[str] = (), problems: list[Prob
     return found
 
 
+PROBED = 16
+"""Files of a relative root looked at for a tracker's folder of another name around it."""
+
+
+def _tracked_only_absolute(root: Path) -> bool:
+    """Whether the first files under a relative root (PROBED of them, the walk's first) are in a
+    tracker's folder that only their absolute paths show: a folder of another name, known by what
+    is beside it (a DVCLive folder by its metrics.json, or its plots/metrics/ by the .tsv files)."""
+    if root.is_file():
+        files = [str(root)]
+    else:
+        files = []
+        for folder, _, names in os.walk(root):
+            files += [str(Path(folder, n)) for n in names[: PROBED - len(files)]]  # (as discovery spells them: no ./)
+            if len(files) >= PROBED:
+                break
+    return any(tracked(f) is None and tracked(os.path.abspath(f)) is not None for f in files)
+
+
 def collect(paths: Sequence[Path], *, globs: Sequence[str] = (), listings: Listings | None = None) -> tuple[list[Found], list[Problem]]:
     """The runs under every root (`globs`: names the user's own formats claim)."""
     problems: list[Problem] = []
@@ -333,6 +352,10 @@ def collect(paths: Sequence[Path], *, globs: Sequence[str] = (), listings: Listi
         if not root.is_absolute() and any(part in LAYOUTS for part in Path(os.path.abspath(root)).parts):
             # Inside a tracker's folder (`cd exp1/dvclive && lossguard scan .`): a path relative to
             # it holds no part that says so, and its files would be no tracker's.
+            root = Path(os.path.abspath(root))
+        elif not root.is_absolute() and _tracked_only_absolute(root):
+            # Inside a tracker's folder of another name (`Live(dir="results/exp3")`, then `scan .`
+            # in it): only the absolute paths show what its layout knows it by (Layout.renamed).
             root = Path(os.path.abspath(root))
         here = discover(root, extra_globs=globs, problems=problems, listings=listings)
         label = decodable(Path(os.path.abspath(root)).name or str(root))
