@@ -159,6 +159,10 @@ def _with_stepless(db: Path) -> None:
         if i % 3 == 2:
             client.log_metric(epochs, "val_loss", 2.5, timestamp=T0 + 3 * i + 1, step=i // 3 + 1)
         client.log_metric(epochs, "lr", 1e-4, timestamp=T0 + 3 * i + 2)
+    constant = client.create_run(exp, run_name="constant").info.run_id  # (a metric at one step of its own)
+    for i in range(5):
+        client.log_metric(constant, "k", 1.0, timestamp=T0 + 2 * i, step=5)
+        client.log_metric(constant, "lr", 1e-4, timestamp=T0 + 2 * i + 1)
     sparse = client.create_run(exp, run_name="sparse").info.run_id
     for i in range(6):
         client.log_metric(sparse, "loss", 2.0 + (i % 3) * 0.01, timestamp=T0 + i)
@@ -385,16 +389,19 @@ def test_a_metric_logged_without_a_step_is_numbered_apart_unless_stepped_metrics
     frame, _, problems = read_paths([store])
     steps = {(run, tag): frame.filter((pl.col("run") == run) & (pl.col("tag") == tag)).get_column("step").to_list() for run, tag in (
         ("stepless/mixed", "lr"), ("stepless/mixed", "loss"), ("stepless/alone", "loss"), ("stepless/sparse", "loss"), ("stepless/sparse", "eval_loss"),
-        ("stepless/before", "lr"), ("stepless/epochs", "lr"), ("stepless/epochs", "val_loss"),
+        ("stepless/before", "lr"), ("stepless/epochs", "lr"), ("stepless/epochs", "val_loss"), ("stepless/constant", "k"), ("stepless/constant", "lr"),
     )}
     assert steps == {
         ("stepless/mixed", "lr"): [0, 1, *(10 * i for i in range(2, 5))], ("stepless/mixed", "loss"): [10 * i for i in range(5)],
         ("stepless/before", "lr"): [0, 1, *(10 * i for i in range(1, 4))], ("stepless/epochs", "lr"): [0, 1, *(10 * i for i in range(2, 6))],
-        ("stepless/epochs", "val_loss"): [1, 2],
+        ("stepless/epochs", "val_loss"): [1, 2], ("stepless/constant", "k"): [5, 6, 7, 8, 9], ("stepless/constant", "lr"): [0, 1, 2, 3, 4],
         ("stepless/alone", "loss"): list(range(5)), ("stepless/sparse", "loss"): list(range(6)), ("stepless/sparse", "eval_loss"): [1, 4],
     }
     said = sorted((p.message.split(":")[0], "beside metrics logged with steps" in p.message) for p in problems)
-    assert said == [("run stepless/alone", False), ("run stepless/before", True), ("run stepless/epochs", True), ("run stepless/mixed", True), ("run stepless/sparse", False)]
+    assert said == [
+        ("run stepless/alone", False), ("run stepless/before", True), ("run stepless/constant", False), ("run stepless/constant", False),
+        ("run stepless/epochs", True), ("run stepless/mixed", True), ("run stepless/sparse", False),
+    ]
 
 
 def test_an_lr_logged_without_a_step_before_the_loss_is_put_at_the_step_of_the_loss_before_it(store):

@@ -112,9 +112,16 @@ def test_dvclive_a_folder_of_another_name_scanned_from_inside_by_a_relative_path
     # `Live(dir="results/exp3")`, then `cd results/exp3 && lossguard scan .`: the relative paths
     # held no part that says "dvclive", and the .tsv files were no one's.
     monkeypatch.chdir(tmp_path)
-    _live_run(tmp_path / "results" / "exp3", steps=range(12))
-    expected = read_paths([tmp_path / "results" / "exp3"])[0].select("run", "tag", "step", "value")
-    for here, root in ((tmp_path / "results" / "exp3", "."), (tmp_path / "results" / "exp3" / "plots" / "metrics", "."), (tmp_path / "results", "exp3")):
+    exp3 = tmp_path / "results" / "exp3"
+    _live_run(exp3, steps=range(12))
+    # Whatever else the folder holds, listed in any order: checkpoints beside it, images beside plots/metrics.
+    for i in range(300):
+        (exp3 / f"ckpt-{i:03d}.pt").write_bytes(b"")
+    (exp3 / "plots" / "images").mkdir()
+    for i in range(40):
+        (exp3 / "plots" / "images" / f"sample-{i}.png").write_bytes(b"")
+    expected = read_paths([exp3])[0].select("run", "tag", "step", "value")
+    for here, root in ((exp3, "."), (exp3 / "plots" / "metrics", "."), (exp3 / "plots", "."), (exp3 / "plots" / "images", "../metrics")):
         monkeypatch.chdir(here)
         frame, results, problems = read_paths([Path(root)])
         assert problems == [] and {r.format for r in results} == {"dvclive"}, (here, root, problems)

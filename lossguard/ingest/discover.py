@@ -23,7 +23,7 @@ from fnmatch import fnmatch
 from functools import lru_cache
 from pathlib import Path
 
-from .formats.sniff import LAYOUTS, by_name, in_layout, may_name_runs, tracked
+from .formats.sniff import LAYOUTS, RENAMED, by_name, in_layout, may_name_runs, tracked
 from ..errors import UsageError
 from ..escaping import decodable
 from .problems import Problem
@@ -315,23 +315,24 @@ def discover(root: Path, *, extra_globs: Sequence[str] = (), problems: list[Prob
     return found
 
 
-PROBED = 16
-"""Files of a relative root looked at for a tracker's folder of another name around it."""
-
-
 def _tracked_only_absolute(root: Path) -> bool:
-    """Whether the first files under a relative root (PROBED of them, the walk's first) are in a
-    tracker's folder that only their absolute paths show: a folder of another name, known by what
-    is beside it (a DVCLive folder by its metrics.json, or its plots/metrics/ by the .tsv files)."""
-    if root.is_file():
-        files = [str(root)]
-    else:
-        files = []
-        for folder, _, names in os.walk(root):
-            files += [str(Path(folder, n)) for n in names[: PROBED - len(files)]]  # (as discovery spells them: no ./)
-            if len(files) >= PROBED:
-                break
-    return any(tracked(f) is None and tracked(os.path.abspath(f)) is not None for f in files)
+    """Whether a relative root is, or is inside, a tracker's folder of another name, which only
+    absolute paths show (Layout.renamed: a DVCLive folder known by the metrics.json beside its
+    plots/metrics/): each folder from the root up is asked, by the names in it that such a
+    tracker keeps (Layout.own), whatever else it holds and in whatever order it lists them."""
+    here = Path(os.path.abspath(root))
+    for folder in (here if here.is_dir() else here.parent, *here.parents):
+        try:
+            names = os.listdir(folder)
+        except OSError:
+            continue
+        for fmt in RENAMED:
+            own = fmt.layout.own  # type: ignore[union-attr]
+            for name in names if own is None else filter(own, names):
+                path = os.path.join(folder, name)
+                if os.path.isfile(path) and tracked(path) is not None:
+                    return True
+    return False
 
 
 def collect(paths: Sequence[Path], *, globs: Sequence[str] = (), listings: Listings | None = None) -> tuple[list[Found], list[Problem]]:

@@ -56,7 +56,7 @@ STEPLESS = "SELECT min(step) = max(step), sum(rowid < ?), count(*) FROM metrics 
 FIRST_THREE = "SELECT rowid FROM metrics WHERE run_uuid = ? AND key = ? AND step = ? ORDER BY rowid LIMIT 3"
 """A metric's first three rows (at its shared step: in rowid order on the (run, key, step) index
 where MLflow made it, else on the run's)."""
-BETWEEN = "SELECT key FROM metrics WHERE run_uuid = ? AND rowid > ? AND rowid < ? AND key != ? {step} ORDER BY rowid LIMIT 1"
+BETWEEN = "SELECT key, step FROM metrics WHERE run_uuid = ? AND rowid > ? AND rowid < ? AND key != ? {step} ORDER BY rowid LIMIT 1"
 """The first row of another metric of the run logged between two rows (the run's rowid index,
 walked forward from the first)."""
 LAST_OF = "SELECT step FROM metrics WHERE run_uuid = ? AND key = ? AND rowid < ? ORDER BY rowid DESC LIMIT 1"
@@ -97,11 +97,11 @@ def _numbered(db: sqlite3.Connection, got: pl.DataFrame) -> tuple[pl.DataFrame, 
     if not found:
         return got, begun
     numbers = pl.DataFrame([(m.uuid, m.key, m.step + m.before) for m in found], orient="row", schema={"uuid": pl.String(), "tag": pl.String(), "base": pl.Int64()})
-    got = got.join(numbers, on=["uuid", "tag"], how="left", maintain_order="left")
+    got = got.join(numbers, on=["uuid", "tag"], how="left", maintain_order="left").with_columns(pl.col("step").alias("stored"))
     rank = pl.int_range(pl.len(), dtype=pl.Int64).over("uuid", "tag")
     got = got.with_columns(pl.when(pl.col("base").is_not_null()).then(pl.col("base") + rank).otherwise(pl.col("step")).alias("step")).drop("base")
     paced = [m for m in found if m.pace is not None]
-    return (_placed(db, got, paced) if paced else got), begun
+    return (_placed(db, got, paced) if paced else got).drop("stored"), begun
 
 
 def _pace(db: sqlite3.Connection, uuid: str, key: str, step: int) -> str | None:
@@ -119,8 +119,10 @@ def _pace(db: sqlite3.Connection, uuid: str, key: str, step: int) -> str | None:
     row = db.execute(BETWEEN.format(step="AND step != ?"), (uuid, second, third, key, step)).fetchone()
     if row is None:
         return None
-    paced = db.execute(BETWEEN.format(step="AND key = ?"), (uuid, first, second, key, row[0])).fetchone()
-    return row[0] if paced is not None else None
+    earlier = db.execute(BETWEEN.format(step="AND key = ?"), (uuid, first, second, key, row[0])).fetchone()
+    # Two rows at two steps: a metric logged with steps, not one whose rows share a step of their
+    # own (`step=epoch` within an epoch, a constant): that one is numbered itself.
+    return row[0] if earlier is not None and earlier[1] != row[1] else None
 
 
 def _placed(db: sqlite3.Connection, got: pl.DataFrame, paced: list[_Stepless]) -> pl.DataFrame:
@@ -132,7 +134,8 @@ def _placed(db: sqlite3.Connection, got: pl.DataFrame, paced: list[_Stepless]) -
         run = got.filter(pl.col("uuid") == uuid)
         first = run.filter(pl.col("tag").is_in(keys)).get_column("_key").min()
         seed = db.execute(LAST_OF, (uuid, pace, first)).fetchone()
-        last = pl.when(pl.col("tag") == pace).then(pl.col("step")).forward_fill().fill_null(pl.lit(seed[0] if seed else None, dtype=pl.Int64()))
+        # The steps as stored, as the seed is: the pace metric's own, never numbered.
+        last = pl.when(pl.col("tag") == pace).then(pl.col("stored")).forward_fill().fill_null(pl.lit(seed[0] if seed else None, dtype=pl.Int64()))
         index = pl.DataFrame([(m.key, m.before) for m in paced if (m.uuid, m.pace) == (uuid, pace)], orient="row", schema={"tag": pl.String(), "before": pl.Int64()})
         mine = run.select("_key", "tag", last.alias("at")).join(index, on="tag", how="inner", maintain_order="left")
         mine = mine.filter((pl.int_range(pl.len(), dtype=pl.Int64).over("tag") + pl.col("before") >= 2) & pl.col("at").is_not_null()).select("_key", "at")
