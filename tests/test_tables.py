@@ -282,6 +282,24 @@ def test_status_lists_a_file_store_metric_under_its_run_not_dot(store, tmp_path,
     assert len(odd) == 1 and odd[0].startswith("  exp2/odd  "), out
 
 
+def test_mlruns_a_store_of_another_name_scanned_from_its_own_folder_by_a_relative_path_is_read(tmp_path, monkeypatch):
+    # `mlflow.set_tracking_uri("file:/data/tracking")`, then `cd /data/tracking && lossguard scan .`:
+    # the relative paths began at the experiment, below the folder the store is known by.
+    import mlflow
+
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    client = mlflow.MlflowClient(tracking_uri=(tmp_path / "tracking").as_uri())
+    run = client.create_run(client.create_experiment("e"), run_name="r").info.run_id
+    for step in range(STEPS):
+        client.log_metric(run, "train/loss", _loss(step), step=step)
+    expected = read_paths([tmp_path / "tracking"])[0].select("run", "tag", "step", "value")
+    assert expected.get_column("run").unique().to_list() == ["e/r"]
+    monkeypatch.chdir(tmp_path / "tracking")
+    frame, results, problems = read_paths([Path(".")])
+    assert problems == [] and {r.format for r in results} == {"mlruns"}
+    assert frame.select("run", "tag", "step", "value").equals(expected)
+
+
 def test_mlruns_every_run_is_a_run_of_its_own_named_by_experiment_and_run_the_deleted_not_read(store):
     frame, results, problems = read_paths([store.parent.parent])
     assert problems == [] and {r.format for r in results} == {"mlruns"}

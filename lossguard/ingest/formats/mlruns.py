@@ -101,11 +101,12 @@ def _named(path: Path) -> Named:
 
 def renamed(parts: list[str]) -> int | None:
     """Where in a path's parts a store of another name than `mlruns` is (`file:/data/tracking`):
-    the folder above `<experiment>/<run>/metrics/`, both of which hold their meta.yaml."""
+    the folder above `<experiment>/<run>/metrics/`, both of which hold their meta.yaml; -1 for a
+    path relative to the store itself (`cd /data/tracking && lossguard scan .`)."""
     if METRICS not in parts:
         return None
-    for i in range(3, len(parts) - 1):
-        if parts[i] == METRICS and parts[i - 3] != mlruns.TRASH:
+    for i in range(2, len(parts) - 1):
+        if parts[i] == METRICS and (i == 2 or parts[i - 3] != mlruns.TRASH):
             run = Path("/".join(parts[:i]) or "/")
             if (run / mlruns.META).is_file() and (run.parent / mlruns.META).is_file():
                 return i - 3
