@@ -107,8 +107,8 @@ def _numbered(db: sqlite3.Connection, got: pl.DataFrame) -> tuple[pl.DataFrame, 
 def _pace(db: sqlite3.Connection, uuid: str, key: str, step: int) -> str | None:
     """The metric logged with steps that a metric logged without one goes at: the one of its run
     whose row at another step was the first logged between its second and third rows, if that
-    metric also logged a row between its first two (an LR logged without a step each time a loss
-    is logged with one, before it or after it). None otherwise: a loss logged without a step beside
+    metric also logged a row between its first two, at another step again (an LR logged without
+    a step each time a loss is logged with one, before it or after it). None otherwise: a loss logged without a step beside
     an eval logged with steps now and then is numbered on its own, not folded onto the eval's few
     steps, and metrics that are all logged without steps stay numbered. Decided by rows logged
     before its third, which every read after that sees alike, in one go or in pieces."""
