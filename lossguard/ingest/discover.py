@@ -350,13 +350,10 @@ def collect(paths: Sequence[Path], *, globs: Sequence[str] = (), listings: Listi
             # A FIFO would block the first read forever, /dev/zero never end: the stat says so without
             # opening either.
             raise UsageError(f"{root}: not a regular file or folder")
-        if not root.is_absolute() and any(part in LAYOUTS for part in Path(os.path.abspath(root)).parts):
-            # Inside a tracker's folder (`cd exp1/dvclive && lossguard scan .`): a path relative to
-            # it holds no part that says so, and its files would be no tracker's.
-            root = Path(os.path.abspath(root))
-        elif not root.is_absolute() and _tracked_only_absolute(root):
-            # Inside a tracker's folder of another name (`Live(dir="results/exp3")`, then `scan .`
-            # in it): only the absolute paths show what its layout knows it by (Layout.renamed).
+        if not root.is_absolute() and (any(part in LAYOUTS for part in Path(os.path.abspath(root)).parts) or _tracked_only_absolute(root)):
+            # Inside a tracker's folder (`cd exp1/dvclive && lossguard scan .`), or one of another
+            # name (`Live(dir="results/exp3")`, then `scan .` in it): a path relative to it holds
+            # no part that says so, and its files would be no tracker's.
             root = Path(os.path.abspath(root))
         here = discover(root, extra_globs=globs, problems=problems, listings=listings)
         label = decodable(Path(os.path.abspath(root)).name or str(root))

@@ -357,12 +357,14 @@ def scan(
         found = [f for f, n in zip(found, named) if n or fnmatchcase(f.run, run_glob)]
     by_run: dict[str, list[str]] = {}
     sizes: dict[str, int] = {}
+    file_sizes: dict[str, int] = {}
     for f in found:
         by_run.setdefault(f.run, []).append(str(f.path))
         try:
-            sizes[f.run] = sizes.get(f.run, 0) + f.path.stat().st_size
+            file_sizes[str(f.path)] = f.path.stat().st_size
         except OSError:
-            pass
+            continue
+        sizes[f.run] = sizes.get(f.run, 0) + file_sizes[str(f.path)]
     total = sum(sizes.values())
     explicit = frozenset(str(p) for p in paths if p.is_file())
     reports: list[RunReport] = []
@@ -408,13 +410,6 @@ def scan(
     if run_glob:
         # A file naming its own runs was read to filter them: it counts where a run kept is its.
         kept_paths = {p for r in kept for p in r.paths}
-        counted = [f for f in found if str(f.path) not in naming or str(f.path) in kept_paths]
-        files, total = len(counted), sum(_size(f.path) for f in counted)
+        counted = [str(f.path) for f in found if str(f.path) not in naming or str(f.path) in kept_paths]
+        files, total = len(counted), sum(file_sizes.get(p, 0) for p in counted)
     return ScanResult(rules, kept, tuple(summarised([*problems, *orphans])), files=files, bytes=total, names=tuple(sorted(names)))
-
-
-def _size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except OSError:
-        return 0

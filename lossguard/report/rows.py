@@ -184,9 +184,9 @@ def _csv_lines(run: str | None, source: str | None, rows: pl.DataFrame) -> _Line
     `read --format csv` on a terminal cannot drive it (JSON keeps them exact, escaped as JSON is)."""
     shown = {"run": [None if run is None else printable(run)], "source": [None if source is None else printable(source)]}
     lead = pl.DataFrame(shown, schema={"run": pl.String(), "source": pl.String()}).write_csv(include_header=False)[:-1] + ","
-    names = {c: rows.get_column(c).unique().drop_nulls().to_list() for c in ("metric", "tag")}
-    escaped = {c: {n: printable(n) for n in listed if printable(n) != n} for c, listed in names.items()}
-    plain = all(_csv_as_is(pl.Series(c, [printable(n) for n in names[c]], dtype=pl.String())) for c in names)
+    shown_as = {c: {n: printable(n) for n in rows.get_column(c).unique().drop_nulls().to_list()} for c in ("metric", "tag")}
+    escaped = {c: {n: s for n, s in names.items() if s != n} for c, names in shown_as.items()}
+    plain = all(_csv_as_is(pl.Series(c, list(names.values()), dtype=pl.String())) for c, names in shown_as.items())
     # No wall time (most text logs): its empty field ends the line too.
     timed = _any_value(rows.get_column("wall_time"))
 

@@ -24,7 +24,7 @@ from ..cursor import Cursor
 from ..problems import Problem
 from ..sources import sqlite_db
 from .base import NAMED_RAW, Format, Parsed, no_rows
-from .onemetric import stepless
+from .onemetric import seconds, stepless
 
 TABLES = frozenset({"experiments", "runs", "metrics", "alembic_version"})
 """What every MLflow SQL store holds since its first migration (and no other tracker's does)."""
@@ -108,9 +108,10 @@ def _pace(db: sqlite3.Connection, uuid: str, key: str, step: int) -> str | None:
     """The metric logged with steps that a metric logged without one goes at: the one of its run
     whose row at another step was the first logged between its second and third rows, if that
     metric also logged a row between its first two, at another step again (an LR logged without
-    a step each time a loss is logged with one, before it or after it). None otherwise: a loss logged without a step beside
-    an eval logged with steps now and then is numbered on its own, not folded onto the eval's few
-    steps, and metrics that are all logged without steps stay numbered. Decided by rows logged
+    a step each time a loss is logged with one, before it or after it). None otherwise: a loss
+    logged without a step beside an eval logged with steps now and then is numbered on its own,
+    not folded onto the eval's few steps, and metrics that are all logged without steps stay
+    numbered. Decided by rows logged
     before its third, which every read after that sees alike, in one go or in pieces."""
     rows = [r for (r,) in db.execute(FIRST_THREE, (uuid, key, step)).fetchall()]
     if len(rows) < 3:  # (rows deleted since they were counted: `mlflow gc` under a read)
@@ -130,13 +131,13 @@ def _placed(db: sqlite3.Connection, got: pl.DataFrame, paced: list[_Stepless]) -
     (in the order logged: rowid) of the metric it keeps pace with; one forward fill a run and
     metric kept pace with, however many metrics keep pace with it."""
     for uuid, pace in sorted({(m.uuid, m.pace) for m in paced}):
-        keys = [m.key for m in paced if (m.uuid, m.pace) == (uuid, pace)]
+        group = [m for m in paced if (m.uuid, m.pace) == (uuid, pace)]
         run = got.filter(pl.col("uuid") == uuid)
-        first = run.filter(pl.col("tag").is_in(keys)).get_column("_key").min()
+        first = run.filter(pl.col("tag").is_in([m.key for m in group])).get_column("_key").min()
         seed = db.execute(LAST_OF, (uuid, pace, first)).fetchone()
         # The steps as stored, as the seed is: the pace metric's own, never numbered.
         last = pl.when(pl.col("tag") == pace).then(pl.col("stored")).forward_fill().fill_null(pl.lit(seed[0] if seed else None, dtype=pl.Int64()))
-        index = pl.DataFrame([(m.key, m.before) for m in paced if (m.uuid, m.pace) == (uuid, pace)], orient="row", schema={"tag": pl.String(), "before": pl.Int64()})
+        index = pl.DataFrame([(m.key, m.before) for m in group], orient="row", schema={"tag": pl.String(), "before": pl.Int64()})
         mine = run.select("_key", "tag", last.alias("at")).join(index, on="tag", how="inner", maintain_order="left")
         mine = mine.filter((pl.int_range(pl.len(), dtype=pl.Int64).over("tag") + pl.col("before") >= 2) & pl.col("at").is_not_null()).select("_key", "at")
         got = got.join(mine, on="_key", how="left", maintain_order="left").with_columns(pl.coalesce("at", "step").alias("step")).drop("at")
@@ -160,10 +161,7 @@ def _frame(got: pl.DataFrame, names: dict[str, str]) -> pl.DataFrame:
         .when(value == -FLOAT_MAX).then(float("-inf"))
         .otherwise(value)
     )
-    # Seconds divided by numpy, exactly: polars divides a long column by a scalar as a product with
-    # its inverse, so a row's wall time would depend on how many rows came with it.
-    seconds = pl.Series("wall_time", got.get_column("ts").cast(pl.Float64()).to_numpy() / 1000.0)
-    return got.with_columns(seconds).select(
+    return got.with_columns(seconds(got.get_column("ts"))).select(
         pl.col("step"), pl.col("tag"), decoded.alias("value"), pl.col("wall_time"),
         pl.col("uuid").replace_strict(names, default=None, return_dtype=pl.String()).alias("run"),
     ).filter(pl.col("run").is_not_null())

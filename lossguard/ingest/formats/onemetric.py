@@ -17,13 +17,19 @@ from ..cursor import Cursor
 from ..problems import Problem
 from .base import LineFormat, Parsed, Sink
 
-def in_seconds(rows: pl.DataFrame) -> pl.DataFrame:
-    """Rows whose `wall_time` is in milliseconds (both trackers' timestamps) with it in seconds,
+def seconds(ms: pl.Series) -> pl.Series:
+    """Milliseconds (MLflow's and DVCLive's timestamps) as the `wall_time` column, in seconds,
     divided by numpy, exactly (1700000000.123, not the 1700000000.1230001 of a product with 0.001):
     polars divides a long column by a constant as a product with its reciprocal but a one-row
     column exactly, so that a timestamp read in pieces would get other digits than read whole."""
-    ms = rows.get_column("wall_time")
-    return rows.with_columns(pl.Series("wall_time", ms.cast(pl.Float64()).to_numpy() / 1000.0, dtype=pl.Float64(), nan_to_null=True))
+    return pl.Series("wall_time", ms.cast(pl.Float64()).to_numpy() / 1000.0, dtype=pl.Float64(), nan_to_null=True)
+
+
+def in_seconds(rows: pl.DataFrame) -> pl.DataFrame:
+    """Rows whose `wall_time` is in milliseconds with it in seconds (`seconds`)."""
+    return rows.with_columns(seconds(rows.get_column("wall_time")))
+
+
 PLACEHOLDER = ""
 """The tag a line parser gives its rows: the path's name replaces it."""
 
