@@ -232,7 +232,7 @@ def test_a_loss_spike_in_a_console_log_is_found_by_scan(tmp_path, name):
     assert ("loss", 701) in spikes, spikes  # synth's bad batch: index 700, step 701
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(name=st.sampled_from(sorted(console_samples.ALL)), fractions=st.lists(st.floats(0, 1), max_size=12))
 def test_console_logs_read_in_pieces_equal_one_read(tmp_path, name, fractions):
     fname, text = console_samples.ALL[name]

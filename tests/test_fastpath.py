@@ -289,7 +289,7 @@ _HF_LINES = st.sampled_from([
 ])
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     lines=st.lists(st.tuples(_HF_LINES, st.integers(0, 400)), max_size=40),
     counting=st.booleans(),
@@ -336,7 +336,7 @@ def test_hf_bar_counts_cut_by_hand_are_the_bar_regex_groups(texts):
 
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(texts=st.lists(st.lists(_BAR_PARTS, max_size=14).map("".join), min_size=1, max_size=20))
 def test_hf_first_bars_taken_from_the_last_on_lines_with_one_bar_are_every_line_s_own(texts):
     """The loop's first bars and bar counts (_firsts runs BAR again only on lines with two `%|`)
@@ -370,7 +370,7 @@ KV_CELLS = st.sampled_from([
 ])
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(odd=st.lists(st.tuples(st.integers(0, 10**6), st.integers(1, 6), KV_CELLS), max_size=12), n=st.integers(1, 40), version=st.booleans(),
        first=st.lists(st.tuples(st.integers(1, 6), KV_CELLS), max_size=2))
 def test_kv_fast_pairs_give_the_regex_paths_pairs(odd, n, version, first):
@@ -422,7 +422,7 @@ _AFTER_MARK = st.lists(
 ).map("".join)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(odd=st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 4), _AFTER_MARK), max_size=10), n=st.integers(1, 30), keep=st.sampled_from(sorted(KEEPS)))
 def test_megatron_cells_read_lean_give_the_regex_paths_pairs(odd, n, keep):
     """A needed field's number is read off its cell as cut, past the representative's key and mark:
@@ -446,7 +446,7 @@ def test_megatron_cells_read_lean_give_the_regex_paths_pairs(odd, n, keep):
     assert got.filter(pl.col("key").is_in(wanted)).equals(want.filter(pl.col("key").is_in(wanted)))
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 # (A cell ending in `{`, which no dict writes, the dict path has always read as the cell regex reads
 # it, stripped, where the line's regex finds no pair: not the lean read's to settle.)
 @given(odd=st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 3), _AFTER_MARK.filter(lambda s: "{" not in s)), max_size=10), n=st.integers(1, 30))
@@ -466,7 +466,7 @@ def test_hf_dict_cells_read_lean_give_the_regex_paths_pairs(odd, n):
     assert got.equals(want)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(
     parts=st.lists(
         st.tuples(

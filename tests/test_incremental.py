@@ -107,7 +107,7 @@ def _read_with_limit(path: Path, fmt: str, limit: int, *, needs: Needs | None = 
         cursor = res.cursor
 
 
-@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(name=st.sampled_from(sorted(TEXTS)), limit=st.integers(256, 20_000))
 def test_text_read_a_limited_piece_at_a_time_equals_read_in_one_go(tmp_path, name, limit):
     fname, data = TEXTS[name]

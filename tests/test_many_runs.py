@@ -51,7 +51,7 @@ def _points(values: list[float], deltas: list[int]) -> pl.DataFrame:
     return collapse(pl.DataFrame({"step": steps, "value": values}, schema={"step": pl.Int64, "value": pl.Float64}))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(params=st.sampled_from(KINDS), streams=st.lists(stream, min_size=1, max_size=6))
 def test_runs_judged_together_raise_what_each_run_judged_alone_raises(params, streams):
     rule = rule_from({"name": "r", "metric": "loss", **params})
@@ -133,7 +133,7 @@ def _read_together_as_alone(tmp, logs, *, fmt: str, torn: str, needs, final: boo
             assert_frame_equal(got.frame, alone.frame)
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(logs=logs_of(line, lines=12), **READS)
 def test_json_lines_of_many_files_read_together_are_what_each_file_read_alone_gives(tmp_path_factory, logs, needs, final, lean):
     _read_together_as_alone(tmp_path_factory.mktemp("logs"), logs, fmt="jsonl", torn='{"step": 99, "lo', needs=needs, final=final, lean=lean)
@@ -244,7 +244,7 @@ megatron_line = st.one_of(
 )
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(logs=logs_of(megatron_line), **READS)
 def test_megatron_logs_read_together_are_what_each_file_read_alone_gives(tmp_path_factory, logs, needs, final, lean):
     """OVERFLOW lines take the step after the iteration line before them: in a batch, only one from
@@ -280,7 +280,7 @@ kv_line = st.one_of(
 )
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(logs=logs_of(kv_line), **READS)
 def test_key_value_logs_read_together_are_what_each_file_read_alone_gives(tmp_path_factory, logs, needs, final, lean):
     """Which keys are steps is chosen on a whole block (`step` if any line has one, else the
@@ -302,7 +302,7 @@ def _dvclive_file(tmp: Path, k: int) -> Path:
     return tmp / f"run{k}" / "dvclive" / "plots" / "metrics" / "train" / f"{('loss', 'lr', 'grad_norm', 'acc')[k % 4]}.tsv"
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(logs=logs_of(dvclive_line), **READS)
 def test_dvclive_metric_files_read_together_are_what_each_file_read_alone_gives(tmp_path_factory, logs, needs, final, lean):
     """One metric a file, named by its path: a batch gives each file's rows that file's tag."""

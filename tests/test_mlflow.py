@@ -186,7 +186,7 @@ def filled(template, tmp_path_factory, request) -> tuple[Path, Path]:
     return whole, empty
 
 
-@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(cuts=st.lists(st.integers(0, 60), max_size=6), limit=st.sampled_from([None, 1, 200, 2000]))
 def test_rows_appended_between_reads_read_in_pieces_equal_one_read(filled, tmp_path_factory, cuts, limit):
     whole, empty = filled

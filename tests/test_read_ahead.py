@@ -132,7 +132,7 @@ def test_a_failure_mid_read_is_raised_and_leaves_no_thread(tmp_path, monkeypatch
 _NOISE = [b"", b"\xff\xfe not utf-8\n", b"\x00\x00\x00\n", b"x" * 3000 + b"\n", b"banner line\n"]
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     reader=st.sampled_from(["kv", "megatron"]),
     noise=st.lists(st.tuples(st.integers(0, 400), st.sampled_from(_NOISE)), max_size=6),

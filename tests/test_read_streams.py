@@ -43,7 +43,7 @@ def _one_go(frame: pl.DataFrame, fmt: str) -> str:
 
 
 @pytest.mark.parametrize("fmt", ["csv", "json"])
-@pytest.mark.parametrize("block", [None, 4096], ids=["one block a file", "4 KB blocks"])
+@pytest.mark.parametrize("block", [None, 16384], ids=["one block a file", "16 KB blocks"])
 def test_streamed_read_writes_what_the_whole_table_wrote(capsys, monkeypatch, fmt, block):
     if block:
         monkeypatch.setattr(textfile, "BLOCK", block)
@@ -55,7 +55,7 @@ def test_streamed_read_writes_what_the_whole_table_wrote(capsys, monkeypatch, fm
 
 
 def test_streamed_read_filters_metrics_block_by_block(capsys, monkeypatch):
-    monkeypatch.setattr(textfile, "BLOCK", 4096)
+    monkeypatch.setattr(textfile, "BLOCK", 16384)
     runs = FIXTURES / "runs"
     frame, _, _ = read_paths([runs])
     main(["read", str(runs), "--format", "csv", "--metric", "lr", "--metric", "loss"])

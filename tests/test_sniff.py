@@ -140,7 +140,7 @@ _MEGATRON_LINES = st.tuples(
 ).map("".join)
 
 
-@settings(max_examples=3000, deadline=None)
+@settings(max_examples=1500, deadline=None)
 @given(_MEGATRON_LINES)
 def test_the_megatron_line_test_claims_what_its_regex_claims(line):
     """The line test is the regex `ITERATION.*\\|.*loss` (case-blind) without its backtracking."""
