@@ -3,6 +3,7 @@ alone (ordinary names, accents, CJK, emoji look the same everywhere)."""
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 
@@ -113,13 +114,26 @@ def test_daemon_log_lines_carry_a_timestamp_or_under_journald_each_line_its_prio
         assert lines[1].endswith(" WARNING runs/x: corrupt") and not any(line.startswith("<") for line in lines)
 
 
-def test_the_daemons_warnings_about_input_are_logged_at_warning_not_info(caplog):
-    from lossguard.watch.daemon import said
+def test_the_followers_warnings_about_input_go_to_warn_and_the_rest_to_log(tmp_path):
+    """A corrupt record is said through `warn`, without the "warning: " words scan prints before
+    it, a file renamed through `log`: the daemon passes its logger's warning and info (journald's
+    priorities), so a run named "warning: x" is no warning."""
+    from lossguard.detection.rules import default_rules
+    from lossguard.state import State
+    from lossguard.watch.follow import Follower
 
-    with caplog.at_level(logging.INFO, logger="lossguard"):
-        said("warning: runs/x/events.out.tfevents.1 @ byte 0: corrupt")
-        said("runs/x/train.log: renamed to runs/x/train.log.1; reading on from byte 10")
-    assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
-        ("WARNING", "runs/x/events.out.tfevents.1 @ byte 0: corrupt"),
-        ("INFO", "runs/x/train.log: renamed to runs/x/train.log.1; reading on from byte 10"),
-    ]
+    run = tmp_path / "runs" / "warning: x"
+    run.mkdir(parents=True)
+    (run / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "loss": 2.0}) + "\n" for s in range(1, 6)))
+    (run / "events.out.tfevents.1.host").write_bytes(b"\xff" * 64)
+    said: list[tuple[str, str]] = []
+    follower = Follower([tmp_path / "runs"], rules=default_rules(), state=State(tmp_path / "state"),
+                        log=lambda text: said.append(("log", text)), warn=lambda text: said.append(("warn", text)))
+    follower.run_pass(1.0)
+    (run / "metrics.jsonl").rename(run / "metrics.1.jsonl")
+    follower.run_pass(2.0)
+    warned = [text for how, text in said if how == "warn"]
+    assert len(warned) == 1 and "events.out.tfevents.1.host" in warned[0] and not warned[0].startswith("warning")
+    logged = [text for how, text in said if how == "log"]
+    assert any("renamed to" in text and "metrics.1.jsonl" in text for text in logged), said
+    assert not any("tfevents" in text for text in logged), said

@@ -104,7 +104,7 @@ class Daemon:
         self.plotter = Plotter(self.state.secondary(), sinks, directory=state_dir / "plots") if plot_sinks else None
         rules: RuleSet = rules_loader()
         self.follower = Follower(roots, rules=rules, state=self.state, options=options, sinks=list(sinks), plot_sinks=plot_sinks,
-                                 stall_after=stall_after, log=said, clock=time.monotonic,
+                                 stall_after=stall_after, log=log.info, warn=log.warning, clock=time.monotonic,
                                  written=[state_dir, *(sink.path for sink in sinks.values() if isinstance(getattr(sink, "path", None), Path))])
         self.follower.budget.wake = self.note  # a slow read, left running by a pass, is done
         if os.environ.get(KILL_AT) == "before-first-commit":
@@ -341,20 +341,6 @@ class Daemon:
         if observer is not None:
             observer.join(timeout=5)
         return 0
-
-
-WARNED = "warning: "
-"""How the follower's lines about bad input begin (the words scan prints them with)."""
-
-
-def said(line: str) -> None:
-    """A line of the follower's at its level: a warning about input (a corrupt record, a file
-    that holds no metrics) is a WARNING, which `journalctl -p warning` shows; the rest (a file
-    followed, renamed, gone) is INFO."""
-    if line.startswith(WARNED):
-        log.warning("%s", line[len(WARNED):])
-    else:
-        log.info("%s", line)
 
 
 SYSLOG_PRIORITY = {logging.DEBUG: 7, logging.INFO: 6, logging.WARNING: 4, logging.ERROR: 3, logging.CRITICAL: 2}

@@ -57,6 +57,7 @@ class Follower:
         read_limit: int = READ_LIMIT,
         pass_budget: float = PASS_BUDGET,
         log: Callable[[str], None] = print,
+        warn: Callable[[str], None] | None = None,
         clock: Callable[[], float] | None = None,
         written: Sequence[Path] = (),
     ) -> None:
@@ -65,7 +66,10 @@ class Follower:
         self.first_pass = True
         self.budget = Budget(limit=read_limit, budget=pass_budget)
         """Which runs a pass reads first and how long it waits for one file (set its `wake`)."""
-        self.reads = Reads(options=options, budget=self.budget, log=log)
+        # `warn`: what is wrong with the input (a corrupt record, a file with no metrics); `log`: the
+        # rest (a file followed, renamed, gone). The daemon logs them at WARNING and INFO.
+        warn = warn or (lambda text: log(f"warning: {text}"))
+        self.reads = Reads(options=options, budget=self.budget, warn=warn)
         self.notices = Notices(state=state, sinks=sinks, plot_sinks=plot_sinks, update_every=update_every)
         self.stalls = Stalls(state=state, clock=clock, stall_after=stall_after, notices=self.notices)
         """When runs last moved on, on a clock the wall clock's steps do not move (the daemon passes
@@ -75,7 +79,7 @@ class Follower:
         memory: after a restart the first pass's tags set it again)."""
         self.before_commit: Callable[[], None] = lambda: None
         """Called as a pass is about to commit (the daemon's crash hook for tests)."""
-        self.tracker = Tracker(list(roots), options.globs, log, written)
+        self.tracker = Tracker(list(roots), options.globs, log, written, warn=warn)
         """(`written`: what the daemon writes itself, never read as a log: followed.own_files.)"""
 
     def run_pass(self, now: float, changed: Collection[str] | None = None) -> PassReport:

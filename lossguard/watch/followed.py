@@ -120,6 +120,8 @@ class Tracker:
     log: Callable[[str], None] = print
     written: Sequence[Path] = ()
     """What the daemon writes (its state folder, its JSON-lines file): own_files."""
+    warn: Callable[[str], None] | None = None
+    """What is wrong with the input (None: `log`, after "warning: ")."""
     _listings: Listings = field(default_factory=Listings)
     _warned: set[str] = field(default_factory=set)
     _own: frozenset[tuple[int, int]] = frozenset()
@@ -241,4 +243,7 @@ class Tracker:
     def _warn_once(self, text: str) -> None:
         if text not in self._warned:
             self._warned.add(text)
-            self.log(f"warning: {text}")
+            if self.warn is not None:
+                self.warn(text)
+            else:
+                self.log(f"warning: {text}")

@@ -87,10 +87,10 @@ def _pending(seen: Sighting) -> int:
 class Reads:
     """A pass's reads, with the budget that orders and bounds them and the formats it sniffed."""
 
-    def __init__(self, *, options: ReadOptions, budget: Budget, log: Callable[[str], None]) -> None:
+    def __init__(self, *, options: ReadOptions, budget: Budget, warn: Callable[[str], None]) -> None:
         self.options = options
         self.budget = budget
-        self.log = log
+        self.warn = warn
         self._formats: dict[str, str | None] = {}
         """The formats sniffed in this pass (of files not read before)."""
         self._said: dict[str, frozenset[str]] = {}
@@ -193,7 +193,7 @@ class Reads:
         said = frozenset(map(str, res.problems))
         for text in dict.fromkeys(map(str, res.problems)):
             if text not in self._said.get(path, ()):
-                self.log(f"warning: {text}")
+                self.warn(text)
         if said:
             self._said[path] = said
         else:
