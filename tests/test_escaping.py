@@ -4,6 +4,7 @@ alone (ordinary names, accents, CJK, emoji look the same everywhere)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 import logging
 import sys
 
@@ -114,26 +115,28 @@ def test_daemon_log_lines_carry_a_timestamp_or_under_journald_each_line_its_prio
         assert lines[1].endswith(" WARNING runs/x: corrupt") and not any(line.startswith("<") for line in lines)
 
 
-def test_the_followers_warnings_about_input_go_to_warn_and_the_rest_to_log(tmp_path):
+def test_the_followers_warnings_about_input_go_to_warn_and_the_rest_to_log(tmp_path, monkeypatch):
     """A corrupt record is said through `warn`, without the "warning: " words scan prints before
-    it, a file renamed through `log`: the daemon passes its logger's warning and info (journald's
-    priorities), so a run named "warning: x" is no warning."""
+    it; a file renamed through `log`, even when its path begins with those words (a relative root
+    named "warning: x"): the daemon passes its logger's warning and info (journald's priorities)
+    and no longer tells them apart by how a line begins."""
     from lossguard.detection.rules import default_rules
     from lossguard.state import State
     from lossguard.watch.follow import Follower
 
-    run = tmp_path / "runs" / "warning: x"
-    run.mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    run = Path("warning: x")
+    run.mkdir()
     (run / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "loss": 2.0}) + "\n" for s in range(1, 6)))
     (run / "events.out.tfevents.1.host").write_bytes(b"\xff" * 64)
     said: list[tuple[str, str]] = []
-    follower = Follower([tmp_path / "runs"], rules=default_rules(), state=State(tmp_path / "state"),
+    follower = Follower([run], rules=default_rules(), state=State(tmp_path / "state"),
                         log=lambda text: said.append(("log", text)), warn=lambda text: said.append(("warn", text)))
     follower.run_pass(1.0)
     (run / "metrics.jsonl").rename(run / "metrics.1.jsonl")
     follower.run_pass(2.0)
     warned = [text for how, text in said if how == "warn"]
-    assert len(warned) == 1 and "events.out.tfevents.1.host" in warned[0] and not warned[0].startswith("warning")
+    assert len(warned) == 1 and "events.out.tfevents.1.host" in warned[0] and not warned[0].startswith("warning: x/metrics"), said
     logged = [text for how, text in said if how == "log"]
-    assert any("renamed to" in text and "metrics.1.jsonl" in text for text in logged), said
+    assert any(text.startswith("warning: x/metrics.jsonl: renamed to") for text in logged), said
     assert not any("tfevents" in text for text in logged), said
