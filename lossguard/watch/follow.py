@@ -26,7 +26,7 @@ from ..ingest.reader import ReadOptions
 from ..model import Incident
 from ..state import State, Transaction
 from .budget import PASS_BUDGET, Budget
-from .followed import Sighting, Tracker
+from .followed import Sighting, Tracker, warned_through
 from .notices import Notices
 from .pass_report import PassReport
 from .reads import READ_LIMIT, FileWrites, NewRows, Reads
@@ -68,7 +68,7 @@ class Follower:
         """Which runs a pass reads first and how long it waits for one file (set its `wake`)."""
         # `warn`: what is wrong with the input (a corrupt record, a file with no metrics); `log`: the
         # rest (a file followed, renamed, gone). The daemon logs them at WARNING and INFO.
-        warn = warn or (lambda text: log(f"warning: {text}"))
+        warn = warn or warned_through(log)
         self.reads = Reads(options=options, budget=self.budget, warn=warn)
         self.notices = Notices(state=state, sinks=sinks, plot_sinks=plot_sinks, update_every=update_every)
         self.stalls = Stalls(state=state, clock=clock, stall_after=stall_after, notices=self.notices)

@@ -112,6 +112,12 @@ def own_files(written: Sequence[Path]) -> frozenset[tuple[int, int]]:
     return frozenset(ids)
 
 
+def warned_through(log: Callable[[str], None]) -> Callable[[str], None]:
+    """Warnings about input said through a plain `log`, after the words scan prints them with
+    (`lossguard watch` on a console, a caller that passes no `warn`)."""
+    return lambda text: log(f"warning: {text}")
+
+
 @dataclass
 class Tracker:
     roots: Sequence[Path]
@@ -121,7 +127,7 @@ class Tracker:
     written: Sequence[Path] = ()
     """What the daemon writes (its state folder, its JSON-lines file): own_files."""
     warn: Callable[[str], None] | None = None
-    """What is wrong with the input (None: `log`, after "warning: ")."""
+    """What is wrong with the input (None: `log`, after "warning: ": warned_through)."""
     _listings: Listings = field(default_factory=Listings)
     _warned: set[str] = field(default_factory=set)
     _own: frozenset[tuple[int, int]] = frozenset()
@@ -243,7 +249,4 @@ class Tracker:
     def _warn_once(self, text: str) -> None:
         if text not in self._warned:
             self._warned.add(text)
-            if self.warn is not None:
-                self.warn(text)
-            else:
-                self.log(f"warning: {text}")
+            (self.warn or warned_through(self.log))(text)

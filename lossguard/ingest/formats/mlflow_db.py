@@ -111,8 +111,8 @@ def _pace(db: sqlite3.Connection, uuid: str, key: str, step: int) -> str | None:
     a step each time a loss is logged with one, before it or after it). None otherwise: a loss
     logged without a step beside an eval logged with steps now and then is numbered on its own,
     not folded onto the eval's few steps, and metrics that are all logged without steps stay
-    numbered. Decided by rows logged
-    before its third, which every read after that sees alike, in one go or in pieces."""
+    numbered. Decided by rows logged before its third, which every read after that sees alike, in
+    one go or in pieces."""
     rows = [r for (r,) in db.execute(FIRST_THREE, (uuid, key, step)).fetchall()]
     if len(rows) < 3:  # (rows deleted since they were counted: `mlflow gc` under a read)
         return None
