@@ -346,6 +346,29 @@ def test_a_metric_logged_without_a_step_is_numbered_in_the_order_logged_said_onc
     assert [i.step for i in scan([store.parent.parent], rules=default_rules()).incidents] == [30]
 
 
+def test_a_metric_logged_twice_without_a_step_is_said_numbered_by_a_read_of_the_finished_store(store, tmp_path):
+    # Its two rows were numbered 0, 1 in silence: the warning waited for a third row, which a run
+    # that logged a metric twice never writes (the file store says it at the second).
+    client = _client(store)
+    run = client.create_run(client.create_experiment("pretrain"), run_name="r1").info.run_id
+    _log(client, run, "loss", _calm_loss(range(12)))
+    for i in range(2):
+        client.log_metric(run, "eval_loss", 2.5 - i, timestamp=T0 + 100 + i)
+    frame, _, problems = read_paths([store])
+    assert frame.filter(pl.col("tag") == "eval_loss").select("step", "value").rows() == [(0, 2.5), (1, 1.5)]
+    message = "run pretrain/r1: eval_loss was logged without a step (all its rows at one step, MLflow's 0): its rows are numbered in the order logged"
+    assert [p.message for p in problems] == [message]
+    # The daemon's reads wait for a third row, which decides how the rows are placed: said then, once.
+    said: list[str] = []
+    state = State(tmp_path / "state")
+    follower = Follower([store.parent.parent], rules=default_rules(), state=state, log=said.append, pass_budget=WAIT_FOR_EVERY_READ)
+    follower.run_pass(1.0)
+    client.log_metric(run, "eval_loss", 0.5, timestamp=T0 + 102)
+    follower.run_pass(2.0)
+    state.close()
+    assert [s for s in said if "without a step" in s] == [f"warning: {store}: {message}"]
+
+
 def _mixed(client, run: str, iterations) -> None:  # noqa: ANN001
     """A loop that logs its loss with `step=` (every 10 steps) and its LR without one (step 0 in
     every row, as MLflow stores it), LR after loss; the LR jumps 100x at step 400, the loss spikes there."""

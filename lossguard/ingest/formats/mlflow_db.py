@@ -43,7 +43,7 @@ class MlflowDbFormat:
                 fetched = sqlite_db.fetch(db, METRICS, cursor, _batch, size=size, limit=limit)
                 got = pl.concat(fetched.batches, rechunk=False) if fetched.batches else None
                 names = run_names(db, got.get_column("uuid").unique().to_list()) if got is not None else {}
-                got, begun = _numbered(db, got) if got is not None else (None, [])
+                got, begun = _numbered(db, got, final=final) if got is not None else (None, [])
         except sqlite_db.Unreadable as exc:
             return no_rows(source, cursor if exc.dead else sqlite_db.again(cursor), exc.message, dead=exc.dead)
         problems = (Problem(source, sqlite_db.RESTARTED),) if fetched.restarted else ()
@@ -77,14 +77,15 @@ class _Stepless:
     """The metric logged with steps that its rows go at (None: they are numbered apart)."""
 
 
-def _numbered(db: sqlite3.Connection, got: pl.DataFrame) -> tuple[pl.DataFrame, list[tuple[str, str, bool]]]:
+def _numbered(db: sqlite3.Connection, got: pl.DataFrame, *, final: bool) -> tuple[pl.DataFrame, list[tuple[str, str, bool]]]:
     """The rows of metrics logged without a step (`log_metric(key, value)`: step 0 in every row)
     given steps: a metric whose rows in the whole store share one step, and are more than one, has
     its i-th row (from the second) at that step + i, as the file store's are (formats.mlruns.numbered),
     or, from its third, at the steps of a metric its run logs with `step=` that keeps pace with it
     (_pace, _placed). Only metrics whose fetched rows share a step are asked about (a few indexed
     queries each). Also the (run id, key, paced) of those whose numbering this read decides (it
-    holds their third row): said once."""
+    holds their third row; a final read, their second of two: a store that is done with two rows
+    would otherwise never say that their steps were made up): said once."""
     one = got.group_by("uuid", "tag").agg(pl.col("step").min().alias("lo"), pl.col("step").max().alias("hi"), pl.col("_key").min().alias("at"), pl.len().alias("n"))
     found: list[_Stepless] = []
     begun = []
@@ -92,7 +93,7 @@ def _numbered(db: sqlite3.Connection, got: pl.DataFrame) -> tuple[pl.DataFrame, 
         same, before, total = db.execute(STEPLESS, (at, uuid, key)).fetchone()
         if same and total > 1:
             found.append(_Stepless(uuid, key, lo, before, _pace(db, uuid, key, lo) if total > 2 else None))
-            if total > 2 and before <= 2 < before + n:
+            if (total > 2 and before <= 2 < before + n) or (total == 2 and final and before <= 1 < before + n):
                 begun.append((uuid, key, found[-1].pace is not None))
     if not found:
         return got, begun
