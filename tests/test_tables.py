@@ -367,6 +367,121 @@ def test_mlruns_a_metric_logged_without_a_step_is_numbered_in_the_order_logged_s
     assert frame.filter(pl.col("tag") == "lr").get_column("step").to_list() == [0] and len(problems) == 1
 
 
+def _file_store(tmp_path, monkeypatch):  # noqa: ANN001
+    import mlflow
+
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    client = mlflow.MlflowClient(tracking_uri=(tmp_path / "runs" / "exp1" / "mlruns").as_uri())
+    return client, client.create_run(client.create_experiment("pretrain"), run_name="r1").info.run_id
+
+
+T0 = 1_790_000_000_000
+BESIDE = (
+    "run pretrain/r1: lr was logged without a step (all its rows at one step, MLflow's 0) beside metrics logged with steps: "
+    "each of its rows is put at the step of the last row with a step logged before it"
+)
+
+
+def _loss_then_lr(client, run: str, iterations) -> None:  # noqa: ANN001
+    """A loop logging its loss with `step=` (every 10 steps) and its LR without one, 2 ms a step;
+    the LR jumps 100x at step 400, where the loss spikes."""
+    for i in iterations:
+        client.log_metric(run, "loss", 9.0 if i == 40 else 2.0 + (i % 5) * 0.01, timestamp=T0 + 2 * i, step=10 * i)
+        client.log_metric(run, "lr", 1e-2 if i >= 40 else 1e-4, timestamp=T0 + 2 * i + 1)
+
+
+def test_mlruns_a_metric_logged_without_a_step_beside_stepped_ones_is_put_at_their_steps_and_the_cause_found(tmp_path, monkeypatch):
+    # Numbered apart, the LR's jump sat at step 40 while the loss spiked at 400: the cause was
+    # missed (the SQLite store's reader has placed such rows since acceptance run 3).
+    client, run = _file_store(tmp_path, monkeypatch)
+    said: list[str] = []
+    state = State(tmp_path / "state")
+    follower = Follower([tmp_path / "runs"], rules=default_rules(), state=state, log=said.append, pass_budget=WAIT_FOR_EVERY_READ)
+    opened = []
+    for t, part in enumerate((range(1), range(1, 2), range(2, 25), range(25, 60))):
+        _loss_then_lr(client, run, part)
+        opened += [n.incident for n in follower.run_pass(1.0 + t).notices if n.kind == "opened"]
+    state.close()
+    assert [(i.step, i.causes[0].cause) for i in opened] == [(400, "lr_schedule")]
+    assert [s.split(": ", 2)[2] for s in said if "without a step" in s] == [BESIDE]
+    frame, _, problems = read_paths([tmp_path / "runs"])
+    # Its first two rows are numbered (0, 1) either way, as in the SQLite store: the third decides.
+    assert frame.filter(pl.col("tag") == "lr").get_column("step").to_list() == [0, 1, *(10 * i for i in range(2, 60))]
+    assert [p.message for p in problems] == [BESIDE]
+    code, report = _scan_json(tmp_path / "runs")
+    (found,) = report["runs"]
+    assert code == 1 and [(s["step"], s["causes"][0]["cause"]) for s in found["spikes"]] == [(400, "lr_schedule")]
+
+
+def test_mlruns_an_lr_logged_without_a_step_before_the_loss_goes_at_the_step_of_the_loss_before_it(tmp_path, monkeypatch):
+    client, run = _file_store(tmp_path, monkeypatch)
+    for i in range(6):
+        client.log_metric(run, "lr", 1e-4 * (i + 1), timestamp=T0 + 2 * i)
+        client.log_metric(run, "loss", 2.0, timestamp=T0 + 2 * i + 1, step=10 * i)
+    lr = read_paths([tmp_path / "runs"])[0].filter(pl.col("tag") == "lr").select("step", "value").rows()
+    assert lr == [(step, 1e-4 * (i + 1)) for i, step in enumerate([0, 1, 10, 20, 30, 40])]
+
+
+def test_mlruns_a_loss_logged_without_a_step_beside_an_eval_now_and_then_stays_numbered(tmp_path, monkeypatch):
+    # Folded onto the eval's few steps it would be two points: it keeps pace with nothing.
+    client, run = _file_store(tmp_path, monkeypatch)
+    for i in range(6):
+        client.log_metric(run, "loss", 2.0 + (i % 3) * 0.01, timestamp=T0 + 2 * i)
+        if i % 3 == 1:
+            client.log_metric(run, "eval_loss", 2.5, timestamp=T0 + 2 * i + 1, step=i)
+    frame, _, problems = read_paths([tmp_path / "runs"])
+    assert frame.filter(pl.col("tag") == "loss").get_column("step").to_list() == list(range(6))
+    assert [p.message.endswith("numbered in the order logged") for p in problems] == [True]
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(fractions=st.lists(st.floats(0, 1), max_size=6))
+def test_mlruns_a_paced_metric_read_in_pieces_equals_one_read(tmp_path_factory, fractions):
+    # The pace metric's rows logged before each LR row are in its file when that row is read.
+    run = tmp_path_factory.mktemp("paced") / "mlruns" / "0" / "abc"
+    (run / "metrics").mkdir(parents=True)
+    (run.parent / "meta.yaml").write_text("name: e\n")
+    (run / "meta.yaml").write_text("run_name: r\nstart_time: 1\n")
+    (run / "metrics" / "loss").write_text("".join(f"{T0 + 2 * i} {_loss(i)} {10 * i}\n" for i in range(40)))
+    lr = run / "metrics" / "lr"
+    data = "".join(f"{T0 + 2 * i + 1} {_lr(i)} 0\n" for i in range(40)).encode()
+    lr.write_bytes(data)
+    whole = read(lr, run="r", fmt="mlruns", final=True, options=ReadOptions())
+    assert whole.frame.get_column("step").to_list() == [0, 1, *(10 * i for i in range(2, 40))]
+    lr.write_bytes(b"")
+    cursor, frames = Cursor(), []
+    for cut in [*sorted({int(f * len(data)) for f in fractions}), len(data)]:
+        with open(lr, "ab") as fh:
+            fh.write(data[lr.stat().st_size : cut])
+        res = read(lr, cursor, run="r", fmt="mlruns", final=False, options=ReadOptions())
+        frames.append(res.frame)
+        cursor = res.cursor
+    assert pl.concat(frames).equals(whole.frame) and cursor.pace == "loss"
+
+
+@pytest.fixture(scope="module")
+def long_metric(tmp_path_factory) -> tuple[Path, list[tuple[int, int]]]:
+    """A file store metric of 3,000 lines (many probes long), timestamps repeating in pairs, a line
+    of another shape among them and a last line still being written."""
+    path = tmp_path_factory.mktemp("long") / "loss"
+    rows = [(T0 + i // 2, i) for i in range(3000)]
+    lines = [f"{ts} 2.0 {step}\n" for ts, step in rows]
+    lines.insert(1500, "garbage here\n")
+    path.write_text("".join(lines) + f"{T0 + 1500} 2.")
+    return path, rows
+
+
+@settings(max_examples=40, deadline=None)
+@given(after=st.integers(-5, 1505), width=st.integers(0, 1600))
+def test_mlruns_pace_rows_found_by_bisecting_a_metric_file_are_those_of_reading_it_whole(long_metric, after, width):
+    from lossguard.ingest.formats.mlruns_pace import stamped
+
+    path, rows = long_metric
+    lo, hi = T0 + after, T0 + after + width
+    seed = [r for r in rows if r[0] <= lo][-1:]
+    assert stamped(path, lo, hi).rows() == seed + [r for r in rows if lo < r[0] <= hi]
+
+
 @settings(max_examples=300, deadline=None)
 @given(name=st.text(max_size=200) | st.text(alphabet=" ab'\":#\\\n\t-é\u2028\x85", max_size=200))
 def test_mlruns_meta_yaml_scalars_read_as_pyyaml_reads_what_mlflow_writes(name):

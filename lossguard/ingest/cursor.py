@@ -62,6 +62,9 @@ class Cursor:
     """The last bytes before `offset` (hex; text files, read by sources.textfile): a file whose bytes
     there changed was written again from its start in place (a new run's logger in the same folder:
     the same inode, the same first lines), not appended to, and is read again from its start."""
+    pace: str | None = None
+    """For a metric of MLflow's file store logged without a step: the metric whose steps its rows go
+    at (formats/mlruns_pace; "" for none), once its third row decided it."""
     name: str | None = None
     """The run a file names for its rows, as a record read before said (a W&B log's RunRecord, at
     its head), for reads that start past that record."""

@@ -24,6 +24,7 @@ from .. import table
 from ..cursor import Cursor
 from ..problems import Problem
 from ..sources import mlruns
+from . import mlruns_pace
 from .base import Format, LineFormat, Layout
 from .onemetric import PLACEHOLDER, STEPLESS, Named, OneMetric, in_seconds
 
@@ -31,9 +32,10 @@ FOLDER = "mlruns"
 METRICS = "metrics"
 
 
-def parse(lines: pl.DataFrame, cursor: Cursor, raw: bytes | None = None) -> tuple[pl.DataFrame, Cursor]:
+def parse(lines: pl.DataFrame, cursor: Cursor, raw: bytes | None = None, *, path: Path | None = None) -> tuple[pl.DataFrame, Cursor]:
     """`timestamp value [step [dataset digest]]` lines; a line of another shape keeps a null step,
-    and the line reader says so (naming the first such line)."""
+    and the line reader says so (naming the first such line). With the file's `path`, the rows of
+    a metric logged without a step go at the steps of the one keeping pace with it (_paced)."""
     fields = pl.col("text").str.strip_chars().str.split(" ")
     n = fields.list.len()
     value = fields.list.get(1, null_on_oob=True).cast(pl.Float64, strict=False)
@@ -47,9 +49,34 @@ def parse(lines: pl.DataFrame, cursor: Cursor, raw: bytes | None = None) -> tupl
         stamp.cast(pl.Float64).alias("wall_time"),
         "line_no",
     )
+    before = cursor
     rows, cursor = numbered(rows, cursor)
     steps = rows.get_column("step").drop_nulls()
-    return table.conform_raw(in_seconds(rows)), cursor.advance(last_step=int(steps[-1]) if steps.len() else cursor.last_step)
+    cursor = cursor.advance(last_step=int(steps[-1]) if steps.len() else cursor.last_step)  # (as numbered: the next rows go on from it)
+    if path is not None and cursor.steps == STEPLESS:
+        rows, cursor = _paced(path, rows, before, cursor)
+    return table.conform_raw(in_seconds(rows)), cursor
+
+
+def _paced(path: Path, rows: pl.DataFrame, before: Cursor, after: Cursor) -> tuple[pl.DataFrame, Cursor]:
+    """Numbered rows from the metric's third on at the steps of the metric keeping pace with it,
+    decided when the third is read (mlruns_pace)."""
+    at = _metrics_at(path.parts)
+    if at is None:
+        return rows, after
+    metrics = Path(*path.parts[: at + 1])
+    pace = before.pace
+    if pace is None and before.index <= 2 < after.index:
+        stamps = mlruns_pace.head_stamps(path)
+        pace = mlruns_pace.decide(path, metrics, stamps) if len(stamps) == 3 else mlruns_pace.NO_PACE
+        after = after.advance(pace=pace)
+    if not pace:
+        return rows, after
+    index = before.index + pl.col("step").is_not_null().cum_sum() - 1
+    rows = rows.with_row_index("_row")
+    late = mlruns_pace.placed(rows.filter(index >= 2), metrics / pace).select("_row", pl.col("step").alias("_paced"))
+    rows = rows.join(late, on="_row", how="left", maintain_order="left")
+    return rows.with_columns(pl.coalesce("_paced", "step").alias("step")).drop("_row", "_paced"), after
 
 
 def numbered(rows: pl.DataFrame, cursor: Cursor) -> tuple[pl.DataFrame, Cursor]:
@@ -125,7 +152,7 @@ def _own(name: str) -> bool:
     return name.isdigit() or name in (mlruns.TRASH, "models")
 
 
-MLRUNS = OneMetric(LineFormat("mlruns", parse), _named)
+MLRUNS = OneMetric(LineFormat("mlruns", parse), _named, by_path=True)
 FORMAT = Format(
     reader=MLRUNS, names_runs=True,
     # Where a run's metrics are not: its artifacts (checkpoints, thousands of files), deleted

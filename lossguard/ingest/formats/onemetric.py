@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 
 import polars as pl
@@ -52,6 +53,8 @@ class OneMetric:
 
     lines: LineFormat
     named: Callable[[Path], Named]
+    by_path: bool = False
+    """`lines.parse` takes the file's `path` (a metric placed by the others of its run)."""
 
     streams = True
     """`each` takes the rows of each block as it is read."""
@@ -74,11 +77,19 @@ class OneMetric:
         if named.skipped:
             return Parsed(tagged(table.empty_raw()), cursor, named.problems)
         sink = (lambda rows: each(tagged(rows))) if each is not None else None
-        parsed = self.lines.read(path, cursor, final=final, limit=limit, each=sink)
+        lines = replace(self.lines, parse=partial(self.lines.parse, path=path)) if self.by_path else self.lines
+        parsed = lines.read(path, cursor, final=final, limit=limit, each=sink)
         problems = (*named.problems, *parsed.problems)
-        if parsed.cursor.steps == STEPLESS != cursor.steps:  # (once: when numbering begins)
-            problems = (*problems, Problem(str(path), stepless(named.run or path.parent.name, named.tag)))
+        if parsed.cursor.steps == STEPLESS and _decided(cursor.index, parsed.cursor.index, final=final):
+            told = stepless(named.run or path.parent.name, named.tag, beside=bool(parsed.cursor.pace))
+            problems = (*problems, Problem(str(path), told))
         return replace(parsed, rows=tagged(parsed.rows), problems=problems)
+
+
+def _decided(before: int, after: int, *, final: bool) -> bool:
+    """Whether a read of a metric logged without a step says so (once): the one that reads its
+    third row, where how its rows are placed is decided, or a final one of a metric of two rows."""
+    return before <= 2 < after or (final and before <= 1 and after == 2)
 
 
 STEPLESS = "stepless"
