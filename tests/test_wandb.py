@@ -421,16 +421,19 @@ def test_the_records_the_reader_needs_are_told_from_their_first_bytes_as_a_varin
     from lossguard.ingest.sources.protobuf import varints
     from lossguard.ingest.sources.wandb_log import PAD
 
-    raw = bytes(PAD) + b"".join(records) + bytes(PAD)
+    # Nothing after the last record: the buffer _checksums hands over ends with it (a 5-byte exit
+    # record there was read 3 bytes past the buffer, and the whole file was lost).
+    raw = bytes(PAD) + b"".join(records)
     data = np.frombuffer(raw, dtype=np.uint8)
+    padded = np.frombuffer(raw + bytes(PAD), dtype=np.uint8)
     lengths = np.array([len(r) for r in records])
     starts = PAD + np.cumsum(lengths) - lengths
     ends = starts + lengths
-    _, after, bad = varints(data, starts + 1, ends)
-    kind, then = data[after], data[after + 1]
+    _, after, bad = varints(padded, starts + 1, ends)
+    kind, then = padded[after], padded[after + 1]
     ours = (kind == 0x12) | (((kind == 0x8A) | (kind == 0x82)) & (then == 0x01))
     longer = after - starts > 6  # (a num longer than 5 bytes: needed, whatever follows)
-    expected = (data[starts] != 0x08) | bad | ours | longer
+    expected = (padded[starts] != 0x08) | bad | ours | longer
     assert _read_here(data, starts, ends).tolist() == expected.tolist()
 
 
@@ -483,3 +486,24 @@ def test_status_names_a_followed_wandb_log_by_its_run_not_by_the_folder_prefix(b
     (line,) = [x for x in out if str(path) in x]
     expected = {r for r in read_paths([exp1])[0].get_column("run").unique().to_list() if r.endswith(ids["hf"])}
     assert {line.split()[0]} == expected and not line.startswith("  . "), line
+
+
+UNFINISHED = r'''
+import wandb
+wandb.init(project="smoke", name="unfinished")
+for s in range(20):
+    wandb.log({"loss": 2.0 + s / 100}, step=s)
+# No run.finish(): wandb finishes the run at the interpreter's exit, as for most short scripts
+# and for every script that raises (a CUDA OOM), with an exit record a few bytes long.
+'''
+
+
+def test_a_run_wandb_finishes_at_the_scripts_exit_reads_back_every_step(tmp_path):
+    # The exit record, 5 bytes at the file's end, was read 8 bytes at a time past the buffer: the
+    # whole file "cannot be read", `read` and `scan` said nothing readable.
+    done = subprocess.run([sys.executable, "-c", UNFINISHED], env=wandb_env(tmp_path / "exp", tmp_path / "home"), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (path,) = (tmp_path / "exp" / "wandb").glob("offline-run-*/run-*.wandb")
+    res = read(path, run="r", fmt="wandb", final=True, options=OPTIONS)
+    assert res.problems == ()
+    assert res.frame.select("step", "value").rows() == [(s, 2.0 + s / 100) for s in range(20)]

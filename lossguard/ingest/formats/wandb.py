@@ -175,8 +175,17 @@ def _read_here(data: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.nda
     """Which records are history or run records (sources/wandb_log.Needed), as writers lay them
     out, in field order: `num` first, then the record's kind, or `control` (field 16) before the
     kinds numbered above it (a RunRecord's); any other layout is taken to be needed. Read from each
-    record's first 8 bytes: `num` is a varint of up to 5 bytes there (a longer one is needed)."""
-    head = rows_at(data, starts, 8)
+    record's first 8 bytes: `num` is a varint of up to 5 bytes there (a longer one is needed). A
+    record may be shorter and the buffer end with it (the exit record wandb writes at a script's
+    exit can be 5 bytes): its head is zero-filled past the buffer."""
+    near = starts + 8 > data.size
+    if near.any():  # (the buffer's last few bytes, zero-filled: not a copy of the whole buffer)
+        lead = max(0, data.size - 16)
+        tail = np.concatenate([data[lead:], np.zeros(8, dtype=np.uint8)])
+        head = rows_at(data, np.where(near, 0, starts), 8)
+        head[near] = rows_at(tail, starts[near] - lead, 8)
+    else:
+        head = rows_at(data, starts, 8)
     last = head[:, 1:6] < 0x80
     after = np.where(last.any(axis=1), 2 + np.argmax(last, axis=1), 7)  # (where the kind is: past the varint)
     row = np.arange(starts.size)
