@@ -32,6 +32,7 @@ OPTIONS = ReadOptions()
 
 WRITER = r'''
 import sys, wandb
+import numpy as np
 
 def hf_like(project, steps, *, name=None, run_id=None, resume=None, spike_at=None, odd=False):
     """Logged as HF's WandbCallback does: train/ keys and the trainer's train/global_step each call."""
@@ -48,6 +49,9 @@ def hf_like(project, steps, *, name=None, run_id=None, resume=None, spike_at=Non
         if odd and s == 15:
             row["weights"] = wandb.Histogram([1.0, 2.0, 3.0])
             row["note"] = "a string"
+        if odd and s == 290:  # (W&B objects: dicts tagged with a `_type` whose numbers, width, size, nrows, are no curves)
+            row["samples"] = wandb.Image(np.zeros((8, 8, 3), dtype=np.uint8))
+            row["preds"] = wandb.Table(columns=["a", "b"], data=[[1, 2]])
         wandb.log(row)
     run.finish()
     return run.id
@@ -91,7 +95,7 @@ def test_a_run_logged_with_wandb_reads_back_every_step_metric_and_nan_where_it_w
     root, ids = box
     path = _file(root, ids["hf"])
     res = read(path, run=".", fmt="wandb", final=True, options=OPTIONS)
-    assert res.problems == ()  # (a histogram and a string were logged: passed over quietly)
+    assert res.problems == ()  # (a histogram, an image, a table and a string were logged: passed over quietly)
     frame_ = res.frame
     assert set(frame_.get_column("run").unique()) == {f"huggingface/smart-sun-12@{ids['hf']}"}
     loss = frame_.filter(pl.col("tag") == "train/loss")

@@ -134,7 +134,8 @@ def _placed(items: Items, step_of: np.ndarray, cursor: Cursor, keep: Keep | None
     size = step_of.size
     steps, mode = _steps(items, step_of, cursor)
     wall = _per_record(items, {"_timestamp"}, size)
-    skip = named(items.names, lambda n: n in W_AND_B_OWN or n in TRAINER_STEPS or n.startswith("_wandb"))
+    media = _media(items.names)
+    skip = named(items.names, lambda n: n in W_AND_B_OWN or n in TRAINER_STEPS or n.startswith("_wandb") or _within(n, media))
     take = items.numeric & ~skip[items.code]
     row_step = steps[items.record[take]]
     placed = ~np.isnan(row_step) & (row_step >= 0) & (row_step < 2.0**63)
@@ -146,6 +147,25 @@ def _placed(items: Items, step_of: np.ndarray, cursor: Cursor, keep: Keep | None
     known = steps[~np.isnan(steps)]
     last = int(known[-1]) if known.size and 0 <= known[-1] < 2.0**63 else cursor.last_step
     return _Placed(chosen, at, wall[items.record[chosen]], cursor.advance(steps=mode, last_step=last), int((~placed).sum()), span)
+
+
+def _media(names: list[str]) -> frozenset[str]:
+    """The keys logged as W&B objects (an Image, a Table, a Histogram...): a dict W&B tags with a
+    `_type` (`samples._type = "image-file"`) whose numbers (`samples.width`, `samples.size`,
+    `preds.nrows`, a histogram's `packedBins.min`) describe the object, not a curve. Its `_type`
+    item is in the same record as the rest of it, so in the names of the chunk that holds them."""
+    return frozenset(n[: -len(TYPED)] for n in names if n.endswith(TYPED))
+
+
+TYPED = "._type"
+
+
+def _within(name: str, media: frozenset[str]) -> bool:
+    """`name` is a field of one of the `media` objects (or of a dict nested in one)."""
+    if not media:
+        return False
+    parts = name.split(".")
+    return any(".".join(parts[:k]) in media for k in range(1, len(parts)))
 
 
 def _frame(items: Items, chosen: np.ndarray, step: np.ndarray, wall: np.ndarray, run: pl.Series) -> pl.DataFrame:
