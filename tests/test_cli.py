@@ -140,6 +140,16 @@ def test_read_of_a_folder_with_nothing_readable_exits_2(tmp_path):
     assert done.returncode == 2 and "nothing readable under" in done.stderr.splitlines()[-1] and "Traceback" not in done.stderr
 
 
+def test_read_of_a_folder_holding_no_log_at_all_exits_2_as_scan_does(tmp_path):
+    # `read` printed a CSV header and exited 0, where `scan` of the same folder exits 2.
+    from .conftest import run_lossguard
+
+    (tmp_path / "empty").mkdir()
+    for command in ("read", "scan"):
+        res = run_lossguard(command, str(tmp_path / "empty"))
+        assert res.returncode == 2 and res.stderr.splitlines()[-1].endswith(f"no training logs found under {tmp_path / 'empty'}"), res.stderr
+
+
 def test_status_of_an_empty_state_prints_no_dangling_colons(tmp_path):
     from lossguard.state import State
 

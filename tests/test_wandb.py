@@ -511,3 +511,13 @@ def test_a_run_wandb_finishes_at_the_scripts_exit_reads_back_every_step(tmp_path
     res = read(path, run="r", fmt="wandb", final=True, options=OPTIONS)
     assert res.problems == ()
     assert res.frame.select("step", "value").rows() == [(s, 2.0 + s / 100) for s in range(20)]
+
+
+def test_wandb_latest_run_named_on_the_command_line_reads_the_run_it_points_to(box):
+    # Passed over by a walk (the run is walked where it is), it read nothing, in silence, when named.
+    root, ids = box
+    link = root / "exp1" / "wandb" / "latest-run"
+    target = Path(os.path.realpath(link))
+    res = run_lossguard("read", str(link), "--format", "csv")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == run_lossguard("read", str(target), "--format", "csv").stdout and res.stdout.count("\n") > 10

@@ -41,13 +41,15 @@ def _run(args: argparse.Namespace) -> int:
         # Written as it is read, a block at a time (memory bounded by a block, not by the logs), on a
         # thread of its own while the next block is read.
         with BlockWriter(args.format, sys.stdout, metrics=args.metric, behind=True) as writer:
-            _, _, problems = read_paths(args.paths, options, each=writer.write)
+            _, results, problems = read_paths(args.paths, options, each=writer.write)
             if writer.rows or not problems:
                 writer.close()
         rows = writer.rows
     else:
         frame, results, problems = read_paths(args.paths, options)
         rows = frame.height
+    if not results and not problems:  # (as scan says it: an empty folder is no log of any kind)
+        raise UsageError(f"no training logs found under {', '.join(printable(str(p)) for p in args.paths)}")
     if not rows and problems:
         for problem in problems:
             print(f"warning: {printable(str(problem))}", file=sys.stderr)

@@ -44,6 +44,9 @@ LOG_SUFFIXES = {".log", ".txt", ".out", ".err", ".jsonl", ".ndjson", ".json", ".
 """(A database is a candidate by its name; its tables say whether a tracker wrote it: one no
 tracker wrote is passed over in silence, reader.unrecognised.)"""
 SKIP_DIRS = {".git", "__pycache__", ".hg", ".svn", ".ipynb_checkpoints", "node_modules"}
+LINKS_TO_RUNS = {"latest-run"}
+"""Links a tracker keeps to its newest run's folder (W&B's `wandb/latest-run`): passed over by a walk
+(the run is walked where it is), read where they point when named as a root."""
 NOT_LOGS = {"config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json",
             "adapter_config.json", "vocab.json", "training_args.json", "requirements.txt", "merges.txt", "hparams.json",
             "all_results.json", "train_results.json", "eval_results.json", "model.safetensors.index.json", "README.txt"}
@@ -290,7 +293,11 @@ def _newest_trainer_states(files: list[Path]) -> list[Path]:
 
 
 def discover(root: Path, *, extra_globs: Sequence[str] = (), problems: list[Problem], listings: Listings | None = None) -> list[Found]:
-    """Every candidate log file under root (or root itself, if it is a file), with its run name."""
+    """Every candidate log file under root (or root itself, if it is a file), with its run name. A
+    root that is a link a tracker keeps to a run of its folder (W&B's `wandb/latest-run`, which a
+    walk passes over: the run is walked where it is) is that run: named, it is read."""
+    if root.name in LINKS_TO_RUNS and root.is_symlink():
+        root = Path(os.path.realpath(root))
     if root.is_file():
         return [Found(decodable(run_name(root, root)), root)]
     if listings is None:
