@@ -126,6 +126,26 @@ def test_scan_judges_each_mlflow_run_and_the_non_finite_rules_see_the_nan(store)
     assert [r.run for r in scan([store.parent.parent], rules=default_rules(), run_glob="*/sft/*").runs] == ["exp1/sft/r1"]
 
 
+def test_rows_mlflow_committed_out_of_order_are_read_in_the_order_logged_and_a_resume_stays_one(store):
+    # `log_metrics(..., synchronous=False)` (transformers' MLflowCallback) commits batches from a pool
+    # of threads: here the batch logged second lands first, as it does there. In row order each
+    # step going back was a resume whose rows replaced the spike before them: it went unseen.
+    client = _client(store)
+    exp = client.create_experiment("hf")
+    run = client.create_run(exp, run_name="async").info.run_id
+    loss = {s: 9.0 if s == 150 else 2.0 + (s % 5) * 0.01 for s in range(0, 300, 10)}
+    batches = [[(s, v) for s, v in loss.items() if lo <= s < lo + 100] for lo in (0, 100, 200)]
+    for batch in (batches[0], batches[2], batches[1]):  # (committed in this order, logged 0..290)
+        client.log_batch(run, metrics=[Metric("loss", v, T0 + s, s) for s, v in batch])
+    resumed = client.create_run(exp, run_name="resumed").info.run_id
+    _log(client, resumed, "loss", _calm_loss(range(10)))
+    client.log_batch(resumed, metrics=[Metric("loss", 2.0, T0 + 100 + s, s) for s in range(5, 15)])  # (from a checkpoint at 5: logged later)
+    frame, _, _ = read_paths([store])
+    steps = {run: frame.filter(pl.col("run") == run).get_column("step").to_list() for run in ("hf/async", "hf/resumed")}
+    assert steps == {"hf/async": sorted(loss), "hf/resumed": [*range(10), *range(5, 15)]}
+    assert [(i.run, i.step) for i in scan([store], rules=default_rules()).incidents] == [("hf/async", 150)]
+
+
 def _grown(whole: Path, path: Path, upto: int) -> None:
     """`path` holding the first `upto` metric rows of `whole` (MLflow's rows, in the order it wrote
     them): a database growing as its trainer logs."""

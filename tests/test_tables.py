@@ -459,6 +459,23 @@ def test_mlruns_a_paced_metric_read_in_pieces_equals_one_read(tmp_path_factory, 
     assert pl.concat(frames).equals(whole.frame) and cursor.pace == "loss"
 
 
+def test_mlruns_lines_mlflow_appended_out_of_order_are_read_in_the_order_logged(tmp_path, monkeypatch):
+    # Asynchronous logging (transformers' MLflowCallback) appends batches from a pool of threads: the
+    # batch logged second lands first. In file order each step going back was a resume, and the rows
+    # it seemed to replay replaced the spike before them.
+    from mlflow.entities import Metric
+
+    client, run = _file_store(tmp_path, monkeypatch)
+    loss = {s: 9.0 if s == 150 else 2.0 + (s % 5) * 0.01 for s in range(0, 300, 10)}
+    batches = [[(s, v) for s, v in loss.items() if lo <= s < lo + 100] for lo in (0, 100, 200)]
+    for batch in (batches[0], batches[2], batches[1]):
+        client.log_batch(run, metrics=[Metric("loss", v, T0 + s, s) for s, v in batch])
+    frame, _, problems = read_paths([tmp_path / "runs"])
+    assert problems == [] and frame.select("step", "value").rows() == sorted(loss.items())
+    code, report = _scan_json(tmp_path / "runs")
+    assert code == 1 and [s["step"] for r in report["runs"] for s in r["spikes"]] == [150]
+
+
 @pytest.fixture(scope="module")
 def long_metric(tmp_path_factory) -> tuple[Path, list[tuple[int, int]]]:
     """A file store metric of 3,000 lines (many probes long), timestamps repeating in pairs, a line

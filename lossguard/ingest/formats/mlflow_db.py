@@ -48,7 +48,7 @@ class MlflowDbFormat:
             return no_rows(source, cursor if exc.dead else sqlite_db.again(cursor), exc.message, dead=exc.dead)
         problems = (Problem(source, sqlite_db.RESTARTED),) if fetched.restarted else ()
         problems += tuple(Problem(source, stepless(names[uuid], key, beside=beside)) for uuid, key, beside in begun if uuid in names)
-        return Parsed(_frame(got, names) if got is not None else pl.DataFrame(schema=NAMED_RAW), fetched.cursor, problems)
+        return Parsed(_frame(_logged_order(got), names) if got is not None else pl.DataFrame(schema=NAMED_RAW), fetched.cursor, problems)
 
 
 STEPLESS = "SELECT min(step) = max(step), sum(rowid < ?), count(*) FROM metrics WHERE run_uuid = ? AND key = ?"
@@ -143,6 +143,22 @@ def _placed(db: sqlite3.Connection, got: pl.DataFrame, paced: list[_Stepless]) -
         mine = mine.filter((pl.int_range(pl.len(), dtype=pl.Int64).over("tag") + pl.col("before") >= 2) & pl.col("at").is_not_null()).select("_key", "at")
         got = got.join(mine, on="_key", how="left", maintain_order="left").with_columns(pl.coalesce("at", "step").alias("step")).drop("at")
     return got
+
+
+def _logged_order(got: pl.DataFrame) -> pl.DataFrame:
+    """Each run's metric in the order logged: by timestamp (then row), in the places its rows hold
+    among the others'. MLflow's asynchronous logging (`synchronous=False`, which transformers'
+    MLflowCallback uses) commits batches from a pool of threads, so rows land out of order: read in
+    row order, every step going back was taken for a resume from a checkpoint, and the rows it
+    seemed to replay replaced the spikes before them. A resume's own rows, logged later, stay after
+    the rows they replay."""
+    back = got.select(((pl.col("ts").diff() < 0) | ((pl.col("ts").diff() == 0) & (pl.col("step").diff() < 0))).over("uuid", "tag").any()).item()
+    if not back:
+        return got  # (each metric logged in order: nothing to move)
+    slots = got.with_row_index("_slot")
+    logged = slots.sort(["uuid", "tag", "ts", "step", "_key"], nulls_last=True)  # (a millisecond holds many quick steps)
+    places = slots.sort(["uuid", "tag", "_slot"]).get_column("_slot")
+    return logged.with_columns(places).sort("_slot").drop("_slot")
 
 
 BATCH = {"_key": pl.Int64(), "uuid": pl.String(), "tag": pl.String(), "value": pl.Float64(), "is_nan": pl.Int64(), "step": pl.Int64(), "ts": pl.Int64()}

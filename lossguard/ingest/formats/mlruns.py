@@ -50,7 +50,7 @@ def parse(lines: pl.DataFrame, cursor: Cursor, raw: bytes | None = None, *, path
         "line_no",
     )
     before = cursor
-    rows, cursor = numbered(rows, cursor)
+    rows, cursor = numbered(_logged_order(rows), cursor)
     steps = rows.get_column("step").drop_nulls()
     cursor = cursor.advance(last_step=int(steps[-1]) if steps.len() else cursor.last_step)  # (as numbered: the next rows go on from it)
     if path is not None and cursor.steps == STEPLESS:
@@ -77,6 +77,15 @@ def _paced(path: Path, rows: pl.DataFrame, before: Cursor, after: Cursor) -> tup
     late = mlruns_pace.placed(rows.filter(index >= 2), metrics / pace).select("_row", pl.col("step").alias("_paced"))
     rows = rows.join(late, on="_row", how="left", maintain_order="left")
     return rows.with_columns(pl.coalesce("_paced", "step").alias("step")).drop("_row", "_paced"), after
+
+
+def _logged_order(rows: pl.DataFrame) -> pl.DataFrame:
+    """A block's lines in the order logged: by timestamp, then step. MLflow's asynchronous logging
+    (`synchronous=False`, transformers' MLflowCallback) appends batches from a pool of threads, so
+    lines land out of order, and each step going back would be taken for a resume (see
+    mlflow_db._logged_order). A line of another shape (no timestamp) keeps its place at the end."""
+    back = rows.select(((pl.col("wall_time").diff() < 0) | ((pl.col("wall_time").diff() == 0) & (pl.col("step").diff() < 0))).any()).item()
+    return rows.sort(["wall_time", "step"], nulls_last=True, maintain_order=True) if back else rows
 
 
 def numbered(rows: pl.DataFrame, cursor: Cursor) -> tuple[pl.DataFrame, Cursor]:
