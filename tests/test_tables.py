@@ -476,6 +476,25 @@ def test_mlruns_lines_mlflow_appended_out_of_order_are_read_in_the_order_logged(
     assert code == 1 and [s["step"] for r in report["runs"] for s in r["spikes"]] == [150]
 
 
+def test_mlruns_a_metric_whose_first_rows_share_a_step_keeps_its_steps_when_later_ones_differ(tmp_path, monkeypatch):
+    # The first two rows decided it: a loss logged at every micro-batch of gradient accumulation
+    # (four rows a step) was numbered 0..199 and its spike put at step 120, not 30; an eval at
+    # step 0 before training's evals at 0, 10... was numbered 0..11.
+    client, run = _file_store(tmp_path, monkeypatch)
+    for gs in range(50):
+        for micro in range(4):
+            client.log_metric(run, "loss", 30.0 if gs == 30 else 2.0 + 0.01 * micro, timestamp=T0 + 4 * gs + micro, step=gs)
+    client.log_metric(run, "eval_loss", 2.5, timestamp=T0, step=0)
+    for i in range(11):
+        client.log_metric(run, "eval_loss", 2.4, timestamp=T0 + 1 + i, step=10 * i)
+    frame, _, problems = read_paths([tmp_path / "runs"])
+    assert problems == []
+    assert frame.filter(pl.col("tag") == "loss").get_column("step").to_list() == [gs for gs in range(50) for _ in range(4)]
+    assert frame.filter(pl.col("tag") == "eval_loss").get_column("step").to_list() == [0, *(10 * i for i in range(11))]
+    code, report = _scan_json(tmp_path / "runs")
+    assert code == 1 and {s["step"] for r in report["runs"] for s in r["spikes"] if s["metric"] == "loss"} == {30}
+
+
 @pytest.fixture(scope="module")
 def long_metric(tmp_path_factory) -> tuple[Path, list[tuple[int, int]]]:
     """A file store metric of 3,000 lines (many probes long), timestamps repeating in pairs, a line

@@ -50,7 +50,7 @@ def parse(lines: pl.DataFrame, cursor: Cursor, raw: bytes | None = None, *, path
         "line_no",
     )
     before = cursor
-    rows, cursor = numbered(_logged_order(rows), cursor)
+    rows, cursor = numbered(_logged_order(rows), cursor, path=path)
     steps = rows.get_column("step").drop_nulls()
     cursor = cursor.advance(last_step=int(steps[-1]) if steps.len() else cursor.last_step)  # (as numbered: the next rows go on from it)
     if path is not None and cursor.steps == STEPLESS:
@@ -88,12 +88,16 @@ def _logged_order(rows: pl.DataFrame) -> pl.DataFrame:
     return rows.sort(["wall_time", "step"], nulls_last=True, maintain_order=True) if back else rows
 
 
-def numbered(rows: pl.DataFrame, cursor: Cursor) -> tuple[pl.DataFrame, Cursor]:
+def numbered(rows: pl.DataFrame, cursor: Cursor, *, path: Path | None = None) -> tuple[pl.DataFrame, Cursor]:
     """A metric logged without a step (`log_metric(key, value)`: MLflow stores step 0 for each row)
     numbered in the order logged: one step for all would leave nothing to judge. From its second
     row sharing the first's step, row i is at step first + i (the first stays where it is, so a
     read in pieces numbers as one read does); a metric whose steps differ keeps them (`index`:
-    rows read, `steps`: STEPLESS once numbering, MLFLOW once not)."""
+    rows read, `steps`: STEPLESS once numbering, MLFLOW once not). Whether they differ is asked of
+    the whole file (`path`) when it is decided, as the SQLite store's reader asks the whole store:
+    a loss logged at every micro-batch of gradient accumulation (`step=global_step`, four rows a
+    step), or an eval at step 0 before training's evals at 0, 10..., share a step in their first
+    two rows only. (A daemon reading a file that holds only such rows yet decides as they are.)"""
     valid = rows.get_column("step").drop_nulls()
     n, prior = valid.len(), cursor.index
     if not n or cursor.steps == MLFLOW:
@@ -104,12 +108,23 @@ def numbered(rows: pl.DataFrame, cursor: Cursor) -> tuple[pl.DataFrame, Cursor]:
         same = n if not differ.len() else int(differ[0])
         if prior + same < 2:
             return rows, cursor.advance(index=prior + n, steps=MLFLOW if differ.len() else None)
+        if differ.len() or (path is not None and _steps_differ(path, shared)):
+            return rows, cursor.advance(index=prior + n, steps=MLFLOW)
         first = shared + prior
     else:
         first = cursor.last_step + 1
     step = pl.col("step")
     rows = rows.with_columns(pl.when(step.is_not_null()).then(first + step.is_not_null().cum_sum() - 1).alias("step"))
     return rows, cursor.advance(index=prior + n, steps=STEPLESS)
+
+
+def _steps_differ(path: Path, shared: int) -> bool:
+    """Whether any line of the metric file, as it is now, is at another step than `shared`."""
+    try:
+        raw = path.read_bytes()
+    except OSError:
+        return False
+    return bool((mlruns_pace.rows_of(raw[: raw.rfind(b"\n") + 1]).get_column("step") != shared).any())
 
 
 MLFLOW = "mlflow"

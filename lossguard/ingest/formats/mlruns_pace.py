@@ -55,7 +55,7 @@ def _first_after(fh, size: int, stamp: int) -> int:  # noqa: ANN001 - (a binary 
     return lo
 
 
-def _rows(raw: bytes) -> pl.DataFrame:
+def rows_of(raw: bytes) -> pl.DataFrame:
     """(ts, step) of lines `timestamp value [step ...]` (no step: MLflow's 0), others left out."""
     if not raw:
         return pl.DataFrame(schema={"ts": pl.Int64(), "step": pl.Int64()})
@@ -86,8 +86,8 @@ def stamped(path: Path, after: int, upto: int) -> pl.DataFrame:
             fh.seek(start)
             raw = fh.read(max(0, stop - start))
     except OSError:
-        return _rows(b"")
-    rows = _rows(raw[: raw.rfind(b"\n") + 1])
+        return rows_of(b"")
+    rows = rows_of(raw[: raw.rfind(b"\n") + 1])
     before = rows.filter(pl.col("ts") <= after).tail(1)
     return pl.concat([before, rows.filter((pl.col("ts") > after) & (pl.col("ts") <= upto))])
 
