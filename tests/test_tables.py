@@ -232,6 +232,66 @@ def test_dvclive_run_again_in_its_folder_is_a_new_timeline_whose_spike_at_a_step
     assert said == [("opened", SPIKE, 9.0, 2), ("resolved", SPIKE, 9.0, 2), ("opened", SPIKE, 9.0, 3), ("resolved", SPIKE, 9.0, 3)], err
 
 
+# --- long tables: TensorBoard's CSV download, lossguard's own read --format csv ----------------
+
+
+def _tensorboard_csv(logdir: Path, run: str, tag: str) -> str:
+    """A tag's CSV as TensorBoard's scalars dashboard downloads it, made by its own plugin."""
+    from tensorboard import context
+    from tensorboard.backend.event_processing import data_provider
+    from tensorboard.backend.event_processing import plugin_event_multiplexer as pem
+    from tensorboard.plugins import base_plugin
+    from tensorboard.plugins.scalar import scalars_plugin
+
+    mux = pem.EventMultiplexer()
+    mux.AddRunsFromDirectory(str(logdir))
+    mux.Reload()
+    tb = base_plugin.TBContext(logdir=str(logdir), multiplexer=mux, data_provider=data_provider.MultiplexerDataProvider(mux, str(logdir)))
+    body, _ = scalars_plugin.ScalarsPlugin(tb).scalars_impl(context.RequestContext(), tag, run, "", output_format="csv")
+    return body
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # (html5lib, vendored by tensorboard, on import)
+def test_tensorboards_csv_downloads_of_one_run_are_its_metrics_judged_together(tmp_path):
+    # `Wall time,Step,Value` was read as two metrics, `Wall time` and `Value`, neither judged; and
+    # each download of a run's tags was a run of its own, the loss never seen beside its LR.
+    from tensorboardX import SummaryWriter
+
+    w = SummaryWriter(str(tmp_path / "logs" / "exp1"))
+    for step in range(STEPS):
+        w.add_scalar("train/loss", _loss(step), step)
+        w.add_scalar("train/lr", _lr(step), step)
+    w.close()
+    downloads = tmp_path / "runs" / "paper"
+    downloads.mkdir(parents=True)
+    for tag in ("train/loss", "train/lr"):  # (the dashboard names a download run-<run>-tag-<tag>.csv, its /s as _s)
+        (downloads / f"run-exp1-tag-{tag.replace('/', '_')}.csv").write_text(_tensorboard_csv(tmp_path / "logs", "exp1", tag))
+    frame, _, problems = read_paths([tmp_path / "runs"])
+    assert problems == [] and frame.get_column("run").unique().to_list() == ["paper/exp1"]
+    loss = frame.filter(pl.col("metric") == "loss")
+    assert loss.get_column("step").to_list() == list(range(STEPS)) and loss.get_column("value").to_list() == pytest.approx([_loss(s) for s in range(STEPS)], rel=1e-6)  # (float32)
+    assert loss.get_column("wall_time").null_count() == 0
+    code, report = _scan_json(tmp_path / "runs")
+    assert code == 1
+    _spike_caused_by_the_lr_jump(report, "paper/exp1", SPIKE, JUMP)
+
+
+def test_lossguards_own_csv_read_back_is_the_table_it_was_written_from(tmp_path):
+    # Saved beside the runs (`lossguard read runs --format csv > runs/all.csv`), it was a run of two
+    # metrics, `value` and `wall_time`, with no point.
+    runs = tmp_path / "runs"
+    _files(runs)
+    written = run_lossguard("read", str(runs), "--format", "csv")
+    assert written.returncode == 0, written.stderr
+    (tmp_path / "export").mkdir()
+    (tmp_path / "export" / "all.csv").write_text(written.stdout)
+    before = read_paths([runs])[0]
+    after = read_paths([tmp_path / "export" / "all.csv"])[0]
+    columns = ["step", "metric", "tag", "value"]
+    assert after.get_column("run").to_list() == ["all/" + r for r in before.get_column("run").to_list()]
+    assert after.select(columns).equals(before.select(columns)) and after.height > 100
+
+
 # --- MLflow file store ---------------------------------------------------------------------------
 
 

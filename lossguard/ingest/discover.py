@@ -23,6 +23,7 @@ from fnmatch import fnmatch
 from functools import lru_cache
 from pathlib import Path
 
+from .formats.csvlog import TENSORBOARD_EXPORT
 from .formats.sniff import LAYOUTS, RENAMED, by_name, in_layout, may_name_runs, tracked
 from ..errors import UsageError
 from ..escaping import decodable
@@ -162,8 +163,8 @@ def run_name(path: Path, root: Path) -> str:
             return folder.name or "."
         rel = os.path.relpath(folder, root)
         return Path(rel).as_posix()
-    absl = ABSL.match(path.name)
-    stem = absl["program"] if absl else path.stem
+    absl, exported = ABSL.match(path.name), TENSORBOARD_EXPORT.match(path.name)
+    stem = absl["program"] if absl else exported["run"] if exported else path.stem  # (one run's tags, downloaded apart)
     if root == path:
         return stem
     rel = os.path.relpath(folder, root)

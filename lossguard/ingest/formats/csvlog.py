@@ -78,10 +78,13 @@ def _numbers(column: pl.Series) -> pl.Series:
     return column.cast(pl.Float64, strict=False)
 
 
-def _rows(frame: pl.DataFrame, cursor: Cursor, *, keep: Keep | None = None, skip: int = 0) -> tuple[pl.DataFrame, table.Span | None, Cursor]:
+def _rows(frame: pl.DataFrame, cursor: Cursor, *, keep: Keep | None = None, skip: int = 0, tag: str = "value") -> tuple[pl.DataFrame, table.Span | None, Cursor]:
     """Long rows in file order (row, then column) with `record`, the 1-based data-row number, of the
-    records after `skip` and the columns `keep` keeps; and the span of every column's rows."""
+    records after `skip` and the columns `keep` keeps; and the span of every column's rows. A table
+    already long (a `value` column) is read as it is (_long_rows), `tag` naming a file of one metric."""
     lowered = {c.lower(): c for c in frame.columns}
+    if VALUE in lowered and frame.height:
+        return _long_rows(frame, lowered, cursor, keep=keep, skip=skip, tag=tag)
     step_col = next((lowered[k] for k in STEP_COLUMNS if k in lowered), None)
     by_epoch = step_col is None and EPOCH in lowered
     step_col = lowered[EPOCH] if by_epoch else step_col
@@ -122,6 +125,44 @@ def _rows(frame: pl.DataFrame, cursor: Cursor, *, keep: Keep | None = None, skip
         },
         schema={"step": pl.Int64(), "record": pl.Int64(), "tag": pl.Categorical(), "value": pl.Float64()},
     ).with_columns(pl.lit(None, dtype=pl.Float64).alias("wall_time"))
+    return rows, span, after
+
+
+VALUE = "value"
+NAME_COLUMNS = ("tag", "metric", "key", "name")
+WALL_COLUMNS = ("wall_time", "wall time", "timestamp")
+TENSORBOARD_EXPORT = re.compile(r"^run-(?P<run>.+)-tag-(?P<tag>.+)\.csv$")
+"""TensorBoard's "download as CSV" of one run's tag (`Wall time,Step,Value`), its `/`s as `_`s."""
+
+
+def _long_rows(
+    frame: pl.DataFrame, lowered: dict[str, str], cursor: Cursor, *, keep: Keep | None, skip: int, tag: str
+) -> tuple[pl.DataFrame, table.Span | None, Cursor]:
+    """A table of one value a row: `step, metric, value` (lossguard's own `read --format csv`, with
+    its `run` column, many custom loggers) or one metric's `Wall time, Step, Value` (TensorBoard's
+    CSV download, named `tag` by its file). Read as columns, it was a run of two metrics, `value`
+    and `wall_time`, neither of them judged."""
+    n = frame.height
+    record = np.arange(cursor.index + 1, cursor.index + 1 + n, dtype=np.int64)
+    step_col = next((lowered[k] for k in STEP_COLUMNS if k in lowered), None)
+    name_col = next((lowered[k] for k in NAME_COLUMNS if k in lowered), None)
+    wall_col = next((lowered[k] for k in WALL_COLUMNS if k in lowered), None)
+    steps = _numbers(frame.get_column(step_col)).cast(pl.Int64, strict=False) if step_col else pl.Series(record)
+    names = frame.get_column(name_col).cast(pl.String).str.strip_chars() if name_col else pl.repeat(tag, n, eager=True, dtype=pl.String())
+    values = _numbers(frame.get_column(lowered[VALUE]))
+    wall = _numbers(frame.get_column(wall_col)) if wall_col else pl.repeat(None, n, eager=True, dtype=pl.Float64())
+    columns = {"step": steps, "record": pl.Series(record), "tag": names.cast(pl.Categorical()), "value": values, "wall_time": wall}
+    if "run" in lowered:
+        columns["run"] = frame.get_column(lowered["run"]).cast(pl.String)
+    rows = pl.DataFrame(columns).filter(pl.col("step").is_not_null() & pl.col("value").is_not_null() & (pl.col("tag").cast(pl.String) != ""))
+    covered = rows.get_column("step")
+    span = (int(covered.min()), int(covered.max())) if keep is not None and covered.len() else None
+    rows = rows.filter(pl.col("record") > skip) if skip > cursor.index else rows
+    if keep is not None:
+        kept = [t for t in rows.get_column("tag").cast(pl.String).unique().to_list() if keep(t)]  # (asked once a name)
+        rows = rows.filter(pl.col("tag").cast(pl.String).is_in(kept))
+    own = steps.drop_nulls() if step_col else None
+    after = cursor.advance(index=cursor.index + n, last_step=own[-1] if own is not None and own.len() else cursor.last_step)
     return rows, span, after
 
 
@@ -172,12 +213,18 @@ class CsvFormat:
                 header, first = head.decode("utf-8", errors="replace").rstrip("\r"), first + 1
             if data and not data.isspace():  # (strip() would copy the block to answer)
                 frame = _frame(header, data, source=source, first_line=first, problems=problems)
-                rows, span, cursor = _rows(frame, cursor, keep=keep, skip=skip)
+                rows, span, cursor = _rows(frame, cursor, keep=keep, skip=skip, tag=_one_metric(path))
                 spans.append(span)
                 each(rows) if each is not None else frames.append(rows)
             cursor = block.cursor.advance(header=header, index=cursor.index, last_step=cursor.last_step, steps=cursor.steps)
         rows = pl.concat(frames, rechunk=False) if frames else _rows(pl.DataFrame(), cursor)[0]
         return Parsed(rows, cursor, tuple(problems), span=table.joined(spans), projected=keep is not None)
+
+
+def _one_metric(path: Path) -> str:
+    """The metric a long table of one metric holds: its file's (TensorBoard's `run-x-tag-train_loss.csv`: train_loss)."""
+    exported = TENSORBOARD_EXPORT.match(path.name)
+    return exported["tag"] if exported else path.stem
 
 
 CSV = CsvFormat()
