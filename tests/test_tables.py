@@ -276,6 +276,12 @@ def test_tensorboards_csv_downloads_of_one_run_are_its_metrics_judged_together(t
     _spike_caused_by_the_lr_jump(report, "paper/exp1", SPIKE, JUMP)
 
 
+def test_a_wide_csv_with_a_metric_called_value_stays_a_wide_one(tmp_path):
+    (tmp_path / "progress.csv").write_text("step,policy_loss,value\n" + "".join(f"{s},{_loss(s)},{s / 10}\n" for s in range(STEPS)))
+    frame = read_paths([tmp_path / "progress.csv"])[0]
+    assert frame.group_by("tag").len().sort("tag").rows() == [("policy_loss", STEPS), ("value", STEPS)]
+
+
 def test_lossguards_own_csv_read_back_is_the_table_it_was_written_from(tmp_path):
     # Saved beside the runs (`lossguard read runs --format csv > runs/all.csv`), it was a run of two
     # metrics, `value` and `wall_time`, with no point.

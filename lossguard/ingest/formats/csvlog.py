@@ -83,7 +83,7 @@ def _rows(frame: pl.DataFrame, cursor: Cursor, *, keep: Keep | None = None, skip
     records after `skip` and the columns `keep` keeps; and the span of every column's rows. A table
     already long (a `value` column) is read as it is (_long_rows), `tag` naming a file of one metric."""
     lowered = {c.lower(): c for c in frame.columns}
-    if VALUE in lowered and frame.height:
+    if frame.height and _long(lowered):
         return _long_rows(frame, lowered, cursor, keep=keep, skip=skip, tag=tag)
     step_col = next((lowered[k] for k in STEP_COLUMNS if k in lowered), None)
     by_epoch = step_col is None and EPOCH in lowered
@@ -133,6 +133,15 @@ NAME_COLUMNS = ("tag", "metric", "key", "name")
 WALL_COLUMNS = ("wall_time", "wall time", "timestamp")
 TENSORBOARD_EXPORT = re.compile(r"^run-(?P<run>.+)-tag-(?P<tag>.+)\.csv$")
 """TensorBoard's "download as CSV" of one run's tag (`Wall time,Step,Value`), its `/`s as `_`s."""
+
+
+def _long(lowered: dict[str, str]) -> bool:
+    """A long table: a `value` column beside a column naming each row's metric, or beside a step and
+    a wall time only (one metric's, TensorBoard's download). A wide table with a metric called
+    `value` (an RL value estimate, `step,policy_loss,value`) is no long one."""
+    if VALUE not in lowered:
+        return False
+    return any(k in lowered for k in NAME_COLUMNS) or set(lowered) <= {VALUE, *STEP_COLUMNS, *WALL_COLUMNS}
 
 
 def _long_rows(
