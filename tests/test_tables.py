@@ -561,6 +561,20 @@ def test_mlruns_a_metric_whose_first_rows_share_a_step_keeps_its_steps_when_late
     assert code == 1 and {s["step"] for r in report["runs"] for s in r["spikes"] if s["metric"] == "loss"} == {30}
 
 
+def test_mlruns_metric_keys_named_like_folders_a_walk_passes_over_are_read(tmp_path, monkeypatch):
+    from mlflow.entities import Metric
+
+    # A key's `/` is a folder: `artifacts/loss` sat in a folder named as the run's artifacts, `.git/x`
+    # in one no walk enters, and both vanished without a word (the SQLite store reads them).
+    client, run = _file_store(tmp_path, monkeypatch)
+    keys = ["artifacts/loss", "traces/x", ".trash/y", ".git/x", "node_modules/q", "__pycache__/x", "wandb/loss", "metrics/acc"]
+    for key in keys:
+        client.log_batch(run, metrics=[Metric(key, 1.0 + s, T0 + s, s) for s in range(3)])
+    frame, _, problems = read_paths([tmp_path / "runs"])
+    assert problems == [] and sorted(frame.get_column("tag").unique()) == sorted(keys)
+    assert frame.height == 3 * len(keys)
+
+
 @pytest.fixture(scope="module")
 def long_metric(tmp_path_factory) -> tuple[Path, list[tuple[int, int]]]:
     """A file store metric of 3,000 lines (many probes long), timestamps repeating in pairs, a line

@@ -112,10 +112,13 @@ def _enters(name: str, path: str) -> bool:
     folder its layout skips."""
     if name in LAYOUTS:
         return True
+    found = tracked(path)
+    layout = found[0].layout if found is not None else None
+    if layout is not None and layout.keys is not None and layout.keys(found[1][:-1]):  # type: ignore[index]
+        return True  # (a folder of a metric's key, whatever its name)
     if name in SKIP_DIRS:
         return False
-    found = tracked(path)
-    return found is None or found[0].layout is None or name not in found[0].layout.skip
+    return layout is None or name not in layout.skip
 
 
 def _says_nothing(name: str) -> bool:

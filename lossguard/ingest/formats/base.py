@@ -265,6 +265,11 @@ class Layout:
     """For a tracker whose folder may be given another name (`Live(dir="exp3")`): given the parts
     of a file's path, the index of its tracker folder by what the tracker writes in it, or None.
     Such a folder, named by the user, names the run itself."""
+    keys: Callable[[tuple[str, ...]], bool] | None = None
+    """Whether a folder (its path's parts below the tracker folder) holds the tracker's data named by
+    the user, in which no folder name is the tracker's own or a copy's (an MLflow run's `metrics/`,
+    where a key `artifacts/loss` or `.git/x` is a folder): `skip` and the folders no walk enters do
+    not apply there."""
     own: Callable[[str], bool] | None = None
     """Whether a name directly in a folder of the tracker's name is the tracker's (W&B's `run-*`,
     `offline-run-*`, `latest-run`, `debug.log`); None: every name. A folder named `wandb` that is

@@ -169,6 +169,11 @@ def _logs(below: tuple[str, ...]) -> bool:
     return len(below) >= 4 and below[2] == METRICS and below[0] != mlruns.TRASH
 
 
+def _in_metrics(below: tuple[str, ...]) -> bool:
+    """A run's `metrics/` folder or one below it (`<experiment>/<run>/metrics/...`)."""
+    return len(below) >= 3 and below[2] == METRICS and below[0] != mlruns.TRASH
+
+
 def _own(name: str) -> bool:
     """What MLflow's file store keeps in its folder: experiments by their numeric ids, `.trash`,
     the model registry's `models`. A folder merely called `mlruns` (a checkout, a project) holding
@@ -182,5 +187,5 @@ FORMAT = Format(
     # Where a run's metrics are not: its artifacts (checkpoints, thousands of files), deleted
     # experiments, traces. (params/ and tags/ are a small file each and are left to `logs`: a
     # metric key may well have a folder of either name, `params/norm`.)
-    layout=Layout(folder=FOLDER, logs=_logs, skip=frozenset({"artifacts", mlruns.TRASH, "traces"}), renamed=renamed, own=_own),
+    layout=Layout(folder=FOLDER, logs=_logs, skip=frozenset({"artifacts", mlruns.TRASH, "traces"}), renamed=renamed, own=_own, keys=_in_metrics),
 )
