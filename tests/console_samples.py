@@ -280,6 +280,62 @@ def plural_steps(curves: dict) -> str:
 
 PLURAL_STEPS = plural_steps({"step": np.array([100, 200]), "loss": np.array([8.43, 8.03])})
 
+# torchtitan/tools/utils.py Color: the escapes MetricsProcessor prints between its words (on unless
+# `--metrics.disable_color_printing`).
+_TITAN_COLOR = {"red": "\033[31m", "green": "\033[32m", "yellow": "\033[33m", "blue": "\033[34m", "magenta": "\033[35m",
+                "cyan": "\033[36m", "orange": "\033[38;2;180;60;0m", "turquoise": "\033[38;2;54;234;195m", "reset": "\033[39m"}
+_TITAN_PREFIX = "[rank0]:[titan] 2026-08-22 10:00:{:02d},123 - root - INFO - "
+"""torchtitan/tools/logging.py init_logger: `[titan] %(asctime)s - %(name)s - %(levelname)s - %(message)s`,
+after torchrun's `--local-ranks-filter`/`--tee` rank prefix."""
+
+
+def torchtitan(curves: dict, *, val_every: int = 100) -> str:
+    """torchtitan/components/metrics.py MetricsProcessor.log's training lines (`step: {step:2}  loss:
+    {loss:7.4f}  grad_norm: {grad_norm:7.4f}  memory: ...GiB(...%)  tps: {tps:,}  tflops: ...  mfu:
+    ...%`, each field after its colour) and log_validation's (`validate step: {step:2}  loss: ...`,
+    at the training step the validator ran at, trainer.py), the validation loss above the training's."""
+    c = _TITAN_COLOR
+    out = []
+    for k, step in enumerate(curves["step"]):
+        step, loss, gn = int(step), curves["loss"][k], curves["grad_norm"][k]
+        out.append(
+            _TITAN_PREFIX.format(k % 60) + f"{c['red']}step: {step:2}  {c['green']}loss: {loss:7.4f}  {c['orange']}grad_norm: {gn:7.4f}  "
+            f"{c['turquoise']}memory: 60.12GiB(75.34%)  {c['blue']}tps: {6543:,}  {c['cyan']}tflops: 378.12  {c['magenta']}mfu: 31.23%{c['reset']}"
+        )
+        if step % val_every == 0:
+            out.append(_TITAN_PREFIX.format(k % 60) + f"{c['yellow']}validate step: {step:2}  {c['green']}loss: {loss * 2.5:7.4f}  "
+                       f"{c['turquoise']}memory: 60.12GiB(75.34%)  {c['blue']}tps: {7001:,}{c['reset']}")
+    return "\n".join(out) + "\n"
+
+
+TORCHTITAN = torchtitan({"step": np.array([1, 2, 3]), "loss": np.array([10.9095, 10.5, float("nan")]), "grad_norm": np.array([2.0088, 1.9, 1.8])}, val_every=2)
+
+
+def maxtext(curves: dict, *, eval_every: int = 100, eval_steps: int = 3) -> str:
+    """MaxText's metric_logger.py (src/maxtext/common/metric_logger.py) through absl's logging
+    (`I0822 10:00:22.222206 139872261 metric_logger.py:230] `): _log_training_metrics' `completed step:
+    N, seconds: ..., TFLOP/s/device: ..., Tokens/s/device: ..., total_weights: ..., loss: ...`,
+    and every eval_every steps _log_running_eval_metrics' `Completed eval step: k, ... running
+    loss=...` for each eval batch k, then _log_eval_metrics' `Completed eval after train step N,
+    loss=..., perplexity=...`, the eval loss above the training's."""
+    out = []
+
+    def log(msg: str) -> None:
+        out.append(f"I0822 10:00:{len(out) % 60:02d}.222206 139872261 metric_logger.py:230] {msg}")
+
+    for k, step in enumerate(curves["step"]):
+        step, loss = int(step), curves["loss"][k]
+        log(f"completed step: {step}, seconds: 1.213, TFLOP/s/device: 160.123, Tokens/s/device: 6754.321, total_weights: 196608, loss: {loss:.3f}")
+        if step % eval_every == 0:
+            for e in range(eval_steps):
+                log(f"Completed eval step: {e}, seconds: 0.300, running loss={loss * 2.5:.3f}, running perplexity=41587.212, running total_weights=196608.0")
+            log(f"Completed eval after train step {step}, loss={loss * 2.5:.3f}, perplexity=41587.212, total_weights=983040.0, avg_z_loss=0.000")
+    return "\n".join(out) + "\n"
+
+
+MAXTEXT = maxtext({"step": np.array([0, 1, 2, 3]), "loss": np.array([10.9, 10.5, float("nan"), 10.1])}, eval_every=2)
+
+
 ALL = {
     "mmengine_epochs": ("20240512_103600.log", MMENGINE),
     "mmengine_iters": ("20240610_142000.log", MMSEG_ITER),
@@ -293,5 +349,7 @@ ALL = {
     "fairseq_2017": ("train.log", FAIRSEQ_2017),
     "capitalised_dicts": ("stdout.txt", CAPITALISED_DICTS),
     "plural_steps": ("pretrain.log", PLURAL_STEPS),
+    "torchtitan": ("train.log", TORCHTITAN),
+    "maxtext": ("train.log", MAXTEXT),
 }
 """name -> (file name, text). Each is also in samples.ALL (sniffing, reading in pieces)."""

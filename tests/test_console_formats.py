@@ -205,6 +205,26 @@ def test_a_banners_plural_steps_is_no_record_and_leaves_epoch_steps_alone(tmp_pa
     assert [s for s, _ in points(frame, "loss")] == [1, 2, 3]
 
 
+def test_torchtitans_coloured_lines_are_read_and_its_validation_is_eval_not_the_training_loss(tmp_path):
+    # Its colours stood between every name and its number: nothing was read, and "0 spikes" said.
+    # Stripped, its `validate step: N  loss:` lines were training losses 2.5x the curve: spikes.
+    frame, fmt, problems = read_sample(tmp_path, "torchtitan")
+    assert fmt == "kv_lines" and problems == []
+    assert same(points(frame, "loss"), [(1, 10.9095), (2, 10.5), (3, float("nan"))])
+    assert points(frame, "grad_norm") == [(1, 2.0088), (2, 1.9), (3, 1.8)]
+    assert points(frame, "eval_loss") == [(2, 26.25)] and "val/loss" in tags(frame)
+
+
+def test_maxtexts_eval_lines_are_eval_not_the_training_loss(tmp_path):
+    frame, fmt, problems = read_sample(tmp_path, "maxtext")
+    assert fmt == "kv_lines" and problems == []
+    assert same(points(frame, "loss"), [(0, 10.9), (1, 10.5), (2, float("nan")), (3, 10.1)])
+    # The eval summary at the training step it ran after; the running eval lines are eval values too.
+    summary = frame.filter(pl.col("tag") == "val/loss").select("step", "value").rows()
+    assert same(summary, [(0, 27.25), (2, float("nan"))]) and "val/running loss" in tags(frame)
+    assert frame.filter(pl.col("metric") == "loss").get_column("tag").unique().to_list() == ["loss"]
+
+
 WRITERS = {
     "mmengine": ("20240512_103600.log", console_samples.mmengine),
     "llmc": ("main.log", console_samples.llmc),
@@ -216,6 +236,8 @@ WRITERS = {
     "fairseq_2017": ("train.log", console_samples.fairseq_2017),
     "capitalised_dicts": ("stdout.txt", console_samples.capitalised_dicts),
     "plural_steps": ("pretrain.log", console_samples.plural_steps),
+    "torchtitan": ("train.log", console_samples.torchtitan),
+    "maxtext": ("train.log", console_samples.maxtext),
 }
 
 

@@ -263,8 +263,8 @@ def _block(job: Job, largest: int, lean: bool) -> _File | ReadResult | None:
         return None  # a byte-order mark is dropped only at a block's start
     # Binary damage (BINARY_LINE): read() skips those lines and says so.
     newlines = block.data.count(b"\n")
-    if not only_newlines(block.data, newlines) and _BINARY.search(text):
-        return None
+    if not only_newlines(block.data, newlines) and (_BINARY.search(text) or "\x1b" in text):
+        return None  # (and colours, which the read of the file alone strips: base.ANSI)
     if block.data.endswith(b"\n"):
         return _File(job, block.data, newlines, block.cursor)
     return _File(job, block.data + b"\n", newlines + 1, block.cursor)  # a complete file's last line

@@ -198,8 +198,11 @@ class _Lines:
             binary = int(bad.sum())
             first_binary = int(lines.filter(bad).item(0, "line_no"))
             text = lines.filter(~bad)
+        coloured = b"\x1b" in block.data
+        if coloured:  # (rich, colorlog, torchtitan's console: the words between the colours are read)
+            text = text.with_columns(pl.col("text").str.replace_all(ANSI, ""))
         kept = text.filter(pl.col("text").str.contains(prefilter)) if prefilter else text
-        raw = block.data if kept.height == lines.height and problem is None else None
+        raw = block.data if kept.height == lines.height and problem is None and not coloured else None
         return cls(block, kept, raw, problem, binary, first_binary, found)
 
 
@@ -342,6 +345,9 @@ BINARY_LINE = r"[\x00-\x07\x0e-\x1a\x1c-\x1e]"
 writes (tab, newline, vertical tab, form feed, carriage return, backspace and ESC, which progress
 bars and colours use, are not among them; nor is the unit separator, which some writers use as a
 field separator). For polars' engine and Python's `re` alike."""
+ANSI = r"\x1b\[[0-9;:?<=>]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]"
+"""Terminal escape sequences (colours and cursor moves: CSI `ESC [ ... m`, OSC `ESC ] ... BEL`, and
+two-byte ones), which a coloured console log holds between its words; for polars' engine and `re`."""
 SEPARATOR = b"\x1f"
 """What the CSV reader is told separates fields: a byte logs almost never hold (a block that does is
 cut in Python instead)."""

@@ -101,6 +101,7 @@ def parse(lines: pl.DataFrame, cursor: Cursor, raw: bytes | None = None) -> tupl
     located = [k for k in keys if _PRINTED_BY.match(k)]
     if located:
         pairs = pairs.filter(~pl.col("key").is_in(located))
+    pairs = _evaluating(lines, pairs)
     headed, pairs = header_steps(lines, pairs, cursor)
     step_keys, steps = _step_keys([renamed.get(k, k) for k in keys], cursor, headed=headed is not None)
     if headed is not None:
@@ -152,17 +153,33 @@ def header_steps(lines: pl.DataFrame, pairs: pl.DataFrame, cursor: Cursor) -> tu
     return head.select("line_no", "step"), pairs
 
 
-def _tag_evaluation(pairs: pl.DataFrame, loops: pl.DataFrame) -> pl.DataFrame:
+def _tag_evaluation(pairs: pl.DataFrame, loops: pl.DataFrame, *, steps: tuple[str, ...] = ()) -> pl.DataFrame:
     """An evaluation line's keys under its loop's name (`loss` -> `val/loss`), unless already so
-    (mmengine prints a validation loss as `val/loss` in some versions)."""
+    (mmengine prints a validation loss as `val/loss` in some versions), but for its `steps` keys."""
     tagged = pairs.join(loops, on="line_no", how="left", maintain_order="left")
     key = pl.col("key").cast(pl.String)
     return tagged.select(
         "line_no",
-        pl.when(pl.col("loop").is_null() | key.str.starts_with(pl.col("loop") + "/")).then(key)
+        pl.when(pl.col("loop").is_null() | key.str.starts_with(pl.col("loop") + "/") | key.str.to_lowercase().is_in(list(steps))).then(key)
         .otherwise(pl.col("loop") + "/" + key).cast(pl.Categorical).alias("key"),
         "value",
     )
+
+
+EVALUATING = r"(?i)\b(?:eval|evaluation|evaluating|validation|validate|validating|val|test|testing)\b[^\d=:|,]*?\b(?:step|steps|iter|iteration|update)\b"
+"""A line saying it reports an evaluation before it names its step: torchtitan's `validate step: 10
+loss: 2.31` (torchtitan/components/metrics.py: log_validation), MaxText's `Completed eval after
+train step 20, loss=2.5` (metric_logger.py: _log_eval_metrics). Its values are the evaluation's
+(`val/loss`): taken for the training's, every eval loss above the training loss was a spike."""
+
+
+def _evaluating(lines: pl.DataFrame, pairs: pl.DataFrame) -> pl.DataFrame:
+    """The pairs, an evaluation line's (EVALUATING) tagged `val/...`, its step key left as it is."""
+    found = lines.filter(pl.col("text").str.contains(EVALUATING)).get_column("line_no")
+    if not found.len():
+        return pairs
+    loops = pl.DataFrame({"line_no": found, "loop": pl.repeat("val", found.len(), eager=True, dtype=pl.String())})
+    return _tag_evaluation(pairs, loops, steps=(*STEP_KEYS, EPOCH))
 
 
 def _unkeyed(headed: pl.DataFrame, pairs: pl.DataFrame, step_keys: tuple[str, ...]) -> pl.DataFrame:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from . import FORMATS
 from ..sources import sqlite_db
-from .base import BINARY_LINE, Format
+from .base import ANSI, BINARY_LINE, Format
 from .custom import LineFormatSpec
 
 HEAD = 256 << 10
@@ -87,6 +87,7 @@ def _read_head(path: Path, size: int) -> bytes:
         return fh.read(size)
 
 
+_ANSI = re.compile(ANSI)
 _BINARY = re.compile(BINARY_LINE)
 _NOT_BINARY = bytes(b for b in range(256) if not _BINARY.match(chr(b)) or b >= 0x80)
 """Every byte but those BINARY_LINE names: deleting them leaves a head's binary bytes."""
@@ -97,6 +98,8 @@ def _text_lines(data: bytes) -> tuple[list[str], int]:
     cut them) are binary (base.BINARY_LINE: NUL...). Text lines are then cut as sniffing always cut
     them, at any line break (a tqdm bar's \r too)."""
     decoded = data.decode("utf-8", errors="replace")
+    if "\x1b" in decoded:
+        decoded = _ANSI.sub("", decoded)
     # The usual case, no binary byte in the head at all, is settled on the bytes in one C loop (the
     # class is ASCII, which UTF-8 writes as itself; a byte is on one line, so no line has one).
     if not data.translate(None, _NOT_BINARY):
