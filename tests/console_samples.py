@@ -336,6 +336,31 @@ def maxtext(curves: dict, *, eval_every: int = 100, eval_steps: int = 3) -> str:
 MAXTEXT = maxtext({"step": np.array([0, 1, 2, 3]), "loss": np.array([10.9, 10.5, float("nan"), 10.1])}, eval_every=2)
 
 
+def timm(curves: dict, *, per_epoch: int = 300) -> str:
+    """timm's train.py (huggingface/pytorch-image-models): train_one_epoch's `Train: {epoch}
+    [{update_idx:>4d}/{updates_per_epoch} ({pct:>3.0f}%)]  Loss: {loss_now:#.3g} ({loss_avg:#.3g})
+    Time: ...  LR: {lr:.3e}  Data: ...` (epoch and update counted from 0), and after each epoch
+    validate's `Test: [{batch_idx:>4d}/{last_idx}]  Time: ...  Loss: {val:>7.3f} ({avg:>6.4f})
+    Acc@1: ...` lines, through timm/utils/log.py's file handler (`%(asctime)s - %(name)20s:
+    [%(levelname)8s] - %(message)s`)."""
+    out = []
+    prefix = "2024-05-12 10:36:43,123 -                train: [    INFO] - "
+    for k, step in enumerate(curves["step"]):
+        epoch, i = divmod(int(step), per_epoch)
+        loss, lr = curves["loss"][k], curves["lr"][k]
+        out.append(
+            prefix + f"Train: {epoch} [{i:>4d}/{per_epoch} ({100.0 * (i + 1) / per_epoch:>3.0f}%)]  Loss: {loss:#.3g} ({loss:#.3g})  "
+            f"Time: 0.312s,  820.51/s  (0.320s,  800.00/s)  LR: {lr:.3e}  Data: 0.010 (0.012)"
+        )
+        if i == per_epoch - 1:
+            for b in (0, 49):
+                out.append(prefix.replace("train", "validate") + f"Test: [{b:>4d}/49]  Time: 0.500 (0.400)  Loss: {loss * 1.5:>7.3f} ({loss * 1.5:>6.4f})  Acc@1:  70.000 ( 69.500)")
+    return "\n".join(out) + "\n"
+
+
+TIMM = timm({"step": np.array([0, 1, 2, 3]), "loss": np.array([6.91, 6.86, float("nan"), 6.5]), "lr": np.array([1e-5, 1e-5, 2e-5, 2e-5])}, per_epoch=2)
+
+
 ALL = {
     "mmengine_epochs": ("20240512_103600.log", MMENGINE),
     "mmengine_iters": ("20240610_142000.log", MMSEG_ITER),
@@ -351,5 +376,6 @@ ALL = {
     "plural_steps": ("pretrain.log", PLURAL_STEPS),
     "torchtitan": ("train.log", TORCHTITAN),
     "maxtext": ("train.log", MAXTEXT),
+    "timm": ("train.log", TIMM),
 }
 """name -> (file name, text). Each is also in samples.ALL (sniffing, reading in pieces)."""

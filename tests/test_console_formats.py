@@ -225,6 +225,15 @@ def test_maxtexts_eval_lines_are_eval_not_the_training_loss(tmp_path):
     assert frame.filter(pl.col("metric") == "loss").get_column("tag").unique().to_list() == ["loss"]
 
 
+def test_timm_train_lines_are_at_epoch_times_its_updates_plus_the_update_and_its_test_lines_are_eval(tmp_path):
+    # No step key: read as nothing ("no training metrics recognised").
+    frame, fmt, problems = read_sample(tmp_path, "timm")
+    assert fmt == "kv_lines" and problems == []
+    assert same(points(frame, "loss"), [(0, 6.91), (1, 6.86), (2, float("nan")), (3, 6.5)])
+    assert points(frame, "lr") == [(0, 1e-5), (1, 1e-5), (2, 2e-5), (3, 2e-5)]
+    assert points(frame, "eval_loss") == [(1, 10.29), (1, 10.29), (3, 9.75), (3, 9.75)]  # (printed `{:>7.3f}`: at the training step before them)
+
+
 WRITERS = {
     "mmengine": ("20240512_103600.log", console_samples.mmengine),
     "llmc": ("main.log", console_samples.llmc),
@@ -238,6 +247,7 @@ WRITERS = {
     "plural_steps": ("pretrain.log", console_samples.plural_steps),
     "torchtitan": ("train.log", console_samples.torchtitan),
     "maxtext": ("train.log", console_samples.maxtext),
+    "timm": ("train.log", console_samples.timm),
 }
 
 

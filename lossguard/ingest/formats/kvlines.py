@@ -69,14 +69,15 @@ HEADER = (
     r"(?P<loop>Epoch|Iter)\((?P<mode>train|val|test)\)\s*(?:\[\s*(?P<epoch>\d+)\])?\[\s*(?P<i>\d+)/(?P<n>\d+)\]"
     r"|(?:^|[\s\]])\[(?P<bracket>\d+)\](?: collection=\S+)? [A-Za-z_][\w./-]*="
     r"|^s:(?P<s>\d+) "
+    r"|(?:^|\s)(?P<timm>Train|Test): (?:(?P<t_epoch>\d+) )?\[\s*(?P<t_i>\d+)/(?P<t_n>\d+)[\] ]"
 )
 """A step named by the line's head rather than by a key (see the module's docstring)."""
-HEADER_HINT = r"\((?:train|val|test)\)|\[\d+\] "
+HEADER_HINT = r"\((?:train|val|test)\)|\[\d+\] |(?:Train|Test): (?:\d+ )?\[\s*\d"
 """What every HEADER match holds, but llm.c's (a line starting `s:`): lines without it (nearly all, in
 most logs) skip the extraction. (`^s:` in the regex would cost more than the rest of it.)"""
 EVALUATION = r"(?:Epoch|Iter)\((?:val|test)\)"
 # `steps` only as a record's own count (`Steps 100, ...`): a banner's `accumulation steps: 4` is none.
-PREFILTER = r"(?i)\b(?:step|iter|iteration|num_updates|global_step|it|nupdates|update|epoch)\b|\bsteps\s+\d+,|OVERFLOW!|\[\d+\] |^s:\d"
+PREFILTER = r"(?i)\b(?:step|iter|iteration|num_updates|global_step|it|nupdates|update|epoch)\b|\bsteps\s+\d+,|OVERFLOW!|\[\d+\] |^s:\d|(?:Train|Test): (?:\d+ )?\[\s*\d"
 
 
 def _pipe_separated(lines: pl.DataFrame) -> bool:
@@ -128,12 +129,16 @@ def header_steps(lines: pl.DataFrame, pairs: pl.DataFrame, cursor: Cursor) -> tu
     if not head.height:
         return None, pairs
     head = head.select("line_no", text.str.extract_groups(HEADER).alias("h")).unnest("h").filter(
-        pl.col("mode").is_not_null() | pl.col("bracket").is_not_null() | pl.col("s").is_not_null()
+        pl.col("mode").is_not_null() | pl.col("bracket").is_not_null() | pl.col("s").is_not_null() | pl.col("timm").is_not_null()
     )
     if not head.height:
         return None, pairs
-    number = {c: pl.col(c).cast(pl.Int64, strict=False) for c in ("epoch", "i", "n", "bracket", "s")}
-    trained = pl.when(number["epoch"].is_not_null()).then((number["epoch"] - 1) * number["n"] + number["i"]).otherwise(number["i"])
+    number = {c: pl.col(c).cast(pl.Int64, strict=False) for c in ("epoch", "i", "n", "bracket", "s", "t_epoch", "t_i", "t_n")}
+    # timm's train.py: `Train: {epoch} [{update_idx}/{updates_per_epoch} (..%)]`, both counted from
+    # 0, so the step is epoch x N + i; its `Test: [{batch_idx}/{last_idx}]` lines are the validation's.
+    head = head.with_columns(pl.coalesce("mode", pl.when(pl.col("timm") == "Test").then(pl.lit("val")).when(pl.col("timm") == "Train").then(pl.lit("train"))).alias("mode"))
+    timm = number["t_epoch"] * number["t_n"] + number["t_i"]
+    trained = pl.when(pl.col("timm").is_not_null()).then(timm).when(number["epoch"].is_not_null()).then((number["epoch"] - 1) * number["n"] + number["i"]).otherwise(number["i"])
     own = pl.when(pl.col("mode") == "train").then(trained).otherwise(pl.coalesce(number["bracket"], number["s"]))
     evaluation = pl.col("mode").is_in(["val", "test"])
     named = head.filter(pl.col("s").is_not_null()).get_column("line_no")
@@ -227,7 +232,7 @@ KV_LINES = LineFormat(
 # mmengine's training lines only: its evaluation lines alone hold no training curve.
 _STEP = re.compile(
     r"(?i:(?:^|[\s|,;\[(])(?:(?:step|iter|iteration|num_updates|global_step|nupdates|update)(?:\s*[:=]\s*|\s+)|epoch\s*[:=]\s*)\d"
-    r"|\bsteps\s+\d+,)|(?:Epoch|Iter)\(train\)\s*\[|(?:^|[\s\]])\[\d+\](?: collection=\S+)? [A-Za-z_][\w./-]*=|^s:\d+ "
+    r"|\bsteps\s+\d+,)|(?:Epoch|Iter)\(train\)\s*\[|(?:^|[\s\]])\[\d+\](?: collection=\S+)? [A-Za-z_][\w./-]*=|^s:\d+ |(?:^|\s)Train: \d+ \[\s*\d+/\d+"
 )
 # A loss by any name the vocabulary knows for one: llm.c's `trl` (train loss) and `tel` (eval loss).
 _LOSS = re.compile(r"(?i)(?:^|[\s|,;\[(])(?:[\w./-]*loss[\w./-]*|trl|tel)(?:\s*[:=]\s*|\s+)" + WRAPPED + r"[-+\d.nNiI]")
