@@ -15,6 +15,8 @@ from __future__ import annotations
 import re
 from urllib.parse import SplitResult, urlsplit
 
+from .escaping import printable
+
 MASK = "***"
 MIN_SECRET = 6
 """Shorter pieces are not remembered: masking every "api" in a message would hide more than it saves."""
@@ -37,7 +39,16 @@ def remember(secret: str) -> None:
         parts = urlsplit(secret)
         pieces.add(parts.path)
         pieces.add(secret.rstrip("/").rsplit("/", 1)[-1])
+    # A secret holding a control character (a line break pasted with it) is shown escaped by an
+    # error that quotes it (`'...SECRET\\rx'`): its escaped forms, and its runs between such
+    # characters, are masked as well.
+    for piece in list(pieces):
+        if _BREAKS.search(piece):
+            pieces.update((repr(piece)[1:-1], printable(piece), *_BREAKS.split(piece)))
     _known.update(p for p in pieces if len(p) >= MIN_SECRET)
+
+
+_BREAKS = re.compile(r"[\x00-\x20\x7f]+")
 
 
 def scrub(text: str) -> str:

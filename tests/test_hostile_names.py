@@ -150,6 +150,49 @@ def test_slack_messages_hold_no_raw_control_character_and_no_forged_line():
     assert messages[0].text.count("\n") == same.text.count("\n")
 
 
+MRKDWN = "*URGENT* _prod_ ~x~ https://evil.example/login"
+"""A run name (an MLflow experiment and run) that Slack's mrkdwn would show bold, italic, struck
+through and as a link, outside a code span."""
+
+
+def test_slack_summary_digest_and_stall_show_a_runs_mrkdwn_as_code_not_as_formatting():
+    # The alert's facts showed the run as code; the burst summary, the nightly digest, the stall
+    # notice and every alert's plain-text fallback showed it as mrkdwn.
+    inc = _incident(MRKDWN)
+    messages = [
+        build(inc, host="gpu-3", source="/runs/x/train.log"),
+        for_notice(Notice(kind="stalled", run=MRKDWN, step=7, minutes=30), host="gpu-3"),
+        summary(tuple(Notice(kind="opened", run=MRKDWN, incident=inc) for _ in range(3))),
+        digest(host="gpu-3", totals={"spikes": 1, "runs_with_spikes": 1, "runs": 1, "warnings": 0}, runs=[(MRKDWN, (inc,))]),
+    ]
+    for message in messages:
+        # The message's text (its notification's fallback) and its mrkdwn blocks; a header is plain_text.
+        shown = [message.text] + [b["text"]["text"] for b in message.blocks if b.get("text", {}).get("type") == "mrkdwn"]
+        shown += [e["text"] for b in message.blocks for e in b.get("elements", ()) if e.get("type") == "mrkdwn"]
+        for text in shown:
+            outside = re.sub(r"`[^`]*`", "", text)
+            assert "*URGENT*" not in outside and "https://evil" not in outside, text
+        assert f"`{MRKDWN}`" in message.text and any(f"`{MRKDWN}`" in t for t in shown[1:]), shown
+
+
+def test_read_csv_writes_a_name_a_spreadsheet_takes_for_a_formula_as_text(tmp_path):
+    # A run (a W&B project, an MLflow run name, a folder) or a metric named `=HYPERLINK(...)` was a
+    # live formula in the CSV a person opens in a spreadsheet.
+    formula = '=HYPERLINK("evil.example","click")'  # (a folder's name: no slash)
+    run = tmp_path / "runs" / formula
+    run.mkdir(parents=True)
+    (run / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "loss": 2.0, "@SUM(A1)": 1.0, "-2+3": 0.5}) + "\n" for s in range(3)))
+    done = _lossguard("read", tmp_path / "runs", "--format", "csv")
+    assert done.returncode == 0, done.stderr
+    import csv
+    import io
+
+    rows = list(csv.DictReader(io.StringIO(done.stdout)))
+    assert {r["run"] for r in rows} == {"'" + formula} and {r["tag"] for r in rows} == {"loss", "'@SUM(A1)", "'-2+3"}
+    assert not [v for r in rows for v in r.values() if v[:1] in ("=", "+", "@") or (v[:1] == "-" and not v[1:2].isdigit())]
+    assert {float(r["value"]) for r in rows} == {2.0, 1.0, 0.5}
+
+
 def test_slack_receives_the_hostile_name_escaped_through_the_real_client(slack):
     bot = SlackBot("xoxb-0000-TEST", "#training", base_url=slack.base_url, backoff=0.01)
     assert bot.post(build(_incident(HOSTILE), host="gpu-3", source="/runs/x/train.log")).ok

@@ -49,6 +49,26 @@ def test_webhook_url_that_cannot_work_is_refused_by_config_check(tmp_path, url, 
     assert HOOK_SECRET not in done.stdout + done.stderr
 
 
+@pytest.mark.parametrize("broken", ["\r", "\n", "\t", " "], ids=["CR", "LF", "tab", "space"])
+def test_a_webhook_url_holding_a_control_character_is_refused_at_load_and_no_piece_of_it_shows(tmp_path, broken):
+    # Its secret reached `alert test`'s one-line error unmasked: the HTTP library quoted the path
+    # with the control character escaped (`...SECRET\\rx`), which matched no remembered form.
+    url = f"https://hooks.slack.com/services/T0/B0/{HOOK_SECRET}{broken}x"
+    for command in (["alert", "test"], ["config", "check"]):
+        done = _lossguard(*command, env={"LOSSGUARD_SLACK_WEBHOOK_URL": url}, cwd=tmp_path)
+        assert done.returncode == 2 and "control character" in done.stderr and "Traceback" not in done.stderr, done.stderr
+        assert HOOK_SECRET not in done.stdout + done.stderr and HOOK_SECRET[:8] not in done.stdout + done.stderr
+
+
+def test_a_secret_holding_a_control_character_is_masked_however_an_error_quotes_it():
+    from lossguard.redact import remember
+
+    secret = "https://relay.example/services/T0/B0/" + HOOK_SECRET + "\rtail"
+    remember(secret)
+    for shown in (repr(secret), f"URL can't contain control characters. {repr('/services/T0/B0/' + HOOK_SECRET + chr(13) + 'tail')}", HOOK_SECRET):
+        assert HOOK_SECRET not in scrub(shown), scrub(shown)
+
+
 def test_webhook_on_this_machine_may_use_plain_http(tmp_path, slack):
     done = _lossguard("alert", "test", env={"LOSSGUARD_SLACK_WEBHOOK_URL": slack.webhook_url}, cwd=tmp_path)
     assert done.returncode == 0, done.stderr

@@ -246,7 +246,8 @@ def test_the_resolved_header_is_rewritten_after_a_clean_restart(tmp_path, slack)
     assert update.body["ts"] == "1700000000.000001" and "Resolved: loss spike" in json.dumps(update.body["blocks"])
 
 
-SPIKE = re.compile(r"(?:^\[\w+\] |^• )(\S+): (\w+) spike at step (\d+)", re.M)
+SPIKE = re.compile(r"(?:^\[\w+\] |^• )`([^`]+)`: (\w+) spike at step (\d+)", re.M)
+"""An alert's first line, or a summary's line: the run (as code), the metric and the step."""
 
 
 def _grow(runs: list, stop: threading.Event, every: float = 0.01) -> None:

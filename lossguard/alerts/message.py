@@ -136,7 +136,7 @@ def build(
 
     top = inc.causes[0] if inc.causes else None
     lines = [
-        f"[{sev}] {escape(inc.run)}: {escape(inc.metric)} spike at step {inc.step}"
+        f"[{sev}] {code(inc.run)}: {escape(inc.metric)} spike at step {inc.step}"
         + (f" ({fmt(inc.value)} vs baseline {fmt(inc.baseline)}{ratio})" if inc.baseline is not None else f" ({fmt(inc.value)})")
         + (" - resolved" if event == "resolved" else ""),
         f"rule {escape(inc.rule)}; peak at step {inc.peak_step}; {end}",
@@ -163,14 +163,21 @@ def _section_message(text: str) -> Message:
     return Message(text, (_section(text),))
 
 
+def _quiet(notice: Notice) -> tuple[str, str]:
+    """A notice of no incident (a stall) as the words before its run's name and after it."""
+    ended = f"; silence {notice.silenced_by} has ended" if notice.silenced_by else ""
+    extra = f" after {notice.minutes} min without a new step" if notice.kind == "stalled" else ""
+    extra += " still stalled" if notice.kind == "unsilenced" else ""
+    return f"{notice.kind.upper()} run ", f" at step {notice.step}{extra}{ended}"
+
+
 def describe(notice: Notice) -> str:
     """One plain line (the console sink; the stall and resume notices' text)."""
     kind = notice.kind.upper()
     ended = f"; silence {notice.silenced_by} has ended" if notice.silenced_by else ""
     if notice.incident is None:
-        extra = f" after {notice.minutes} min without a new step" if notice.kind == "stalled" else ""
-        extra += " still stalled" if notice.kind == "unsilenced" else ""
-        return f"{kind} run {notice.run} at step {notice.step}{extra}{ended}"
+        before, after = _quiet(notice)
+        return f"{before}{notice.run}{after}"
     inc = notice.incident
     cause = inc.causes[0].cause if inc.causes else "unknown"
     still = " still open" if notice.kind == "unsilenced" else ""
@@ -184,7 +191,8 @@ def for_notice(notice: Notice, *, host: str, version: str = "", silence: str | N
     """`silence`: the command that silences it, shown with what is news (a new alert, a stall);
     `actions`: the buttons, on an incident's news only."""
     if notice.incident is None:
-        text = escape(describe(notice))
+        before, after = _quiet(notice)
+        text = f"{escape(before)}{code(notice.run)}{escape(after)}"  # (the run as code: no mrkdwn of its name is read)
         if silence and notice.kind == "stalled":
             text += f"\nTo silence: {code(silence)}"
         return _section_message(text)
@@ -201,7 +209,7 @@ def summary(notices: tuple[Notice, ...]) -> Message:
         inc = n.incident
         cause = inc.causes[0].cause.replace("_", " ") if inc.causes else "unknown"
         state = f":white_check_mark: resolved ({inc.ending})" if inc.over else "open"
-        lines.append(f"• {escape(inc.run)}: {escape(inc.metric)} spike at step {inc.step} ({inc.severity}), likely {escape(cause)}: {state}")
+        lines.append(f"• {code(inc.run)}: {escape(inc.metric)} spike at step {inc.step} ({inc.severity}), likely {escape(cause)}: {state}")
     resolved = sum(n.incident.over for n in notices)
     if resolved:  # (a rewrite as members recover: what it first said, new or still open, no longer holds)
         title = f"{len(notices)} spikes, all resolved" if resolved == len(notices) else f"{len(notices)} spikes, {resolved} resolved"
@@ -227,7 +235,7 @@ def digest(*, host: str, totals: dict, runs: list[tuple[str, tuple[Incident, ...
     for run, incidents in runs:
         if incidents:
             top = incidents[0].causes[0].cause.replace("_", " ") if incidents[0].causes else "unknown"
-            lines.append(f"• {escape(run)}: {len(incidents)} spike(s), first at step {incidents[0].step}, likely {escape(top)}")
+            lines.append(f"• {code(run)}: {len(incidents)} spike(s), first at step {incidents[0].step}, likely {escape(top)}")
     if silenced:
         lines.append(f"{silenced} spike(s) silenced, not listed (`lossguard silence list`)")
     if totals["warnings"]:

@@ -177,14 +177,25 @@ class _Lines(NamedTuple):
     options: dict
 
 
+FORMULA = ("=", "+", "-", "@")
+"""What a spreadsheet takes a cell for a formula by (`=HYPERLINK(...)` as a W&B project or an MLflow
+run name): such a name is written after a `'`, which shows it as text (OWASP's CSV injection)."""
+
+
+def cell(name: str) -> str:
+    """A name as a CSV field shows it: control characters visible (printable), a formula defused."""
+    shown = printable(name)
+    return "'" + shown if shown.startswith(FORMULA) else shown
+
+
 def _csv_lines(run: str | None, source: str | None, rows: pl.DataFrame) -> _Lines:
     """Run and source as polars writes them (its own quoting, taken from a one-row write), then the
     other columns, never quoted when polars would quote none of their names. CSV has no escapes of
     its own: control characters in names are written as the table shows them (`\\x1b`), so that
     `read --format csv` on a terminal cannot drive it (JSON keeps them exact, escaped as JSON is)."""
-    shown = {"run": [None if run is None else printable(run)], "source": [None if source is None else printable(source)]}
+    shown = {"run": [None if run is None else cell(run)], "source": [None if source is None else cell(source)]}
     lead = pl.DataFrame(shown, schema={"run": pl.String(), "source": pl.String()}).write_csv(include_header=False)[:-1] + ","
-    shown_as = {c: {n: printable(n) for n in rows.get_column(c).unique().drop_nulls().to_list()} for c in ("metric", "tag")}
+    shown_as = {c: {n: cell(n) for n in rows.get_column(c).unique().drop_nulls().to_list()} for c in ("metric", "tag")}
     escaped = {c: {n: s for n, s in names.items() if s != n} for c, names in shown_as.items()}
     plain = all(_csv_as_is(pl.Series(c, list(names.values()), dtype=pl.String())) for c, names in shown_as.items())
     # No wall time (most text logs): its empty field ends the line too.

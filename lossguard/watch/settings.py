@@ -61,6 +61,8 @@ def webhook_problem(url: str) -> str | None:
         return "must use https:// (plain http would send the secret in clear)"
     if not parts.path.strip("/"):
         return "has no path (a webhook URL looks like https://hooks.slack.com/services/T.../B.../...)"
+    if any(ch.isspace() or ord(ch) < 0x20 or ord(ch) == 0x7F for ch in url):
+        return "holds a space or a control character (a line break pasted with it?)"
     return None
 
 
