@@ -200,7 +200,7 @@ def test_slack_receives_the_hostile_name_escaped_through_the_real_client(slack):
     hostile, plain = slack.requests
     for text in [hostile.body["text"], *(json.dumps(b, ensure_ascii=False) for b in hostile.body["blocks"])]:
         _assert_safe(text)
-    assert "] ev\\x1b[2J\\x1b[Hil" in hostile.body["text"].splitlines()[0]
+    assert "] `ev\\x1b[2J\\x1b[Hil" in hostile.body["text"].splitlines()[0]  # (the run as code)
     assert hostile.body["text"].count("\n") == plain.body["text"].count("\n")
 
 

@@ -75,6 +75,9 @@ SAMPLE_FORMATS = {
     "fairseq_2017": "fairseq",
     "capitalised_dicts": "hf_console",
     "plural_steps": "kv_lines",
+    "torchtitan": "kv_lines",
+    "maxtext": "kv_lines",
+    "timm": "kv_lines",
 }
 
 
