@@ -148,6 +148,8 @@ def test_read_of_a_folder_holding_no_log_at_all_exits_2_as_scan_does(tmp_path):
     for command in ("read", "scan"):
         res = run_lossguard(command, str(tmp_path / "empty"))
         assert res.returncode == 2 and res.stderr.splitlines()[-1].endswith(f"no training logs found under {tmp_path / 'empty'}"), res.stderr
+    csv = run_lossguard("read", str(tmp_path / "empty"), "--format", "csv")
+    assert csv.returncode == 2 and csv.stdout == ""  # (no header before the error)
 
 
 def test_status_of_an_empty_state_prints_no_dangling_colons(tmp_path):

@@ -232,6 +232,17 @@ def test_timm_train_lines_are_at_epoch_times_its_updates_plus_the_update_and_its
     assert same(points(frame, "loss"), [(0, 6.91), (1, 6.86), (2, float("nan")), (3, 6.5)])
     assert points(frame, "lr") == [(0, 1e-5), (1, 1e-5), (2, 2e-5), (3, 2e-5)]
     assert points(frame, "eval_loss") == [(1, 10.29), (1, 10.29), (3, 9.75), (3, 9.75)]  # (printed `{:>7.3f}`: at the training step before them)
+    assert not {"Train", "Test", "val/Test"} & tags(frame)  # (its header's words, not metrics)
+
+
+def test_a_training_line_whose_prefix_holds_an_eval_word_stays_the_trainings_and_every_escape_is_read_past(tmp_path):
+    text = "".join(
+        f"[test] step {s} loss {2.0 + s / 100} | INFO eval.py step {s} \x1b[1mlr\x1b(B\x1b[m: 0.001 \x1b7grad_norm\x1b8: 1.5\n" for s in range(3)
+    )
+    (tmp_path / "train.log").write_text(text)
+    frame = read_paths([tmp_path / "train.log"])[0]
+    assert points(frame, "loss") == [(s, 2.0 + s / 100) for s in range(3)]
+    assert points(frame, "lr") == [(s, 0.001) for s in range(3)] and points(frame, "grad_norm") == [(s, 1.5) for s in range(3)]
 
 
 WRITERS = {

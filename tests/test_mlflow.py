@@ -146,6 +146,17 @@ def test_rows_mlflow_committed_out_of_order_are_read_in_the_order_logged_and_a_r
     assert [(i.run, i.step) for i in scan([store], rules=default_rules()).incidents] == [("hf/async", 150)]
 
 
+def test_a_metric_logged_without_a_step_and_committed_out_of_order_is_numbered_in_the_order_logged(store):
+    # Numbered in the order committed, then put in the order logged, its made-up steps ran backwards.
+    client = _client(store)
+    run = client.create_run(client.create_experiment("hf"), run_name="async").info.run_id
+    lr = [1e-4 * (i + 1) for i in range(9)]
+    for lo in (0, 6, 3):  # (committed in this order, logged 0..8)
+        client.log_batch(run, metrics=[Metric("lr", lr[i], T0 + i, 0) for i in range(lo, lo + 3)])
+    frame, _, _ = read_paths([store])
+    assert frame.filter(pl.col("tag") == "lr").select("step", "value").rows() == list(enumerate(lr))
+
+
 def _grown(whole: Path, path: Path, upto: int) -> None:
     """`path` holding the first `upto` metric rows of `whole` (MLflow's rows, in the order it wrote
     them): a database growing as its trainer logs."""

@@ -42,7 +42,7 @@ def _run(args: argparse.Namespace) -> int:
         # thread of its own while the next block is read.
         with BlockWriter(args.format, sys.stdout, metrics=args.metric, behind=True) as writer:
             _, results, problems = read_paths(args.paths, options, each=writer.write)
-            if writer.rows or not problems:
+            if writer.rows or (results and not problems):
                 writer.close()
         rows = writer.rows
     else:

@@ -167,6 +167,8 @@ def run_name(path: Path, root: Path) -> str:
         rel = os.path.relpath(folder, root)
         return Path(rel).as_posix()
     absl, exported = ABSL.match(path.name), TENSORBOARD_EXPORT.match(path.name)
+    if exported and exported["run"] == ".":  # (TensorBoard's name for a logdir that is one run: the folder's)
+        return Path(os.path.relpath(folder, root)).as_posix() if root != path else folder.name or "."
     stem = absl["program"] if absl else exported["run"] if exported else path.stem  # (one run's tags, downloaded apart)
     if root == path:
         return stem

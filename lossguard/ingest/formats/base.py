@@ -345,9 +345,9 @@ BINARY_LINE = r"[\x00-\x07\x0e-\x1a\x1c-\x1e]"
 writes (tab, newline, vertical tab, form feed, carriage return, backspace and ESC, which progress
 bars and colours use, are not among them; nor is the unit separator, which some writers use as a
 field separator). For polars' engine and Python's `re` alike."""
-ANSI = r"\x1b\[[0-9;:?<=>]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]"
+ANSI = r"\x1b\[[0-9;:?<=>]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[ -/]*[0-~]"
 """Terminal escape sequences (colours and cursor moves: CSI `ESC [ ... m`, OSC `ESC ] ... BEL`, and
-two-byte ones), which a coloured console log holds between its words; for polars' engine and `re`."""
+the short ones: `ESC ( B`, which `tput sgr0` writes, `ESC 7`), which a coloured console log holds between its words; for polars' engine and `re`."""
 SEPARATOR = b"\x1f"
 """What the CSV reader is told separates fields: a byte logs almost never hold (a block that does is
 cut in Python instead)."""

@@ -76,6 +76,9 @@ HEADER_HINT = r"\((?:train|val|test)\)|\[\d+\] |(?:Train|Test): (?:\d+ )?\[\s*\d
 """What every HEADER match holds, but llm.c's (a line starting `s:`): lines without it (nearly all, in
 most logs) skip the extraction. (`^s:` in the regex would cost more than the rest of it.)"""
 EVALUATION = r"(?:Epoch|Iter)\((?:val|test)\)"
+AT_STEP_BEFORE = EVALUATION + r"|(?:^|\s)Test: \[\s*\d"
+"""Lines at the step of the training line before them (mmengine's and timm's evaluations): a file
+holding one is read alone, where lines of many files are parsed together."""
 # `steps` only as a record's own count (`Steps 100, ...`): a banner's `accumulation steps: 4` is none.
 PREFILTER = r"(?i)\b(?:step|iter|iteration|num_updates|global_step|it|nupdates|update|epoch)\b|\bsteps\s+\d+,|OVERFLOW!|\[\d+\] |^s:\d|(?:Train|Test): (?:\d+ )?\[\s*\d"
 
@@ -142,6 +145,7 @@ def header_steps(lines: pl.DataFrame, pairs: pl.DataFrame, cursor: Cursor) -> tu
     own = pl.when(pl.col("mode") == "train").then(trained).otherwise(pl.coalesce(number["bracket"], number["s"]))
     evaluation = pl.col("mode").is_in(["val", "test"])
     named = head.filter(pl.col("s").is_not_null()).get_column("line_no")
+    head_lines = head
     head = head.select(
         "line_no",
         # An evaluation line is at the training's step: the last one before it (or the cursor's).
@@ -155,6 +159,9 @@ def header_steps(lines: pl.DataFrame, pairs: pl.DataFrame, cursor: Cursor) -> tu
     if named.len():
         # llm.c's `s:N` is the header, not a metric.
         pairs = pairs.filter(~((pl.col("key") == "s") & pl.col("line_no").is_in(named.implode())))
+    timm = head_lines.filter(pl.col("timm").is_not_null()).get_column("line_no")
+    if timm.len():  # (timm's `Train: 3 [` and `Test: [1000/...]` are its header, not metrics)
+        pairs = pairs.filter(~(pl.col("key").cast(pl.String).is_in(["Train", "Test"]) & pl.col("line_no").is_in(timm.implode())))
     return head.select("line_no", "step"), pairs
 
 
@@ -171,7 +178,7 @@ def _tag_evaluation(pairs: pl.DataFrame, loops: pl.DataFrame, *, steps: tuple[st
     )
 
 
-EVALUATING = r"(?i)\b(?:eval|evaluation|evaluating|validation|validate|validating|val|test|testing)\b[^\d=:|,]*?\b(?:step|steps|iter|iteration|update)\b"
+EVALUATING = r"(?i)\b(?:eval|evaluation|evaluating|validation|validate|validating|val|test|testing)(?: [A-Za-z]+){0,3} (?:step|steps|iter|iteration|update)\b"
 """A line saying it reports an evaluation before it names its step: torchtitan's `validate step: 10
 loss: 2.31` (torchtitan/components/metrics.py: log_validation), MaxText's `Completed eval after
 train step 20, loss=2.5` (metric_logger.py: _log_eval_metrics). Its values are the evaluation's
@@ -223,7 +230,7 @@ KV_LINES = LineFormat(
     # mmengine's evaluation lines, which take the step of the record before them: a file holding
     # one is read alone.
     together=Together(
-        lambda lines: lines.select((pl.col("text").str.contains("OVERFLOW!", literal=True) | pl.col("text").str.contains(EVALUATION)).alias("alone")),
+        lambda lines: lines.select((pl.col("text").str.contains("OVERFLOW!", literal=True) | pl.col("text").str.contains(AT_STEP_BEFORE)).alias("alone")),
         settles=_settles,
     ),
 )

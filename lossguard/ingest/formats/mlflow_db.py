@@ -43,12 +43,12 @@ class MlflowDbFormat:
                 fetched = sqlite_db.fetch(db, METRICS, cursor, _batch, size=size, limit=limit)
                 got = pl.concat(fetched.batches, rechunk=False) if fetched.batches else None
                 names = run_names(db, got.get_column("uuid").unique().to_list()) if got is not None else {}
-                got, begun = _numbered(db, got, final=final) if got is not None else (None, [])
+                got, begun = _numbered(db, _logged_order(got), final=final) if got is not None else (None, [])  # (numbered in the order logged)
         except sqlite_db.Unreadable as exc:
             return no_rows(source, cursor if exc.dead else sqlite_db.again(cursor), exc.message, dead=exc.dead)
         problems = (Problem(source, sqlite_db.RESTARTED),) if fetched.restarted else ()
         problems += tuple(Problem(source, stepless(names[uuid], key, beside=beside)) for uuid, key, beside in begun if uuid in names)
-        return Parsed(_frame(_logged_order(got), names) if got is not None else pl.DataFrame(schema=NAMED_RAW), fetched.cursor, problems)
+        return Parsed(_frame(got, names) if got is not None else pl.DataFrame(schema=NAMED_RAW), fetched.cursor, problems)
 
 
 STEPLESS = "SELECT min(step) = max(step), sum(rowid < ?), count(*) FROM metrics WHERE run_uuid = ? AND key = ?"
