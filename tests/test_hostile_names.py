@@ -160,7 +160,7 @@ def test_slack_summary_digest_and_stall_show_a_runs_mrkdwn_as_code_not_as_format
     # notice and every alert's plain-text fallback showed it as mrkdwn.
     inc = _incident(MRKDWN)
     messages = [
-        build(inc, host="gpu-3", source="/runs/x/train.log"),
+        build(inc, host="gpu-3", source=f"/runs/{MRKDWN}/train.log"),
         for_notice(Notice(kind="stalled", run=MRKDWN, step=7, minutes=30), host="gpu-3"),
         summary(tuple(Notice(kind="opened", run=MRKDWN, incident=inc) for _ in range(3))),
         digest(host="gpu-3", totals={"spikes": 1, "runs_with_spikes": 1, "runs": 1, "warnings": 0}, runs=[(MRKDWN, (inc,))]),

@@ -148,7 +148,7 @@ def build(
             lines.append(f"also possible: {CAUSE_TITLES.get(other.cause, other.cause).lower()} ({other.confidence:.0%}): {escape(other.evidence)}")
     if silenced_by:
         lines.append(f"silence {escape(silenced_by)} has ended; still open")
-    lines.append(f"source {escape(source)} on {escape(host)}")
+    lines.append(f"source {code(source)} on {code(host)}")  # (a path: its folders' names are data)
     if silence:
         lines.append(f"to silence: {escape(silence)}")
     return Message(cut_lines("\n".join(lines), MAX_TEXT), tuple(blocks))
