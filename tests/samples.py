@@ -234,10 +234,11 @@ ALL = {
 
 
 def _with_console_samples() -> None:
-    """Today's console formats (console_samples.py) are samples like the others."""
-    from . import console_samples
+    """Today's console formats (console_samples.py, bar_samples.py) are samples like the others."""
+    from . import bar_samples, console_samples
 
     ALL.update(console_samples.ALL)
+    ALL.update(bar_samples.ALL)
 
 
 _with_console_samples()

@@ -35,6 +35,10 @@ FIXTURE_FORMATS = {
     "corpus/tfevents/satd_hmer_lightning_lr_sgd/events.out.tfevents.1699875277.Ender-PC.10072.0": "tfevents",
     "corpus/tfevents/t5_summarization_hf_trainer/events.out.tfevents.1742826235.DESKTOP-41L2EO3.107869.0": "tfevents",
     "make_runs.py": None,
+    "keras/SOURCES.md": None,
+    "keras/keras_fit.py": None,
+    "keras/keras3_fit_verbose1.log": "progress_bars",
+    "keras/keras3_fit_verbose2.log": "progress_bars",
     "runs/hf-lr-too-high/checkpoint-1200/trainer_state.json": "hf_trainer_state",
     "runs/hf-lr-too-high/checkpoint-600/trainer_state.json": "hf_trainer_state",
     "runs/jsonl-lr-restart/metrics.jsonl": "jsonl",
@@ -78,6 +82,9 @@ SAMPLE_FORMATS = {
     "torchtitan": "kv_lines",
     "maxtext": "kv_lines",
     "timm": "kv_lines",
+    "keras3": "progress_bars",
+    "tf_keras": "progress_bars",
+    "lightning": "progress_bars",
 }
 
 

@@ -65,6 +65,12 @@ class Cursor:
     pace: str | None = None
     """For a metric of MLflow's file store logged without a step: the metric whose steps its rows go
     at (formats/mlruns_pace; "" for none), once its third row decided it."""
+    epoch: int | None = None
+    """The epoch a progress bar's header line named (Keras' `Epoch 3/10`), for the bar's states
+    after it (formats/progress_bars)."""
+    drawn: str | None = None
+    """The values a tqdm bar's postfix showed last (JSON, name -> value): drawn again unchanged they
+    are no new report (formats/progress_bars)."""
     name: str | None = None
     """The run a file names for its rows, as a record read before said (a W&B log's RunRecord, at
     its head), for reads that start past that record."""

@@ -5,7 +5,7 @@ how its lines (or its head) are recognised. Adding a format is that module and i
 
 from __future__ import annotations
 
-from . import composer, csvlog, dictlines, dvclive, fairseq, hf_console, kvlines, megatron, mlflow_db, mlruns, olmo_core, tfevents, trackio_db, trainer_state, wandb
+from . import composer, csvlog, dictlines, dvclive, fairseq, hf_console, kvlines, megatron, mlflow_db, mlruns, olmo_core, progress_bars, tfevents, trackio_db, trainer_state, wandb
 from .base import Format
 
 FORMATS: tuple[Format, ...] = (
@@ -22,6 +22,7 @@ FORMATS: tuple[Format, ...] = (
     megatron.FORMAT,
     dictlines.JSONL_FORMAT,
     hf_console.FORMAT,
+    progress_bars.FORMAT,
     fairseq.FORMAT,
     kvlines.FORMAT,
 )

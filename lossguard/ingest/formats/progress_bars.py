@@ -1,0 +1,159 @@
+"""Progress bars in a console log: Keras' `model.fit` bar and Lightning's tqdm bar, as a file that
+stdout was sent to holds them. Both redraw one line with a carriage return (Keras backspaces over
+it first), so a line of the file is every state the bar went through, and each state is a record:
+
+    Epoch 2/3
+    \r 1/40 ━━━━━━━━━━━━━━━━━━━━ 2s 61ms/step - loss: 3.0703 - mae: 1.3790\b\b...\r 2/40 ━━━...
+    40/40 - 2s - 61ms/step - loss: 12.1661 - mae: 2.7050 - val_loss: 3.2634        (verbose=2)
+     11/100 [==>...........................] - ETA: 1s - loss: 0.6890 - accuracy: 0.5275 (tf.keras 2)
+
+    \rEpoch 0:  25%|██▌       | 1/4 [00:00<00:00, 48.26it/s, v_num=0, train_loss=0.512]\rEpoch 0:...
+
+Keras (keras/src/utils/progbar.py: Progbar.update; keras/src/callbacks/progbar_logger.py prints
+`Epoch E/M`, only when fitting more than one epoch): batch i of N in epoch E (from 1) is step
+(E - 1) x N + i, the metrics are ` - name: value`, and the epoch's validation values come with its
+last state. What the bar shows is the epoch's running mean (a spike is seen damped, and the curve
+starts again at each epoch), which is what the log holds.
+
+Lightning (lightning/pytorch/callbacks/progress/tqdm_progress.py): the bar described `Epoch E`
+(from 0) at i of N is step E x N + i; its postfix holds the values logged with prog_bar=True
+(`v_num` is the logger's version, no metric). The bar is drawn twice a batch, first with the
+batch count and the previous batch's values, then with the new ones: a step's value is the last
+drawn at it. The postfix keeps what was logged last until it is logged again: a validation's
+values (and an epoch aggregate, `train_loss_epoch`) stay there for the batches after it, so such a
+value drawn again unchanged is no new report and makes no row (a training step's value is drawn
+anew each batch, equal or not). Validation and sanity-check bars hold no metrics of their own.
+
+A daemon reads a bar's states when their line ends: Keras ends it with each epoch, Lightning when a
+validation runs (its bar moves to a line below) and at the end of training.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import polars as pl
+
+from .. import table
+from ..cursor import Cursor
+from ..vocabulary import EVAL_WORDS, TEST_WORDS, words
+from .base import Format, LineFormat
+from .pairs import NUMBER, pairs_frame
+
+EPOCH_LINE = r"^\s*Epoch (?P<e>\d+)/\d+\s*$"
+KERAS_BAR = r"^\s*(?P<i>\d+)/(?P<n>\d+) (?:\[[=>.]*\] |━+ )?.*?- [A-Za-z_][\w./@-]*: "
+"""A Keras bar's state: its count, then (after its bar, time and ETA) ` - name: value` pairs."""
+KERAS_PAIR = r"- (?P<key>[A-Za-z_][\w./@-]*): (?P<value>" + NUMBER + r")(?:\s|$)"
+TQDM_BAR = r"^Epoch (?P<e>\d+): +\d+%\|[^|]*\| *(?P<i>\d+)/(?P<n>\d+) \[(?P<inside>[^\]]*)\]"
+TQDM_PAIR = r"(?P<key>[A-Za-z_][\w./@-]*)=(?P<value>" + NUMBER + r")(?:\.0*)?(?:,|$)"
+"""A postfix item, as Lightning's Tqdm.format_num writes numbers: tqdm's `.3g`, padded to five
+characters (`0.500`, and a NaN `nan.0`)."""
+NOT_METRICS = ("v_num",)
+PREFILTER = r"Epoch \d|\d/\d+ (?:\[|━|- )"
+
+
+def parse(lines: pl.DataFrame, cursor: Cursor, raw: bytes | None = None) -> tuple[pl.DataFrame, Cursor]:
+    text = pl.col("text")
+    states = (
+        lines.lazy()
+        .select("line_no", text.str.replace_all("\x08", "", literal=True).str.split("\r").alias("text"))
+        .explode("text")
+        .with_row_index("state")
+        .select("state", "line_no", text.str.strip_chars_end())
+        .filter(text.str.contains(PREFILTER))
+        .with_columns(
+            text.str.extract(EPOCH_LINE, 1).cast(pl.Int64, strict=False).alias("epoch"),
+            text.str.extract_groups(KERAS_BAR).alias("keras"),
+            text.str.extract_groups(TQDM_BAR).alias("tqdm"),
+        )
+        .collect()
+    )
+    if not states.height:
+        return _no_rows(), cursor
+    keras, tqdm = pl.col("keras").struct, pl.col("tqdm").struct
+    # Keras' epoch is the header line's before its bar (the cursor's, from a block before; 1 when
+    # it fits one epoch and prints none).
+    states = states.with_columns(pl.col("epoch").forward_fill().fill_null(cursor.epoch if cursor.epoch is not None else 1).alias("keras_epoch"))
+    kn, ki = (keras.field("n").cast(pl.Int64, strict=False), keras.field("i").cast(pl.Int64, strict=False))
+    tn, ti, te = (tqdm.field(f).cast(pl.Int64, strict=False) for f in ("n", "i", "e"))
+    states = states.with_columns(
+        pl.when(tqdm.field("i").is_not_null()).then(te * tn + ti).otherwise((pl.col("keras_epoch") - 1) * kn + ki).alias("step"),
+        pl.when(tqdm.field("i").is_not_null()).then(tqdm.field("inside")).otherwise(text).alias("pairs_text"),
+        tqdm.field("i").is_not_null().alias("drawn"),
+    )
+    epoch = states.get_column("epoch").drop_nulls()
+    cursor = cursor.advance(epoch=int(epoch[-1])) if epoch.len() else cursor
+    # A bar at 0 has drawn no batch of its epoch yet: its values are the batch's before (Lightning
+    # resets the bar, still described with the epoch before, then describes it anew).
+    bars = states.filter(pl.col("step").is_not_null() & (pl.coalesce(ti, ki) > 0))
+    keras_rows = _rows(bars.filter(~pl.col("drawn")), KERAS_PAIR)
+    tqdm_rows = _rows(bars.filter(pl.col("drawn")), TQDM_PAIR)
+    if tqdm_rows.height:
+        tqdm_rows, cursor = _redrawn(tqdm_rows, cursor)
+    rows = pl.concat([keras_rows, tqdm_rows]).sort("state", maintain_order=True)
+    # One value a step and metric, the last drawn (Keras draws its epoch's last state again with
+    # the validation's values; Lightning draws each batch twice).
+    rows = rows.unique(["step", "tag"], keep="last", maintain_order=True)
+    if not rows.height:
+        return _no_rows(), cursor
+    last = int(rows.get_column("step").max())
+    out = rows.select("step", "tag", "value", pl.lit(None, dtype=pl.Float64).alias("wall_time"), "line_no")
+    return table.conform_raw(out), cursor.advance(last_step=last, index=cursor.index + bars.height)
+
+
+def _rows(bars: pl.DataFrame, pair: str) -> pl.DataFrame:
+    """(state, line_no, step, tag, value) of the bars' metric pairs, in drawing order."""
+    schema = {"state": pl.UInt32(), "line_no": pl.Int64(), "step": pl.Int64(), "tag": pl.String(), "value": pl.Float64()}
+    if not bars.height:
+        return pl.DataFrame(schema=schema)
+    found = pairs_frame(bars.select(pl.col("state").cast(pl.Int64).alias("line_no"), pl.col("pairs_text").alias("text")), pair)
+    found = found.filter(~pl.col("key").cast(pl.String).is_in(NOT_METRICS))
+    at = bars.select(pl.col("state").cast(pl.Int64), "line_no", "step")
+    return found.join(at, left_on="line_no", right_on="state", how="inner", maintain_order="left").select(
+        pl.col("line_no").cast(pl.UInt32).alias("state"), pl.col("line_no_right").alias("line_no"), "step", pl.col("key").cast(pl.String).alias("tag"), "value"
+    )
+
+
+def _kept(tag: str) -> bool:
+    """A value that stays in a postfix until logged again: an evaluation's, or an epoch's aggregate."""
+    ws = words(tag)
+    return bool(ws) and (any(w in EVAL_WORDS or w in TEST_WORDS for w in ws) or "epoch" in (ws[0], ws[-1]))
+
+
+def _redrawn(rows: pl.DataFrame, cursor: Cursor) -> tuple[pl.DataFrame, Cursor]:
+    """A tqdm postfix's values less those drawn again unchanged: at the step they were drawn at
+    (the bar is drawn again after a validation, on the next line: in the next block), or, for the
+    values a postfix keeps (_kept), at any step after. Cursor.drawn: the last values the bar
+    showed before these rows, at the cursor's last step."""
+    before = json.loads(cursor.drawn) if cursor.drawn else {}
+    seen = pl.DataFrame(
+        {"tag": list(before), "value": [float(v) for v in before.values()], "step": [cursor.last_step] * len(before)},
+        schema={"tag": pl.String(), "value": pl.Float64(), "step": pl.Int64()},
+    )
+    shown = pl.concat([seen.with_columns(pl.lit(False).alias("new")), rows.select("tag", "value", "step", pl.lit(True).alias("new"))])
+    kept = [t for t in rows.get_column("tag").unique().to_list() if _kept(t)]
+    again = (pl.col("value") == pl.col("value").shift(1).over("tag")) & (pl.col("tag").is_in(kept) | (pl.col("step") == pl.col("step").shift(1).over("tag")))
+    repeated = shown.select(again.fill_null(False).alias("again"), "new").filter(pl.col("new")).get_column("again")
+    last = rows.group_by("tag", maintain_order=True).agg(pl.col("value").last())
+    drawn = {**before, **dict(zip(last.get_column("tag").to_list(), last.get_column("value").to_list()))}
+    return rows.filter(~repeated), cursor.advance(drawn=json.dumps(drawn, sort_keys=True))
+
+
+def _no_rows() -> pl.DataFrame:
+    return table.empty_raw().with_columns(pl.lit(None, dtype=pl.Int64).alias("line_no"))
+
+
+PROGRESS_BARS = LineFormat("progress_bars", parse, prefilter=PREFILTER)
+
+_KERAS = re.compile(KERAS_BAR)
+_TQDM = re.compile(TQDM_BAR)
+
+
+def _bar_line(line: str) -> bool:
+    """A bar's state (sniffing cuts lines at carriage returns: one state a line)."""
+    line = line.replace("\b", "")
+    return bool(_TQDM.search(line) and "=" in line) or bool(_KERAS.search(line))
+
+
+FORMAT = Format(reader=PROGRESS_BARS, line=_bar_line)

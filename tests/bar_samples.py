@@ -1,0 +1,146 @@
+"""Progress bars as a console log sent to a file holds them: Keras' (as its Progbar draws itself,
+the file and function named at each) and Lightning's, drawn by the real tqdm through Lightning's
+own bar class and format. Whole runs' curves (synth.curves) or small samples."""
+
+from __future__ import annotations
+
+import io
+from numbers import Number
+
+import numpy as np
+
+
+def _keras_value(v: float) -> str:
+    """keras/src/utils/progbar.py, Progbar.update: ` {avg:.4f}` if abs(avg) > 1e-3 else ` {avg:.4e}`."""
+    return f" {v:.4f}" if abs(v) > 1e-3 else f" {v:.4e}"
+
+
+def _batches(curves: dict, per_epoch: int):  # noqa: ANN202 - (a generator of tuples)
+    """(index, batch of its epoch from 1, the epoch's last, `Epoch E/M` line before it or "") of each
+    step: ProgbarLogger.on_epoch_begin's line, `Epoch {epoch + 1}/{self.epochs}`."""
+    steps = [int(s) for s in curves["step"]]
+    epochs = -(-max(steps) // per_epoch)
+    for k, step in enumerate(steps):
+        epoch, i = (step - 1) // per_epoch + 1, (step - 1) % per_epoch + 1
+        yield k, i, i == per_epoch or k == len(steps) - 1, f"Epoch {epoch}/{epochs}\n" if i == 1 or k == 0 else ""
+
+
+def keras3(curves: dict, *, per_epoch: int = 300) -> str:
+    """Keras 3's model.fit(verbose=1) with stdout sent to a file: progbar_logger.py's on_epoch_begin
+    prints `Epoch {epoch + 1}/{self.epochs}`; Progbar.update draws each state after backspacing
+    over the last and a carriage return (`_dynamic_display` holds on any POSIX system): the count
+    in bold, the bar in green and white `━`, the time and time a step, then ` - name: value` in the
+    logs' sorted order; the epoch's last state is drawn again with the validation's values, then a
+    newline."""
+    width = len(str(per_epoch))
+    out, prev = io.StringIO(), 0
+    for k, i, last, header in _batches(curves, per_epoch):
+        if header:
+            out.write(header)
+            prev = 0
+        done = int(20 * i / per_epoch)
+        bar = f"\x1b[1m{i:>{width}d}/{per_epoch}\x1b[0m " + (f"\x1b[32m{'━' * done}\x1b[0m" if done else "") + f"\x1b[37m{'━' * (20 - done)}\x1b[0m"
+        logs = {"loss": curves["loss"][k], "mae": curves["loss"][k] / 3}
+        state = bar + f" \x1b[1m{max(1, (per_epoch - i) // 50)}s\x1b[0m 12ms/step" + "".join(f" - {n}:{_keras_value(v)}" for n, v in sorted(logs.items()))
+        out.write("\b" * prev + "\r" + state)
+        prev = len(state)
+        if last:
+            logs |= {"val_loss": curves["loss"][k] * 1.1, "val_mae": curves["loss"][k] / 2.5}
+            state = bar + " \x1b[1m4s\x1b[0m 12ms/step" + "".join(f" - {n}:{_keras_value(v)}" for n, v in sorted(logs.items()))
+            out.write("\b" * prev + "\r" + state + "\n")
+    return out.getvalue()
+
+
+def tf_keras(curves: dict, *, per_epoch: int = 300) -> str:
+    """tf.keras 2's bar (tf_keras/utils/generic_utils.py, Progbar.update): `%{w}d/%d [`, then `=`s
+    and a `>` (a `=` when done), dots to width 30, `]`; ` - ETA: 1s` while running, ` - 4s
+    12ms/step` at the end; metrics in model.metrics' order (loss first)."""
+    width = len(str(per_epoch))
+    out, prev = io.StringIO(), 0
+    for k, i, last, header in _batches(curves, per_epoch):
+        if header:
+            out.write(header)
+            prev = 0
+        done = int(30 * i / per_epoch)
+        bar = f"{i:>{width}d}/{per_epoch} [" + ("=" * (done - 1) + (">" if i < per_epoch else "=") if done else "") + "." * (30 - done) + "]"
+        logs = {"loss": curves["loss"][k], "accuracy": 0.5}
+        if last:
+            logs |= {"val_loss": curves["loss"][k] * 1.1, "val_accuracy": 0.6}
+        state = bar + (" - 4s 12ms/step" if last else " - ETA: 1s") + "".join(f" - {n}:{_keras_value(v)}" for n, v in logs.items())
+        out.write("\b" * prev + "\r" + state + ("\n" if last else ""))
+        prev = len(state)
+    return out.getvalue()
+
+
+BAR_FORMAT = "{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}, {rate_noinv_fmt}{postfix}]"
+"""lightning/pytorch/callbacks/progress/tqdm_progress.py: the bars' format."""
+
+
+def _lightning_tqdm():  # noqa: ANN202 - (a tqdm subclass, made when tqdm is imported)
+    from tqdm import tqdm
+
+    class Tqdm(tqdm):
+        """tqdm_progress.py's Tqdm: numbers as tqdm writes them, floats padded to 5 characters."""
+
+        @staticmethod
+        def format_num(n: Number | str) -> str:
+            padded = isinstance(n, (float, str))
+            if not isinstance(n, str):
+                n = tqdm.format_num(n)
+            if padded and "e" not in n:
+                if "." not in n and len(n) < 5:
+                    try:
+                        float(n)
+                    except ValueError:
+                        return n
+                    n += "."
+                n += "0" * (5 - len(n))
+            return n
+
+    return Tqdm
+
+
+def lightning(curves: dict, *, per_epoch: int = 300, val_every_epoch: bool = True) -> str:
+    """Lightning's TQDMProgressBar (tqdm_progress.py) on stdout sent to a file: the training bar
+    (init_train_tqdm: position 0, dynamic_ncols, smoothing 0, BAR_FORMAT) reset to the epoch's
+    batches and described `Epoch {current_epoch}` at each epoch's start; on_train_batch_end sets
+    its count and refreshes, then sets the postfix (`v_num` and what was logged with prog_bar=True:
+    here `train_loss`, and `val_loss` from the first validation on, which stays); each epoch's
+    validation bar (init_validation_tqdm: position 1, leave=False) is drawn below and cleared."""
+    tqdm = _lightning_tqdm()
+    out = io.StringIO()
+    steps = [int(s) for s in curves["step"]]
+    bar = tqdm(desc="Training", position=0, disable=False, leave=True, dynamic_ncols=True, file=out, smoothing=0, bar_format=BAR_FORMAT)
+    shown: dict = {"v_num": 0}
+    for k, step in enumerate(steps):
+        epoch, i = divmod(step - 1, per_epoch)
+        if i == 0 or k == 0:
+            bar.reset(per_epoch)
+            bar.initial = 0
+            bar.set_description(f"Epoch {epoch}")
+        bar.n = i + 1
+        bar.refresh()
+        shown["train_loss"] = float(curves["loss"][k])
+        bar.set_postfix(shown)
+        if val_every_epoch and (i + 1 == per_epoch or k == len(steps) - 1):
+            val = tqdm(desc="Validation DataLoader 0", position=1, disable=False, leave=False, dynamic_ncols=True, file=out, bar_format=BAR_FORMAT, total=2)
+            val.update(1)
+            val.update(1)
+            val.close()
+            shown["val_loss"] = float(curves["loss"][k]) * 1.1
+            bar.set_postfix(shown)
+    bar.close()
+    return out.getvalue()
+
+
+_SMALL = {"step": np.array([1, 2, 3, 4, 5]), "loss": np.array([2.5, 2.4, float("nan"), 2.2, 2.1])}
+KERAS3 = keras3(_SMALL, per_epoch=2)
+TF_KERAS = tf_keras(_SMALL, per_epoch=2)
+LIGHTNING = lightning(_SMALL, per_epoch=2)
+
+ALL = {
+    "keras3": ("fit.log", KERAS3),
+    "tf_keras": ("train_output.txt", TF_KERAS),
+    "lightning": ("lightning.log", LIGHTNING),
+}
+"""name -> (file name, text). Each is also in samples.ALL (sniffing, reading in pieces)."""
