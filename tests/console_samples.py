@@ -361,6 +361,24 @@ def timm(curves: dict, *, per_epoch: int = 300) -> str:
 TIMM = timm({"step": np.array([0, 1, 2, 3]), "loss": np.array([6.91, 6.86, float("nan"), 6.5]), "lr": np.array([1e-5, 1e-5, 2e-5, 2e-5])}, per_epoch=2)
 
 
+def build_nanogpt(curves: dict, *, eval_every: int = 250) -> str:
+    """karpathy/build-nanogpt's train_gpt2.py `log/log.txt`: every `eval_every` steps (and the last)
+    `f"{step} val {val_loss_accum.item():.4f}\\n"` and `f"{step} hella {acc_norm:.4f}\\n"`, then
+    every step `f"{step} train {loss_accum.item():.6f}\\n"`."""
+    out = []
+    steps = [int(s) for s in curves["step"]]
+    for k, step in enumerate(steps):
+        loss = curves["loss"][k]
+        if step % eval_every == 0 or k == len(steps) - 1:
+            out.append(f"{step} val {loss * 1.05:.4f}")
+            out.append(f"{step} hella {0.25 + step / 1e5:.4f}")
+        out.append(f"{step} train {loss:.6f}")
+    return "\n".join(out) + "\n"
+
+
+BUILD_NANOGPT = build_nanogpt({"step": np.array([0, 1, 2, 3]), "loss": np.array([10.955029, 10.284193, float("nan"), 9.5])}, eval_every=2)
+
+
 ALL = {
     "mmengine_epochs": ("20240512_103600.log", MMENGINE),
     "mmengine_iters": ("20240610_142000.log", MMSEG_ITER),
@@ -377,5 +395,6 @@ ALL = {
     "torchtitan": ("train.log", TORCHTITAN),
     "maxtext": ("train.log", MAXTEXT),
     "timm": ("train.log", TIMM),
+    "build_nanogpt": ("log.txt", BUILD_NANOGPT),
 }
 """name -> (file name, text). Each is also in samples.ALL (sniffing, reading in pieces)."""

@@ -259,6 +259,7 @@ WRITERS = {
     "torchtitan": ("train.log", console_samples.torchtitan),
     "maxtext": ("train.log", console_samples.maxtext),
     "timm": ("train.log", console_samples.timm),
+    "build_nanogpt": ("log.txt", console_samples.build_nanogpt),
 }
 
 
@@ -288,3 +289,12 @@ def test_console_logs_read_in_pieces_equal_one_read(tmp_path, name, fractions):
     assert whole.frame.height > 0
     assert grown.drop("source").equals(whole.frame.drop("source"))
     assert cursor.offset == len(data)
+
+
+def test_build_nanogpts_log_is_its_train_loss_each_step_and_its_val_loss_and_hellaswag_at_their_steps(tmp_path):
+    frame, fmt, problems = read_sample(tmp_path, "build_nanogpt")
+    assert fmt == "step_split" and problems == []
+    assert same(points(frame, "loss"), [(0, 10.955029), (1, 10.284193), (2, float("nan")), (3, 9.5)])
+    assert same(points(frame, "eval_loss"), [(0, 11.5028), (2, float("nan")), (3, 9.975)])
+    assert [s for s, _ in points(frame, "hella")] == [0, 2, 3]
+

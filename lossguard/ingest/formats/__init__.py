@@ -5,7 +5,7 @@ how its lines (or its head) are recognised. Adding a format is that module and i
 
 from __future__ import annotations
 
-from . import composer, csvlog, dictlines, dvclive, fairseq, hf_console, kvlines, megatron, mlflow_db, mlruns, olmo_core, progress_bars, tfevents, trackio_db, trainer_state, wandb
+from . import composer, csvlog, dictlines, dvclive, fairseq, hf_console, kvlines, megatron, mlflow_db, mlruns, olmo_core, progress_bars, step_split, tfevents, trackio_db, trainer_state, wandb
 from .base import Format
 
 FORMATS: tuple[Format, ...] = (
@@ -25,6 +25,7 @@ FORMATS: tuple[Format, ...] = (
     progress_bars.FORMAT,
     fairseq.FORMAT,
     kvlines.FORMAT,
+    step_split.FORMAT,
 )
 """In sniffing precedence: a line claimed by several formats counts for the first (Composer's metric
 lines, then Megatron's iteration lines, dict lines, then bare `name value` pairs, which many formats'
