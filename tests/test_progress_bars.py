@@ -117,3 +117,48 @@ def test_progress_bars_read_in_pieces_equal_one_read(tmp_path, name, fractions):
     assert whole.frame.filter(pl.col("metric") == "loss").height == 130
     assert grown.drop("source").equals(whole.frame.drop("source"))
     assert cursor.offset == len(data)
+
+
+def _keras3_state(i: int, n: int | str, loss: float) -> str:
+    """A Keras 3 bar state (Progbar.update), as bar_samples draws it, without its colours; with no
+    target, `%7d/Unknown` and no bar."""
+    bar = f"{i:>7d}/Unknown" if n == "Unknown" else f"{i:>3d}/{n} " + "━" * 20
+    return f"\r{bar} 1s 12ms/step - loss: {loss:.4f}"
+
+
+def test_an_evaluation_after_the_fit_is_not_read_as_its_last_epoch_and_a_fit_line_cut_by_a_warning_goes_on(tmp_path):
+    """model.evaluate draws the same bar with no Epoch line before it (its count starts again): it
+    overwrote the last epoch's losses. A warning printed into the bar's line mid-epoch cuts it in
+    two, and the rest of the epoch is still the fit's."""
+    fit = "Epoch 1/2\n" + "".join(_keras3_state(i, 4, 2.0 - i / 10) for i in range(1, 5)) + "\n"
+    fit += "Epoch 2/2\n" + "".join(_keras3_state(i, 4, 1.5 - i / 10) for i in (1, 2)) + "\nW1204 12:00:00 warning: something\n"
+    fit += "".join(_keras3_state(i, 4, 1.5 - i / 10) for i in (3, 4)) + "\n"
+    evaluate = "".join(_keras3_state(i, 4, 9.0) for i in range(1, 5)) + "\n"
+    path = tmp_path / "fit.log"
+    path.write_text(fit + evaluate)
+    frame, problems = _read(path)
+    assert problems == []
+    assert _points(frame, "loss") == [(1, 1.9), (2, 1.8), (3, 1.7), (4, 1.6), (5, 1.4), (6, 1.3), (7, 1.2), (8, 1.1)]
+
+
+def test_a_first_epoch_of_unknown_length_is_read_at_its_batch_counts(tmp_path):
+    """Keras draws `i/Unknown` until the first epoch ends (a dataset of no known length), then
+    knows the epoch's length."""
+    text = "Epoch 1/2\n" + "".join(_keras3_state(i, "Unknown", 3.0 - i / 10) for i in (1, 2, 3)) + "\n"
+    text += "Epoch 2/2\n" + "".join(_keras3_state(i, 3, 2.0 - i / 10) for i in (1, 2, 3)) + "\n"
+    path = tmp_path / "fit.log"
+    path.write_text(text)
+    frame, _ = _read(path)
+    assert [s for s, _ in _points(frame, "loss")] == [1, 2, 3, 4, 5, 6]
+
+
+@pytest.mark.parametrize("text", [
+    "".join(f"{i}/100 - note: {i}\n" for i in range(20)),  # a count and a `name: value`: no bar
+    "".join(f"{i} apples {0.5 + i}\n" for i in range(20)),  # a step, a word, a number: no loss split
+])
+def test_lines_that_only_look_like_a_bar_or_a_split_log_are_not_taken_for_one(tmp_path, text):
+    from lossguard.ingest.formats.sniff import format_of
+
+    path = tmp_path / "notes.txt"
+    path.write_text(text)
+    assert format_of(path) is None

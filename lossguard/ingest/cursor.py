@@ -32,7 +32,8 @@ class Cursor:
     """Where a format that has several ways to find a step took this file's from, once it had to
     choose (`epoch`, `numbered`...): a later block goes on the same way, and a fallback is said once."""
     bar: int | None = None
-    """The count a training progress bar showed (`2564/4920`) since the last HF console dict, if any."""
+    """The count a training progress bar showed (`2564/4920`) since the last HF console dict, if any
+    (formats/progress_bars: the last count of the Keras bar drawn last)."""
     bar_total: int | None = None
     """The training progress bar's total (`4920`): bars of other totals are evaluation's."""
     per_epoch: float | None = None
@@ -66,8 +67,9 @@ class Cursor:
     """For a metric of MLflow's file store logged without a step: the metric whose steps its rows go
     at (formats/mlruns_pace; "" for none), once its third row decided it."""
     epoch: int | None = None
-    """The epoch a progress bar's header line named (Keras' `Epoch 3/10`), for the bar's states
-    after it (formats/progress_bars)."""
+    """The epoch a progress bar's header line named (Keras' `Epoch 3/10`), for the bar after it;
+    once that bar is drawn, minus that epoch: a bar with no header before it is another loop's
+    (formats/progress_bars)."""
     drawn: str | None = None
     """The values a tqdm bar's postfix showed last (JSON, name -> value): drawn again unchanged they
     are no new report (formats/progress_bars)."""

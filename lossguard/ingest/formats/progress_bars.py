@@ -42,15 +42,18 @@ from .base import Format, LineFormat
 from .pairs import NUMBER, pairs_frame
 
 EPOCH_LINE = r"^\s*Epoch (?P<e>\d+)/\d+\s*$"
-KERAS_BAR = r"^\s*(?P<i>\d+)/(?P<n>\d+) (?:\[[=>.]*\] |━+ )?.*?- [A-Za-z_][\w./@-]*: "
-"""A Keras bar's state: its count, then (after its bar, time and ETA) ` - name: value` pairs."""
+KERAS_BAR = (
+    r"^\s*(?P<i>\d+)/(?P<n>\d+|Unknown) (?:\[[=>.]*\] |━+ |.*?(?:ETA: |\d+(?:s|ms|us)/step| - \d+s - )).*?- [A-Za-z_][\w./@-]*: "
+)
+"""A Keras bar's state: its count (`i/Unknown` in a first epoch of unknown length), its bar, or its
+time a step, ETA or time (verbose=2 draws no bar), then ` - name: value` pairs."""
 KERAS_PAIR = r"- (?P<key>[A-Za-z_][\w./@-]*): (?P<value>" + NUMBER + r")(?:\s|$)"
 TQDM_BAR = r"^Epoch (?P<e>\d+): +\d+%\|[^|]*\| *(?P<i>\d+)/(?P<n>\d+) \[(?P<inside>[^\]]*)\]"
 TQDM_PAIR = r"(?P<key>[A-Za-z_][\w./@-]*)=(?P<value>" + NUMBER + r")(?:\.0*)?(?:,|$)"
 """A postfix item, as Lightning's Tqdm.format_num writes numbers: tqdm's `.3g`, padded to five
 characters (`0.500`, and a NaN `nan.0`)."""
 NOT_METRICS = ("v_num",)
-PREFILTER = r"Epoch \d|\d/\d+ (?:\[|━|- )"
+PREFILTER = r"Epoch \d|\d/(?:\d+ (?:\[|━|- )|Unknown )"
 
 
 def parse(lines: pl.DataFrame, cursor: Cursor, raw: bytes | None = None) -> tuple[pl.DataFrame, Cursor]:
@@ -72,18 +75,17 @@ def parse(lines: pl.DataFrame, cursor: Cursor, raw: bytes | None = None) -> tupl
     if not states.height:
         return _no_rows(), cursor
     keras, tqdm = pl.col("keras").struct, pl.col("tqdm").struct
-    # Keras' epoch is the header line's before its bar (the cursor's, from a block before; 1 when
-    # it fits one epoch and prints none).
-    states = states.with_columns(pl.col("epoch").forward_fill().fill_null(cursor.epoch if cursor.epoch is not None else 1).alias("keras_epoch"))
     kn, ki = (keras.field("n").cast(pl.Int64, strict=False), keras.field("i").cast(pl.Int64, strict=False))
     tn, ti, te = (tqdm.field(f).cast(pl.Int64, strict=False) for f in ("n", "i", "e"))
+    states = states.with_columns(kn.alias("kn"), ki.alias("ki"), (keras.field("n") == "Unknown").alias("unknown"))
+    epochs, cursor = _keras_epochs(states, cursor)
+    states = states.join(epochs, on="line_no", how="left", maintain_order="left")
+    keras_step = pl.when(pl.col("unknown") & (pl.col("keras_epoch") == 1)).then(pl.col("ki")).otherwise((pl.col("keras_epoch") - 1) * pl.col("kn") + pl.col("ki"))
     states = states.with_columns(
-        pl.when(tqdm.field("i").is_not_null()).then(te * tn + ti).otherwise((pl.col("keras_epoch") - 1) * kn + ki).alias("step"),
+        pl.when(tqdm.field("i").is_not_null()).then(te * tn + ti).otherwise(keras_step).alias("step"),
         pl.when(tqdm.field("i").is_not_null()).then(tqdm.field("inside")).otherwise(text).alias("pairs_text"),
         tqdm.field("i").is_not_null().alias("drawn"),
     )
-    epoch = states.get_column("epoch").drop_nulls()
-    cursor = cursor.advance(epoch=int(epoch[-1])) if epoch.len() else cursor
     # A bar at 0 has drawn no batch of its epoch yet: its values are the batch's before (Lightning
     # resets the bar, still described with the epoch before, then describes it anew).
     bars = states.filter(pl.col("step").is_not_null() & (pl.coalesce(ti, ki) > 0))
@@ -100,6 +102,40 @@ def parse(lines: pl.DataFrame, cursor: Cursor, raw: bytes | None = None) -> tupl
     last = int(rows.get_column("step").max())
     out = rows.select("step", "tag", "value", pl.lit(None, dtype=pl.Float64).alias("wall_time"), "line_no")
     return table.conform_raw(out), cursor.advance(last_step=last, index=cursor.index + bars.height)
+
+
+def _keras_epochs(states: pl.DataFrame, cursor: Cursor) -> tuple[pl.DataFrame, Cursor]:
+    """(line_no, keras_epoch) of the lines of Keras bar states that are the training's, and the
+    cursor after them. Keras ends a bar's line when its loop ends: an epoch's bar follows its
+    `Epoch E/M` line (a fit of one epoch prints none, so a file's first bar is epoch 1's), and a bar
+    after it with no such line between is another loop's, `model.evaluate`'s or `predict`'s (its
+    count starts again), unless its count goes on: the same bar's line cut by something printed
+    during the epoch (a warning sent to the same file). Cursor.epoch: the epoch of a header not yet
+    followed by its bar, or minus the epoch of the bar drawn last; Cursor.bar, bar_total: that bar's
+    last count and its total."""
+    lines = (
+        states.filter(pl.col("epoch").is_not_null() | pl.col("ki").is_not_null())
+        .group_by("line_no", maintain_order=True)
+        .agg(pl.col("epoch").last(), pl.col("ki").drop_nulls().first().alias("first"), pl.col("ki").drop_nulls().last().alias("last"), pl.col("kn").drop_nulls().first().alias("n"))
+    )
+    state, last, total = cursor.epoch, cursor.bar, cursor.bar_total
+    found: list[tuple[int, int]] = []
+    for line_no, header, first, final, n in lines.iter_rows():
+        if first is None:  # (a header line alone)
+            state, last, total = header, None, None
+            continue
+        if state is None or state > 0:
+            epoch = state or 1
+        elif last is not None and n == total and first > last:
+            epoch = -state  # (the epoch's bar, its line cut)
+        else:
+            continue  # another loop's bar
+        found.append((line_no, epoch))
+        state, last, total = -epoch, final, n
+        if header is not None:  # (a header after the bar on the same line)
+            state, last, total = header, None, None
+    frame = pl.DataFrame(found, schema={"line_no": pl.Int64(), "keras_epoch": pl.Int64()}, orient="row")
+    return frame, cursor.advance(epoch=state, bar=last, bar_total=total)
 
 
 def _rows(bars: pl.DataFrame, pair: str) -> pl.DataFrame:

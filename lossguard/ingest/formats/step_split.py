@@ -9,7 +9,7 @@
 (`f"{step} train {loss_accum.item():.6f}\\n"` every step, `f"{step} val {val_loss_accum.item():.4f}\\n"`
 and `f"{step} hella {acc_norm:.4f}\\n"` every 250 steps.) `train` and `val` are the losses on those
 splits (`train/loss`, `val/loss`: the loss and the eval loss); another word names its own series
-(`hella`: the HellaSwag accuracy). A file is this format's only if most of its lines are such lines.
+(`hella`: the HellaSwag accuracy). A file is this format's by its `train` and `val` lines.
 """
 
 from __future__ import annotations
@@ -43,4 +43,6 @@ def parse(lines: pl.DataFrame, cursor: Cursor, raw: bytes | None = None) -> tupl
 
 
 STEP_SPLIT = LineFormat("step_split", parse, prefilter=r"^\d+ [A-Za-z_]")
-FORMAT = Format(reader=STEP_SPLIT, line=re.compile(LINE).match)
+_LOSS_LINE = re.compile(r"^\d+ (?:train|val) (?:" + NUMBER + r")\s*$")
+# Sniffed by its loss lines: `3 apples 0.5` could be anything's.
+FORMAT = Format(reader=STEP_SPLIT, line=_LOSS_LINE.match)
