@@ -100,13 +100,15 @@ def _lightning_tqdm():  # noqa: ANN202 - (a tqdm subclass, made when tqdm is imp
     return Tqdm
 
 
-def lightning(curves: dict, *, per_epoch: int = 300, val_every_epoch: bool = True) -> str:
+def lightning(curves: dict, *, per_epoch: int = 300, val_every_epoch: bool = True, validation=None) -> str:  # noqa: ANN001
     """Lightning's TQDMProgressBar (tqdm_progress.py) on stdout sent to a file: the training bar
     (init_train_tqdm: position 0, dynamic_ncols, smoothing 0, BAR_FORMAT) reset to the epoch's
     batches and described `Epoch {current_epoch}` at each epoch's start; on_train_batch_end sets
     its count and refreshes, then sets the postfix (`v_num` and what was logged with prog_bar=True:
     here `train_loss`, and `val_loss` from the first validation on, which stays); each epoch's
-    validation bar (init_validation_tqdm: position 1, leave=False) is drawn below and cleared."""
+    validation bar (init_validation_tqdm: position 1, leave=False) is drawn below and cleared, then
+    on_validation_end sets the postfix again with the validation's values (`validation(epoch)`,
+    by default `val_loss`)."""
     tqdm = _lightning_tqdm()
     out = io.StringIO()
     steps = [int(s) for s in curves["step"]]
@@ -127,7 +129,7 @@ def lightning(curves: dict, *, per_epoch: int = 300, val_every_epoch: bool = Tru
             val.update(1)
             val.update(1)
             val.close()
-            shown["val_loss"] = float(curves["loss"][k]) * 1.1
+            shown |= validation(epoch) if validation else {"val_loss": float(curves["loss"][k]) * 1.1}
             bar.set_postfix(shown)
     bar.close()
     return out.getvalue()

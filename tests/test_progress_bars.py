@@ -89,6 +89,21 @@ def test_lightnings_bar_gives_each_batch_its_own_value_once_and_a_validation_los
     assert [s for s, _ in _points(frame, "eval_loss")] == [300, 600, 650]
 
 
+def test_a_validations_values_are_read_once_each_validation_whatever_their_names_and_even_when_equal(tmp_path):
+    """Lightning's postfix keeps a validation's values for the batches after it: `acc` and
+    `dev_loss` hold no eval word to tell them by, and a validation may print the values of the one
+    before (tqdm's 3 digits). Each is read once a validation, at its step; the training loss, which
+    a batch logs, at every batch."""
+    curves = synth.curves("clean", steps=90)
+    path = tmp_path / "train.log"
+    path.write_text(bar_samples.lightning(curves, per_epoch=30, validation=lambda e: {"acc": 0.9, "dev_loss": 2.0 + e / 1000, "val_loss": 1.0}))
+    frame, problems = _read(path)
+    assert problems == []
+    for tag in ("acc", "dev_loss", "val_loss"):
+        assert frame.filter(pl.col("tag") == tag).get_column("step").to_list() == [30, 60, 90], tag
+    assert [s for s, _ in _points(frame, "loss")] == list(range(1, 91))
+
+
 def test_a_bar_with_no_validation_values_and_an_epoch_header_read_before_is_read_on_at_its_epoch(tmp_path):
     """A read that starts past Keras' `Epoch 2/3` line places the bar's states in epoch 2 (the
     cursor keeps the epoch); tqdm values drawn before the read are not taken again."""

@@ -20,9 +20,11 @@ Lightning (lightning/pytorch/callbacks/progress/tqdm_progress.py): the bar descr
 (`v_num` is the logger's version, no metric). The bar is drawn twice a batch, first with the
 batch count and the previous batch's values, then with the new ones: a step's value is the last
 drawn at it. The postfix keeps what was logged last until it is logged again: a validation's
-values (and an epoch aggregate, `train_loss_epoch`) stay there for the batches after it, so such a
-value drawn again unchanged is no new report and makes no row (a training step's value is drawn
-anew each batch, equal or not). Validation and sanity-check bars hold no metrics of their own.
+values (and an epoch's aggregates) stay there for the batches after it. So a metric is read at
+every batch once it has been seen logged by a batch (its value changed between a batch's two
+draws); until then only where it changes, and at the bar's first state after a validation bar
+(the validation's values are set then, equal to the last ones or not). Validation and
+sanity-check bars hold no metrics of their own.
 
 A daemon reads a bar's states when their line ends: Keras ends it with each epoch, Lightning when a
 validation runs (its bar moves to a line below) and at the end of training.
@@ -37,7 +39,6 @@ import polars as pl
 
 from .. import table
 from ..cursor import Cursor
-from ..vocabulary import EVAL_WORDS, TEST_WORDS, words
 from .base import Format, LineFormat
 from .pairs import NUMBER, pairs_frame
 
@@ -53,6 +54,8 @@ TQDM_PAIR = r"(?P<key>[A-Za-z_][\w./@-]*)=(?P<value>" + NUMBER + r")(?:\.0*)?(?:
 """A postfix item, as Lightning's Tqdm.format_num writes numbers: tqdm's `.3g`, padded to five
 characters (`0.500`, and a NaN `nan.0`)."""
 NOT_METRICS = ("v_num",)
+VALIDATION_BAR = r"^Validation(?: DataLoader \d+)?: "
+"""Lightning's validation bar (init_validation_tqdm: `Validation DataLoader {i}`, or `Validation`)."""
 PREFILTER = r"Epoch \d|\d/(?:\d+ (?:\[|━|- )|Unknown )"
 
 
@@ -85,14 +88,16 @@ def parse(lines: pl.DataFrame, cursor: Cursor, raw: bytes | None = None) -> tupl
         pl.when(tqdm.field("i").is_not_null()).then(te * tn + ti).otherwise(keras_step).alias("step"),
         pl.when(tqdm.field("i").is_not_null()).then(tqdm.field("inside")).otherwise(text).alias("pairs_text"),
         tqdm.field("i").is_not_null().alias("drawn"),
+        text.str.contains(VALIDATION_BAR).alias("validation"),
     )
     # A bar at 0 has drawn no batch of its epoch yet: its values are the batch's before (Lightning
     # resets the bar, still described with the epoch before, then describes it anew).
     bars = states.filter(pl.col("step").is_not_null() & (pl.coalesce(ti, ki) > 0))
     keras_rows = _rows(bars.filter(~pl.col("drawn")), KERAS_PAIR)
-    tqdm_rows = _rows(bars.filter(pl.col("drawn")), TQDM_PAIR)
-    if tqdm_rows.height:
-        tqdm_rows, cursor = _redrawn(tqdm_rows, cursor)
+    drawn = bars.filter(pl.col("drawn"))
+    tqdm_rows = _rows(drawn, TQDM_PAIR)
+    if tqdm_rows.height or states.get_column("validation").any():
+        tqdm_rows, cursor = _redrawn(tqdm_rows, _validated(states, bars), cursor)
     rows = pl.concat([keras_rows, tqdm_rows]).sort("state", maintain_order=True)
     # One value a step and metric, the last drawn (Keras draws its epoch's last state again with
     # the validation's values; Lightning draws each batch twice).
@@ -151,29 +156,54 @@ def _rows(bars: pl.DataFrame, pair: str) -> pl.DataFrame:
     )
 
 
-def _kept(tag: str) -> bool:
-    """A value that stays in a postfix until logged again: an evaluation's, or an epoch's aggregate."""
-    ws = words(tag)
-    return bool(ws) and (any(w in EVAL_WORDS or w in TEST_WORDS for w in ws) or "epoch" in (ws[0], ws[-1]))
+def _validated(states: pl.DataFrame, bars: pl.DataFrame) -> pl.DataFrame:
+    """(state, after) of the training bar's states: `after`, the first state after a validation
+    bar; and a last row (state null) saying whether the block ends after one."""
+    seq = pl.concat([
+        bars.filter(pl.col("drawn")).select("state", pl.lit(False).alias("validation")),
+        states.filter(pl.col("validation")).select("state", pl.lit(True).alias("validation")),
+    ]).sort("state")
+    after = seq.select("state", pl.col("validation").shift(1).alias("after"), "validation")
+    last = seq.get_column("validation").tail(1).to_list()
+    tail = pl.DataFrame({"state": [None], "after": [bool(last and last[0])]}, schema={"state": pl.UInt32(), "after": pl.Boolean()})
+    return pl.concat([after.filter(~pl.col("validation")).select("state", "after"), tail])
 
 
-def _redrawn(rows: pl.DataFrame, cursor: Cursor) -> tuple[pl.DataFrame, Cursor]:
-    """A tqdm postfix's values less those drawn again unchanged: at the step they were drawn at
-    (the bar is drawn again after a validation, on the next line: in the next block), or, for the
-    values a postfix keeps (_kept), at any step after. Cursor.drawn: the last values the bar
-    showed before these rows, at the cursor's last step."""
+def _redrawn(rows: pl.DataFrame, validated: pl.DataFrame, cursor: Cursor) -> tuple[pl.DataFrame, Cursor]:
+    """The tqdm postfix's values that are reports (see the module's docstring): of a metric seen
+    logged by a batch, all; of the others, where they changed and after a validation. Cursor.drawn
+    (JSON): the last values drawn, at the cursor's last step; the metrics seen logged by a batch;
+    whether a validation bar was the last thing drawn."""
     before = json.loads(cursor.drawn) if cursor.drawn else {}
+    values, batched = before.get("values", {}), before.get("batched", [])
     seen = pl.DataFrame(
-        {"tag": list(before), "value": [float(v) for v in before.values()], "step": [cursor.last_step] * len(before)},
+        {"tag": list(values), "value": [float(v) for v in values.values()], "step": [cursor.last_step] * len(values)},
         schema={"tag": pl.String(), "value": pl.Float64(), "step": pl.Int64()},
     )
-    shown = pl.concat([seen.with_columns(pl.lit(False).alias("new")), rows.select("tag", "value", "step", pl.lit(True).alias("new"))])
-    kept = [t for t in rows.get_column("tag").unique().to_list() if _kept(t)]
-    again = (pl.col("value") == pl.col("value").shift(1).over("tag")) & (pl.col("tag").is_in(kept) | (pl.col("step") == pl.col("step").shift(1).over("tag")))
-    repeated = shown.select(again.fill_null(False).alias("again"), "new").filter(pl.col("new")).get_column("again")
+    after = rows.join(validated.drop_nulls("state"), on="state", how="left", maintain_order="left").get_column("after").fill_null(False)
+    if rows.height:
+        after = after | ((rows.get_column("state") == rows.get_column("state").min()) & before.get("validated", False))
+    shown = pl.concat([
+        seen.with_columns(pl.lit(False).alias("new"), pl.lit(False).alias("after")),
+        rows.select("tag", "value", "step", pl.lit(True).alias("new")).with_columns(after.alias("after")),
+    ])
+    previous, prior_step = pl.col("value").shift(1).over("tag"), pl.col("step").shift(1).over("tag")
+    changed = previous.is_null() | (pl.col("value") != previous).fill_null(True)
+    # (A change between two draws at one count, but for the validation's: the batch logged it.)
+    in_a_batch = (changed & (pl.col("step") == prior_step)).fill_null(False) & previous.is_not_null() & ~pl.col("after")
+    again = (~changed & (pl.col("step") == prior_step)).fill_null(False)  # (drawn again at its count: after a validation, on the next line)
+    marked = shown.with_columns(
+        changed.alias("changed"), again.alias("again"), (in_a_batch | pl.col("tag").is_in(batched)).cum_max().over("tag").alias("batched"),
+    ).filter(pl.col("new"))
+    batched_now = marked.get_column("batched")
+    take = (batched_now & ~marked.get_column("again")) | (~batched_now & (marked.get_column("changed") | after))
     last = rows.group_by("tag", maintain_order=True).agg(pl.col("value").last())
-    drawn = {**before, **dict(zip(last.get_column("tag").to_list(), last.get_column("value").to_list()))}
-    return rows.filter(~repeated), cursor.advance(drawn=json.dumps(drawn, sort_keys=True))
+    state = {
+        "values": {**values, **dict(zip(last.get_column("tag").to_list(), last.get_column("value").to_list()))},
+        "batched": sorted(set(batched) | set(marked.filter(pl.col("batched")).get_column("tag").to_list())),
+        "validated": bool(validated.filter(pl.col("state").is_null()).get_column("after").item()),
+    }
+    return rows.filter(take), cursor.advance(drawn=json.dumps(state, sort_keys=True))
 
 
 def _no_rows() -> pl.DataFrame:
