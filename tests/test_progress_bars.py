@@ -119,17 +119,21 @@ def test_a_bar_with_no_validation_values_and_an_epoch_header_read_before_is_read
     assert then.frame.filter(pl.col("tag") == "loss").select("step", "value").rows() == [(3, 1.8), (4, 1.7)]
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(name=st.sampled_from(sorted(WRITERS)), fractions=st.lists(st.floats(0, 1), max_size=8))
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(name=st.sampled_from([*sorted(WRITERS), "keras_real"]), fractions=st.lists(st.floats(0, 1), max_size=8))
 def test_progress_bars_read_in_pieces_equal_one_read(tmp_path, name, fractions):
-    """Over whole lines of several epochs (a Lightning bar's line ends at each validation): the
-    epoch and the values a postfix showed go on in the cursor."""
-    data = WRITERS[name](synth.curves("clean", steps=130), per_epoch=40).encode()
+    """Cut anywhere, a read ends at the last carriage return or newline: the epoch, the last state
+    read and the values a postfix showed go on in the cursor (a batch's two draws, or an epoch's
+    last state and its redraw with the validation's values, may fall in two reads)."""
+    if name == "keras_real":
+        data = (KERAS / "keras3_fit_verbose1.log").read_bytes()
+    else:
+        data = WRITERS[name](synth.curves("clean", steps=130), per_epoch=40).encode()
     whole_path = tmp_path / f"whole-{name}.log"
     whole_path.write_bytes(data)
     whole = read(whole_path, Cursor(), run="r", fmt="progress_bars", final=True, options=ReadOptions())
     grown, cursor = _grow_and_read(tmp_path / f"{name}.log", data, [int(f * len(data)) for f in fractions], "progress_bars")
-    assert whole.frame.filter(pl.col("metric") == "loss").height == 130
+    assert whole.frame.filter(pl.col("metric") == "loss").height == (120 if name == "keras_real" else 130)
     assert grown.drop("source").equals(whole.frame.drop("source"))
     assert cursor.offset == len(data)
 
@@ -177,3 +181,16 @@ def test_lines_that_only_look_like_a_bar_or_a_split_log_are_not_taken_for_one(tm
     path = tmp_path / "notes.txt"
     path.write_text(text)
     assert format_of(path) is None
+
+
+def test_a_bar_still_being_drawn_is_read_up_to_its_last_redraw(tmp_path):
+    """A bar's line ends only when its loop does (Lightning's, at a validation or at the end of
+    training): a daemon reads its batches as they are drawn, up to the last carriage return."""
+    text = bar_samples.lightning(synth.curves("clean", steps=40), per_epoch=1000, val_every_epoch=False)
+    assert "\n" not in text.rstrip("\n")  # (one line: the bar's, not ended)
+    drawing = text.rstrip("\n")[: text.index("| 21/1000")]
+    path = tmp_path / "train.log"
+    path.write_text(drawing)
+    res = read(path, Cursor(), run="r", fmt="progress_bars", final=False, options=ReadOptions())
+    assert res.problems == ()
+    assert res.frame.filter(pl.col("metric") == "loss").get_column("step").to_list() == list(range(1, 21))

@@ -95,6 +95,9 @@ class LineFormat:
     is the same, and the rest are filtered out here anyway."""
     together: Together | None = None
     """How lines of many files are parsed in one call; None: each file is read on its own."""
+    carriage: bool = False
+    """A carriage return ends a record too (textfile.iter_blocks): progress bars, whose line holds
+    every redraw of a bar and ends only when the bar's loop does, are read as they are drawn."""
 
     streams = True
     """`each` takes the rows of each block as it is read (reader.read)."""
@@ -114,7 +117,7 @@ class LineFormat:
         # What the blocks' reading says (a line too long) is said in file order, before the block read
         # after it: the next block is read while this one parses (read_ahead).
         said: list[Problem] = []
-        blocks = iter_blocks(path, cursor, final=final, problems=said, limit=limit, block=size)
+        blocks = iter_blocks(path, cursor, final=final, problems=said, limit=limit, block=size, carriage=self.carriage)
         told = 0
 
         def prepare(block: TextBlock) -> _Lines:

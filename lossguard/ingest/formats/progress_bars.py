@@ -26,8 +26,9 @@ draws); until then only where it changes, and at the bar's first state after a v
 (the validation's values are set then, equal to the last ones or not). Validation and
 sanity-check bars hold no metrics of their own.
 
-A daemon reads a bar's states when their line ends: Keras ends it with each epoch, Lightning when a
-validation runs (its bar moves to a line below) and at the end of training.
+A bar's line ends only when its loop does (Lightning's, at a validation or at the end of training),
+so a carriage return ends a record here too (LineFormat.carriage): a daemon reads each state as it
+is drawn (both flush each redraw), and a line of a whole run's redraws is never too long to read.
 """
 
 from __future__ import annotations
@@ -94,6 +95,8 @@ def parse(lines: pl.DataFrame, cursor: Cursor, raw: bytes | None = None) -> tupl
     # resets the bar, still described with the epoch before, then describes it anew).
     bars = states.filter(pl.col("step").is_not_null() & (pl.coalesce(ti, ki) > 0))
     keras_rows = _rows(bars.filter(~pl.col("drawn")), KERAS_PAIR)
+    if keras_rows.height:
+        keras_rows, cursor = _drawn_again(keras_rows, cursor)
     drawn = bars.filter(pl.col("drawn"))
     tqdm_rows = _rows(drawn, TQDM_PAIR)
     if tqdm_rows.height or states.get_column("validation").any():
@@ -131,8 +134,8 @@ def _keras_epochs(states: pl.DataFrame, cursor: Cursor) -> tuple[pl.DataFrame, C
             continue
         if state is None or state > 0:
             epoch = state or 1
-        elif last is not None and n == total and first > last:
-            epoch = -state  # (the epoch's bar, its line cut)
+        elif last is not None and n == total and first >= last:
+            epoch = -state  # (the epoch's bar, its line cut: a read may end between two states)
         else:
             continue  # another loop's bar
         found.append((line_no, epoch))
@@ -156,6 +159,23 @@ def _rows(bars: pl.DataFrame, pair: str) -> pl.DataFrame:
     )
 
 
+def _drawn_again(rows: pl.DataFrame, cursor: Cursor) -> tuple[pl.DataFrame, Cursor]:
+    """Keras' rows less those a read before took already: an epoch's last state is drawn again with
+    the validation's values, and a read may end between the two. Cursor.drawn (JSON, `keras`): the
+    step of the last state read and its values."""
+    drawn = json.loads(cursor.drawn) if cursor.drawn else {}
+    step, values = drawn.get("keras", [None, {}])
+    if step is not None:
+        before = pl.DataFrame({"tag": list(values), "value": list(values.values())}, schema={"tag": pl.String(), "value": pl.Float64()})
+        hit = rows.join(before.with_columns(pl.lit(True).alias("hit")), on=["tag", "value"], how="left", maintain_order="left").get_column("hit")
+        rows = rows.filter(~((rows.get_column("step") == step) & hit.fill_null(False)))
+    if rows.height:
+        last = int(rows.get_column("step").max())
+        at = rows.filter(pl.col("step") == last).unique("tag", keep="last", maintain_order=True)
+        drawn["keras"] = [last, dict(zip(at.get_column("tag").to_list(), at.get_column("value").to_list()))]
+    return rows, cursor.advance(drawn=json.dumps(drawn, sort_keys=True))
+
+
 def _validated(states: pl.DataFrame, bars: pl.DataFrame) -> pl.DataFrame:
     """(state, after) of the training bar's states: `after`, the first state after a validation
     bar; and a last row (state null) saying whether the block ends after one."""
@@ -170,12 +190,15 @@ def _validated(states: pl.DataFrame, bars: pl.DataFrame) -> pl.DataFrame:
 
 
 def _redrawn(rows: pl.DataFrame, validated: pl.DataFrame, cursor: Cursor) -> tuple[pl.DataFrame, Cursor]:
-    """The tqdm postfix's values that are reports (see the module's docstring): of a metric seen
-    logged by a batch, all; of the others, where they changed and after a validation. Cursor.drawn
-    (JSON): the last values drawn, at the cursor's last step; the metrics seen logged by a batch;
-    whether a validation bar was the last thing drawn."""
+    """The tqdm postfix's values that are reports (see the module's docstring): none of a count's
+    update (_count_updates); of a metric seen logged by a batch, all but a redraw of what was read
+    at that count already; of the others, where they changed and after a validation. Cursor.drawn
+    (JSON): the last values drawn, at the cursor's last step, and whether that state was a count's
+    update; the metrics seen logged by a batch; whether a validation bar was drawn last; the last
+    state's step and values."""
     before = json.loads(cursor.drawn) if cursor.drawn else {}
     values, batched = before.get("values", {}), before.get("batched", [])
+    updates, drawn_last = _count_updates(rows, before.get("last"))
     seen = pl.DataFrame(
         {"tag": list(values), "value": [float(v) for v in values.values()], "step": [cursor.last_step] * len(values)},
         schema={"tag": pl.String(), "value": pl.Float64(), "step": pl.Int64()},
@@ -184,33 +207,55 @@ def _redrawn(rows: pl.DataFrame, validated: pl.DataFrame, cursor: Cursor) -> tup
     if rows.height:
         after = after | ((rows.get_column("state") == rows.get_column("state").min()) & before.get("validated", False))
     shown = pl.concat([
-        seen.with_columns(pl.lit(False).alias("new"), pl.lit(False).alias("after")),
-        rows.select("tag", "value", "step", pl.lit(True).alias("new")).with_columns(after.alias("after")),
+        seen.with_columns(pl.lit(False).alias("new"), pl.lit(False).alias("after"), pl.lit(bool(before.get("update"))).alias("update")),
+        rows.select("tag", "value", "step", pl.lit(True).alias("new")).with_columns(after.alias("after"), rows.get_column("state").is_in(updates.implode()).alias("update")),
     ])
     previous, prior_step = pl.col("value").shift(1).over("tag"), pl.col("step").shift(1).over("tag")
     changed = previous.is_null() | (pl.col("value") != previous).fill_null(True)
     # (A change between two draws at one count, but for the validation's: the batch logged it.)
     in_a_batch = (changed & (pl.col("step") == prior_step)).fill_null(False) & previous.is_not_null() & ~pl.col("after")
-    again = (~changed & (pl.col("step") == prior_step)).fill_null(False)  # (drawn again at its count: after a validation, on the next line)
+    # (Read at its count already: drawn again after a validation, on the next line.)
+    again = (~changed & (pl.col("step") == prior_step) & ~pl.col("update").shift(1).over("tag")).fill_null(False)
     marked = shown.with_columns(
         changed.alias("changed"), again.alias("again"), (in_a_batch | pl.col("tag").is_in(batched)).cum_max().over("tag").alias("batched"),
     ).filter(pl.col("new"))
     batched_now = marked.get_column("batched")
     take = (batched_now & ~marked.get_column("again")) | (~batched_now & (marked.get_column("changed") | after))
+    take &= ~marked.get_column("update")
     last = rows.group_by("tag", maintain_order=True).agg(pl.col("value").last())
+    final = rows.get_column("state").tail(1)
     state = {
+        **before,
         "values": {**values, **dict(zip(last.get_column("tag").to_list(), last.get_column("value").to_list()))},
+        "update": bool(final.is_in(updates.implode()).any()) if rows.height else bool(before.get("update")),
         "batched": sorted(set(batched) | set(marked.filter(pl.col("batched")).get_column("tag").to_list())),
         "validated": bool(validated.filter(pl.col("state").is_null()).get_column("after").item()),
+        "last": drawn_last,
     }
     return rows.filter(take), cursor.advance(drawn=json.dumps(state, sort_keys=True))
+
+
+def _count_updates(rows: pl.DataFrame, before: list | None) -> tuple[pl.Series, list | None]:
+    """The states drawn at a new count with the values of the state before them (`before`: the
+    last state's step and values, from a block before): Lightning's first draw of a batch, which
+    shows the batch before's values, the batch's own coming with its next draw at that count (a
+    redraw of equal values at that count is the batch's too). And the last state's, for the cursor."""
+    drawn = rows.group_by("state", maintain_order=True).agg(
+        pl.col("step").first(), pl.concat_str("tag", pl.lit("="), pl.col("value").cast(pl.String)).str.join(",").alias("shows")
+    )
+    seed = pl.DataFrame({"state": [None], "step": [before[0] if before else None], "shows": [before[1] if before else None]}, schema=drawn.schema)
+    both = pl.concat([seed, drawn])
+    update = (pl.col("step") != pl.col("step").shift(1)) & (pl.col("shows") == pl.col("shows").shift(1))
+    updates = both.filter(update.fill_null(False) & pl.col("state").is_not_null()).get_column("state")
+    last = both.tail(1).row(0)
+    return updates, [last[1], last[2]] if last[0] is not None else before
 
 
 def _no_rows() -> pl.DataFrame:
     return table.empty_raw().with_columns(pl.lit(None, dtype=pl.Int64).alias("line_no"))
 
 
-PROGRESS_BARS = LineFormat("progress_bars", parse, prefilter=PREFILTER)
+PROGRESS_BARS = LineFormat("progress_bars", parse, prefilter=PREFILTER, carriage=True)
 
 _KERAS = re.compile(KERAS_BAR)
 _TQDM = re.compile(TQDM_BAR)

@@ -51,12 +51,14 @@ def not_utf8(data: bytes, *, first_line: int, source: str) -> Problem | None:
 
 def iter_blocks(
     path: Path, cursor: Cursor, *, final: bool, problems: list[Problem], block: int | None = None, max_line: int | None = None,
-    limit: int | None = None,
+    limit: int | None = None, carriage: bool = False,
 ) -> Iterator[TextBlock]:
     """Blocks of whole lines from the cursor on; with `limit`, no more than `limit` bytes (the
     daemon reads a long history a bounded piece per pass, and history apart from what came after
     its first start): the whole lines within it, or, when not one fits, the one line that goes
-    over it.
+    over it. With `carriage`, a carriage return ends a record too: a progress bar redraws one line,
+    and each redraw is complete at its \r (a block may then end inside a line: lines are still
+    numbered by their newlines, so the rest of it, in the next block, has the same number).
 
     Reads stop at the size the file had when it was opened: a writer appending while the blocks
     are parsed would otherwise be chased a few lines at a time, each paying a whole parse (what is
@@ -84,15 +86,15 @@ def iter_blocks(
             buf = carry + data if carry else data
             carry = b""
             if skipping:
-                nl = buf.find(b"\n")
+                nl = _first_break(buf, carriage)
                 if nl < 0:
                     offset += len(buf)
                     continue
                 offset += nl + 1
-                line += 1
+                line += buf[nl] == 0x0A
                 buf = buf[nl + 1 :]
                 skipping = False
-            cut = buf.find(b"\n") if over else buf.rfind(b"\n")
+            cut = _first_break(buf, carriage) if over else _last_break(buf, carriage)
             if cut < 0:
                 if len(buf) > max_line:
                     problems.append(Problem(source, f"line longer than {max_line >> 20} MiB skipped", line=line + 1))
@@ -125,3 +127,19 @@ def iter_blocks(
     elif (offset, skipping) != (last.offset, last.skipping):
         # No more lines, but an over-long line was skipped past: report where reading stands.
         yield TextBlock(b"", line + 1, cursor.advance(offset=offset, line=line, skipping=skipping, behind=None))
+
+
+def _first_break(buf: bytes, carriage: bool) -> int:
+    """Where the first record of `buf` ends (its newline, or with `carriage` a carriage return); -1: none."""
+    nl = buf.find(b"\n")
+    if not carriage:
+        return nl
+    cr = buf.find(b"\r", 0, nl if nl >= 0 else len(buf))
+    return cr if cr >= 0 else nl
+
+
+def _last_break(buf: bytes, carriage: bool) -> int:
+    """Where the last complete record of `buf` ends; -1: none."""
+    nl = buf.rfind(b"\n")
+    return max(nl, buf.rfind(b"\r", nl + 1)) if carriage else nl
+
