@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import math
+import time
 
+import numpy as np
 import polars as pl
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -18,6 +20,7 @@ from lossguard.ingest.reader import ReadOptions, read, read_paths
 from . import bar_samples, synth
 from .conftest import FIXTURES, run_lossguard
 from .test_incremental import _grow_and_read
+from .test_watch import NO_PLOTS, Watch
 
 KERAS = FIXTURES / "keras"
 
@@ -194,3 +197,32 @@ def test_a_bar_still_being_drawn_is_read_up_to_its_last_redraw(tmp_path):
     res = read(path, Cursor(), run="r", fmt="progress_bars", final=False, options=ReadOptions())
     assert res.problems == ()
     assert res.frame.filter(pl.col("metric") == "loss").get_column("step").to_list() == list(range(1, 21))
+
+
+def test_the_daemon_alerts_a_spike_in_a_bar_still_being_drawn_once_and_not_again_after_kill_9(tmp_path):
+    """A Lightning run with no validation: its bar's line does not end before training does. The
+    daemon alerts the spike while the bar is drawn, as tqdm flushes each redraw."""
+    steps = np.arange(1, 101)
+    loss = 2.0 + 0.01 * np.sin(steps)
+    loss[59] *= 3.0  # step 60
+    text = bar_samples.lightning({"step": steps, "loss": loss}, per_epoch=1000, val_every_epoch=False).rstrip("\n")
+    log = tmp_path / "runs" / "exp" / "lightning.log"
+    log.parent.mkdir(parents=True)
+    log.write_text("")
+    w = Watch(tmp_path, env=NO_PLOTS).start()
+    try:
+        w.wait_settled()
+        with open(log, "a") as fh:
+            for piece in (text[: len(text) // 3], text[len(text) // 3 : 2 * len(text) // 3], text[2 * len(text) // 3 :]):
+                fh.write(piece)
+                fh.flush()
+                time.sleep(0.3)
+        ev = w.wait_for(lambda ev: any(e["event"] == "opened" for e in ev))
+        assert [(e["run"], e["rule"], e["step"]) for e in ev if e["event"] == "opened"] == [("exp/lightning", "loss-spike", 60)]
+        w.kill9()
+        w.start()
+        ev = w.settle()
+        assert [(e["rule"], e["step"]) for e in ev if e["event"] == "opened"] == [("loss-spike", 60)]
+    finally:
+        err = w.stop_and_read()
+    assert w.proc.returncode == 0, err
