@@ -100,7 +100,7 @@ def _lightning_tqdm():  # noqa: ANN202 - (a tqdm subclass, made when tqdm is imp
     return Tqdm
 
 
-def lightning(curves: dict, *, per_epoch: int = 300, val_every_epoch: bool = True, validation=None) -> str:  # noqa: ANN001
+def lightning(curves: dict, *, per_epoch: int = 300, val_every_epoch: bool = True, validation=None, known: bool = True) -> str:  # noqa: ANN001
     """Lightning's TQDMProgressBar (tqdm_progress.py) on stdout sent to a file: the training bar
     (init_train_tqdm: position 0, dynamic_ncols, smoothing 0, BAR_FORMAT) reset to the epoch's
     batches and described `Epoch {current_epoch}` at each epoch's start; on_train_batch_end sets
@@ -108,7 +108,8 @@ def lightning(curves: dict, *, per_epoch: int = 300, val_every_epoch: bool = Tru
     here `train_loss`, and `val_loss` from the first validation on, which stays); each epoch's
     validation bar (init_validation_tqdm: position 1, leave=False) is drawn below and cleared, then
     on_validation_end sets the postfix again with the validation's values (`validation(epoch)`,
-    by default `val_loss`)."""
+    by default `val_loss`). Not `known`: a loader of no known length (an iterable dataset), whose
+    bar the callback resets to no total (convert_inf)."""
     tqdm = _lightning_tqdm()
     out = io.StringIO()
     steps = [int(s) for s in curves["step"]]
@@ -117,7 +118,7 @@ def lightning(curves: dict, *, per_epoch: int = 300, val_every_epoch: bool = Tru
     for k, step in enumerate(steps):
         epoch, i = divmod(step - 1, per_epoch)
         if i == 0 or k == 0:
-            bar.reset(per_epoch)
+            bar.reset(per_epoch if known else None)
             bar.initial = 0
             bar.set_description(f"Epoch {epoch}")
         bar.n = i + 1

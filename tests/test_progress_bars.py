@@ -107,6 +107,18 @@ def test_a_validations_values_are_read_once_each_validation_whatever_their_names
     assert [s for s, _ in _points(frame, "loss")] == list(range(1, 91))
 
 
+def test_a_bar_of_unknown_length_counts_on_from_the_epochs_before(tmp_path):
+    """An iterable loader's bar shows `i/?`: epoch E's batches go on from where the epochs before
+    it ended (each as long as its last count)."""
+    curves = synth.curves("clean", steps=75)
+    path = tmp_path / "train.log"
+    path.write_text(bar_samples.lightning(curves, per_epoch=30, known=False))
+    frame, problems = _read(path)
+    assert problems == []
+    assert [s for s, _ in _points(frame, "loss")] == list(range(1, 76))
+    assert [s for s, _ in _points(frame, "eval_loss")] == [30, 60, 75]
+
+
 def test_a_bar_with_no_validation_values_and_an_epoch_header_read_before_is_read_on_at_its_epoch(tmp_path):
     """A read that starts past Keras' `Epoch 2/3` line places the bar's states in epoch 2 (the
     cursor keeps the epoch); tqdm values drawn before the read are not taken again."""
@@ -123,13 +135,15 @@ def test_a_bar_with_no_validation_values_and_an_epoch_header_read_before_is_read
 
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(name=st.sampled_from([*sorted(WRITERS), "keras_real"]), fractions=st.lists(st.floats(0, 1), max_size=8))
+@given(name=st.sampled_from([*sorted(WRITERS), "keras_real", "lightning_unknown"]), fractions=st.lists(st.floats(0, 1), max_size=8))
 def test_progress_bars_read_in_pieces_equal_one_read(tmp_path, name, fractions):
     """Cut anywhere, a read ends at the last carriage return or newline: the epoch, the last state
     read and the values a postfix showed go on in the cursor (a batch's two draws, or an epoch's
     last state and its redraw with the validation's values, may fall in two reads)."""
     if name == "keras_real":
         data = (KERAS / "keras3_fit_verbose1.log").read_bytes()
+    elif name == "lightning_unknown":
+        data = bar_samples.lightning(synth.curves("clean", steps=130), per_epoch=40, known=False).encode()
     else:
         data = WRITERS[name](synth.curves("clean", steps=130), per_epoch=40).encode()
     whole_path = tmp_path / f"whole-{name}.log"

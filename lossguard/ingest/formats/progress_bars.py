@@ -50,7 +50,8 @@ KERAS_BAR = (
 """A Keras bar's state: its count (`i/Unknown` in a first epoch of unknown length), its bar, or its
 time a step, ETA or time (verbose=2 draws no bar), then ` - name: value` pairs."""
 KERAS_PAIR = r"- (?P<key>[A-Za-z_][\w./@-]*): (?P<value>" + NUMBER + r")(?:\s|$)"
-TQDM_BAR = r"^Epoch (?P<e>\d+): +\d+%\|[^|]*\| *(?P<i>\d+)/(?P<n>\d+) \[(?P<inside>[^\]]*)\]"
+TQDM_BAR = r"^Epoch (?P<e>\d+): +(?:\d+%)?\|[^|]*\| *(?P<i>\d+)/(?P<n>\d+|\?) \[(?P<inside>[^\]]*)\]"
+"""Lightning's training bar: `i/N`, or `i/?` with no percentage for a loader of unknown length."""
 TQDM_PAIR = r"(?P<key>[A-Za-z_][\w./@-]*)=(?P<value>" + NUMBER + r")(?:\.0*)?(?:,|$)"
 """A postfix item, as Lightning's Tqdm.format_num writes numbers: tqdm's `.3g`, padded to five
 characters (`0.500`, and a NaN `nan.0`)."""
@@ -81,12 +82,13 @@ def parse(lines: pl.DataFrame, cursor: Cursor, raw: bytes | None = None) -> tupl
     keras, tqdm = pl.col("keras").struct, pl.col("tqdm").struct
     kn, ki = (keras.field("n").cast(pl.Int64, strict=False), keras.field("i").cast(pl.Int64, strict=False))
     tn, ti, te = (tqdm.field(f).cast(pl.Int64, strict=False) for f in ("n", "i", "e"))
+    states, cursor = _unknown_lengths(states, cursor)
     states = states.with_columns(kn.alias("kn"), ki.alias("ki"), (keras.field("n") == "Unknown").alias("unknown"))
     epochs, cursor = _keras_epochs(states, cursor)
     states = states.join(epochs, on="line_no", how="left", maintain_order="left")
     keras_step = pl.when(pl.col("unknown") & (pl.col("keras_epoch") == 1)).then(pl.col("ki")).otherwise((pl.col("keras_epoch") - 1) * pl.col("kn") + pl.col("ki"))
     states = states.with_columns(
-        pl.when(tqdm.field("i").is_not_null()).then(te * tn + ti).otherwise(keras_step).alias("step"),
+        pl.when(tqdm.field("n") == "?").then(pl.col("before") + ti).when(tqdm.field("i").is_not_null()).then(te * tn + ti).otherwise(keras_step).alias("step"),
         pl.when(tqdm.field("i").is_not_null()).then(tqdm.field("inside")).otherwise(text).alias("pairs_text"),
         tqdm.field("i").is_not_null().alias("drawn"),
         text.str.contains(VALIDATION_BAR).alias("validation"),
@@ -110,6 +112,26 @@ def parse(lines: pl.DataFrame, cursor: Cursor, raw: bytes | None = None) -> tupl
     last = int(rows.get_column("step").max())
     out = rows.select("step", "tag", "value", pl.lit(None, dtype=pl.Float64).alias("wall_time"), "line_no")
     return table.conform_raw(out), cursor.advance(last_step=last, index=cursor.index + bars.height)
+
+
+def _unknown_lengths(states: pl.DataFrame, cursor: Cursor) -> tuple[pl.DataFrame, Cursor]:
+    """The states, with `before`: for a tqdm bar of unknown length (`i/?`: an iterable loader), the
+    batches of the epochs before the state's, each epoch as long as its last count. Cursor.drawn
+    (JSON, `lengths`): the counts epochs reached, from the blocks before."""
+    tqdm = pl.col("tqdm").struct
+    drawn = json.loads(cursor.drawn) if cursor.drawn else {}
+    lengths = {int(e): n for e, n in drawn.get("lengths", {}).items()}
+    found = states.filter(tqdm.field("n") == "?").select(tqdm.field("e").cast(pl.Int64).alias("e"), tqdm.field("i").cast(pl.Int64).alias("i"))
+    if not found.height:
+        return states.with_columns(pl.lit(None, dtype=pl.Int64).alias("before")), cursor
+    for e, n in found.group_by("e").agg(pl.col("i").max()).iter_rows():
+        lengths[e] = max(n, lengths.get(e, 0))
+    epochs = sorted(lengths)
+    before = dict(zip(epochs, [sum(lengths[k] for k in epochs if k < e) for e in epochs]))
+    offsets = pl.DataFrame({"e": list(before), "before": list(before.values())}, schema={"e": pl.Int64(), "before": pl.Int64()})
+    states = states.with_columns(tqdm.field("e").cast(pl.Int64, strict=False).alias("e")).join(offsets, on="e", how="left", maintain_order="left").drop("e")
+    drawn["lengths"] = {str(e): n for e, n in lengths.items()}
+    return states, cursor.advance(drawn=json.dumps(drawn, sort_keys=True))
 
 
 def _keras_epochs(states: pl.DataFrame, cursor: Cursor) -> tuple[pl.DataFrame, Cursor]:
