@@ -233,6 +233,26 @@ class ShortHistory:
         }
 
 
+@dataclass(frozen=True)
+class NoLoss:
+    """A run that loss rules are set for, none of whose metrics is read as the loss (a trainer that
+    logs its loss in parts only: YOLO's results.csv, train/box_loss, train/cls_loss...): the rules
+    judged nothing, and the report says so rather than a silent "no spike"."""
+
+    run: str
+
+    @property
+    def message(self) -> str:
+        return (
+            "no loss in this run: none of its metrics is read as the loss, so the loss rules judged nothing "
+            "(`lossguard read` lists its metrics; to judge one, name it in lossguard.toml: [aliases] loss = [\"<its name>\"])"
+        )
+
+    def to_report(self, source: str) -> dict[str, object]:
+        """A run's entry under `warnings` in `scan --format json` (README)."""
+        return {"kind": "no_loss", "source": source, "line": None, "offset": None, "message": self.message}
+
+
 NOTICE_KINDS = ("opened", "escalated", "updated", "resolved", "relabelled", "stalled", "resumed")
 
 

@@ -11,7 +11,7 @@ import polars as pl
 
 from .causes import RunContext, Series, label_all
 from .spikes import find_incidents, find_incidents_by_run, held_per_segment
-from ..model import Incident, ShortHistory
+from ..model import Incident, NoLoss, ShortHistory
 from ..ingest.needs import Needs
 from .rules import Rule, RuleSet
 from .streams import NO_POINTS, Points, as_context, by_metric, by_run, by_run_and_metric, increasing, points_frame, points_of, preferred, single_valued
@@ -210,6 +210,8 @@ class RunAnalysis:
     incidents: tuple[Incident, ...]
     short: tuple[ShortHistory, ...] = ()
     """Segments too short for every loss spike rule: judged by none of them."""
+    unjudged: tuple[NoLoss, ...] = ()
+    """The run itself, when it holds no loss for the loss rules to judge."""
 
 
 def tags_used(run_frame: pl.DataFrame) -> dict[str, str]:
@@ -290,6 +292,7 @@ def analyse_runs(
             last_step=last,
             incidents=found.get(k, ()),
             short=too_short(points_frame(loss), active[k], run=run),
+            unjudged=(NoLoss(run),) if not loss[0].size and any(r.metric == "loss" for r in active[k]) else (),
         )
         out.append((analysis, windows[k]))
     return out

@@ -27,12 +27,13 @@ def _top_cause(rep: RunReport) -> str:
     if counts:
         return counts.most_common(1)[0][0]
     # No spike because nothing could be judged is not "no spike": the warnings say how short.
-    return "too short to judge" if rep.analysis.short else "-"
+    return "no loss to judge" if rep.analysis.unjudged else "too short to judge" if rep.analysis.short else "-"
 
 
 def _notes(result: ScanResult) -> list[str]:
-    """The runs (or segments) too short for every loss rule, one line each, run first."""
-    return [f"{rep.run}: {short.message}" for rep in result.runs for short in rep.analysis.short]
+    """The runs with no loss to judge, and those (or their segments) too short for every loss rule,
+    one line each, run first."""
+    return [f"{rep.run}: {note.message}" for rep in result.runs for note in (*rep.analysis.unjudged, *rep.analysis.short)]
 
 
 def summary(result: ScanResult) -> dict[str, object]:
@@ -46,7 +47,7 @@ def summary(result: ScanResult) -> dict[str, object]:
         "by_cause": dict(Counter(i.causes[0].cause for i in incidents if i.causes)),
         "files": result.files,
         "bytes": result.bytes,
-        "warnings": len(problems) + sum(len(r.analysis.short) for r in result.runs),
+        "warnings": len(problems) + sum(len(r.analysis.short) + len(r.analysis.unjudged) for r in result.runs),
     }
 
 
@@ -71,7 +72,7 @@ def document(result: ScanResult) -> dict[str, object]:
                 "spikes": [i.to_report() for i in rep.incidents],
                 "warnings": [
                     *({"kind": "read", **p.to_json()} for p in rep.problems),
-                    *(short.to_report(rep.source) for short in rep.analysis.short),
+                    *(note.to_report(rep.source) for note in (*rep.analysis.unjudged, *rep.analysis.short)),
                 ],
             }
             for rep in result.runs

@@ -1,0 +1,48 @@
+"""A run whose loss rules judge nothing because no metric of it is read as the loss says so, rather
+than a silent "no spike" (YOLO's results.csv logs its loss in parts only)."""
+
+from __future__ import annotations
+
+import json
+
+from .conftest import run_lossguard
+
+
+def yolo_results(rows: int = 30, spike_at: int = 20) -> str:
+    """ultralytics/engine/trainer.py, BaseTrainer.save_metrics: the header `epoch,time,<keys>` once,
+    then `%.6g,` of epoch + 1, the time and the values (the training's loss items, the validator's
+    metrics and losses, each param group's lr), ',' stripped at the end."""
+    keys = ["train/box_loss", "train/cls_loss", "train/dfl_loss", "metrics/precision(B)", "metrics/recall(B)", "metrics/mAP50(B)",
+            "metrics/mAP50-95(B)", "val/box_loss", "val/cls_loss", "val/dfl_loss", "lr/pg0", "lr/pg1", "lr/pg2"]
+    out = [("%s," * (len(keys) + 2) % ("epoch", "time", *keys)).rstrip(",")]
+    for epoch in range(1, rows + 1):
+        box = (1.5 - 0.02 * epoch) * (3.0 if epoch == spike_at else 1.0)
+        vals = [box, 2.5 - 0.04 * epoch, 1.3 - 0.01 * epoch, 0.6, 0.4, 0.3, 0.2, box * 1.1, 2.6, 1.4, 0.003, 0.003, 0.003]
+        out.append(("%.6g," * (len(keys) + 2) % (epoch, 45.2 * epoch, *vals)).rstrip(","))
+    return "\n".join(out) + "\n"
+
+
+def test_a_run_with_no_metric_read_as_the_loss_says_its_loss_rules_judged_nothing(tmp_path):
+    run = tmp_path / "runs" / "detect" / "train"
+    run.mkdir(parents=True)
+    (run / "results.csv").write_text(yolo_results())
+    res = run_lossguard("scan", str(tmp_path / "runs"), "--format", "json")
+    assert res.returncode == 0, res.stderr
+    (report,) = json.loads(res.stdout)["runs"]
+    assert report["spikes"] == []
+    assert [w["kind"] for w in report["warnings"] if w["kind"] != "read"] == ["no_loss"]
+    table = run_lossguard("scan", str(tmp_path / "runs"))
+    assert "no loss to judge" in table.stdout and "no loss in this run" in table.stdout
+
+
+def test_the_alias_the_warning_names_judges_the_part_it_names(tmp_path):
+    run = tmp_path / "runs" / "train"
+    run.mkdir(parents=True)
+    (run / "results.csv").write_text(yolo_results())
+    config = tmp_path / "lossguard.toml"
+    config.write_text('[aliases]\nloss = ["train/box_loss"]\n')
+    res = run_lossguard("scan", str(tmp_path / "runs"), "--config", str(config), "--format", "json")
+    assert res.returncode == 1, res.stderr
+    (report,) = json.loads(res.stdout)["runs"]
+    assert [(s["metric"], s["step"]) for s in report["spikes"]] == [("loss", 20)]
+    assert "no_loss" not in [w["kind"] for w in report["warnings"]]
