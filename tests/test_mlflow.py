@@ -545,3 +545,14 @@ def test_the_daemon_says_a_database_locked_at_every_pass_once_until_that_changes
         writer.execute("ROLLBACK")
         writer.close()
         state.close()
+
+
+def test_scan_of_a_store_whose_run_logged_no_metric_yet_says_so_not_that_there_are_no_logs(store):
+    """A run just started (its params logged, no metric yet): the store is found, and scan's one-line
+    error says it holds no metric, where it said there were no training logs at all."""
+    client = _client(store)
+    run = client.create_run(client.get_experiment_by_name("Default").experiment_id, run_name="fresh")
+    client.log_param(run.info.run_id, "lr", 0.1)
+    res = run_lossguard("scan", str(store.parent))
+    assert res.returncode == 2
+    assert res.stderr.strip().splitlines()[-1] == f"lossguard: error: no metric logged yet under {store.parent}: 1 log file(s) found, none holding a training metric"

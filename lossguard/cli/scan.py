@@ -160,7 +160,10 @@ def _refuse_empty(results: list, args: argparse.Namespace) -> None:
         shown = ", ".join(printable(n) for n in names[:10]) + (f", ... ({len(names)} in all)" if len(names) > 10 else "")
         raise UsageError(f"no run matches {printable(args.run)!r} (runs found: {shown or 'none'})")
     if not result.runs and not result.all_problems:
-        raise UsageError(f"no training logs found under {', '.join(map(str, args.paths))}")
+        where = ", ".join(map(str, args.paths))
+        if result.files:  # (a tracker's store of runs that logged no metric yet: found, nothing in it)
+            raise UsageError(f"no metric logged yet under {where}: {result.files} log file(s) found, none holding a training metric")
+        raise UsageError(f"no training logs found under {where}")
     if args.metric:
         known = {m for r in results for rep in r.runs for m in rep.analysis.metrics} | {rule.metric for r in results for rule in r.rules.rules}
         if args.metric not in known:
