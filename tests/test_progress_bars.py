@@ -240,3 +240,17 @@ def test_the_daemon_alerts_a_spike_in_a_bar_still_being_drawn_once_and_not_again
     finally:
         err = w.stop_and_read()
     assert w.proc.returncode == 0, err
+
+
+def test_a_read_ending_after_a_batchs_first_draw_reads_on_as_one_read(tmp_path):
+    """From the review: a read ending inside a batch's second draw (after the first, a count's
+    update of which no row is read) compared what came next with the state before the update, so a
+    batch's value was taken for a new one, not its metric for one a batch logs; after the
+    validation the bar's redraw took it again at its step."""
+    data = bar_samples.LIGHTNING.encode()
+    cuts = [data.index(b"train_loss=2.400") - 5, data.index(b"\x1b[A\r", data.index(b"Validation")) + 5]
+    whole_path = tmp_path / "whole.log"
+    whole_path.write_bytes(data)
+    whole = read(whole_path, Cursor(), run="r", fmt="progress_bars", final=True, options=ReadOptions())
+    grown, _ = _grow_and_read(tmp_path / "grown.log", data, cuts, "progress_bars")
+    assert grown.drop("source").equals(whole.frame.drop("source"))

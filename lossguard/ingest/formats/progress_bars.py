@@ -215,14 +215,16 @@ def _redrawn(rows: pl.DataFrame, validated: pl.DataFrame, cursor: Cursor) -> tup
     """The tqdm postfix's values that are reports (see the module's docstring): none of a count's
     update (_count_updates); of a metric seen logged by a batch, all but a redraw of what was read
     at that count already; of the others, where they changed and after a validation. Cursor.drawn
-    (JSON): the last values drawn, at the cursor's last step, and whether that state was a count's
+    (JSON): the last values drawn, at the last state's step, and whether that state was a count's
     update; the metrics seen logged by a batch; whether a validation bar was drawn last; the last
     state's step and values."""
     before = json.loads(cursor.drawn) if cursor.drawn else {}
     values, batched = before.get("values", {}), before.get("batched", [])
     updates, drawn_last = _count_updates(rows, before.get("last"))
+    # (At the last state drawn: a read may end after a count's update, which no row is read of.)
+    at = before["last"][0] if before.get("last") else cursor.last_step
     seen = pl.DataFrame(
-        {"tag": list(values), "value": [float(v) for v in values.values()], "step": [cursor.last_step] * len(values)},
+        {"tag": list(values), "value": [float(v) for v in values.values()], "step": [at] * len(values)},
         schema={"tag": pl.String(), "value": pl.Float64(), "step": pl.Int64()},
     )
     after = rows.join(validated.drop_nulls("state"), on="state", how="left", maintain_order="left").get_column("after").fill_null(False)
