@@ -292,7 +292,8 @@ def analyse_runs(
             last_step=last,
             incidents=found.get(k, ()),
             short=too_short(points_frame(loss), active[k], run=run),
-            unjudged=(NoLoss(run),) if not loss[0].size and any(r.metric == "loss" for r in active[k]) else (),
+            # (A run of one step, a config's numbers read as a record, is no training log to say it of.)
+            unjudged=(NoLoss(run),) if not loss[0].size and first != last and any(r.metric == "loss" for r in active[k]) else (),
         )
         out.append((analysis, windows[k]))
     return out

@@ -35,11 +35,12 @@ CANNOT_ENTER, CANNOT_LIST = "cannot enter folder", "cannot list folder"
 RUN_IS_FOLDER = {"trainer_state.json", "metrics.csv", "trainer_log.jsonl", "log_history.jsonl"}
 RUN_LOG_STEMS = {
     "train", "training", "train_log", "training_log", "log", "logs", "stdout", "stderr", "output", "out", "console",
-    "nohup", "metrics", "progress", "history", "log_history", "trainer_log",
+    "nohup", "metrics", "progress", "history", "log_history", "trainer_log", "result", "results",
 }
 """Stems (any log suffix, any case) of the names trainers and launchers give the one log of a run
 folder: `train.log` (nanoGPT, Megatron launch scripts), `log.txt`, `stdout.log`, `nohup.out`,
-`metrics.jsonl`. Such a file's run is its folder; a free name (`slurm-4242.out`, `eval.log`) is a
+`metrics.jsonl`, Ray Tune's `result.json` and `progress.csv` (a trial's, in its folder), YOLO's
+`results.csv`. Such a file's run is its folder; a free name (`slurm-4242.out`, `eval.log`) is a
 run of its own, `folder/stem`."""
 LOG_SUFFIXES = {".log", ".txt", ".out", ".err", ".jsonl", ".ndjson", ".json", ".csv", ".stdout", ".stderr", *sqlite_db.SUFFIXES}
 """(A database is a candidate by its name; its tables say whether a tracker wrote it: one no
@@ -50,7 +51,8 @@ LINKS_TO_RUNS = {"latest-run"}
 (the run is walked where it is), read where they point when named as a root."""
 NOT_LOGS = {"config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json",
             "adapter_config.json", "vocab.json", "training_args.json", "requirements.txt", "merges.txt", "hparams.json",
-            "all_results.json", "train_results.json", "eval_results.json", "model.safetensors.index.json", "README.txt"}
+            "all_results.json", "train_results.json", "eval_results.json", "model.safetensors.index.json", "README.txt",
+            "params.json"}
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 CSV_MONITOR = re.compile(r"^Train_(?:Samples|Eigenvalues)_.+\.csv$")
 """DeepSpeed's csv_monitor files (deepspeed/monitor/csv_monitor.py: one CSV a metric, the event's

@@ -27,7 +27,7 @@ from ..problems import Problem
 from ..sources.textfile import STREAMED_BLOCK, iter_blocks, not_utf8
 from .base import STEP_FALLBACKS, Format, Keep, Parsed, Sink, lines_of
 
-STEP_COLUMNS = ("step", "global_step", "iteration", "iter", "trainer/global_step", "_step", "num_updates", "steps")
+STEP_COLUMNS = ("step", "global_step", "iteration", "iter", "trainer/global_step", "_step", "num_updates", "steps", "training_iteration")
 EPOCH = "epoch"
 
 

@@ -23,7 +23,7 @@ PAIR = (
 )
 STEP_KEYS = (
     "step", "global_step", "iter", "iteration", "current_steps", "_step", "num_updates",
-    "train/global_step", "trainer/global_step", "steps",
+    "train/global_step", "trainer/global_step", "steps", "training_iteration",
 )
 # HF Trainer's end-of-training summary ({'train_runtime': ..., 'train_loss': ...}) is not a step.
 SUMMARY_KEYS = ("train_runtime", "train_samples_per_second", "total_flos")
