@@ -97,6 +97,9 @@ POSITIVES = [
     pytest.param("trainer/loss", "loss", id="trainer/loss"),
     pytest.param("metrics/loss", "loss", id="metrics/loss"),
     pytest.param("Train Loss", "loss", id="case and spaces"),
+    # Ray Tune: ray/tune/logger/tensorboardx.py (TBXLoggerCallback: "/".join(["ray", "tune"] + path))
+    pytest.param("ray/tune/loss", "loss", id="ray tune loss"),
+    pytest.param("ray/tune/lr", "lr", id="ray tune lr"),
 ]
 
 # Tags that must NOT become the metric they resemble: (tag, what it may be instead, or None).

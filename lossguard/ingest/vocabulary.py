@@ -65,7 +65,8 @@ VOCABULARY: dict[str, tuple[str, ...]] = {
 EVAL_ONLY = ("language cross entropy", "lm loss value")
 
 # Leading path segments that only say where a metric was logged.
-NAMESPACES = {"optim", "optimizer", "trainer", "metrics", "loss metrics", "samples", "actor"}
+NAMESPACES = {"optim", "optimizer", "trainer", "metrics", "loss metrics", "samples", "actor", "ray", "tune"}
+"""(`ray/tune/`: Ray Tune's TensorBoard logger puts every reported result under it.)"""
 LEADING = {"actor"}
 """A first word that, like a namespace, only says where the metric was logged (`actor_lr`)."""
 TRAIN_WORDS = {"train", "training"}
