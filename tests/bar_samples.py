@@ -136,14 +136,44 @@ def lightning(curves: dict, *, per_epoch: int = 300, val_every_epoch: bool = Tru
     return out.getvalue()
 
 
+NEMO_BAR_FORMAT = "{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}{postfix}]"
+"""nemo/lightning/pytorch/callbacks/progress_bar.py: MegatronProgressBar.init_train_tqdm's format."""
+
+
+def nemo(curves: dict, *, max_steps: int = 2000) -> str:
+    """NeMo 2's MegatronProgressBar (a Lightning TQDMProgressBar) on stdout sent to a file: reset to
+    max_steps and described `Epoch {current_epoch}` at the epoch's start; on_train_batch_end sets
+    the count (Lightning's _update_n: a refresh, so with the postfix set before) and then the
+    postfix without a refresh (set_postfix(..., refresh=False)): what the training step logged with
+    prog_bar=True, the trainer's global_step (counted from 0) among it; the bar drawn last at close."""
+    tqdm = _lightning_tqdm()
+    out = io.StringIO()
+    bar = tqdm(desc="Training", position=0, disable=False, leave=True, dynamic_ncols=True, file=out, smoothing=0, bar_format=BAR_FORMAT)
+    bar.bar_format = NEMO_BAR_FORMAT
+    bar.reset(max_steps)
+    bar.initial = 0
+    bar.set_description("Epoch 0")
+    for k, step in enumerate(int(s) for s in curves["step"]):
+        bar.n = step
+        bar.refresh()
+        bar.set_postfix({
+            "reduced_train_loss": float(curves["loss"][k]), "global_step": float(step - 1), "consumed_samples": float(8 * step),
+            "train_step_timing in s": 0.3012,
+        }, refresh=False)
+    bar.close()
+    return out.getvalue()
+
+
 _SMALL = {"step": np.array([1, 2, 3, 4, 5]), "loss": np.array([2.5, 2.4, float("nan"), 2.2, 2.1])}
 KERAS3 = keras3(_SMALL, per_epoch=2)
 TF_KERAS = tf_keras(_SMALL, per_epoch=2)
 LIGHTNING = lightning(_SMALL, per_epoch=2)
+NEMO = nemo(_SMALL, max_steps=10)
 
 ALL = {
     "keras3": ("fit.log", KERAS3),
     "tf_keras": ("train_output.txt", TF_KERAS),
     "lightning": ("lightning.log", LIGHTNING),
+    "nemo": ("nemo_log_globalrank-0_localrank-0.txt", NEMO),
 }
 """name -> (file name, text). Each is also in samples.ALL (sniffing, reading in pieces)."""

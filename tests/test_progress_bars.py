@@ -135,7 +135,7 @@ def test_a_bar_with_no_validation_values_and_an_epoch_header_read_before_is_read
 
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(name=st.sampled_from([*sorted(WRITERS), "keras_real", "lightning_unknown"]), fractions=st.lists(st.floats(0, 1), max_size=8))
+@given(name=st.sampled_from([*sorted(WRITERS), "keras_real", "lightning_unknown", "nemo"]), fractions=st.lists(st.floats(0, 1), max_size=8))
 def test_progress_bars_read_in_pieces_equal_one_read(tmp_path, name, fractions):
     """Cut anywhere, a read ends at the last carriage return or newline: the epoch, the last state
     read and the values a postfix showed go on in the cursor (a batch's two draws, or an epoch's
@@ -144,6 +144,8 @@ def test_progress_bars_read_in_pieces_equal_one_read(tmp_path, name, fractions):
         data = (KERAS / "keras3_fit_verbose1.log").read_bytes()
     elif name == "lightning_unknown":
         data = bar_samples.lightning(synth.curves("clean", steps=130), per_epoch=40, known=False).encode()
+    elif name == "nemo":
+        data = bar_samples.nemo(synth.curves("clean", steps=130), max_steps=1000).encode()
     else:
         data = WRITERS[name](synth.curves("clean", steps=130), per_epoch=40).encode()
     whole_path = tmp_path / f"whole-{name}.log"
@@ -254,3 +256,20 @@ def test_a_read_ending_after_a_batchs_first_draw_reads_on_as_one_read(tmp_path):
     whole = read(whole_path, Cursor(), run="r", fmt="progress_bars", final=True, options=ReadOptions())
     grown, _ = _grow_and_read(tmp_path / "grown.log", data, cuts, "progress_bars")
     assert grown.drop("source").equals(whole.frame.drop("source"))
+
+
+def test_nemos_bar_puts_each_value_at_the_global_step_it_was_logged_with(tmp_path):
+    """NeMo 2's MegatronProgressBar draws a step's count before setting the values of the step
+    (set_postfix without a refresh): each state shows the step before's values, the trainer's
+    global_step among them, which is where they go; `train_step_timing in s` is one name."""
+    run = tmp_path / "nemo_experiments" / "default"
+    run.mkdir(parents=True)
+    (run / "nemo_log_globalrank-0_localrank-0.txt").write_text(bar_samples.nemo(synth.curves("bad_batch"), max_steps=2000))
+    frame, problems = _read(run / "nemo_log_globalrank-0_localrank-0.txt")
+    assert problems == []
+    assert [s for s, _ in _points(frame, "loss")] == list(range(0, 1200))  # (global_step from 0: the curve's steps less one)
+    assert "train_step_timing in s" in set(frame.get_column("tag").to_list())
+    res = run_lossguard("scan", str(tmp_path / "nemo_experiments"), "--format", "json", timeout=120)
+    assert res.returncode == 1, res.stderr
+    (report,) = json.loads(res.stdout)["runs"]
+    assert ("loss", 700) in [(s["metric"], s["step"]) for s in report["spikes"]]  # synth's step 701, global_step 700

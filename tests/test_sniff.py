@@ -85,6 +85,7 @@ SAMPLE_FORMATS = {
     "keras3": "progress_bars",
     "tf_keras": "progress_bars",
     "lightning": "progress_bars",
+    "nemo": "progress_bars",
     "build_nanogpt": "step_split",
 }
 

@@ -26,6 +26,10 @@ draws); until then only where it changes, and at the bar's first state after a v
 (the validation's values are set then, equal to the last ones or not). Validation and
 sanity-check bars hold no metrics of their own.
 
+NeMo 2's bar (nemo/lightning/pytorch/callbacks/progress_bar.py: MegatronProgressBar, a Lightning
+one) draws a step's count, then sets the step's values without drawing them: each state shows the
+values of the step before, the trainer's `global_step` among them, which is where they go.
+
 A bar's line ends only when its loop does (Lightning's, at a validation or at the end of training),
 so a carriage return ends a record here too (LineFormat.carriage): a daemon reads each state as it
 is drawn (both flush each redraw), and a line of a whole run's redraws is never too long to read.
@@ -41,7 +45,7 @@ import polars as pl
 from .. import table
 from ..cursor import Cursor
 from .base import Format, LineFormat
-from .pairs import NUMBER, pairs_frame
+from .pairs import NUMBER, pairs_frame, usable_step
 
 EPOCH_LINE = r"^\s*Epoch (?P<e>\d+)/\d+\s*$"
 KERAS_BAR = (
@@ -50,11 +54,16 @@ KERAS_BAR = (
 """A Keras bar's state: its count (`i/Unknown` in a first epoch of unknown length), its bar, or its
 time a step, ETA or time (verbose=2 draws no bar), then ` - name: value` pairs."""
 KERAS_PAIR = r"- (?P<key>[A-Za-z_][\w./@-]*): (?P<value>" + NUMBER + r")(?:\s|$)"
-TQDM_BAR = r"^Epoch (?P<e>\d+): +(?:\d+%)?\|[^|]*\| *(?P<i>\d+)/(?P<n>\d+|\?) \[(?P<inside>[^\]]*)\]"
-"""Lightning's training bar: `i/N`, or `i/?` with no percentage for a loader of unknown length."""
-TQDM_PAIR = r"(?P<key>[A-Za-z_][\w./@-]*)=(?P<value>" + NUMBER + r")(?:\.0*)?(?:,|$)"
+TQDM_BAR = r"^Epoch (?P<e>\d+):(?: :)? +(?:\d+%)?\|[^|]*\| *(?P<i>\d+)/(?P<n>\d+|\?) \[(?P<inside>[^\]]*)\]"
+"""Lightning's training bar: `i/N`, or `i/?` with no percentage for a loader of unknown length;
+NeMo's (nemo/lightning/pytorch/callbacks/progress_bar.py: MegatronProgressBar, whose bar_format
+writes `{desc}: ` after the desc tqdm already closes with one: `Epoch 0: :  1%|...`)."""
+TQDM_PAIR = r"(?:^|\s)(?P<key>[A-Za-z_][^=,\]]*?)=(?P<value>" + NUMBER + r")(?:\.0*)?(?:,|$)"
 """A postfix item, as Lightning's Tqdm.format_num writes numbers: tqdm's `.3g`, padded to five
-characters (`0.500`, and a NaN `nan.0`)."""
+characters (`0.500`, and a NaN `nan.0`); a name may hold spaces (NeMo's `train_step_timing in s`)."""
+OWN_STEP = "global_step"
+"""A postfix item that is the state's step (NeMo logs the trainer's global_step to the bar with
+its values: they go at it, whatever the bar's count)."""
 NOT_METRICS = ("v_num",)
 VALIDATION_BAR = r"^Validation(?: DataLoader \d+)?: "
 """Lightning's validation bar (init_validation_tqdm: `Validation DataLoader {i}`, or `Validation`)."""
@@ -96,13 +105,14 @@ def parse(lines: pl.DataFrame, cursor: Cursor, raw: bytes | None = None) -> tupl
     # A bar at 0 has drawn no batch of its epoch yet: its values are the batch's before (Lightning
     # resets the bar, still described with the epoch before, then describes it anew).
     bars = states.filter(pl.col("step").is_not_null() & (pl.coalesce(ti, ki) > 0))
-    keras_rows = _rows(bars.filter(~pl.col("drawn")), KERAS_PAIR)
+    keras_rows = _rows(bars.filter(~pl.col("drawn")), KERAS_PAIR).drop("at", "exact")
     if keras_rows.height:
         keras_rows, cursor = _drawn_again(keras_rows, cursor)
     drawn = bars.filter(pl.col("drawn"))
-    tqdm_rows = _rows(drawn, TQDM_PAIR)
+    tqdm_rows, cursor = _own_steps(_rows(drawn, TQDM_PAIR, step_key=OWN_STEP), cursor)
     if tqdm_rows.height or states.get_column("validation").any():
         tqdm_rows, cursor = _redrawn(tqdm_rows, _validated(states, bars), cursor)
+    tqdm_rows = tqdm_rows.drop("own")
     rows = pl.concat([keras_rows, tqdm_rows]).sort("state", maintain_order=True)
     # One value a step and metric, the last drawn (Keras draws its epoch's last state again with
     # the validation's values; Lightning draws each batch twice).
@@ -168,17 +178,45 @@ def _keras_epochs(states: pl.DataFrame, cursor: Cursor) -> tuple[pl.DataFrame, C
     return frame, cursor.advance(epoch=state, bar=last, bar_total=total)
 
 
-def _rows(bars: pl.DataFrame, pair: str) -> pl.DataFrame:
-    """(state, line_no, step, tag, value) of the bars' metric pairs, in drawing order."""
-    schema = {"state": pl.UInt32(), "line_no": pl.Int64(), "step": pl.Int64(), "tag": pl.String(), "value": pl.Float64()}
+def _rows(bars: pl.DataFrame, pair: str, *, step_key: str | None = None) -> pl.DataFrame:
+    """(state, line_no, step, tag, value, at, exact) of the bars' metric pairs, in drawing order;
+    `at`: the value of `step_key` in the state, if it holds one (the pair is no metric), `exact`:
+    whether it was written whole (tqdm writes a number in `.3g` when that is shorter: 1004 as 1e+3)."""
+    schema = {
+        "state": pl.UInt32(), "line_no": pl.Int64(), "step": pl.Int64(), "tag": pl.String(), "value": pl.Float64(), "at": pl.Int64(), "exact": pl.Boolean(),
+    }
     if not bars.height:
         return pl.DataFrame(schema=schema)
     found = pairs_frame(bars.select(pl.col("state").cast(pl.Int64).alias("line_no"), pl.col("pairs_text").alias("text")), pair)
     found = found.filter(~pl.col("key").cast(pl.String).is_in(NOT_METRICS))
-    at = bars.select(pl.col("state").cast(pl.Int64), "line_no", "step")
+    at = bars.select(pl.col("state").cast(pl.Int64), "line_no", "step", pl.lit(None, dtype=pl.Int64).alias("at"), pl.lit(False).alias("exact"))
+    if step_key is not None:
+        key = pl.col("key").cast(pl.String)
+        own = found.filter(key == step_key).select(pl.col("line_no").alias("state"), usable_step(pl.col("value")).alias("own"))
+        found = found.filter(key != step_key)
+        if own.height:
+            written = bars.select(pl.col("state").cast(pl.Int64), pl.col("pairs_text").str.extract(re.escape(step_key) + r"=([^,\]]*)", 1).alias("written"))
+            at = at.drop("at", "exact").join(own, on="state", how="left", maintain_order="left").join(written, on="state", how="left", maintain_order="left").select(
+                "state", "line_no", "step", pl.col("own").alias("at"), (pl.col("own").is_not_null() & ~pl.col("written").str.contains("e", literal=True)).alias("exact")
+            )
     return found.join(at, left_on="line_no", right_on="state", how="inner", maintain_order="left").select(
-        pl.col("line_no").cast(pl.UInt32).alias("state"), pl.col("line_no_right").alias("line_no"), "step", pl.col("key").cast(pl.String).alias("tag"), "value"
+        pl.col("line_no").cast(pl.UInt32).alias("state"), pl.col("line_no_right").alias("line_no"), "step", pl.col("key").cast(pl.String).alias("tag"), "value", "at", "exact"
     )
+
+
+def _own_steps(rows: pl.DataFrame, cursor: Cursor) -> tuple[pl.DataFrame, Cursor]:
+    """Rows at the step their state holds (`at`, NeMo's global_step), `own` where it does. Where
+    tqdm wrote it rounded (`1e+3` for 1000-1005), the step is the bar's count and the distance
+    between the two at the last exact one (Cursor.drawn, `offset`). Other rows stay at the count."""
+    drawn = json.loads(cursor.drawn) if cursor.drawn else {}
+    offset = pl.when(pl.col("exact")).then(pl.col("at") - pl.col("step")).forward_fill().fill_null(pl.lit(drawn.get("offset"), dtype=pl.Int64))
+    rows = rows.with_columns(offset.alias("offset"))
+    step = pl.when(pl.col("exact")).then(pl.col("at")).when(pl.col("at").is_not_null()).then(pl.coalesce(pl.col("step") + pl.col("offset"), "at")).otherwise("step")
+    known = rows.get_column("offset").drop_nulls()
+    if known.len():
+        drawn["offset"] = int(known[-1])
+        cursor = cursor.advance(drawn=json.dumps(drawn, sort_keys=True))
+    return rows.with_columns(step.alias("step"), pl.col("at").is_not_null().alias("own")).drop("at", "exact", "offset"), cursor
 
 
 def _drawn_again(rows: pl.DataFrame, cursor: Cursor) -> tuple[pl.DataFrame, Cursor]:
@@ -244,7 +282,9 @@ def _redrawn(rows: pl.DataFrame, validated: pl.DataFrame, cursor: Cursor) -> tup
         changed.alias("changed"), again.alias("again"), (in_a_batch | pl.col("tag").is_in(batched)).cum_max().over("tag").alias("batched"),
     ).filter(pl.col("new"))
     batched_now = marked.get_column("batched")
-    take = (batched_now & ~marked.get_column("again")) | (~batched_now & (marked.get_column("changed") | after))
+    # (A state holding its own step is a report of all its values: the step is new with them.)
+    again_now, own = marked.get_column("again"), rows.get_column("own")
+    take = ((batched_now | own) & ~again_now) | (~batched_now & (marked.get_column("changed") | after))
     take &= ~marked.get_column("update")
     last = rows.group_by("tag", maintain_order=True).agg(pl.col("value").last())
     final = rows.get_column("state").tail(1)
@@ -265,11 +305,12 @@ def _count_updates(rows: pl.DataFrame, before: list | None) -> tuple[pl.Series, 
     shows the batch before's values, the batch's own coming with its next draw at that count (a
     redraw of equal values at that count is the batch's too). And the last state's, for the cursor."""
     drawn = rows.group_by("state", maintain_order=True).agg(
-        pl.col("step").first(), pl.concat_str("tag", pl.lit("="), pl.col("value").cast(pl.String)).str.join(",").alias("shows")
+        pl.col("step").first(), pl.concat_str("tag", pl.lit("="), pl.col("value").cast(pl.String)).str.join(",").alias("shows"), pl.col("own").first()
     )
-    seed = pl.DataFrame({"state": [None], "step": [before[0] if before else None], "shows": [before[1] if before else None]}, schema=drawn.schema)
+    seed = pl.DataFrame({"state": [None], "step": [before[0] if before else None], "shows": [before[1] if before else None], "own": [False]}, schema=drawn.schema)
     both = pl.concat([seed, drawn])
-    update = (pl.col("step") != pl.col("step").shift(1)) & (pl.col("shows") == pl.col("shows").shift(1))
+    # (A state naming its own step is no count's update: its values go at that step.)
+    update = (pl.col("step") != pl.col("step").shift(1)) & (pl.col("shows") == pl.col("shows").shift(1)) & ~pl.col("own")
     updates = both.filter(update.fill_null(False) & pl.col("state").is_not_null()).get_column("state")
     last = both.tail(1).row(0)
     return updates, [last[1], last[2]] if last[0] is not None else before
