@@ -155,9 +155,10 @@ def run_name(path: Path, root: Path) -> str:
         rel = os.path.relpath(owner, root if root != path else owner)
         return "." if rel.startswith("..") else Path(rel).as_posix()
     folder = path.parent
-    if path.name.lower().endswith(sqlite_db.SUFFIXES):
-        # A database names the runs it holds (MLflow's experiment/run, trackio's project/run): the
-        # run discovery gives it is only where it is, its folder ("." named itself, or at the root).
+    if path.name.lower().endswith(sqlite_db.SUFFIXES) or may_name_runs(path):
+        # A database names the runs it holds (MLflow's experiment/run, trackio's project/run), as
+        # a file of a format that names its runs does (Comet's offline archive): the run discovery
+        # gives it is only where it is, its folder ("." named itself, or at the root).
         return "." if root == path else Path(os.path.relpath(folder, root)).as_posix()
     if root == path and not _says_nothing(path.name):
         return path.stem  # a file named on the command line (`train.log` -> train)

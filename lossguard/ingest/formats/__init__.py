@@ -5,7 +5,7 @@ how its lines (or its head) are recognised. Adding a format is that module and i
 
 from __future__ import annotations
 
-from . import composer, csvlog, dictlines, dvclive, fairseq, hf_console, kvlines, megatron, mlflow_db, mlruns, olmo_core, progress_bars, step_split, tfevents, trackio_db, trainer_state, wandb
+from . import comet_offline, composer, csvlog, dictlines, dvclive, fairseq, hf_console, kvlines, megatron, mlflow_db, mlruns, olmo_core, progress_bars, step_split, tfevents, trackio_db, trainer_state, wandb
 from .base import Format
 
 FORMATS: tuple[Format, ...] = (
@@ -16,6 +16,7 @@ FORMATS: tuple[Format, ...] = (
     mlruns.FORMAT,
     mlflow_db.FORMAT,
     trackio_db.FORMAT,
+    comet_offline.FORMAT,
     csvlog.FORMAT,
     composer.FORMAT,
     olmo_core.FORMAT,
