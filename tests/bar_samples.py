@@ -140,12 +140,13 @@ NEMO_BAR_FORMAT = "{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} [{elaps
 """nemo/lightning/pytorch/callbacks/progress_bar.py: MegatronProgressBar.init_train_tqdm's format."""
 
 
-def nemo(curves: dict, *, max_steps: int = 2000) -> str:
+def nemo(curves: dict, *, max_steps: int = 2000, resumed_at: int | None = None) -> str:
     """NeMo 2's MegatronProgressBar (a Lightning TQDMProgressBar) on stdout sent to a file: reset to
     max_steps and described `Epoch {current_epoch}` at the epoch's start; on_train_batch_end sets
     the count (Lightning's _update_n: a refresh, so with the postfix set before) and then the
     postfix without a refresh (set_postfix(..., refresh=False)): what the training step logged with
-    prog_bar=True, the trainer's global_step (counted from 0) among it; the bar drawn last at close."""
+    prog_bar=True, the trainer's global_step (counted from 0) among it; the bar drawn last at close.
+    `resumed_at`: a run resumed from a checkpoint, its count from 1 again, its global_step from there."""
     tqdm = _lightning_tqdm()
     out = io.StringIO()
     bar = tqdm(desc="Training", position=0, disable=False, leave=True, dynamic_ncols=True, file=out, smoothing=0, bar_format=BAR_FORMAT)
@@ -154,10 +155,11 @@ def nemo(curves: dict, *, max_steps: int = 2000) -> str:
     bar.initial = 0
     bar.set_description("Epoch 0")
     for k, step in enumerate(int(s) for s in curves["step"]):
-        bar.n = step
+        bar.n = step if resumed_at is None else k + 1
         bar.refresh()
+        global_step = step - 1 if resumed_at is None else resumed_at + k
         bar.set_postfix({
-            "reduced_train_loss": float(curves["loss"][k]), "global_step": float(step - 1), "consumed_samples": float(8 * step),
+            "reduced_train_loss": float(curves["loss"][k]), "global_step": float(global_step), "consumed_samples": float(8 * step),
             "train_step_timing in s": 0.3012,
         }, refresh=False)
     bar.close()

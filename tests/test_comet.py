@@ -30,7 +30,7 @@ def test_an_offline_experiment_comet_wrote_reads_back_every_step_and_nan_under_i
     archive = _write(tmp_path / "runs" / "exp1" / ".cometml-runs")
     frame, results, problems = read_paths([tmp_path / "runs"], ReadOptions())
     assert problems == [] and [r.format for r in results] == ["comet_offline"]
-    assert set(frame.get_column("run").to_list()) == {"exp1/proj/run-a"}
+    assert set(frame.get_column("run").to_list()) == {"exp1/proj/run-a@c377ed14"}
     loss = frame.filter(pl.col("metric") == "loss").sort("step")
     assert loss.get_column("step").to_list() == list(range(41))
     assert loss.get_column("value")[30] == 9.0 and math.isnan(loss.get_column("value")[40])
@@ -45,7 +45,7 @@ def test_scan_finds_the_spike_an_offline_experiment_logged(tmp_path):
     res = run_lossguard("scan", str(tmp_path / "runs"), "--format", "json")
     assert res.returncode == 1, res.stderr
     (report,) = json.loads(res.stdout)["runs"]
-    assert report["run"] == "exp1/proj/run-a"
+    assert report["run"] == "exp1/proj/run-a@c377ed14"
     assert ("loss", 30) in [(s["metric"], s["step"]) for s in report["spikes"]]
 
 
@@ -58,3 +58,26 @@ def test_an_archive_cut_short_is_not_yet_for_the_daemon_and_one_warning_for_a_sc
     assert (growing.frame.height, growing.problems, growing.cursor) == (0, (), Cursor())
     final = read(cut, Cursor(), run="r", fmt="comet_offline", final=True, options=ReadOptions())
     assert len(final.problems) == 1 and "not a readable Comet offline experiment" in final.problems[0].message
+
+
+def test_messages_no_reader_could_take_are_passed_over_and_the_rest_is_read(tmp_path):
+    """From the review: a message whose payload is no object, numbers past a float's range, a step
+    past 2^63 and an experiment.json that is no object each made the whole archive unreadable."""
+    import zipfile
+
+    with zipfile.ZipFile(FIXTURE) as archive:
+        messages = archive.read("messages.json").decode()
+    odd = [
+        '{"payload":"str","type":"log_other"}',
+        '{"payload":{"local_timestamp":1,"metric":{"metricName":"loss","metricValue":1' + "0" * 400 + ',"step":5}},"type":"metric_msg"}',
+        '{"payload":{"local_timestamp":1' + "0" * 400 + ',"metric":{"metricName":"x","metricValue":1.0,"step":5}},"type":"metric_msg"}',
+        '{"payload":{"local_timestamp":1,"metric":{"metricName":"x","metricValue":1.0,"step":' + str(2**70) + '}},"type":"metric_msg"}',
+    ]
+    path = tmp_path / FIXTURE.name
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("experiment.json", "[1, 2]")
+        archive.writestr("messages.json", "\n".join(odd) + "\n" + messages)
+    res = read(path, Cursor(), run="r", fmt="comet_offline", final=True, options=ReadOptions())
+    assert [p.message for p in res.problems] == ["1 message line(s) of messages.json that are not JSON skipped"]
+    assert res.frame.filter(pl.col("tag") == "train/loss").height == 41
+    assert set(res.frame.get_column("run").to_list()) == {"r/comet/run-a@c377ed14"}  # (no project: experiment.json is no object)

@@ -273,3 +273,19 @@ def test_nemos_bar_puts_each_value_at_the_global_step_it_was_logged_with(tmp_pat
     assert res.returncode == 1, res.stderr
     (report,) = json.loads(res.stdout)["runs"]
     assert ("loss", 700) in [(s["metric"], s["step"]) for s in report["spikes"]]  # synth's step 701, global_step 700
+
+
+def test_a_nemo_run_resumed_past_step_100000_is_read_at_every_global_step(tmp_path):
+    """From the review: from 100000 on tqdm writes no global_step exactly (`1.5e+5` is always the
+    shorter), so a run resumed there fell onto one step; and at the bar's close the last step's
+    values, drawn at the count before, overwrote the step before it."""
+    curves = synth.curves("bad_batch", steps=800)
+    path = tmp_path / "nemo_log_globalrank-0_localrank-0.txt"
+    path.write_text(bar_samples.nemo(curves, max_steps=1000, resumed_at=150_000))
+    frame, problems = _read(path)
+    loss = _points(frame, "loss")
+    assert problems == [] and len(loss) == 800
+    assert [s for s, _ in loss] == list(range(loss[0][0], loss[0][0] + 800))  # (each step once, in order)
+    assert abs(loss[0][0] - 150_000) < 1000  # (placed within tqdm's rounding, before any exact step)
+    jumps = [b[0] - loss[0][0] for a, b in zip(loss, loss[1:]) if b[1] > 2 * a[1]]
+    assert jumps == [700] and math.isclose(loss[-1][1], curves["loss"][-1], rel_tol=5e-3)  # (synth's bad batch; the last step's own value)

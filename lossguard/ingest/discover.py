@@ -35,12 +35,12 @@ CANNOT_ENTER, CANNOT_LIST = "cannot enter folder", "cannot list folder"
 RUN_IS_FOLDER = {"trainer_state.json", "metrics.csv", "trainer_log.jsonl", "log_history.jsonl"}
 RUN_LOG_STEMS = {
     "train", "training", "train_log", "training_log", "log", "logs", "stdout", "stderr", "output", "out", "console",
-    "nohup", "metrics", "progress", "history", "log_history", "trainer_log", "result", "results",
+    "nohup", "metrics", "progress", "history", "log_history", "trainer_log", "result",
 }
 """Stems (any log suffix, any case) of the names trainers and launchers give the one log of a run
 folder: `train.log` (nanoGPT, Megatron launch scripts), `log.txt`, `stdout.log`, `nohup.out`,
-`metrics.jsonl`, Ray Tune's `result.json` and `progress.csv` (a trial's, in its folder), YOLO's
-`results.csv`. Such a file's run is its folder; a free name (`slurm-4242.out`, `eval.log`) is a
+`metrics.jsonl`, Ray Tune's `result.json` and `progress.csv` (a trial's, in its folder; not
+`results.json`, which evaluation tools write beside a run's log). Such a file's run is its folder; a free name (`slurm-4242.out`, `eval.log`) is a
 run of its own, `folder/stem`."""
 LOG_SUFFIXES = {".log", ".txt", ".out", ".err", ".jsonl", ".ndjson", ".json", ".csv", ".stdout", ".stderr", *sqlite_db.SUFFIXES}
 """(A database is a candidate by its name; its tables say whether a tracker wrote it: one no
@@ -155,10 +155,9 @@ def run_name(path: Path, root: Path) -> str:
         rel = os.path.relpath(owner, root if root != path else owner)
         return "." if rel.startswith("..") else Path(rel).as_posix()
     folder = path.parent
-    if path.name.lower().endswith(sqlite_db.SUFFIXES) or may_name_runs(path):
-        # A database names the runs it holds (MLflow's experiment/run, trackio's project/run), as
-        # a file of a format that names its runs does (Comet's offline archive): the run discovery
-        # gives it is only where it is, its folder ("." named itself, or at the root).
+    if path.name.lower().endswith(sqlite_db.SUFFIXES):
+        # A database names the runs it holds (MLflow's experiment/run, trackio's project/run): the
+        # run discovery gives it is only where it is, its folder ("." named itself, or at the root).
         return "." if root == path else Path(os.path.relpath(folder, root)).as_posix()
     if root == path and not _says_nothing(path.name):
         return path.stem  # a file named on the command line (`train.log` -> train)

@@ -7,8 +7,9 @@ offline directory (`.cometml-runs/` by default, COMET_OFFLINE_DIRECTORY), for `c
                       metricValue, step, epoch} and payload.local_timestamp (ms); NaN and the
                       infinities as the strings "NaN", "Infinity", "-Infinity"
 
-The run is named `project/name` (the experiment's name, its `log_other` message `Name`, else its
-key). A value logged with no step goes at the step of the one before it. The archive is written whole at the run's end: a daemon reads it then, once; one being
+The run is named `project/name@key` (the experiment's name, its `log_other` message `Name`, and
+the first 8 digits of its key: a script run again under one name is two runs, as W&B's `@id`
+keeps them), or `project/key` for an experiment given no name. A value logged with no step goes at the step of the one before it. The archive is written whole at the run's end: a daemon reads it then, once; one being
 written is "not yet".
 """
 
@@ -48,8 +49,11 @@ class CometOfflineFormat:
             if not final:
                 return Parsed(pl.DataFrame(schema=NAMED_RAW), cursor)  # (being archived: not yet)
             return no_rows(source, cursor, f"not a readable Comet offline experiment ({type(exc).__name__}: {exc})", dead=True)
+        experiment = experiment if isinstance(experiment, dict) else {}
         rows, name, problems = _metrics(messages, source)
-        run = f"{experiment.get('project_name') or 'comet'}/{name or experiment.get('offline_id') or path.stem}"
+        key = experiment.get("offline_id") if isinstance(experiment.get("offline_id"), str) else path.stem
+        project = experiment.get("project_name") if isinstance(experiment.get("project_name"), str) and experiment.get("project_name") else "comet"
+        run = f"{project}/{name}@{key[:8]}" if name else f"{project}/{key}"
         frame = pl.DataFrame(rows, schema={"step": pl.Int64(), "tag": pl.String(), "value": pl.Float64(), "wall_time": pl.Float64()}, orient="row")
         frame = frame.with_columns(pl.lit(run).alias("run"))
         last = int(frame.get_column("step").max()) if frame.height else cursor.last_step
@@ -67,6 +71,8 @@ def _metrics(messages: list[str], source: str) -> tuple[list[tuple[int, str, flo
         try:
             message = json.loads(line)
             payload = message["payload"]
+            if not isinstance(payload, dict):
+                raise TypeError("payload")
         except (ValueError, KeyError, TypeError):
             bad += 1
             continue
@@ -74,19 +80,19 @@ def _metrics(messages: list[str], source: str) -> tuple[list[tuple[int, str, flo
             if payload.get("key") == "Name" and isinstance(payload.get("value"), str):
                 name = payload["value"]
             continue
-        metric = payload.get("metric") if isinstance(payload, dict) else None
+        metric = payload.get("metric")
         if message.get("type") != "metric_msg" or not isinstance(metric, dict):
             continue
         value = _number(metric.get("metricValue"))
         if value is None or not isinstance(metric.get("metricName"), str):
             continue
-        if isinstance(metric.get("step"), int) and metric["step"] >= 0:
+        if isinstance(metric.get("step"), int) and not isinstance(metric["step"], bool) and 0 <= metric["step"] < 2**63:
             step = metric["step"]
         if step is None:
             stepless += 1
             continue
-        stamp = payload.get("local_timestamp")
-        rows.append((step, metric["metricName"], value, stamp / 1000 if isinstance(stamp, (int, float)) else None))
+        stamp = _number(payload.get("local_timestamp"))
+        rows.append((step, metric["metricName"], value, stamp / 1000 if stamp is not None else None))
     problems = []
     if bad:
         problems.append(Problem(source, f"{bad} message line(s) of {MESSAGES} that are not JSON skipped"))
@@ -96,18 +102,15 @@ def _metrics(messages: list[str], source: str) -> tuple[list[tuple[int, str, flo
 
 
 def _number(value: object) -> float | None:
+    """A JSON number as a float (one past float's range is no number), or Comet's NaN and infinities."""
     if isinstance(value, bool):
         return None
     if isinstance(value, (int, float)):
-        return float(value)
-    if isinstance(value, str):
-        if value in NON_FINITE:
-            return NON_FINITE[value]
         try:
             return float(value)
-        except ValueError:
+        except OverflowError:
             return None
-    return None
+    return NON_FINITE.get(value) if isinstance(value, str) else None
 
 
 COMET_OFFLINE = CometOfflineFormat()

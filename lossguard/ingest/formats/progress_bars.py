@@ -206,17 +206,28 @@ def _rows(bars: pl.DataFrame, pair: str, *, step_key: str | None = None) -> pl.D
 
 def _own_steps(rows: pl.DataFrame, cursor: Cursor) -> tuple[pl.DataFrame, Cursor]:
     """Rows at the step their state holds (`at`, NeMo's global_step), `own` where it does. Where
-    tqdm wrote it rounded (`1e+3` for 1000-1005), the step is the bar's count and the distance
-    between the two at the last exact one (Cursor.drawn, `offset`). Other rows stay at the count."""
+    tqdm wrote it rounded (`1e+3` for 1000-1005; past 100000 always), the step is the bar's count
+    and the distance between the two at the last exact one (Cursor.drawn, `offset`), or, before
+    any, at the first one read (within the rounding of the step); a rounded state at the step of
+    the one before it is the step after it (the bar drawn at its close: the count stays, the values
+    are the last step's). Other rows stay at the count."""
     drawn = json.loads(cursor.drawn) if cursor.drawn else {}
-    offset = pl.when(pl.col("exact")).then(pl.col("at") - pl.col("step")).forward_fill().fill_null(pl.lit(drawn.get("offset"), dtype=pl.Int64))
+    distance = pl.col("at") - pl.col("step")
+    first = pl.when(pl.col("at").is_not_null()).then(distance).drop_nulls().first()
+    offset = pl.when(pl.col("exact")).then(distance).forward_fill().fill_null(pl.lit(drawn.get("offset"), dtype=pl.Int64)).fill_null(first)
     rows = rows.with_columns(offset.alias("offset"))
     step = pl.when(pl.col("exact")).then(pl.col("at")).when(pl.col("at").is_not_null()).then(pl.coalesce(pl.col("step") + pl.col("offset"), "at")).otherwise("step")
+    rows = rows.with_columns(step.alias("step"))
+    states = rows.select("state", "step", "at", "exact").unique("state", keep="first", maintain_order=True)
+    before = (drawn.get("last") or [None])[0]
+    prior = pl.col("step").shift(1).fill_null(pl.lit(before, dtype=pl.Int64))
+    bumped = states.select("state", (pl.col("step") + (pl.col("at").is_not_null() & ~pl.col("exact") & (pl.col("step") == prior)).fill_null(False).cast(pl.Int64)).alias("bumped"))
+    rows = rows.join(bumped, on="state", how="left", maintain_order="left").with_columns(pl.col("bumped").alias("step")).drop("bumped")
     known = rows.get_column("offset").drop_nulls()
     if known.len():
         drawn["offset"] = int(known[-1])
         cursor = cursor.advance(drawn=json.dumps(drawn, sort_keys=True))
-    return rows.with_columns(step.alias("step"), pl.col("at").is_not_null().alias("own")).drop("at", "exact", "offset"), cursor
+    return rows.with_columns(pl.col("at").is_not_null().alias("own")).drop("at", "exact", "offset"), cursor
 
 
 def _drawn_again(rows: pl.DataFrame, cursor: Cursor) -> tuple[pl.DataFrame, Cursor]:
