@@ -71,8 +71,9 @@ class Cursor:
     once that bar is drawn, minus that epoch: a bar with no header before it is another loop's
     (formats/progress_bars)."""
     drawn: str | None = None
-    """The values a tqdm bar's postfix showed last (JSON, name -> value): drawn again unchanged they
-    are no new report (formats/progress_bars)."""
+    """What progress bars drew before (JSON; formats/progress_bars): a tqdm bar's last values and
+    state, the metrics seen logged by a batch, the epochs' lengths of a bar of unknown length, the
+    offset of a NeMo step to the count, Keras' last state read."""
     name: str | None = None
     """The run a file names for its rows, as a record read before said (a W&B log's RunRecord, at
     its head), for reads that start past that record."""

@@ -40,8 +40,8 @@ RUN_LOG_STEMS = {
 """Stems (any log suffix, any case) of the names trainers and launchers give the one log of a run
 folder: `train.log` (nanoGPT, Megatron launch scripts), `log.txt`, `stdout.log`, `nohup.out`,
 `metrics.jsonl`, Ray Tune's `result.json` and `progress.csv` (a trial's, in its folder; not
-`results.json`, which evaluation tools write beside a run's log). Such a file's run is its folder; a free name (`slurm-4242.out`, `eval.log`) is a
-run of its own, `folder/stem`."""
+`results.json`, which evaluation tools write beside a run's log). Such a file's run is its
+folder; a free name (`slurm-4242.out`, `eval.log`) is a run of its own, `folder/stem`."""
 LOG_SUFFIXES = {".log", ".txt", ".out", ".err", ".jsonl", ".ndjson", ".json", ".csv", ".stdout", ".stderr", *sqlite_db.SUFFIXES}
 """(A database is a candidate by its name; its tables say whether a tracker wrote it: one no
 tracker wrote is passed over in silence, reader.unrecognised.)"""

@@ -91,7 +91,8 @@ def parse(lines: pl.DataFrame, cursor: Cursor, raw: bytes | None = None) -> tupl
     keras, tqdm = pl.col("keras").struct, pl.col("tqdm").struct
     kn, ki = (keras.field("n").cast(pl.Int64, strict=False), keras.field("i").cast(pl.Int64, strict=False))
     tn, ti, te = (tqdm.field(f).cast(pl.Int64, strict=False) for f in ("n", "i", "e"))
-    states, cursor = _unknown_lengths(states, cursor)
+    drawn = json.loads(cursor.drawn) if cursor.drawn else {}  # (Cursor.drawn: what the bars drew before this block)
+    states = _unknown_lengths(states, drawn)
     states = states.with_columns(kn.alias("kn"), ki.alias("ki"), (keras.field("n") == "Unknown").alias("unknown"))
     epochs, cursor = _keras_epochs(states, cursor)
     states = states.join(epochs, on="line_no", how="left", maintain_order="left")
@@ -107,12 +108,12 @@ def parse(lines: pl.DataFrame, cursor: Cursor, raw: bytes | None = None) -> tupl
     bars = states.filter(pl.col("step").is_not_null() & (pl.coalesce(ti, ki) > 0))
     keras_rows = _rows(bars.filter(~pl.col("drawn")), KERAS_PAIR).drop("at", "exact")
     if keras_rows.height:
-        keras_rows, cursor = _drawn_again(keras_rows, cursor)
-    drawn = bars.filter(pl.col("drawn"))
-    tqdm_rows, cursor = _own_steps(_rows(drawn, TQDM_PAIR, step_key=OWN_STEP), cursor)
+        keras_rows = _drawn_again(keras_rows, drawn)
+    tqdm_rows = _own_steps(_rows(bars.filter(pl.col("drawn")), TQDM_PAIR, step_key=OWN_STEP), drawn)
     if tqdm_rows.height or states.get_column("validation").any():
-        tqdm_rows, cursor = _redrawn(tqdm_rows, _validated(states, bars), cursor)
+        tqdm_rows = _redrawn(tqdm_rows, _validated(states, bars), drawn, cursor.last_step)
     tqdm_rows = tqdm_rows.drop("own")
+    cursor = cursor.advance(drawn=json.dumps(drawn, sort_keys=True)) if drawn else cursor
     rows = pl.concat([keras_rows, tqdm_rows]).sort("state", maintain_order=True)
     # One value a step and metric, the last drawn (Keras draws its epoch's last state again with
     # the validation's values; Lightning draws each batch twice).
@@ -124,16 +125,15 @@ def parse(lines: pl.DataFrame, cursor: Cursor, raw: bytes | None = None) -> tupl
     return table.conform_raw(out), cursor.advance(last_step=last, index=cursor.index + bars.height)
 
 
-def _unknown_lengths(states: pl.DataFrame, cursor: Cursor) -> tuple[pl.DataFrame, Cursor]:
+def _unknown_lengths(states: pl.DataFrame, drawn: dict) -> pl.DataFrame:
     """The states, with `before`: for a tqdm bar of unknown length (`i/?`: an iterable loader), the
-    batches of the epochs before the state's, each epoch as long as its last count. Cursor.drawn
-    (JSON, `lengths`): the counts epochs reached, from the blocks before."""
+    batches of the epochs before the state's, each epoch as long as its last count. `drawn`
+    (Cursor.drawn, `lengths`): the counts epochs reached, the blocks' before and these."""
     tqdm = pl.col("tqdm").struct
-    drawn = json.loads(cursor.drawn) if cursor.drawn else {}
     lengths = {int(e): n for e, n in drawn.get("lengths", {}).items()}
     found = states.filter(tqdm.field("n") == "?").select(tqdm.field("e").cast(pl.Int64).alias("e"), tqdm.field("i").cast(pl.Int64).alias("i"))
     if not found.height:
-        return states.with_columns(pl.lit(None, dtype=pl.Int64).alias("before")), cursor
+        return states.with_columns(pl.lit(None, dtype=pl.Int64).alias("before"))
     for e, n in found.group_by("e").agg(pl.col("i").max()).iter_rows():
         lengths[e] = max(n, lengths.get(e, 0))
     epochs = sorted(lengths)
@@ -141,7 +141,7 @@ def _unknown_lengths(states: pl.DataFrame, cursor: Cursor) -> tuple[pl.DataFrame
     offsets = pl.DataFrame({"e": list(before), "before": list(before.values())}, schema={"e": pl.Int64(), "before": pl.Int64()})
     states = states.with_columns(tqdm.field("e").cast(pl.Int64, strict=False).alias("e")).join(offsets, on="e", how="left", maintain_order="left").drop("e")
     drawn["lengths"] = {str(e): n for e, n in lengths.items()}
-    return states, cursor.advance(drawn=json.dumps(drawn, sort_keys=True))
+    return states
 
 
 def _keras_epochs(states: pl.DataFrame, cursor: Cursor) -> tuple[pl.DataFrame, Cursor]:
@@ -204,14 +204,13 @@ def _rows(bars: pl.DataFrame, pair: str, *, step_key: str | None = None) -> pl.D
     )
 
 
-def _own_steps(rows: pl.DataFrame, cursor: Cursor) -> tuple[pl.DataFrame, Cursor]:
+def _own_steps(rows: pl.DataFrame, drawn: dict) -> pl.DataFrame:
     """Rows at the step their state holds (`at`, NeMo's global_step), `own` where it does. Where
     tqdm wrote it rounded (`1e+3` for 1000-1005; past 100000 always), the step is the bar's count
-    and the distance between the two at the last exact one (Cursor.drawn, `offset`), or, before
+    and the distance between the two at the last exact one (`drawn`'s `offset`), or, before
     any, at the first one read (within the rounding of the step); a rounded state at the step of
     the one before it is the step after it (the bar drawn at its close: the count stays, the values
     are the last step's). Other rows stay at the count."""
-    drawn = json.loads(cursor.drawn) if cursor.drawn else {}
     distance = pl.col("at") - pl.col("step")
     first = pl.when(pl.col("at").is_not_null()).then(distance).drop_nulls().first()
     offset = pl.when(pl.col("exact")).then(distance).forward_fill().fill_null(pl.lit(drawn.get("offset"), dtype=pl.Int64)).fill_null(first)
@@ -226,15 +225,13 @@ def _own_steps(rows: pl.DataFrame, cursor: Cursor) -> tuple[pl.DataFrame, Cursor
     known = rows.get_column("offset").drop_nulls()
     if known.len():
         drawn["offset"] = int(known[-1])
-        cursor = cursor.advance(drawn=json.dumps(drawn, sort_keys=True))
-    return rows.with_columns(pl.col("at").is_not_null().alias("own")).drop("at", "exact", "offset"), cursor
+    return rows.with_columns(pl.col("at").is_not_null().alias("own")).drop("at", "exact", "offset")
 
 
-def _drawn_again(rows: pl.DataFrame, cursor: Cursor) -> tuple[pl.DataFrame, Cursor]:
+def _drawn_again(rows: pl.DataFrame, drawn: dict) -> pl.DataFrame:
     """Keras' rows less those a read before took already: an epoch's last state is drawn again with
-    the validation's values, and a read may end between the two. Cursor.drawn (JSON, `keras`): the
-    step of the last state read and its values."""
-    drawn = json.loads(cursor.drawn) if cursor.drawn else {}
+    the validation's values, and a read may end between the two. `drawn`'s `keras`: the step of
+    the last state read and its values."""
     step, values = drawn.get("keras", [None, {}])
     if step is not None:
         before = pl.DataFrame({"tag": list(values), "value": list(values.values())}, schema={"tag": pl.String(), "value": pl.Float64()})
@@ -244,7 +241,7 @@ def _drawn_again(rows: pl.DataFrame, cursor: Cursor) -> tuple[pl.DataFrame, Curs
         last = int(rows.get_column("step").max())
         at = rows.filter(pl.col("step") == last).unique("tag", keep="last", maintain_order=True)
         drawn["keras"] = [last, dict(zip(at.get_column("tag").to_list(), at.get_column("value").to_list()))]
-    return rows, cursor.advance(drawn=json.dumps(drawn, sort_keys=True))
+    return rows
 
 
 def _validated(states: pl.DataFrame, bars: pl.DataFrame) -> pl.DataFrame:
@@ -260,18 +257,18 @@ def _validated(states: pl.DataFrame, bars: pl.DataFrame) -> pl.DataFrame:
     return pl.concat([after.filter(~pl.col("validation")).select("state", "after"), tail])
 
 
-def _redrawn(rows: pl.DataFrame, validated: pl.DataFrame, cursor: Cursor) -> tuple[pl.DataFrame, Cursor]:
+def _redrawn(rows: pl.DataFrame, validated: pl.DataFrame, drawn: dict, last_step: int | None) -> pl.DataFrame:
     """The tqdm postfix's values that are reports (see the module's docstring): none of a count's
     update (_count_updates); of a metric seen logged by a batch, all but a redraw of what was read
-    at that count already; of the others, where they changed and after a validation. Cursor.drawn
-    (JSON): the last values drawn, at the last state's step, and whether that state was a count's
-    update; the metrics seen logged by a batch; whether a validation bar was drawn last; the last
-    state's step and values."""
-    before = json.loads(cursor.drawn) if cursor.drawn else {}
+    at that count already; of the others, where they changed and after a validation. `drawn`
+    (Cursor.drawn), read and then set for these rows: the last values drawn, at the last state's
+    step, and whether that state was a count's update; the metrics seen logged by a batch; whether
+    a validation bar was drawn last; the last state's step and values."""
+    before = dict(drawn)
     values, batched = before.get("values", {}), before.get("batched", [])
     updates, drawn_last = _count_updates(rows, before.get("last"))
     # (At the last state drawn: a read may end after a count's update, which no row is read of.)
-    at = before["last"][0] if before.get("last") else cursor.last_step
+    at = before["last"][0] if before.get("last") else last_step
     seen = pl.DataFrame(
         {"tag": list(values), "value": [float(v) for v in values.values()], "step": [at] * len(values)},
         schema={"tag": pl.String(), "value": pl.Float64(), "step": pl.Int64()},
@@ -299,15 +296,14 @@ def _redrawn(rows: pl.DataFrame, validated: pl.DataFrame, cursor: Cursor) -> tup
     take &= ~marked.get_column("update")
     last = rows.group_by("tag", maintain_order=True).agg(pl.col("value").last())
     final = rows.get_column("state").tail(1)
-    state = {
-        **before,
+    drawn.update({
         "values": {**values, **dict(zip(last.get_column("tag").to_list(), last.get_column("value").to_list()))},
         "update": bool(final.is_in(updates.implode()).any()) if rows.height else bool(before.get("update")),
         "batched": sorted(set(batched) | set(marked.filter(pl.col("batched")).get_column("tag").to_list())),
         "validated": bool(validated.filter(pl.col("state").is_null()).get_column("after").item()),
         "last": drawn_last,
-    }
-    return rows.filter(take), cursor.advance(drawn=json.dumps(state, sort_keys=True))
+    })
+    return rows.filter(take)
 
 
 def _count_updates(rows: pl.DataFrame, before: list | None) -> tuple[pl.Series, list | None]:

@@ -142,4 +142,3 @@ def _last_break(buf: bytes, carriage: bool) -> int:
     """Where the last complete record of `buf` ends; -1: none."""
     nl = buf.rfind(b"\n")
     return max(nl, buf.rfind(b"\r", nl + 1)) if carriage else nl
-
