@@ -25,51 +25,57 @@ def _batches(curves: dict, per_epoch: int):  # noqa: ANN202 - (a generator of tu
         yield k, i, i == per_epoch or k == len(steps) - 1, f"Epoch {epoch}/{epochs}\n" if i == 1 or k == 0 else ""
 
 
-def keras3(curves: dict, *, per_epoch: int = 300) -> str:
-    """Keras 3's model.fit(verbose=1) with stdout sent to a file: progbar_logger.py's on_epoch_begin
-    prints `Epoch {epoch + 1}/{self.epochs}`; Progbar.update draws each state after backspacing
-    over the last and a carriage return (`_dynamic_display` holds on any POSIX system): the count
-    in bold, the bar in green and white `━`, the time and time a step, then ` - name: value` in the
-    logs' sorted order; the epoch's last state is drawn again with the validation's values, then a
-    newline."""
-    width = len(str(per_epoch))
+def _draw(states) -> str:  # noqa: ANN001 - (an iterable of (header, state, ends))
+    """Progbar.update's dynamic display, as a file receives it: the `Epoch E/M` line before an
+    epoch's first state, each state after backspacing over the one before and a carriage return,
+    a newline after an epoch's last."""
     out, prev = io.StringIO(), 0
-    for k, i, last, header in _batches(curves, per_epoch):
+    for header, state, ends in states:
         if header:
             out.write(header)
             prev = 0
-        done = int(20 * i / per_epoch)
-        bar = f"\x1b[1m{i:>{width}d}/{per_epoch}\x1b[0m " + (f"\x1b[32m{'━' * done}\x1b[0m" if done else "") + f"\x1b[37m{'━' * (20 - done)}\x1b[0m"
-        logs = {"loss": curves["loss"][k], "mae": curves["loss"][k] / 3}
-        state = bar + f" \x1b[1m{max(1, (per_epoch - i) // 50)}s\x1b[0m 12ms/step" + "".join(f" - {n}:{_keras_value(v)}" for n, v in sorted(logs.items()))
-        out.write("\b" * prev + "\r" + state)
+        out.write("\b" * prev + "\r" + state + ("\n" if ends else ""))
         prev = len(state)
-        if last:
-            logs |= {"val_loss": curves["loss"][k] * 1.1, "val_mae": curves["loss"][k] / 2.5}
-            state = bar + " \x1b[1m4s\x1b[0m 12ms/step" + "".join(f" - {n}:{_keras_value(v)}" for n, v in sorted(logs.items()))
-            out.write("\b" * prev + "\r" + state + "\n")
     return out.getvalue()
+
+
+def keras3(curves: dict, *, per_epoch: int = 300) -> str:
+    """Keras 3's model.fit(verbose=1) with stdout sent to a file: progbar_logger.py's on_epoch_begin
+    prints `Epoch {epoch + 1}/{self.epochs}`; Progbar.update draws each state (_draw: its dynamic
+    display holds on any POSIX system): the count in bold, the bar in green and white `━`, the time
+    and time a step, then ` - name: value` in the logs' sorted order; the epoch's last state is
+    drawn again with the validation's values, then a newline."""
+    width = len(str(per_epoch))
+
+    def states():  # noqa: ANN202
+        for k, i, last, header in _batches(curves, per_epoch):
+            done = int(20 * i / per_epoch)
+            bar = f"\x1b[1m{i:>{width}d}/{per_epoch}\x1b[0m " + (f"\x1b[32m{'━' * done}\x1b[0m" if done else "") + f"\x1b[37m{'━' * (20 - done)}\x1b[0m"
+            logs = {"loss": curves["loss"][k], "mae": curves["loss"][k] / 3}
+            yield header, bar + f" \x1b[1m{max(1, (per_epoch - i) // 50)}s\x1b[0m 12ms/step" + "".join(f" - {n}:{_keras_value(v)}" for n, v in sorted(logs.items())), False
+            if last:
+                logs |= {"val_loss": curves["loss"][k] * 1.1, "val_mae": curves["loss"][k] / 2.5}
+                yield "", bar + " \x1b[1m4s\x1b[0m 12ms/step" + "".join(f" - {n}:{_keras_value(v)}" for n, v in sorted(logs.items())), True
+
+    return _draw(states())
 
 
 def tf_keras(curves: dict, *, per_epoch: int = 300) -> str:
-    """tf.keras 2's bar (tf_keras/utils/generic_utils.py, Progbar.update): `%{w}d/%d [`, then `=`s
-    and a `>` (a `=` when done), dots to width 30, `]`; ` - ETA: 1s` while running, ` - 4s
-    12ms/step` at the end; metrics in model.metrics' order (loss first)."""
+    """tf.keras 2's bar (tf_keras/utils/generic_utils.py, Progbar.update, drawn as _draw does): `%{w}d/%d [`,
+    then `=`s and a `>` (a `=` when done), dots to width 30, `]`; ` - ETA: 1s` while running,
+    ` - 4s 12ms/step` at the end; metrics in model.metrics' order (loss first)."""
     width = len(str(per_epoch))
-    out, prev = io.StringIO(), 0
-    for k, i, last, header in _batches(curves, per_epoch):
-        if header:
-            out.write(header)
-            prev = 0
-        done = int(30 * i / per_epoch)
-        bar = f"{i:>{width}d}/{per_epoch} [" + ("=" * (done - 1) + (">" if i < per_epoch else "=") if done else "") + "." * (30 - done) + "]"
-        logs = {"loss": curves["loss"][k], "accuracy": 0.5}
-        if last:
-            logs |= {"val_loss": curves["loss"][k] * 1.1, "val_accuracy": 0.6}
-        state = bar + (" - 4s 12ms/step" if last else " - ETA: 1s") + "".join(f" - {n}:{_keras_value(v)}" for n, v in logs.items())
-        out.write("\b" * prev + "\r" + state + ("\n" if last else ""))
-        prev = len(state)
-    return out.getvalue()
+
+    def states():  # noqa: ANN202
+        for k, i, last, header in _batches(curves, per_epoch):
+            done = int(30 * i / per_epoch)
+            bar = f"{i:>{width}d}/{per_epoch} [" + ("=" * (done - 1) + (">" if i < per_epoch else "=") if done else "") + "." * (30 - done) + "]"
+            logs = {"loss": curves["loss"][k], "accuracy": 0.5}
+            if last:
+                logs |= {"val_loss": curves["loss"][k] * 1.1, "val_accuracy": 0.6}
+            yield header, bar + (" - 4s 12ms/step" if last else " - ETA: 1s") + "".join(f" - {n}:{_keras_value(v)}" for n, v in logs.items()), last
+
+    return _draw(states())
 
 
 BAR_FORMAT = "{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}, {rate_noinv_fmt}{postfix}]"
