@@ -54,7 +54,7 @@ class File:
 
 
 class SlackServer:
-    def __init__(self) -> None:
+    def __init__(self, *, port: int = 0, echo: bool = False) -> None:
         self.requests: list[Request] = []
         self.queue: list[Answer] = []
         self.files: dict[str, File] = {}
@@ -86,6 +86,8 @@ class SlackServer:
                         body["blocks"] = json.loads(body["blocks"])
                 request = Request(self.path, {k.lower(): v for k, v in self.headers.items()}, body, time.monotonic(), data)
                 server.requests.append(request)
+                if echo:
+                    print(f"{self.path}: {body.get('text', '')}", flush=True)
                 for_path = server.answers.get(self.path)
                 answer = for_path.pop(0) if for_path else server.queue.pop(0) if server.queue else Answer()
                 if answer.delay or server.slow.get(self.path):
@@ -110,7 +112,7 @@ class SlackServer:
                 answer.answered.set()
                 self.wfile.write(data)
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
     def _default(self, path: str, body: dict, data: bytes) -> dict | str:
@@ -160,3 +162,13 @@ class SlackServer:
     def __exit__(self, *exc: object) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+if __name__ == "__main__":
+    # `python tests/slack_server.py [PORT]`: a stand-in for Slack on 127.0.0.1 that answers every call
+    # as Slack would and prints the path and text of each, to try lossguard's Slack sink by hand.
+    import sys
+
+    with SlackServer(port=int(sys.argv[1]) if len(sys.argv) > 1 else 8765, echo=True) as local:
+        print(f"answering like Slack at {local.base_url} (LOSSGUARD_SLACK_BASE_URL)", flush=True)
+        local.thread.join()
