@@ -247,3 +247,48 @@ def test_a_level_shift_is_said_of_the_training_loss_only():
     rules = RuleSet((rule_from({"name": "eval", "metric": "eval_loss", "kind": "ratio", "factor": 2.0, "window": 9}),), "test")
     (incident,) = analyse_run(frame_of(loss=loss, grad_norm=grad_norm, lr=lr, eval_loss=eval_loss), rules, run="r").incidents
     assert incident.metric == "eval_loss" and not any("stepped up" in c.evidence for c in incident.causes)
+
+
+def _lr_jump_run(*, offset: int, schedule: str, explodes: bool) -> pl.DataFrame:
+    """A run shaped as real trainers log the LR multiplied by 100 for 5 steps at step 400 (the loss
+    answering `offset` logged steps after the jump): per-step loss with a small model's noise, the LR
+    constant or warmed up then cosine-decayed, a grad norm calm or exploding with the loss."""
+    rng = np.random.default_rng(offset)
+    steps = np.arange(1, 701)
+    loss = 2.0 * np.exp(-steps / 2000) * (1 + 0.05 * rng.standard_normal(steps.size))
+    if schedule == "constant":
+        lr = np.full(steps.size, 1e-3)
+    else:
+        lr = np.where(steps < 50, 1e-3 * steps / 50, 1e-3 * 0.5 * (1 + np.cos(np.pi * (steps - 50) / 650)))
+    lr[(steps >= 400) & (steps < 405)] *= 100
+    grad = 1.0 + 0.1 * rng.standard_normal(steps.size)
+    spike = (steps >= 400 + offset) & (steps < 402 + offset)
+    loss[spike] *= 4
+    if explodes:
+        grad[spike | (steps == 399 + offset)] *= 40
+    frame = {"step": np.concatenate([steps] * 3), "metric": ["loss"] * 700 + ["lr"] * 700 + ["grad_norm"] * 700, "value": np.concatenate([loss, lr, grad])}
+    return pl.DataFrame(frame).with_columns(run=pl.lit("r"), source=pl.lit("r.jsonl"), tag=pl.col("metric"), wall_time=pl.lit(None, pl.Float64))
+
+
+@pytest.mark.parametrize("explodes", [False, True], ids=["calm grad norm", "grad norm exploding"])
+@pytest.mark.parametrize("schedule", ["constant", "cosine"])
+@pytest.mark.parametrize("offset", range(1, 11))
+def test_an_lr_jump_up_to_ten_logged_steps_before_a_spike_is_named_its_cause(offset, schedule, explodes):
+    incidents = analyse_run(_lr_jump_run(offset=offset, schedule=schedule, explodes=explodes), default_rules(), run="r").incidents
+    spike = next(i for i in incidents if i.metric == "loss" and i.kind == "ratio")
+    assert spike.step == 400 + offset
+    top = spike.causes[0]
+    assert top.cause == "lr_schedule", spike.causes
+    assert "jumped" in top.evidence and "at step 400" in top.evidence
+    assert f"{offset} step{'s' if offset != 1 else ''} before the spike" in top.evidence
+    assert all(c.cause != "lr_too_high" for c in spike.causes)
+
+
+def test_a_warmups_steps_are_not_taken_for_an_lr_jump():
+    # A linear warmup from near 0 moves the LR by 100% a step at its start: each step as large as the
+    # one before is the schedule, not a discontinuity.
+    frame = _lr_jump_run(offset=3, schedule="cosine", explodes=False).filter(pl.col("step") < 300)
+    frame = frame.with_columns(value=pl.when((pl.col("metric") == "loss") & pl.col("step").is_in([20, 21])).then(pl.col("value") * 4).otherwise(pl.col("value")))
+    spike = next(i for i in analyse_run(frame, default_rules(), run="r").incidents if i.metric == "loss")
+    assert spike.step == 20
+    assert all(c.cause != "lr_schedule" for c in spike.causes), spike.causes
