@@ -58,7 +58,8 @@ class Cursor:
     mark: str | None = None
     """A database's last row read (sources.sqlite_db: `index` is its key), as a digest of what it
     holds: a row that no longer holds it means the keys were renumbered (VACUUM) or the database
-    replaced in place, and the database is read again from its start."""
+    replaced in place, and the database is read again from its start. For a trainer_state.json, the
+    last log_history entry read: a later checkpoint goes on from that entry only if it holds it."""
     behind: str | None = None
     """The last bytes before `offset` (hex; text files, read by sources.textfile): a file whose bytes
     there changed was written again from its start in place (a new run's logger in the same folder:

@@ -282,18 +282,27 @@ def _walk(root: Path, problems: list[Problem], listings: Listings | None = None)
         stack.extend(reversed(subdirs))
 
 
+def trainer_state_owner(path: Path) -> tuple[Path, float] | None:
+    """The HF output folder a `trainer_state.json` belongs to, and how new it is there (a
+    checkpoint's number; the one the Trainer writes at the top at the end of training is newest);
+    None for any other file."""
+    if path.name != "trainer_state.json":
+        return None
+    match = _CHECKPOINT.match(path.parent.name)
+    return (path.parent.parent, float(match.group(1))) if match else (path.parent, float("inf"))
+
+
 def _newest_trainer_states(files: list[Path]) -> list[Path]:
     """A HF output folder holds trainer_state.json in each checkpoint-N/ (and at the top at the end
     of training); each is a prefix of the next, so the run is read once, from the newest."""
     best: dict[Path, tuple[float, Path]] = {}
     kept: list[Path] = []
     for path in files:
-        if path.name != "trainer_state.json":
+        owned = trainer_state_owner(path)
+        if owned is None:
             kept.append(path)
             continue
-        match = _CHECKPOINT.match(path.parent.name)
-        owner = path.parent.parent if match else path.parent
-        rank = float(match.group(1)) if match else float("inf")
+        owner, rank = owned
         if owner not in best or rank > best[owner][0]:
             best[owner] = (rank, path)
     kept.extend(p for _, p in best.values())

@@ -16,7 +16,7 @@ from ..ingest.cursor import Cursor
 from ..errors import UsageError
 from ..escaping import decodable
 from ..state import FileRow
-from ..ingest.discover import CANNOT_ENTER, CANNOT_LIST, Listings, collect, is_log
+from ..ingest.discover import CANNOT_ENTER, CANNOT_LIST, Listings, collect, is_log, trainer_state_owner
 from ..ingest.sources import sqlite_db
 from ..ingest.sources.wandb_log import FILE_HEADER as WANDB_HEADER
 
@@ -118,6 +118,25 @@ def warned_through(log: Callable[[str], None]) -> Callable[[str], None]:
     return lambda text: log(f"warning: {text}")
 
 
+def _carry_checkpoints(current: dict[str, Sighting], tracked: Mapping[str, FileRow], gone: Sequence[str], log: Callable[[str], None]) -> None:
+    """A HF output folder's newest trainer_state.json (discovery follows only that one) replaces the
+    one followed before it, a checkpoint earlier, whose history it repeats: it is read on from where
+    that one stopped (the format checks the entry there is the same), so a spike in the history is
+    not announced again at every checkpoint."""
+    before = {}
+    for path in gone:
+        owned = trainer_state_owner(Path(path))
+        if owned is not None and tracked[path].format is not None:
+            before[owned[0]] = tracked[path]
+    for path, seen in list(current.items()):
+        owned = trainer_state_owner(Path(path))
+        if owned is None or path in tracked or owned[0] not in before:
+            continue
+        old = before.pop(owned[0])
+        current[path] = replace(seen, row=replace(seen.row, run=old.run, format=old.format, cursor=old.cursor))
+        log(f"{path}: a later checkpoint of {old.path}'s run; reading on from entry {offset_of(old).index} of its log_history")
+
+
 @dataclass
 class Tracker:
     roots: Sequence[Path]
@@ -157,6 +176,7 @@ class Tracker:
         unread = _unread_folders(problems)
         gone = [p for p, r in tracked.items() if p not in current and (p not in listed or (r.device, r.inode) in self._own)
                 and (r.device, r.inode) not in idents and not p.startswith(unread)]
+        _carry_checkpoints(current, tracked, gone, self.log)
         for path in gone:
             self.log(f"{path}: file is gone; no longer followed")
         return current, gone

@@ -4,6 +4,7 @@ Trainer writing it right now) is not an error until a final read."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from collections.abc import Callable
@@ -52,6 +53,12 @@ class TrainerStateFormat:
         if len(history) < start:
             problems.append(Problem(source, "log_history is shorter than before (a new run in this folder?); read again from its start"))
             start = 0
+        elif start and cursor.mark is not None and _digest(history[start - 1]) != cursor.mark:
+            # A later checkpoint read on from an earlier one's cursor (the daemon carries it over)
+            # whose history differs there: a resume from an older checkpoint that logged other
+            # values. Its whole history is the run's next timeline.
+            problems.append(Problem(source, f"log_history differs from the checkpoint read before at entry {start}; read again from its start"))
+            start = 0
         steps: list[int] = []
         tags: list[str] = []
         values: list[float] = []
@@ -70,7 +77,14 @@ class TrainerStateFormat:
                 values.append(number)
         rows = pl.DataFrame({"step": steps, "tag": tags, "value": values}, schema={"step": pl.Int64(), "tag": pl.String(), "value": pl.Float64()})
         last = steps[-1] if steps else cursor.last_step
-        return Parsed(table.conform_raw(rows), cursor.advance(offset=len(raw), index=len(history), last_step=last), tuple(problems))
+        mark = _digest(history[-1]) if history else None
+        return Parsed(table.conform_raw(rows), cursor.advance(offset=len(raw), index=len(history), last_step=last, mark=mark), tuple(problems))
+
+
+def _digest(entry: object) -> str:
+    """What a log_history entry holds, short: the later checkpoint's copy of the entry a read
+    stopped after must be the same entry for its read to go on from there."""
+    return hashlib.blake2b(json.dumps(entry, sort_keys=True, default=str).encode(), digest_size=8).hexdigest()
 
 
 TRAINER_STATE = TrainerStateFormat()
