@@ -205,6 +205,15 @@ def test_output_file(tmp_path, capsys):
     assert target.read_text().startswith("## lossguard scan")
 
 
+def test_a_report_written_to_a_file_says_where_it_went_on_stderr(tmp_path, capsys):
+    target = tmp_path / "report.html"
+    assert main(["scan", str(RUNS), "--format", "html", "-o", str(target)]) == 1
+    said = capsys.readouterr()
+    assert said.out == ""
+    assert said.err.splitlines()[-1] == f"lossguard: wrote the html report to {target} (8 run(s), 12 spike(s))"
+    assert target.read_text().startswith("<!doctype html>")
+
+
 def test_progress_line_counts_runs_and_bytes_and_ends_with_a_newline():
     import io
 

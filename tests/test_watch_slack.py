@@ -304,3 +304,32 @@ def test_runs_growing_live_through_three_kills_post_each_incident_once_at_top_le
     everywhere = {(m[0], m[1], int(m[2])) for body in whole for m in SPIKE.findall(body["text"])}
     assert len(incidents) >= 10 and twice == set(), (len(top), len(incidents), sorted(twice))
     assert incidents <= everywhere  # (and none lost)
+
+
+def test_an_alert_recorded_while_a_round_is_in_flight_goes_out_as_that_round_ends(tmp_path, slack):
+    # Slack takes 3 s to answer the first alert; a second run spikes meanwhile. Its alert is posted
+    # right after the first's answer, not a round interval (10 s) later; and the daemon's log says
+    # each notice it sent, one line each.
+    runs = tmp_path / "runs"
+    for name in ("a", "b"):
+        (runs / name).mkdir(parents=True)
+        (runs / name / "metrics.jsonl").write_text(_calm(range(1, 20)))
+    slack.answers["/api/chat.postMessage"] = [Answer(delay=3.0)]
+    w = _daemon(tmp_path, slack, "min_interval = 0.1\n", env=NO_PLOTS)
+    w.args[w.args.index("--poll-interval") + 1] = "10"  # the round interval the second alert must not wait for
+    w.start()
+    try:
+        w.wait_ready(files=2)
+        w.wait_settled()
+        with open(runs / "a" / "metrics.jsonl", "a") as fh:
+            fh.write(_line(20, 9.0))
+        _wait(lambda: len(_posts(slack)) >= 1)
+        with open(runs / "b" / "metrics.jsonl", "a") as fh:
+            fh.write(_line(20, 9.0))
+        _wait(lambda: len(_posts(slack)) >= 2)
+        first, second = _posts(slack)[:2]
+        assert second.at - first.at < 3.0 + 2.0, second.at - first.at
+        out = w.wait_logged("sent to slack: OPENED [warning] run b")
+    finally:
+        w.stop_and_read()
+    assert "sent to slack: OPENED [warning] run a: loss spike at step 20" in out

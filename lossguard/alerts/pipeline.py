@@ -19,6 +19,7 @@ from ..silences import ANNOUNCING, CLOSING, Silence, covering
 from ..state import OutboxEntry, State, StateBusy
 from .delivery import Delivery, Manners, Post, Rewrite, Sink
 from .journal import Journal
+from .message import describe
 
 log = logging.getLogger("lossguard")
 Stage = Callable[[Iterable[Post]], Iterator[Post]]
@@ -250,6 +251,9 @@ class Dispatcher:
                     return sent, False
                 continue
             done, recorded = self._record(sink, post, delivery, intent)
+            if sink.name != "console":  # (the console sink's delivery is itself this line)
+                for notice in post.notices:
+                    log.info("sent to %s: %s", sink.name, describe(notice))
             sent += done
             if not recorded:
                 return sent, False

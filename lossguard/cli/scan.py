@@ -108,6 +108,10 @@ def _run(args: argparse.Namespace) -> int:
     text = _report_text(results, args)
     if args.output:
         write_file(args.output, text)
+        if not args.quiet:
+            spikes = sum(len(r.incidents) for r in result.runs)
+            print(f"lossguard: wrote the {args.format} report to {printable(str(args.output))} "
+                  f"({len(result.runs)} run(s), {spikes} spike(s))", file=sys.stderr)
     else:
         sys.stdout.write(text)
     if args.slack_digest:

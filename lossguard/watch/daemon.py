@@ -121,6 +121,9 @@ class Daemon:
         self._dirty: set[str] = set()
         self._tree_changed = False
         self._dirty_lock = threading.Lock()
+        self._send_asked: set[str] = set()
+        """Sinks asked for a round (news committed) since their round began: APScheduler skips a
+        run that comes due while one is running, so the round itself goes again for them."""
         # Held around every modify_job from a job or watchdog thread, and taken by run() before the
         # scheduler shuts down: APScheduler's shutdown(wait=True) holds the lock modify_job needs
         # while it waits for the running pass, so a pass asking for a run then would wait forever.
@@ -228,6 +231,18 @@ class Daemon:
             self._send_now()
 
     def _send(self, name: str) -> None:
+        """A sink's delivery round, and at once another while news was committed during it: an
+        alert recorded while Slack was answering the round before goes out as that round ends, not
+        a round interval (10 s) later."""
+        while True:
+            with self._dirty_lock:
+                self._send_asked.discard(name)
+            self._round(name)
+            with self._dirty_lock:
+                if name not in self._send_asked or self.stop.is_set():
+                    return
+
+    def _round(self, name: str) -> None:
         # Its own connection and no shared lock: a slow Slack never holds up reading the logs, nor
         # another sink's delivery.
         dispatcher = self.dispatchers[name]
@@ -272,6 +287,8 @@ class Daemon:
         self._schedule("follow", delay)
 
     def _send_now(self) -> None:
+        with self._dirty_lock:
+            self._send_asked.update(self.dispatchers)
         for name in self.dispatchers:
             self._schedule(f"send:{name}", 0.0)
 
