@@ -292,3 +292,35 @@ def test_a_warmups_steps_are_not_taken_for_an_lr_jump():
     spike = next(i for i in analyse_run(frame, default_rules(), run="r").incidents if i.metric == "loss")
     assert spike.step == 20
     assert all(c.cause != "lr_schedule" for c in spike.causes), spike.causes
+
+
+def _blip_run(*, loss_follows: bool) -> pl.DataFrame:
+    """A long calm run (llm.c-like: loss, lr, grad norm every step) with one grad-norm blip of 14x at
+    step 3000, which the loss follows or not."""
+    rng = np.random.default_rng(7)
+    steps = np.arange(1, 5001)
+    loss = 3.0 * (1 + 0.01 * rng.standard_normal(steps.size))
+    grad = 0.3 * (1 + 0.05 * rng.standard_normal(steps.size))
+    grad[steps == 3000] = 4.2
+    if loss_follows:
+        loss[(steps >= 3001) & (steps < 3004)] = 9.0
+    frame = {"step": np.concatenate([steps] * 3), "metric": ["loss"] * 5000 + ["lr"] * 5000 + ["grad_norm"] * 5000,
+             "value": np.concatenate([loss, np.full(5000, 6e-4), grad])}
+    return pl.DataFrame(frame).with_columns(run=pl.lit("r"), source=pl.lit("main.log"), tag=pl.col("metric"), wall_time=pl.lit(None, pl.Float64))
+
+
+def test_a_grad_norm_blip_the_loss_never_follows_is_an_info_notice_without_a_rewind():
+    incidents = analyse_run(_blip_run(loss_follows=False), default_rules(), run="r").incidents
+    assert [(i.rule, i.severity, i.step) for i in incidents] == [("grad-norm-spike", "info", 3000)]
+    cause = incidents[0].causes[0]
+    assert cause.confidence <= 0.4 and "the loss did not follow" in cause.evidence
+    assert "resume from a checkpoint" not in cause.suggestion and "Nothing to undo" in cause.suggestion
+
+
+def test_a_grad_norm_spike_the_loss_follows_is_an_explosion_to_rewind_and_the_loss_spike_escalates_it():
+    incidents = analyse_run(_blip_run(loss_follows=True), default_rules(), run="r").incidents
+    grad = next(i for i in incidents if i.rule == "grad-norm-spike")
+    loss = next(i for i in incidents if i.rule == "loss-spike")
+    assert loss.follows == ("grad-norm-spike", 3000) and loss.severity == "warning"
+    assert grad.causes[0].confidence >= 0.9 and "the loss has followed" in grad.causes[0].evidence
+    assert "resume from a checkpoint before step 3000" in grad.causes[0].suggestion
