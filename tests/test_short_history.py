@@ -1,6 +1,7 @@
-"""Short histories (issue 14, item 4): a rule whose min_history is below its window judges a short
-stream against the values there are, the seed rule still needs its 10, and a run or segment too
-short for every loss rule is said to be so in every report format instead of a silent "no spike"."""
+"""Short histories: a rule whose min_history is below its window judges a short stream against the
+values there are, the seed rule still needs its 10 (the default loss-spike-short judges a run's first
+points from its 4th), and a run or segment too short for every loss rule is said to be so in every
+report format instead of a silent "no spike"."""
 
 from __future__ import annotations
 
@@ -94,15 +95,36 @@ def shorts(values, rules, steps=None):
 
 
 def test_a_run_shorter_than_every_loss_rule_says_so():
-    assert shorts([1.0] * 7, default_rules().rules) == [(0, 1, 7, 7, 7, 10, "too short to judge spikes: 7 loss points, rules need 10")]
+    assert shorts([1.0] * 3, default_rules().rules) == [(0, 1, 3, 3, 3, 4, "too short to judge spikes: 3 loss points, rules need 4")]
 
 
-def test_a_run_as_long_as_the_rule_needs_is_not_too_short():
-    assert shorts([1.0] * 10, default_rules().rules) == []
+@pytest.mark.parametrize("n", [4, 7, 10])
+def test_a_run_as_long_as_the_rule_needs_is_not_too_short(n):
+    assert shorts([1.0] * n, default_rules().rules) == []
+
+
+@pytest.mark.parametrize(
+    "values,flagged",
+    [
+        pytest.param([2.77, 2.75, 2.74, 2.76, 2.73, 2.74, 2.72, 7.34], [("loss-spike-short", 8)], id="a jump after 7 steady points (an excerpt)"),
+        pytest.param([1.70, 1.69, 1.71, 11.46], [("loss-spike-short", 4)], id="after 3 points"),
+        pytest.param([1.70, 11.46, 1.69, 1.70], [], id="not before 3 earlier points"),
+        pytest.param([2.0, 2.1, 2.0, 2.05, 3.9, 2.0], [], id="under 2x the mean of the points before"),
+        pytest.param([2.0] * 9 + [4.5], [("loss-spike", 10)], id="the tenth point is the seed rule's alone"),
+    ],
+)
+def test_a_short_run_is_judged_against_the_points_it_has(values, flagged):
+    frame = pl.DataFrame(
+        {"run": "r", "source": "s", "step": list(range(1, len(values) + 1)), "metric": "loss", "tag": "loss", "value": values, "wall_time": None},
+        schema={"run": pl.String, "source": pl.String, "step": pl.Int64, "metric": pl.String, "tag": pl.String, "value": pl.Float64, "wall_time": pl.Float64},
+    )
+    analysis = analyse_run(frame, default_rules(), run="r")
+    assert [(i.rule, i.step) for i in analysis.incidents] == flagged
+    assert analysis.short == ()
 
 
 def test_nan_does_not_count_toward_a_window_rule_history():
-    assert shorts([1.0] * 9 + [math.nan] * 3, default_rules().rules)[0][-1] == "too short to judge spikes: 9 finite loss points of 12, rules need 10"
+    assert shorts([1.0] * 3 + [math.nan] * 3, default_rules().rules)[0][-1] == "too short to judge spikes: 3 finite loss points of 6, rules need 4"
 
 
 def test_the_warning_is_honest_when_one_loss_rule_can_judge_the_run():
@@ -122,9 +144,9 @@ def test_the_closest_rule_is_the_one_quoted():
 
 
 def test_a_segment_resumed_before_any_history_is_too_short_on_its_own():
-    steps = list(range(1, 21)) + [1, 2, 3, 4]
-    assert shorts([1.0] * 24, default_rules().rules, steps) == [
-        (1, 1, 4, 4, 4, 10, "segment resumed at step 1: too short to judge spikes: 4 loss points, rules need 10")
+    steps = list(range(1, 21)) + [1, 2, 3]
+    assert shorts([1.0] * 23, default_rules().rules, steps) == [
+        (1, 1, 3, 3, 3, 4, "segment resumed at step 1: too short to judge spikes: 3 loss points, rules need 4")
     ]
 
 
@@ -134,23 +156,23 @@ def test_a_resumed_segment_judged_with_the_history_it_continues_from_is_not_too_
 
 
 def test_a_short_first_timeline_before_a_resume_is_named_by_its_steps():
-    steps = [1, 2, 3, 4, 5, 3, 4, 5, 6]
-    assert [s[-1] for s in shorts([1.0] * 9, default_rules().rules, steps)] == [
-        "steps 1-5, before a resume: too short to judge spikes: 5 loss points, rules need 10",
-        "segment resumed at step 3: too short to judge spikes: 6 loss points (with the history it resumes from), rules need 10",
+    steps = [1, 2, 3, 2, 3]
+    assert [s[-1] for s in shorts([1.0] * 5, default_rules().rules, steps)] == [
+        "steps 1-3, before a resume: too short to judge spikes: 3 loss points, rules need 4",
+        "segment resumed at step 2: too short to judge spikes: 3 loss points (with the history it resumes from), rules need 4",
     ]
 
 
 @pytest.fixture
 def runs(tmp_path):
-    for name, n in (("short", 7), ("long", 30)):
+    for name, n in (("short", 3), ("long", 30)):
         (tmp_path / name).mkdir()
         lines = (json.dumps({"step": i, "loss": 2.0 + 0.01 * i}) for i in range(1, n + 1))
         (tmp_path / name / "metrics.jsonl").write_text("\n".join(lines) + "\n")
     return tmp_path
 
 
-MESSAGE = "too short to judge spikes: 7 loss points, rules need 10"
+MESSAGE = "too short to judge spikes: 3 loss points, rules need 4"
 
 
 def test_json_report_lists_a_too_short_run_under_its_warnings(runs, capsys):
@@ -161,7 +183,7 @@ def test_json_report_lists_a_too_short_run_under_its_warnings(runs, capsys):
     (warning,) = by_run["short"]["warnings"]
     assert warning == {
         "kind": "too_short", "source": str(runs / "short" / "metrics.jsonl"), "line": None, "offset": None, "message": MESSAGE,
-        "metric": "loss", "segment": 0, "first_step": 1, "last_step": 7, "points": 7, "held": 7, "needed": 10,
+        "metric": "loss", "segment": 0, "first_step": 1, "last_step": 3, "points": 3, "held": 3, "needed": 4,
     }
     assert doc["summary"]["warnings"] == 1 and doc["warnings"] == []
 
@@ -170,7 +192,7 @@ def test_json_report_lists_a_too_short_run_under_its_warnings(runs, capsys):
     "fmt,row,warning",
     [
         pytest.param("table", "too short to judge", f"  short: {MESSAGE}", id="table"),
-        pytest.param("markdown", "| short | jsonl | 7 | 7 | 0 | - | too short to judge |", f"- `short: {MESSAGE}`", id="markdown"),
+        pytest.param("markdown", "| short | jsonl | 3 | 3 | 0 | - | too short to judge |", f"- `short: {MESSAGE}`", id="markdown"),
         pytest.param("html", '<td class="n">0</td><td class="n">-</td><td>too short to judge</td>', f"<li><code>short: {MESSAGE}</code></li>", id="html"),
     ],
 )

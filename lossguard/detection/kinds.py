@@ -81,6 +81,9 @@ class Rule:
     runs: str = field(default="*", metadata=spec(str))
     min_history: int | None = field(default=None, metadata=spec(int, optional=True, ge=1, le=MAX_POINTS))
     """Values the stream must hold (the judged one included) before the rule may fire."""
+    judge_until: int | None = field(default=None, metadata=spec(int, optional=True, ge=1, le=MAX_POINTS))
+    """The rule judges only a stream's first points, those with fewer than this many values before
+    them (None: every point): a stricter rule for a run too short for the others' windows."""
     cooldown: int = field(default=0, metadata=spec(int, ge=0, le=MAX_STEPS))
     recovery: int = field(default=3, metadata=spec(int, ge=1, le=MAX_POINTS))
     """Points back under the threshold that close an incident."""

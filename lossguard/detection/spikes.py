@@ -37,6 +37,8 @@ def _judge(units: pl.DataFrame, rule: Rule, *, seen_before: int | pl.Expr = 0) -
     index = rule.quick_flags(units) if single else None
     if index is not None:
         index = index[index + 1 + seen_before >= rule.history]
+        if rule.judge_until is not None:
+            index = index[index + 1 + seen_before <= rule.judge_until]
         empty = pl.Series([None] * index.size, dtype=pl.Float64)
         return pl.DataFrame({"i": index.astype(np.int64), "baseline": empty, "limit": empty}), 0
     return _judge_units(units, rule, seen_before=seen_before, single=single)
@@ -50,6 +52,8 @@ def _judge_units(units: pl.DataFrame, rule: Rule, *, seen_before: int | pl.Expr,
     judgement = rule.judgement(pl.col("value"), per_unit)
     seen = per_unit(pl.int_range(1, pl.len() + 1)) + seen_before
     flag = judgement.condition.fill_null(False) & (seen >= rule.history)
+    if rule.judge_until is not None:
+        flag = flag & (seen <= rule.judge_until)
     if rule.lookback and (isinstance(seen_before, pl.Expr) or seen_before):
         # A window cut from a longer stream (the daemon's tail): a point whose lookback reaches past
         # its start would be judged on fewer values than the whole stream gives it. Only the stream's
