@@ -308,7 +308,9 @@ def _lr_events(inc: Incident, ctx: RunContext, interval: float) -> tuple[Cause |
     lr = ctx.lr
     if lr is None or lr.steps.size < 3:
         return None, None, None
-    upto = lr.steps <= inc.step
+    # Up to the peak: a spike flagged a few points early (the noise of a small model's loss just
+    # over the threshold) may run into the LR jump that made it.
+    upto = lr.steps <= max(inc.step, inc.peak_step)
     if not upto.any():
         return None, None, None
     steps, values = lr.steps[upto], lr.values[upto]

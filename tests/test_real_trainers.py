@@ -1,0 +1,93 @@
+"""Runs written by the real trainers (tests/fixtures/real_trainers: PyTorch Lightning 2.6 and the HF
+transformers 5.25 Trainer on a small MLP, through every logger they drive; SOURCES.md there), the LR
+multiplied by 100 for 5 steps at step 400 and a clean control: every logger reads as the same run, the
+jump is named the spike's cause in each, and the daemon announces the spike once while the HF
+checkpoints appear in turn."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from lossguard.cli import main
+
+from .conftest import FIXTURES
+from .test_watch import NO_PLOTS, Watch
+
+REAL = FIXTURES / "real_trainers"
+LOGGERS = ("csv", "tfevents", "wandb", "mlflow_db", "hf_console", "hf_trainer_state")
+
+
+def _of(runs: dict[str, dict], scenario: str) -> dict[str, dict]:
+    """The scenario's run as each logger wrote it, by format (the MLflow store names its runs by the
+    experiment: lightning_digits/lightning_lr_jump)."""
+    return {r["format"]: r for name, r in runs.items() if name.split("/")[0 if r["format"] != "mlflow_db" else 1] == scenario}
+
+
+@pytest.fixture(scope="module")
+def scanned():
+    import io
+    import sys
+
+    out, sys.stdout = sys.stdout, io.StringIO()
+    try:
+        main(["scan", str(REAL), "--format", "json", "--quiet"])
+        doc = sys.stdout.getvalue()
+    finally:
+        sys.stdout = out
+    return {run["run"]: run for run in json.loads(doc)["runs"]}
+
+
+@pytest.mark.parametrize("scenario", ["lightning_lr_jump", "lightning_clean", "hf_lr_jump", "hf_clean"])
+def test_every_logger_of_a_real_run_reads_as_the_same_run_with_the_same_spikes(scanned, scenario):
+    by_logger = _of(scanned, scenario)
+    expected = {"csv", "tfevents", "wandb", "mlflow_db"} if scenario.startswith("lightning") else {"tfevents", "wandb", "mlflow_db", "hf_console", "hf_trainer_state"}
+    assert set(by_logger) == expected
+    spans = {(r["first_step"], r["last_step"], r["steps"]) for r in by_logger.values()}
+    assert spans == {(0, 699, 700)} if scenario.startswith("lightning") else spans == {(1, 700, 700)}
+    spikes = {f: [(s["rule"], s["step"], s["peak_step"]) for s in r["spikes"]] for f, r in by_logger.items()}
+    assert len({tuple(v) for v in spikes.values()}) == 1, spikes
+
+
+@pytest.mark.parametrize("scenario,begins", [("lightning_lr_jump", 398), ("hf_lr_jump", 401)])
+def test_the_lr_jump_is_named_the_loss_spikes_cause_by_every_logger(scanned, scenario, begins):
+    for fmt, run in _of(scanned, scenario).items():
+        (spike,) = [s for s in run["spikes"] if s["metric"] == "loss" and s["step"] <= 402 <= (s["end_step"] or 1 << 62)]
+        assert (spike["step"], spike["peak_step"]) == (begins, 402), fmt
+        top = spike["causes"][0]
+        assert top["cause"] == "lr_schedule", (fmt, spike["causes"])
+        assert "lr jumped 1.0e-03 -> 0.1 at step 400" in top["evidence"], fmt
+        assert "the grad norm exploded after it" in top["evidence"], fmt
+
+
+def test_the_clean_control_run_has_no_lr_event_named(scanned):
+    for scenario in ("lightning_clean", "hf_clean"):
+        for fmt, run in _of(scanned, scenario).items():
+            assert all(c["cause"] != "lr_schedule" for s in run["spikes"] for c in s["causes"]), fmt
+
+
+def test_a_real_hf_output_folder_is_announced_once_as_its_checkpoints_appear(tmp_path):
+    # The Trainer's checkpoints, copied in as it wrote them (200, 400, 600, 700): each holds the whole
+    # history again, and the spike at 401 is announced once, every incident once.
+    output = tmp_path / "runs" / "hf" / "output"
+    output.mkdir(parents=True)
+    source = REAL / "hf_lr_jump" / "output"
+    shutil.copytree(source / "checkpoint-200", output / "checkpoint-200")
+    w = Watch(tmp_path, env=NO_PLOTS).start()
+    try:
+        w.wait_ready()
+        w.wait_settled()
+        for n in (400, 600, 700):
+            shutil.copytree(source / f"checkpoint-{n}", output / f"checkpoint-{n}.tmp")
+            (output / f"checkpoint-{n}.tmp").rename(output / f"checkpoint-{n}")
+            if n == 600:  # (checkpoint-400 ends at step 400: the spike is in 600's history)
+                w.wait_for(lambda ev: any(e["event"] == "opened" and e["step"] == 401 and e["rule"] == "loss-spike" for e in ev))
+        ev = w.settle()
+    finally:
+        w.kill9()
+    opened = [(e["rule"], e["step"]) for e in ev if e["event"] == "opened"]
+    assert opened.count(("loss-spike", 401)) == 1
+    assert len(opened) == len(set(opened)), opened
+    assert all(step > 200 for _, step in opened)  # the first checkpoint was history
