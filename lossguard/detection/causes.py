@@ -26,85 +26,15 @@ Confidences are independent plausibilities in [0, 1], not probabilities that sum
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
-import polars as pl
 
 from ..model import Cause, Incident
-
-
-@dataclass(frozen=True)
-class Series:
-    steps: np.ndarray
-    values: np.ndarray
-
-    @classmethod
-    def of(cls, frame: pl.DataFrame | None) -> Series | None:
-        if frame is None or not frame.height:
-            return None
-        return cls(frame.get_column("step").to_numpy(), frame.get_column("value").to_numpy())
-
-    def between(self, lo: float, hi: float) -> tuple[np.ndarray, np.ndarray]:
-        a, b = np.searchsorted(self.steps, lo, "left"), np.searchsorted(self.steps, hi, "right")
-        return self.steps[a:b], self.values[a:b]
-
-    def before(self, step: float, n: int) -> np.ndarray:
-        i = np.searchsorted(self.steps, step, "left")
-        return self.values[max(0, i - n) : i]
-
-
-@dataclass(frozen=True)
-class RunContext:
-    """What the labeller may look at: the run's context streams (sorted by step) and its incidents."""
-
-    loss: Series | None
-    lr: Series | None = None
-    grad_norm: Series | None = None
-    loss_scale: Series | None = None
-    overflow: Series | None = None
-    skipped: Series | None = None
-    nan_iterations: Series | None = None
-    incidents: tuple[Incident, ...] = field(default=())
-    timelines: Mapping[str, pl.DataFrame] = field(default_factory=dict)
-    """The context streams with their segments (step, value, segment; a step going back is a resume),
-    for `as_of`. The streams above hold, for each step, the last value written: after a resume the
-    replay's, which is right for the replay and wrong for the timeline it replaced."""
-
-    def as_of(self, back: int) -> RunContext:
-        """The context as it stood `back` resumes before the end: each stream's segments up to that
-        one (the later write of a step winning within them). A spike just before a crash is then
-        explained by the grad norms logged at it, not by the clean ones of the replay. A stream that
-        saw fewer resumes than that (logged later, or its tail is short) keeps all it has."""
-        if back <= 0 or not self.timelines:
-            return self
-        changed = {}
-        for name, points in self.timelines.items():
-            upto = (int(points.get_column("segment").max()) if points.height else 0) - back
-            if upto >= 0:
-                kept = points.filter(pl.col("segment") <= upto)
-                changed[name] = Series.of(kept.unique(subset=["step"], keep="last", maintain_order=True).sort("step").select("step", "value"))
-        return replace(self, **changed)
-
-    @property
-    def interval(self) -> float:
-        """Typical steps between two loss points (HF logs every 500 steps, nanoGPT every step)."""
-        if self.loss is None or self.loss.steps.size < 2:
-            return 1.0
-        d = np.diff(self.loss.steps)
-        d = d[d > 0]
-        return float(np.median(d)) if d.size else 1.0
-
-
-def _fmt(x: float) -> str:
-    if not math.isfinite(x):
-        return "NaN" if math.isnan(x) else ("Inf" if x > 0 else "-Inf")
-    if x == 0:
-        return "0"
-    if abs(x) >= 1e4 or abs(x) < 1e-2:
-        return f"{x:.1e}"
-    return f"{x:.3g}"
+from .context import RunContext, Series
+from .lr_causes import exploded_after as _exploded_after, lr_events as _lr_events
+from .phrases import fmt_number as _fmt, steps_phrase as _steps_phrase
 
 
 SLOW_POINTS = 3
@@ -129,15 +59,6 @@ def _missing(inc: Incident, ctx: RunContext, metric: str) -> str | None:
     if not np.isfinite(series.before(max(inc.peak_step, inc.step) + 1, 1 << 62)).any():
         return f"no {name} logged before step {inc.step}: log it from the start {why}"
     return None
-
-
-def _steps_phrase(n: float) -> str:
-    n = int(round(n))
-    if n == 0:
-        return "at the same step as the loss spike"
-    if n > 0:
-        return f"{n} step{'s' if n != 1 else ''} before the loss spike"
-    return f"{-n} step{'s' if n != -1 else ''} after the loss spike began"
 
 
 def _gradient(inc: Incident, ctx: RunContext, near_lo: float) -> tuple[Cause | None, float | None]:
@@ -260,102 +181,6 @@ def _numerical(inc: Incident, ctx: RunContext, lo: float, hi: float) -> Cause | 
     )
 
 
-LR_EVENT_POINTS = 10
-"""Logged LR intervals before a spike in which an LR discontinuity is taken for its cause: a loss
-answers a jump within a few optimizer steps, and where the LR is logged every step those steps are
-as many logged points. The schedule's usual change is measured before that window, so the jump
-never counts as the schedule's own movement however far back it came."""
-
-
-def _lr_jump(inc: Incident, steps: np.ndarray, values: np.ndarray, interval: float) -> tuple[Cause | None, int | None]:
-    """The LR-schedule cause: the largest discontinuity in the LR logged in the LR_EVENT_POINTS
-    intervals up to the spike, an upward one preferred (a drop rarely starts a spike), against the
-    schedule's usual step-to-step change before them; None when the LR moved as it usually does."""
-    lo = inc.step - max(LR_EVENT_POINTS * interval, 1)
-    first = int(np.searchsorted(steps, lo, "left"))  # values[first:] are in the window
-    diffs = np.diff(values)
-    before = np.abs(diffs[max(0, first - 61) : max(0, first - 1)])
-    moving = before[before > 0]
-    typical = float(np.median(moving)) if moving.size else 0.0
-    best: tuple[bool, float, int] | None = None  # (upward, relative size, index of the diff)
-    for j in range(max(0, first - 1), diffs.size):
-        prev, jump = float(values[j]), float(diffs[j])
-        # Against the schedule's usual change, and against the changes just before it: a warmup's
-        # steps are large beside an LR near 0, but each is as large as the one before.
-        local = float(np.median(np.abs(diffs[max(0, j - 5) : j]))) if j else 0.0
-        if jump == 0 or abs(jump) < max(10 * typical, 10 * local, 0.2 * abs(prev)):
-            continue
-        key = (jump > 0, abs(jump) / abs(prev) if prev else math.inf, j)
-        if best is None or key[:2] > best[:2]:
-            best = key
-    if best is None:
-        return None, None
-    j = best[2]
-    prev, cur, at = float(values[j]), float(values[j + 1]), steps[j + 1]
-    up = cur > prev
-    return Cause(
-        "lr_schedule",
-        0.8 if up else 0.35,
-        f"lr {'jumped' if up else 'dropped'} {_fmt(prev)} -> {_fmt(cur)} at step {int(at)}, "
-        f"{_steps_phrase(inc.step - at).replace('the loss spike', 'the spike')}; the schedule's usual step-to-step change is {_fmt(typical)}",
-        "Check the LR scheduler: a jump like this usually means it restarted or was not restored on resume; "
-        "restore its state (or set the intended LR) and resume from a checkpoint before the jump.",
-    ), int(at)
-
-
-def _lr_events(inc: Incident, ctx: RunContext, interval: float) -> tuple[Cause | None, Cause | None, int | None]:
-    """(lr_too_high, lr_schedule, the step of the LR jump the schedule cause names)."""
-    lr = ctx.lr
-    if lr is None or lr.steps.size < 3:
-        return None, None, None
-    # Up to the peak: a spike flagged a few points early (the noise of a small model's loss just
-    # over the threshold) may run into the LR jump that made it.
-    upto = lr.steps <= max(inc.step, inc.peak_step)
-    if not upto.any():
-        return None, None, None
-    steps, values = lr.steps[upto], lr.values[upto]
-    finite = np.isfinite(values)
-    steps, values = steps[finite], values[finite]
-    if steps.size < 2:
-        return None, None, None
-    schedule, jump_at = _lr_jump(inc, steps, values, interval)
-    # The schedule's peak as far as the log shows it (the whole run in an audit, so far in the daemon).
-    all_values = lr.values[np.isfinite(lr.values)]
-    all_steps = lr.steps[np.isfinite(lr.values)]
-    peak = float(all_values.max())
-    current = float(values[-1])
-    if peak <= 0:
-        return None, schedule, jump_at
-    frac = current / peak
-    high: Cause | None = None
-    reached = int(all_steps[np.argmax(all_values >= 0.99 * peak)])
-    first_step, start = int(all_steps[0]), float(all_values[0])
-    warmup = start < 0.5 * peak and reached > first_step
-    warm_len = reached - first_step
-    since = inc.step - reached
-    rising = values.size >= 2 and values[-1] > values[-2]
-    if schedule is None and warmup and since < 0 and rising and frac >= 0.5:
-        confidence, when = 0.5, f"still warming up toward {_fmt(peak)} (reached at step {reached})"
-    elif schedule is None and frac >= 0.9 and since >= 0:
-        if warmup and since <= max(warm_len, 3 * interval):
-            confidence, when = 0.75, f"warmup ended {since} steps earlier (at step {reached})"
-        elif warmup and since <= 3 * warm_len:
-            confidence, when = 0.55, f"warmup ended {since} steps earlier (at step {reached})"
-        elif warmup:
-            confidence, when = 0.3, f"the LR has been near its peak since step {reached}"
-        else:
-            confidence, when = 0.3, "no warmup visible in the log"
-    else:
-        return None, schedule, jump_at
-    high = Cause(
-        "lr_too_high",
-        confidence,
-        f"lr {_fmt(current)} = {frac:.0%} of its max {_fmt(peak)}, {when}",
-        f"Lower the peak LR (e.g. to {_fmt(peak / 2)}) or lengthen warmup, and resume from a checkpoint before step {inc.step}.",
-    )
-    return high, schedule, jump_at
-
-
 def _climbing_grad_norm(ctx: RunContext) -> tuple[float, float] | None:
     """The grad-norm baseline early and late in the run when it at least doubled, else None."""
     gn = ctx.grad_norm
@@ -474,22 +299,6 @@ def _level_shift(inc: Incident, ctx: RunContext) -> str | None:
     level = float(np.median(after))
     return (f"the loss stepped up {level / inc.baseline:.1f}x at step {inc.step} and has stayed there ({after.size - 1} points since, "
             f"median {_fmt(level)} against {_fmt(inc.baseline)} before): a level shift so far, not a spike")
-
-
-def _exploded_after(ctx: RunContext, jump_at: int, hi: float) -> bool:
-    """Whether the grad norm first rose past 3x its median before the LR jump at or after it (not
-    already exploding when the LR moved)."""
-    gn = ctx.grad_norm
-    if gn is None:
-        return False
-    prior = gn.before(jump_at, 50)
-    prior = prior[np.isfinite(prior)]
-    if prior.size < 2 or float(np.median(prior)) <= 0:
-        return False
-    median = float(np.median(prior))
-    _, after = gn.between(jump_at, hi)
-    after = after[np.isfinite(after)]
-    return bool(after.size) and float(after.max()) >= 3 * median and bool((prior[-3:] < 3 * median).all())
 
 
 def label(inc: Incident, ctx: RunContext) -> tuple[Cause, ...]:

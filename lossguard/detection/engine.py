@@ -5,6 +5,7 @@ context. Pure: frames in, incidents out; what the daemon already knows comes in 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from dataclasses import dataclass, field, replace
 
 import polars as pl
@@ -12,8 +13,10 @@ import polars as pl
 from .causes import RunContext, Series, label_all
 from .spikes import find_incidents, find_incidents_by_run, held_per_segment
 from ..model import Incident, NoLoss, ShortHistory
+from .noise import NOISY_FIRINGS, Noisy, noisy
 from ..ingest.needs import Needs
-from .rules import Rule, RuleSet
+from .presets import preset_names
+from .rules import Rule, RuleSet, load_rules
 from .streams import NO_POINTS, Points, as_context, by_metric, by_run, by_run_and_metric, increasing, points_frame, points_of, preferred, single_valued
 from ..ingest.table import Span, span_of
 
@@ -212,6 +215,13 @@ class RunAnalysis:
     """Segments too short for every loss spike rule: judged by none of them."""
     unjudged: tuple[NoLoss, ...] = ()
     """The run itself, when it holds no loss for the loss rules to judge."""
+    noisy: tuple[Noisy, ...] = ()
+    """The run, when its loss rule keeps firing on the loss's own noise (detection.noise)."""
+
+    @property
+    def notes(self) -> tuple[NoLoss | ShortHistory | Noisy, ...]:
+        """What the report says of the run besides its spikes: nothing judged, too short, too noisy."""
+        return (*self.unjudged, *self.short, *self.noisy)
 
 
 def tags_used(run_frame: pl.DataFrame) -> dict[str, str]:
@@ -295,8 +305,26 @@ def analyse_runs(
             # (A run of one step, a config's numbers read as a record, is no training log to say it of.)
             unjudged=(NoLoss(run),) if not loss[0].size and first != last and any(r.metric == "loss" for r in active[k]) else (),
         )
+        if len(analysis.incidents) >= NOISY_FIRINGS:
+            analysis = replace(analysis, noisy=_noisy(analysis, frames[k], loss[0].size, windows[k]))
         out.append((analysis, windows[k]))
     return out
+
+
+def _noisy(analysis: RunAnalysis, frame: pl.DataFrame, points: int, windows: Mapping[str, Points]) -> tuple[Noisy, ...]:
+    """The run's noise note, with each preset judged on this run (only for a run whose rules fired
+    often enough to ask)."""
+    streams: dict[str, pl.DataFrame] | None = None
+
+    def judged_with(name: str) -> tuple[Incident, ...]:
+        nonlocal streams
+        streams = streams if streams is not None else by_metric(frame, JUDGED)
+        rules = load_rules([Path(name)]).for_run(analysis.run)
+        return judge(streams, lambda: context_of(frame, streams), rules, run=analysis.run)
+
+    interval = RunContext(loss=Series(windows["loss"][0], windows["loss"][1])).interval
+    note = noisy(analysis.run, analysis.incidents, points=points, interval=interval, presets=preset_names(), judged_with=judged_with)
+    return (note,) if note is not None else ()
 
 
 def _judge_together(

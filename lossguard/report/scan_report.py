@@ -33,7 +33,7 @@ def _top_cause(rep: RunReport) -> str:
 def _notes(result: ScanResult) -> list[str]:
     """The runs with no loss to judge, and those (or their segments) too short for every loss rule,
     one line each, run first."""
-    return [f"{rep.run}: {note.message}" for rep in result.runs for note in (*rep.analysis.unjudged, *rep.analysis.short)]
+    return [f"{rep.run}: {note.message}" for rep in result.runs for note in rep.analysis.notes]
 
 
 def summary(result: ScanResult) -> dict[str, object]:
@@ -47,7 +47,7 @@ def summary(result: ScanResult) -> dict[str, object]:
         "by_cause": dict(Counter(i.causes[0].cause for i in incidents if i.causes)),
         "files": result.files,
         "bytes": result.bytes,
-        "warnings": len(problems) + sum(len(r.analysis.short) + len(r.analysis.unjudged) for r in result.runs),
+        "warnings": len(problems) + sum(len(r.analysis.notes) for r in result.runs),
     }
 
 
@@ -72,7 +72,7 @@ def document(result: ScanResult) -> dict[str, object]:
                 "spikes": [i.to_report() for i in rep.incidents],
                 "warnings": [
                     *({"kind": "read", **p.to_json()} for p in rep.problems),
-                    *(note.to_report(rep.source) for note in (*rep.analysis.unjudged, *rep.analysis.short)),
+                    *(note.to_report(rep.source) for note in rep.analysis.notes),
                 ],
             }
             for rep in result.runs

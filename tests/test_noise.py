@@ -1,0 +1,80 @@
+"""A run too noisy for its loss rule is said to be, once, with the preset that fits it: on the runs
+the real trainers wrote (a small MLP's per-batch loss moves 2x between batches), never on the
+corpus's real runs nor the sample runs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from lossguard.cli import main
+from lossguard.detection.noise import Noisy, noisy
+from lossguard.model import Incident
+
+from .conftest import CORPUS, FIXTURES
+
+REAL = FIXTURES / "real_trainers"
+
+
+def _scan(capsys, *paths, fmt: str = "json"):
+    code = main(["scan", *map(str, paths), "--format", fmt, "--quiet"])
+    out = capsys.readouterr().out
+    return code, (json.loads(out) if fmt == "json" else out)
+
+
+def _noisy(run: dict) -> list[dict]:
+    return [w for w in run["warnings"] if w["kind"] == "noisy"]
+
+
+def test_a_small_models_lr_jump_run_is_noisy_and_the_preset_named_keeps_the_jump_alone(capsys):
+    _, doc = _scan(capsys, REAL / "lightning_lr_jump" / "csv")
+    (run,) = doc["runs"]
+    (note,) = _noisy(run)
+    assert note["rule"] == "loss-spike" and note["firings"] == sum(1 for s in run["spikes"] if s["rule"] == "loss-spike") >= 20
+    assert note["points"] == 700 and note["per_1000"] > 20
+    assert [o["step"] for o in note["outside"]] == [398]  # the LR jump's 43.9x, the rest is noise
+    assert note["preset"] == "llm-foundry" and note["preset_raises"] == 1
+    assert "--rules llm-foundry" in note["message"]
+    # What the note promises holds: the preset it names flags the jump and nothing else on this run.
+    _, with_preset = _scan(capsys, REAL / "lightning_lr_jump" / "csv", "--rules", "llm-foundry")
+    assert [(s["metric"], s["step"]) for s in with_preset["runs"][0]["spikes"] if s["metric"] == "loss"] == [("loss", 401)]
+
+
+def test_the_clean_control_run_is_noisy_with_nothing_outside_its_noise(capsys):
+    _, doc = _scan(capsys, REAL / "hf_clean" / "output")
+    (note,) = _noisy(doc["runs"][0])
+    assert note["outside"] == [] and note["preset_raises"] == 0
+    assert "nothing stands outside that noise" in note["message"]
+
+
+def test_the_table_says_it_among_its_warnings(capsys):
+    _, out = _scan(capsys, REAL / "hf_clean" / "output", fmt="table")
+    assert "output: noisy for its rule: loss-spike fired 27 times in 700 loss points (38.6 per 1,000)" in out
+
+
+@pytest.mark.parametrize("where", [CORPUS, FIXTURES / "runs"], ids=["corpus", "sample runs"])
+def test_no_real_run_of_the_corpus_nor_sample_run_is_called_noisy(capsys, where):
+    _, doc = _scan(capsys, where)
+    assert [r["run"] for r in doc["runs"] if _noisy(r)] == []
+
+
+def _spike(step: int, ratio: float) -> Incident:
+    return Incident(run="r", metric="loss", rule="loss-spike", kind="ratio", severity="warning", step=step, peak_step=step,
+                    end_step=step + 1, value=2.0 * ratio, baseline=2.0, threshold=4.0, points=1, causes=())
+
+
+@pytest.mark.parametrize(
+    "ratios,points,said",
+    [
+        pytest.param([2.1] * 4, 700, False, id="four firings: too few to call it noise"),
+        pytest.param([2.1] * 5, 2000, False, id="2.5 per 1,000 points: a rare firing"),
+        pytest.param([2.1] * 5, 700, True, id="7.1 per 1,000 points: noisy"),
+    ],
+)
+def test_a_run_is_noisy_from_five_firings_and_five_per_thousand_points(ratios, points, said):
+    incidents = [_spike(10 * k, r) for k, r in enumerate(ratios, 1)]
+    note = noisy("r", incidents, points=points, interval=1.0, presets=(), judged_with=lambda name: ())
+    assert (note is not None) == said
+    if note is not None:
+        assert isinstance(note, Noisy) and note.preset is None and "no preset raises fewer alarms" in note.message
