@@ -359,3 +359,46 @@ def test_a_big_block_that_starts_like_compressed_data_is_still_read_as_lines(sta
     data = start + b" first\n" + b"iter 1 loss 2.0\n" * (base.SMALL_BLOCK // 16 + 10)
     lines, _ = base.split_lines(data, 1, source="f")
     assert lines.height == data.count(b"\n") and lines.get_column("text")[1] == "iter 1 loss 2.0"
+
+
+def test_a_trainer_state_nested_past_what_json_follows_is_one_warning_not_a_reader_failure(tmp_path, corpus):
+    """Python's json raises RecursionError some 1,000 levels down, which the reader's boundary took
+    for a bug of ours ('please report it') and read the file no more: it is JSON it cannot read, and
+    a state rewritten whole at the next checkpoint is read then."""
+    src = json.loads((corpus / "hf_trainer/t5_summarization_trainer_state.json").read_text())
+    path = tmp_path / "trainer_state.json"
+    path.write_text(json.dumps(src)[:-1] + ', "deep": ' + "[" * 5000 + "]" * 5000 + "}")
+    assert read(path, Cursor(), run="r", fmt="hf_trainer_state", final=False, options=ReadOptions()).problems == ()
+    res = read(path, Cursor(), run="r", fmt="hf_trainer_state", final=True, options=ReadOptions())
+    assert [p.message for p in res.problems] == ["not a readable trainer_state.json: nested too deep"] and not res.dead
+    path.write_text(json.dumps(src))
+    assert read(path, res.cursor, run="r", fmt="hf_trainer_state", final=False, options=ReadOptions()).frame.filter(pl.col("metric") == "loss").height == 430
+
+
+def test_a_trainer_state_over_the_document_bound_is_refused_reading_no_more_than_the_bound(tmp_path, monkeypatch):
+    """A sparse file of 1 TiB named trainer_state.json: refused with one line after reading the bound
+    and a byte (set to 1 MiB here; 256 MiB by default), and not read again."""
+    from lossguard.ingest import bounds
+
+    monkeypatch.setattr(bounds, "MAX_DOCUMENT", 1 << 20)
+    path = tmp_path / "trainer_state.json"
+    with open(path, "wb") as fh:
+        fh.truncate(1 << 40)
+    res = read(path, Cursor(), run="r", fmt="hf_trainer_state", final=False, options=ReadOptions())
+    assert [p.message for p in res.problems] == ["a trainer_state.json over 1 MiB: not read"] and res.dead
+
+
+def test_a_json_line_nested_a_million_deep_costs_no_other_line(tmp_path):
+    """JSON lines are parsed by polars and lossguard's own patterns, not Python's json: a line of a
+    value nested 1,000,000 deep is read for what it holds (its step and loss) and every other line
+    is, in one read and in a daemon's read of the lines after the first."""
+    lines = [json.dumps({"step": i, "loss": 2.0}) for i in range(60)]
+    lines[40] = '{"step": 40, "loss": 3.0, "deep": ' + "[" * 1_000_000 + "]" * 1_000_000 + "}"
+    path = tmp_path / "train.jsonl"
+    path.write_text("\n".join(lines[:30]) + "\n")
+    first = read(path, Cursor(), run="r", fmt="jsonl", final=False, options=ReadOptions())
+    path.write_text("\n".join(lines) + "\n")
+    for res in (read(path, Cursor(), run="r", fmt="jsonl", final=True, options=ReadOptions()), read(path, first.cursor, run="r", fmt="jsonl", final=False, options=ReadOptions())):
+        assert res.problems == ()
+        loss = res.frame.filter(pl.col("metric") == "loss")
+        assert loss.get_column("step").to_list()[-30:] == list(range(30, 60)) and loss.filter(pl.col("step") == 40).get_column("value").to_list() == [3.0]

@@ -217,3 +217,22 @@ def test_a_run_logged_as_nested_dicts_is_read_under_the_joined_keys(tmp_path):
     assert loss.get_column("step").to_list() == list(range(20)) and loss.get_column("value")[15] == 9.0
     result = scan([tmp_path / "db"], rules=default_rules())
     assert [(i.run, i.step) for i in result.incidents] == [("proj/nested", 15)]
+
+
+def test_a_row_nested_past_what_json_follows_costs_that_row_only_said_with_its_id(written, tmp_path):
+    """trackio's json.dumps cannot write a dict nested 5,000 deep (RecursionError): the row is made
+    by hand in a copy of a database trackio wrote; a row nested 900 deep, which it can, is read."""
+    path = tmp_path / "proj.db"
+    shutil.copy(written / "proj.db", path)
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE metrics SET metrics = ? WHERE id = 3", ('{"a":' * 5000 + "1" + "}" * 5000,))
+        db.execute("UPDATE metrics SET metrics = ? WHERE id = 4", ('{"a":' * 900 + "1" + "}" * 900,))
+    db.close()
+    whole = read(written / "proj.db", run=".", fmt="trackio_db", final=True, options=OPTIONS)
+    res = read(path, run=".", fmt="trackio_db", final=True, options=OPTIONS)
+    assert [p.message for p in res.problems] == ["metrics of 1 row(s) are no JSON object (or one nested too deep); those rows are skipped, the first: id 3"]
+    deep = "a." * 899 + "a"
+    assert res.frame.filter(pl.col("tag").str.len_chars() > 1000).get_column("tag").to_list() == [deep]
+    first = whole.frame.get_column("run")[0]  # (ids 3 and 4: its steps 2 and 3)
+    others = whole.frame.filter(~((pl.col("run") == first) & pl.col("step").is_in([2, 3])))
+    assert res.frame.filter(pl.col("tag").str.len_chars() < 1000).drop("source").equals(others.drop("source"))

@@ -10,7 +10,6 @@ have no run ids: the name is the run. System metrics (CPU, GPU) are not read: no
 
 from __future__ import annotations
 
-import json
 import math
 import sqlite3
 from datetime import datetime
@@ -18,6 +17,7 @@ from pathlib import Path
 
 import polars as pl
 
+from .. import bounds
 from ..cursor import Cursor
 from ..problems import Problem
 from ..sources import sqlite_db
@@ -50,26 +50,26 @@ class TrackioDbFormat:
         problems = [Problem(source, sqlite_db.RESTARTED)] if fetched.restarted else []
         frame, bad = _frame(rows, names)
         if bad:
-            problems.append(Problem(source, f"metrics of {bad:,} row(s) are not a JSON object; those rows are skipped"))
+            problems.append(Problem(source, f"metrics of {len(bad):,} row(s) are no JSON object (or one nested too deep); those rows are skipped, the first: id {bad[0]}"))
         return Parsed(frame, fetched.cursor, tuple(problems))
 
 
-def _frame(rows: list[tuple], names: dict[str, str]) -> tuple[pl.DataFrame, int]:
+def _frame(rows: list[tuple], names: dict[str, str]) -> tuple[pl.DataFrame, list[int]]:
     """Raw rows of the fetched rows' numbers (a number, or a non-finite one as trackio spells it;
-    media and tables are not metrics; a nested dict's numbers are, under their joined keys), and how many rows held no JSON object."""
+    media and tables are not metrics; a nested dict's numbers are, under their joined keys), and the ids of the rows holding no JSON object."""
     steps: list[int] = []
     tags: list[str] = []
     values: list[float] = []
     times: list[float | None] = []
     runs: list[str] = []
-    bad = 0
-    for _, run_id, _, step, blob, stamp in rows:
+    bad: list[int] = []
+    for row_id, run_id, _, step, blob, stamp in rows:
         try:
-            got = json.loads(blob)
-        except (ValueError, TypeError):
+            got = bounds.json_value(blob)
+        except (ValueError, TypeError):  # (bounds.TooDeep too: nested past what the parser follows)
             got = None
         if not isinstance(got, dict):
-            bad += 1
+            bad.append(row_id)
             continue
         run = names[run_id]
         wall = _wall_time(stamp)
@@ -92,11 +92,18 @@ def _flat(metrics: dict, prefix: str = "") -> list[tuple[str, object]]:
     which trackio stores as given) by its keys joined by '.', as lossguard names W&B's nested keys:
     `train.loss`."""
     out: list[tuple[str, object]] = []
-    for key, value in metrics.items():
-        if isinstance(value, dict):
-            out.extend(_flat(value, f"{prefix}{key}."))
+    # A stack, not recursion: a row's JSON may be nested as deep as the parser follows (~1,000),
+    # past what this function's own frames could.
+    todo = [(prefix, iter(metrics.items()))]
+    while todo:
+        at, items = todo[-1]
+        for key, value in items:
+            if isinstance(value, dict):
+                todo.append((f"{at}{key}.", iter(value.items())))  # (its keys come here, in order)
+                break
+            out.append((f"{at}{key}", value))
         else:
-            out.append((f"{prefix}{key}", value))
+            todo.pop()
     return out
 
 

@@ -10,7 +10,7 @@ import math
 from collections.abc import Callable
 from pathlib import Path
 
-from .. import table
+from .. import bounds, table
 from ..cursor import Cursor
 from ..problems import Problem
 from .base import Format, Parsed
@@ -36,11 +36,15 @@ class TrainerStateFormat:
     name = "hf_trainer_state"
 
     def read(self, path: Path, cursor: Cursor, *, final: bool, limit: int | None = None) -> Parsed:
-        # One JSON document: read whole whatever the limit (HF keeps it to the logged steps, small).
+        # One JSON document: read whole whatever the limit (HF keeps it to the logged steps, small),
+        # up to bounds.MAX_DOCUMENT: parsed, a document takes ten times its size.
         source = str(path)
-        raw = path.read_bytes()
         try:
-            doc = json.loads(raw)
+            raw = bounds.read_capped(path, limit=bounds.MAX_DOCUMENT)
+        except bounds.TooLarge as exc:  # (it only grows: not read again)
+            return Parsed(table.empty_raw(), cursor, (Problem(source, f"a trainer_state.json {exc}: not read"),), dead=True)
+        try:
+            doc = bounds.json_value(raw)
             history = doc["log_history"]
             if not isinstance(history, list):
                 raise TypeError("log_history is not a list")
