@@ -174,4 +174,4 @@ def test_a_long_experiment_name_is_cut_and_said_once(tmp_path):
     res = read(path, Cursor(), run="r", fmt="comet_offline", final=True, options=ReadOptions())
     (run,) = set(res.frame.get_column("run").to_list())
     assert run == f"r/proj/{'n' * 4095}…@c377ed14"
-    assert [p.message for p in res.problems] == ["the experiment's name of 100,000 characters cut to its first 4,095 and an ellipsis"]
+    assert [p.message for p in res.problems] == ["the experiment's name of 100,000 characters cut to its first 4,095 characters and an ellipsis"]

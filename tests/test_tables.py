@@ -801,3 +801,49 @@ def test_pieces_read_one_after_another_equal_one_read(tmp_path_factory, which, f
         cursor = res.cursor
     assert whole.frame.height >= 40
     assert pl.concat(frames).equals(whole.frame) and cursor.offset == len(data)
+
+
+def _calm_losses(client, run: str) -> None:  # noqa: ANN001
+    from mlflow.entities import Metric
+
+    client.log_batch(run, metrics=[Metric("loss", 2.0 + (i % 5) * 0.01, T0 + i, i) for i in range(50)])
+
+
+def test_mlruns_a_quote_left_open_over_80000_lines_is_parsed_in_linear_time_and_the_run_named_by_its_id(tmp_path, monkeypatch):
+    """An experiment's meta.yaml whose name opens a quote never closed: every line after it is the
+    name's, each looked at once (each line joined again to all before it took 29 s for these)."""
+    client, run = _file_store(tmp_path, monkeypatch)
+    _calm_losses(client, run)
+    (run_dir,) = (tmp_path / "runs" / "exp1" / "mlruns").glob(f"*/{run}")
+    meta = run_dir.parent / "meta.yaml"
+    meta.write_text(meta.read_text().replace("name: pretrain", "name: 'pretrain\n" + "".join(f"{i}\n" for i in range(80_000))))
+    assert meta.stat().st_size < 1 << 20
+    frame, _, problems = read_paths([tmp_path / "runs"])
+    assert problems == [] and set(frame.get_column("run").to_list()) == {f"exp1/{meta.parent.name}/r1"}
+
+
+def test_mlruns_a_run_name_of_50_mb_is_cut_and_said_reading_no_more_than_the_bounds(tmp_path, monkeypatch):
+    """A run named by 50 MB (its tag holds it verbatim, its meta.yaml on one line, as MLflow's file
+    store writes them): `read` held it on every row (7 GB, 53 s). The tag is read up to 4 bytes a
+    character of the bound, the meta.yaml over 1 MiB not parsed, both said; tracemalloc, which
+    counts every str and bytes, sees no more than a few MiB."""
+    import tracemalloc
+
+    client, run = _file_store(tmp_path, monkeypatch)
+    _calm_losses(client, run)
+    (run_dir,) = (tmp_path / "runs" / "exp1" / "mlruns").glob(f"*/{run}")
+    name = "n" * (50 << 20)
+    (run_dir / "tags" / "mlflow.runName").write_text(name)
+    meta = run_dir / "meta.yaml"
+    meta.write_text(meta.read_text().replace("run_name: r1", f"run_name: {name}"))
+    tracemalloc.start()
+    try:
+        frame, _, problems = read_paths([run_dir / "metrics" / "loss"])
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 << 20
+    assert set(frame.get_column("run").to_list()) == {"pretrain/" + "n" * 4095 + "…"}
+    assert [p.message for p in problems] == [
+        f"{run}/meta.yaml over 1 MiB: not parsed; the run's name of 52,428,800 bytes cut to its first 4,095 characters and an ellipsis"
+    ]

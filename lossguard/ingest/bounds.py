@@ -61,9 +61,9 @@ def name(text: str) -> tuple[str, bool]:
     return text[: MAX_NAME - 1] + ELLIPSIS, True
 
 
-def cut_name_said(what: str, length: int) -> str:
-    """The warning for a name cut by `name`."""
-    return f"{what} of {length:,} characters cut to its first {MAX_NAME - 1:,} and an ellipsis"
+def cut_name_said(what: str, length: int, *, unit: str = "characters") -> str:
+    """The warning for a name cut by `name` (`length`: what it had, in `unit`)."""
+    return f"{what} of {length:,} {unit} cut to its first {MAX_NAME - 1:,} characters and an ellipsis"
 
 
 def size_text(n: int) -> str:
