@@ -402,3 +402,20 @@ def test_a_json_line_nested_a_million_deep_costs_no_other_line(tmp_path):
         assert res.problems == ()
         loss = res.frame.filter(pl.col("metric") == "loss")
         assert loss.get_column("step").to_list()[-30:] == list(range(30, 60)) and loss.filter(pl.col("step") == 40).get_column("value").to_list() == [3.0]
+
+
+def test_a_metric_name_of_100000_characters_is_cut_on_every_row_and_said_once_a_read(tmp_path):
+    """Names are data from any file (here a TensorBoard tag tensorboardX wrote): cut to 4,095
+    characters and an ellipsis where the reader hands its rows on, whatever the format."""
+    from tensorboardX import SummaryWriter
+
+    writer = SummaryWriter(str(tmp_path / "run1"))
+    for step in range(20):
+        writer.add_scalar("loss", 2.0, step)
+        writer.add_scalar("x" * 100_000, 1.0, step)
+    writer.close()
+    (path,) = (tmp_path / "run1").iterdir()
+    res = read(path, Cursor(), run="r", fmt="tfevents", final=True, options=ReadOptions())
+    assert sorted(res.frame.get_column("tag").unique().to_list()) == ["loss", "x" * 4095 + "…"]
+    assert res.frame.height == 40
+    assert [p.message for p in res.problems] == ["a metric name of 100,000 characters cut to its first 4,095 characters and an ellipsis"]

@@ -23,6 +23,9 @@ when its writer made it."""
 MAX_NAME = 4096
 """Characters of a run's, an experiment's or a metric's name: enough for any a person gave, and
 a name on every row of a table is held once a row in some of them."""
+MAX_RUN = 3 * MAX_NAME
+"""Characters of a run's name as a reader gives it: made of up to three names (a project's or an
+experiment's, the run's, a key), each bounded where it is read."""
 ELLIPSIS = "…"
 
 
@@ -54,16 +57,16 @@ def read_capped(path: Path | str, *, limit: int) -> bytes:
     return data
 
 
-def name(text: str) -> tuple[str, bool]:
-    """A name bounded to MAX_NAME characters (cut with an ellipsis), and whether it was cut."""
-    if len(text) <= MAX_NAME:
+def name(text: str, *, limit: int = MAX_NAME) -> tuple[str, bool]:
+    """A name bounded to `limit` characters (cut with an ellipsis), and whether it was cut."""
+    if len(text) <= limit:
         return text, False
-    return text[: MAX_NAME - 1] + ELLIPSIS, True
+    return text[: limit - 1] + ELLIPSIS, True
 
 
-def cut_name_said(what: str, length: int, *, unit: str = "characters") -> str:
+def cut_name_said(what: str, length: int, *, unit: str = "characters", limit: int = MAX_NAME) -> str:
     """The warning for a name cut by `name` (`length`: what it had, in `unit`)."""
-    return f"{what} of {length:,} {unit} cut to its first {MAX_NAME - 1:,} characters and an ellipsis"
+    return f"{what} of {length:,} {unit} cut to its first {limit - 1:,} characters and an ellipsis"
 
 
 def size_text(n: int) -> str:

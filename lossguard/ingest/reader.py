@@ -14,7 +14,7 @@ from pathlib import Path
 
 import polars as pl
 
-from . import table
+from . import bounds, table
 from .aliases import Aliases
 from .cursor import Cursor
 from ..errors import UsageError
@@ -86,8 +86,12 @@ def read(
 
     projects = keep is not None and getattr(reader, "projects", False)
 
+    cut: dict[str, None] = {}
+
     def finished(rows: pl.DataFrame) -> pl.DataFrame:
         spans.append(table.span_of(rows))
+        rows, said = _bounded_names(rows)
+        cut.update(dict.fromkeys(said))
         return _finish(rows, keep=None if projects else keep, run=run, source=decodable(str(path)), options=options, lean=lean)
 
     extra: dict = {}
@@ -121,7 +125,8 @@ def read(
             each(frame)
         frame = frame.clear()
     span = parsed.span if parsed.projected else table.joined(spans)
-    return ReadResult(frame, parsed.cursor, parsed.problems, parsed.dead, span, named="run" in parsed.rows.columns)
+    problems = parsed.problems + tuple(Problem(str(path), said) for said in cut)
+    return ReadResult(frame, parsed.cursor, problems, parsed.dead, span, named="run" in parsed.rows.columns)
 
 
 class _SinkFailed(Exception):
@@ -134,6 +139,26 @@ def _handed(each: Sink, rows: pl.DataFrame) -> None:
         each(rows)
     except Exception as exc:
         raise _SinkFailed from exc
+
+
+def _bounded_names(rows: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
+    """A parser's raw rows with every tag longer than bounds.MAX_NAME and run name longer than
+    bounds.MAX_RUN (a run's name is made of a few, each bounded where a reader reads it) cut, and
+    what was cut, to be said: a name is data from any file or store, held on every row of a table.
+    (Asked of the few distinct names.)"""
+    said: list[str] = []
+    for column, what, limit in (("tag", "a metric name", bounds.MAX_NAME), ("run", "a run's name", bounds.MAX_RUN)):
+        if column not in rows.columns or not rows.height:
+            continue
+        values = rows.get_column(column)
+        if values.dtype == pl.String and (values.str.len_bytes().max() or 0) <= limit:
+            continue  # (bytes are at least characters: the common case, asked in bulk)
+        long = [n for n in values.unique().cast(pl.String).drop_nulls().to_list() if len(n) > limit]
+        if long:
+            dtype = rows.schema[column]
+            rows = rows.with_columns(pl.col(column).cast(pl.String).replace({n: bounds.name(n, limit=limit)[0] for n in long}).cast(dtype))
+            said.append(bounds.cut_name_said(what, max(map(len, long)), limit=limit))
+    return rows, said
 
 
 def _finish(rows: pl.DataFrame, *, keep: Keep | None, run: str, source: str, options: ReadOptions, lean: bool) -> pl.DataFrame:
