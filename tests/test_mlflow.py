@@ -16,6 +16,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from polars.testing import assert_frame_equal
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -556,3 +557,33 @@ def test_scan_of_a_store_whose_run_logged_no_metric_yet_says_so_not_that_there_a
     res = run_lossguard("scan", str(store.parent))
     assert res.returncode == 2
     assert res.stderr.strip().splitlines()[-1] == f"lossguard: error: no metric logged yet under {store.parent}: 1 log file(s) found, none holding a training metric"
+
+
+def _poisoned(db: Path) -> dict[str, str]:
+    """Rows no reader can take, put into MLflow's own store by hand (no MLflow client writes them:
+    SQLite keeps what a column is given): a text value and a step of 1e300 in pretrain's first r1,
+    a BLOB value in sft's r1. Returns each run's first such row's rowid."""
+    with sqlite3.connect(db) as conn:
+        first, other = (r[0] for r in conn.execute("SELECT run_uuid FROM runs WHERE name = 'r1' AND lifecycle_stage = 'active' ORDER BY start_time").fetchall()[::2])
+        rows = [("loss", "abc", first, 50), ("loss", 2.0, first, 1e300), ("train/loss", b"\x00\x01" * 500, other, 60)]
+        ids = [conn.execute("INSERT INTO metrics VALUES (?, ?, ?, ?, ?, 0)", (key, value, T0, run, step)).lastrowid for key, value, run, step in rows]
+    conn.close()
+    return {"exp1/pretrain/r1": ids[0], "exp1/sft/r1": ids[2]}
+
+
+def test_rows_no_reader_can_take_are_passed_over_by_run_and_row_and_every_other_row_and_run_is_read(store):
+    expected = _written(store)
+    clean = read(store, run=".", fmt="mlflow_db", final=True, options=OPTIONS).frame
+    at = _poisoned(store)
+    res = read(store, run=".", fmt="mlflow_db", final=True, options=OPTIONS)
+    assert not res.dead
+    assert_frame_equal(res.frame, clean)
+    assert [p.message for p in res.problems] == [
+        f"run pretrain/r1, row {at['exp1/pretrain/r1']}: loss: value 'abc' is not a number; this row's values are skipped"
+        " (and 1 more row(s) of this run no reader can take)",
+        f"run sft/r1, row {at['exp1/sft/r1']}: train/loss: value (a BLOB of 1,000 bytes) is not a number; this row's values are skipped",
+    ]
+    result = scan([store.parent.parent], rules=default_rules())
+    assert sorted(r.run for r in result.runs) == sorted(expected)
+    assert ("exp1/pretrain/r1", "loss-nonfinite") in {(i.run, i.rule) for i in result.incidents}
+

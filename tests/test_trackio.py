@@ -60,7 +60,11 @@ def _start(folder: Path, runs: list[tuple[str, int, int, str]], *, spike: int = 
     `pause` seconds after each of their steps."""
     non_finite = "{" + ", ".join(f"{k}: {v}" for k, v in NON_FINITE.items()) + "}"
     script = textwrap.dedent(LOG).replace("RUNS", repr(runs)).replace("SPIKE", str(spike)).replace("{NON_FINITE}", non_finite)
-    script = script.replace("PAUSE", repr(pause)).replace("HOLD", str(hold))
+    return _run(folder, script.replace("PAUSE", repr(pause)).replace("HOLD", str(hold)))
+
+
+def _run(folder: Path, script: str) -> subprocess.Popen:
+    """A trackio script run in a child process, its database under `folder`."""
     env = {**os.environ, "TRACKIO_DIR": str(folder), "HF_HUB_OFFLINE": "1", "TRACKIO_TELEMETRY_DISABLED": "1"}
     return subprocess.Popen([sys.executable, "-c", script], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
@@ -69,7 +73,11 @@ def _held(folder: Path, runs: list[tuple[str, int, int, str]], *, hold: int, spi
     """`_start`ed, once it has logged the runs before `hold`: returns what lets it log the rest and
     waits for its end. One trackio process for the history and the live part (its import and start
     are most of a child's 2-3 s); the live part is still a run trackio resumes."""
-    proc = _start(folder, runs, spike=spike, pause=pause, hold=hold)
+    return _once_held(_start(folder, runs, spike=spike, pause=pause, hold=hold))
+
+
+def _once_held(proc: subprocess.Popen):  # noqa: ANN202
+    """Once `proc` printed "held": what tells it to go on (a line on its stdin) and waits for its end."""
     for line in proc.stdout:  # (trackio says what it does on stdout too)
         if line == "held\n":
             break
@@ -230,9 +238,83 @@ def test_a_row_nested_past_what_json_follows_costs_that_row_only_said_with_its_i
     db.close()
     whole = read(written / "proj.db", run=".", fmt="trackio_db", final=True, options=OPTIONS)
     res = read(path, run=".", fmt="trackio_db", final=True, options=OPTIONS)
-    assert [p.message for p in res.problems] == ["metrics of 1 row(s) are no JSON object (or one nested too deep); those rows are skipped, the first: id 3"]
+    (said,) = [p.message for p in res.problems]
+    assert ", row 3: its metrics are JSON nested too deep to read; this row's values are skipped" in said
     deep = "a." * 899 + "a"
     assert res.frame.filter(pl.col("tag").str.len_chars() > 1000).get_column("tag").to_list() == [deep]
     first = whole.frame.get_column("run")[0]  # (ids 3 and 4: its steps 2 and 3)
     others = whole.frame.filter(~((pl.col("run") == first) & pl.col("step").is_in([2, 3])))
     assert res.frame.filter(pl.col("tag").str.len_chars() < 1000).drop("source").equals(others.drop("source"))
+
+
+POISONED = """
+import sys, time, trackio
+trackio.init(project="proj", name="a")
+for step in range(30):
+    trackio.log({"train/loss": 2.0 + (step % 5) * 0.01}, step=step + 0.5 if step == 20 else step)
+trackio.finish()
+print("held", flush=True)
+sys.stdin.readline()
+trackio.init(project="proj", name="b")
+for step in range(70):
+    trackio.log({"train/loss": 9.0 if step == 55 else 2.0 + (step % 5) * 0.01}, step=step)
+    time.sleep(0.02)
+trackio.finish()
+"""
+
+
+def _poisoned(folder: Path):  # noqa: ANN202
+    """trackio logging run `a` with one step of 20.5 (trackio 0.43 takes it and stores a REAL), then,
+    once told on its stdin, run `b`, whose loss spikes at 55: returns what lets it go on and waits
+    for its end."""
+    return _once_held(_run(folder, POISONED))
+
+
+def _crafted(db: Path) -> dict[str, int]:
+    """Rows no trackio writes, put in by hand into trackio's own database: a text step, metrics
+    nested 1,000 deep, and a row of no run id beside the named run (the table rebuilt without its
+    NOT NULL, as another program's copy of it may be). Returns each kind's row id."""
+    with sqlite3.connect(db) as conn:
+        run_id, stamp = conn.execute("SELECT run_id, timestamp FROM metrics WHERE run_name = 'b' LIMIT 1").fetchone()
+        sql = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'metrics'").fetchone()[0]
+        conn.execute("ALTER TABLE metrics RENAME TO kept")
+        conn.execute(sql.replace("run_id TEXT NOT NULL", "run_id TEXT"))
+        conn.execute("INSERT INTO metrics SELECT * FROM kept")
+        conn.execute("DROP TABLE kept")
+        add = "INSERT INTO metrics (run_id, timestamp, run_name, step, metrics) VALUES (?, ?, 'b', ?, ?)"
+        deep = '{"a": ' * 1000 + "1" + "}" * 1000
+        ids = {
+            "text step": conn.execute(add, (run_id, stamp, "twelve", '{"train/loss": 2.0}')).lastrowid,
+            "deep": conn.execute(add, (run_id, stamp, 200, deep)).lastrowid,
+            "no run id": conn.execute(add, (None, stamp, 201, '{"train/loss": 9.0}')).lastrowid,
+        }
+    conn.close()
+    return ids
+
+
+def test_a_float_step_and_rows_no_reader_can_take_are_passed_over_by_run_and_row_and_the_rest_is_read(tmp_path):
+    folder = tmp_path / "trackio"
+    _poisoned(folder)()
+    db = folder / "proj.db"
+    with sqlite3.connect(db) as conn:
+        (stored,) = conn.execute("SELECT typeof(step) || ' ' || step FROM metrics WHERE run_name = 'a' AND step > 20 AND step < 21").fetchone()
+        (float_row,) = conn.execute("SELECT id FROM metrics WHERE typeof(step) = 'real'").fetchone()
+    conn.close()
+    assert stored == "real 20.5"  # (as trackio stored it)
+    ids = _crafted(db)
+    frame, _, problems = read_paths([folder])
+    steps = {run: rows.get_column("step").to_list() for (run,), rows in frame.partition_by("run", as_dict=True).items()}
+    assert steps == {"proj/a": [s for s in range(30) if s != 20], "proj/b": list(range(70))}
+    assert [p.message for p in problems] == [
+        f"run proj/a, row {float_row}: step 20.5 is not a whole number; this row's values are skipped",
+        f"run proj/b, row {ids['text step']}: step 'twelve' is not a whole number; this row's values are skipped"
+        " (and 2 more row(s) of this run no reader can take)",
+    ]
+    result = scan([folder], rules=default_rules())
+    assert [(i.run, i.step) for i in result.incidents] == [("proj/b", 55)]
+
+
+def test_the_daemon_alerts_a_spike_beside_a_run_with_a_float_step_once_across_a_kill(tmp_path):
+    write = _poisoned(tmp_path / "runs" / "trackio")
+    assert alerted_once_across_a_kill(tmp_path, write, 55) == [("trackio/proj/b", "loss-spike", 55)]
+

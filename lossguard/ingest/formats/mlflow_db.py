@@ -28,7 +28,18 @@ from .onemetric import seconds, stepless
 
 TABLES = frozenset({"experiments", "runs", "metrics", "alembic_version"})
 """What every MLflow SQL store holds since its first migration (and no other tracker's does)."""
-METRICS = sqlite_db.Table("metrics", key="rowid", columns="run_uuid, key, value, is_nan, step, timestamp", identity="run_uuid, key, step, timestamp, value")
+TAKEN = (
+    "typeof(run_uuid) = 'text' AND typeof(key) = 'text' AND typeof(value) IN ('real', 'integer') AND typeof(step) = 'integer'"
+    " AND typeof(is_nan) IN ('integer', 'null')"
+)
+"""Whether a reader can take a row: what MLflow writes (its models type each column) and nothing a
+hand or another program could put there instead (SQLite keeps what a column is given: text, a
+BLOB, a step of 1e300 as a REAL). Asked of SQLite, a cheap test a row; only rows failing it come to
+Python, to be passed over by name."""
+METRICS = sqlite_db.Table(
+    "metrics", key="rowid", columns=f"run_uuid, key, value, is_nan, step, CASE WHEN typeof(timestamp) = 'integer' THEN timestamp END, {TAKEN}",
+    identity="run_uuid, key, step, timestamp, value",
+)
 FLOAT_MAX = sys.float_info.max
 
 
@@ -41,12 +52,16 @@ class MlflowDbFormat:
         try:
             with sqlite_db.opened(path) as db:
                 fetched = sqlite_db.fetch(db, METRICS, cursor, _batch, size=size, limit=limit)
-                got = pl.concat(fetched.batches, rechunk=False) if fetched.batches else None
-                names = run_names(db, got.get_column("uuid").unique().to_list()) if got is not None else {}
+                frames = [frame for frame, _ in fetched.batches if frame.height]
+                refused = [row for _, rows in fetched.batches for row in rows]
+                got = pl.concat(frames, rechunk=False) if frames else None
+                uuids = set(got.get_column("uuid").unique().to_list()) if got is not None else set()
+                names = run_names(db, uuids | {r[1] for r in refused if isinstance(r[1], str)})
                 got, begun = _numbered(db, _logged_order(got), final=final) if got is not None else (None, [])  # (numbered in the order logged)
         except sqlite_db.Unreadable as exc:
             return no_rows(source, cursor if exc.dead else sqlite_db.again(cursor), exc.message, dead=exc.dead)
         problems = (Problem(source, sqlite_db.RESTARTED),) if fetched.restarted else ()
+        problems += tuple(sqlite_db.passed_over(source, _passed(refused, names)))
         problems += tuple(Problem(source, stepless(names[uuid], key, beside=beside)) for uuid, key, beside in begun if uuid in names)
         return Parsed(_frame(got, names) if got is not None else pl.DataFrame(schema=NAMED_RAW), fetched.cursor, problems)
 
@@ -161,11 +176,44 @@ def _logged_order(got: pl.DataFrame) -> pl.DataFrame:
     return logged.with_columns(places).sort("_slot").drop("_slot")
 
 
-BATCH = {"_key": pl.Int64(), "uuid": pl.String(), "tag": pl.String(), "value": pl.Float64(), "is_nan": pl.Int64(), "step": pl.Int64(), "ts": pl.Int64()}
+BATCH = {"_key": pl.Int64(), "uuid": pl.String(), "tag": pl.String(), "value": pl.Float64(), "is_nan": pl.Int64(), "step": pl.Int64(), "ts": pl.Int64(), "_taken": pl.Boolean()}
 
 
-def _batch(rows: list[tuple]) -> pl.DataFrame:
-    return pl.DataFrame(rows, orient="row", strict=False, schema=BATCH)
+def _batch(rows: list[tuple]) -> tuple[pl.DataFrame, list[tuple]]:
+    """A batch's rows as a frame, and those no reader can take (TAKEN) apart."""
+    if all(row[-1] for row in rows):
+        return pl.DataFrame(rows, orient="row", strict=False, schema=BATCH), []
+    return pl.DataFrame([row for row in rows if row[-1]], orient="row", strict=False, schema=BATCH), [row for row in rows if not row[-1]]
+
+
+def _passed(rows: list[tuple], names: dict[str, str]) -> list[sqlite_db.Passed]:
+    """The rows no reader can take, each with why, of runs that are runs (a deleted run's are
+    nobody's) or of no run at all."""
+    passed = []
+    for key, uuid, tag, value, is_nan, step, _, _ in rows:
+        if not isinstance(uuid, str):
+            passed.append(sqlite_db.Passed("(none)", key, "no run id"))
+            continue
+        if uuid not in names:
+            continue
+        if not isinstance(tag, str):
+            why = f"metric name {_shown(tag)} is no text"
+        elif isinstance(value, bool) or not isinstance(value, (int, float)):
+            why = f"{tag}: value {_shown(value)} is not a number"
+        elif not isinstance(step, int):
+            why = f"{tag}: step {_shown(step)} is not a whole number"
+        else:
+            why = f"{tag}: is_nan {_shown(is_nan)} is not 0 or 1"
+        passed.append(sqlite_db.Passed(names[uuid], key, why))
+    return passed
+
+
+def _shown(value: object) -> str:
+    """A stored value as a warning shows it: short, a BLOB by its size."""
+    if isinstance(value, bytes):
+        return f"(a BLOB of {len(value):,} bytes)"
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:37]}..."
 
 
 def _frame(got: pl.DataFrame, names: dict[str, str]) -> pl.DataFrame:

@@ -26,6 +26,8 @@ from .base import NAMED_RAW, Format, Parsed, no_rows
 TABLES = frozenset({"metrics", "configs", "sqlite_sequence"})
 """trackio's tables since its first release (`sqlite_sequence`: its AUTOINCREMENT ids)."""
 NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+FLOAT_LIMIT = 2**1024
+"""Whole numbers from here on are past a float's range (float() raises on them)."""
 
 
 def _table(has_ids: bool) -> sqlite_db.Table:
@@ -44,66 +46,91 @@ class TrackioDbFormat:
                 has_ids = "run_id" in sqlite_db.columns(db, "metrics")
                 fetched = sqlite_db.fetch(db, _table(has_ids), cursor, list, size=size, limit=limit)
                 rows = [row for batch in fetched.batches for row in batch]
-                names = _run_names(db, path, {(r[1], r[2]) for r in rows}) if has_ids else {r[1]: f"{path.stem}/{r[1]}" for r in rows}
+                runs = {(r[1], r[2]) for r in rows if isinstance(r[1], str) and isinstance(r[2], str)}
+                names = _run_names(db, path, runs) if has_ids else {name: f"{path.stem}/{name}" for _, name in runs}
         except sqlite_db.Unreadable as exc:
             return no_rows(source, cursor if exc.dead else sqlite_db.again(cursor), exc.message, dead=exc.dead)
         problems = [Problem(source, sqlite_db.RESTARTED)] if fetched.restarted else []
-        frame, bad = _frame(rows, names)
-        if bad:
-            problems.append(Problem(source, f"metrics of {len(bad):,} row(s) are no JSON object (or one nested too deep); those rows are skipped, the first: id {bad[0]}"))
+        frame, passed = _frame(rows, names, path.stem)
+        problems += sqlite_db.passed_over(source, passed)
         return Parsed(frame, fetched.cursor, tuple(problems))
 
 
-def _frame(rows: list[tuple], names: dict[str, str]) -> tuple[pl.DataFrame, list[int]]:
+def _frame(rows: list[tuple], names: dict[str, str], project: str) -> tuple[pl.DataFrame, list[sqlite_db.Passed]]:
     """Raw rows of the fetched rows' numbers (a number, or a non-finite one as trackio spells it;
-    media and tables are not metrics; a nested dict's numbers are, under their joined keys), and the ids of the rows holding no JSON object."""
+    media and tables are not metrics; a nested dict's numbers are, under their joined keys), and the
+    rows no reader can take: no run, a step that is no whole number (trackio stores `step=20.5` as
+    given, and SQLite keeps what a column is given), values that are no JSON object or nested past
+    what a parser takes. Each such row is passed over alone: the rows and runs beside it are read."""
     steps: list[int] = []
     tags: list[str] = []
     values: list[float] = []
     times: list[float | None] = []
     runs: list[str] = []
-    bad: list[int] = []
-    for row_id, run_id, _, step, blob, stamp in rows:
-        try:
-            got = bounds.json_value(blob)
-        except (ValueError, TypeError):  # (bounds.TooDeep too: nested past what the parser follows)
-            got = None
-        if not isinstance(got, dict):
-            bad.append(row_id)
+    passed: list[sqlite_db.Passed] = []
+    for key, run_id, run_name, step, blob, stamp in rows:
+        run = names.get(run_id) if isinstance(run_id, str) else None
+        got, why = _values(blob) if run is not None and isinstance(step, int) else (None, None)
+        if run is None:
+            why = "no run id" if isinstance(run_name, str) else "no run name"
+        elif not isinstance(step, int):
+            why = f"step {step!r} is not a whole number"
+        if got is None:
+            passed.append(sqlite_db.Passed(run or f"{project}/{run_name if isinstance(run_name, str) else '?'}", key, why or ""))
             continue
-        run = names[run_id]
         wall = _wall_time(stamp)
-        for tag, value in _flat(got):
-            number = NON_FINITE.get(value) if isinstance(value, str) else None if isinstance(value, bool) or not isinstance(value, (int, float)) else float(value)
-            if number is None:
-                continue
+        for tag, number in got:
             steps.append(step)
             tags.append(tag)
             values.append(number)
             times.append(wall)
             runs.append(run)
     if not steps:
-        return pl.DataFrame(schema=NAMED_RAW), bad
-    return pl.DataFrame({"step": steps, "tag": tags, "value": values, "wall_time": times, "run": runs}, schema=NAMED_RAW), bad
+        return pl.DataFrame(schema=NAMED_RAW), passed
+    return pl.DataFrame({"step": steps, "tag": tags, "value": values, "wall_time": times, "run": runs}, schema=NAMED_RAW), passed
 
 
-def _flat(metrics: dict, prefix: str = "") -> list[tuple[str, object]]:
+def _values(blob: object) -> tuple[list[tuple[str, float]] | None, str | None]:
+    """A row's metrics as (tag, number), or None and why no reader can take them."""
+    try:
+        got = bounds.json_value(blob) if isinstance(blob, (str, bytes)) else None
+    except bounds.TooDeep:
+        return None, "its metrics are JSON nested too deep to read"
+    except ValueError:
+        got = None
+    if not isinstance(got, dict):
+        return None, "its metrics are not a JSON object"
+    out: list[tuple[str, float]] = []
+    for tag, value in _flat(got):
+        if isinstance(value, str):
+            number = NON_FINITE.get(value)
+        elif isinstance(value, bool) or not isinstance(value, (int, float)):
+            number = None
+        elif isinstance(value, int) and not -FLOAT_LIMIT < value < FLOAT_LIMIT:
+            return None, f"{tag} is a whole number past a float's range"
+        else:
+            number = float(value)
+        if number is not None:
+            out.append((tag, number))
+    return out, None
+
+
+def _flat(metrics: dict) -> list[tuple[str, object]]:
     """A logged dict's values by key, a nested dict's (`trackio.log({"train": {"loss": 2.3}})`,
     which trackio stores as given) by its keys joined by '.', as lossguard names W&B's nested keys:
-    `train.loss`."""
+    `train.loss`. Walked with a stack of its own: however deep the nesting JSON's parser took, this
+    never runs out of Python's."""
     out: list[tuple[str, object]] = []
-    # A stack, not recursion: a row's JSON may be nested as deep as the parser follows (~1,000),
-    # past what this function's own frames could.
-    todo = [(prefix, iter(metrics.items()))]
-    while todo:
-        at, items = todo[-1]
+    stack = [("", iter(metrics.items()))]
+    while stack:
+        prefix, items = stack[-1]
         for key, value in items:
             if isinstance(value, dict):
-                todo.append((f"{at}{key}.", iter(value.items())))  # (its keys come here, in order)
+                stack.append((f"{prefix}{key}.", iter(value.items())))
                 break
-            out.append((f"{at}{key}", value))
+            out.append((f"{prefix}{key}", value))
         else:
-            todo.pop()
+            stack.pop()
     return out
 
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import hashlib
 import os
 import sqlite3
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +32,7 @@ from typing import Generic, TypeVar
 from urllib.parse import quote
 
 from ..cursor import Cursor
+from ..problems import Problem
 
 MAGIC = b"SQLite format 3\x00"
 """The first 16 bytes of every SQLite database. The rest of its 100-byte header changes with
@@ -182,6 +183,30 @@ def fetch(db: sqlite3.Connection, table: Table, cursor: Cursor, each: Callable[[
     mark = _mark(db, table, at) if got else cursor.mark if not restarted else None
     offset = size if done else min(size - 1, size * at // max(last, 1))
     return Fetched(batches, cursor.advance(offset=max(offset, 0), index=at, mark=mark), restarted)
+
+
+@dataclass(frozen=True)
+class Passed:
+    """A row no reader can take (a step that is no whole number, no run id, values that are no
+    JSON object or no number): passed over, the rows and runs beside it read all the same."""
+
+    run: str
+    key: int
+    """The row's key in its table (rowid, trackio's id)."""
+    why: str
+
+
+def passed_over(source: str, passed: Iterable[Passed]) -> list[Problem]:
+    """One warning a run for its rows passed over: the first, and how many more (a run that logs a
+    float step every time is one line, not one a row)."""
+    by_run: dict[str, list[Passed]] = {}
+    for row in passed:
+        by_run.setdefault(row.run, []).append(row)
+    return [
+        Problem(source, f"run {run}, row {rows[0].key}: {rows[0].why}; this row's values are skipped"
+                + (f" (and {len(rows) - 1:,} more row(s) of this run no reader can take)" if len(rows) > 1 else ""))
+        for run, rows in by_run.items()
+    ]
 
 
 def again(cursor: Cursor) -> Cursor:
