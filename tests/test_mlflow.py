@@ -5,6 +5,7 @@ MLflow process logs into is at the end."""
 
 from __future__ import annotations
 
+import json
 import math
 import shutil
 import sqlite3
@@ -242,10 +243,13 @@ def test_rows_appended_between_reads_read_in_pieces_equal_one_read(filled, tmp_p
     assert pl.concat(frames).drop("source").equals(one.frame.drop("source"))
 
 
-def test_a_database_locked_by_a_writer_is_one_clear_problem_and_the_next_read_gets_it_all(store):
+def test_a_database_locked_by_a_writer_is_read_as_committed_from_a_private_copy_never_the_transaction_under_way(store):
     expected = _written(store)
     writer = sqlite3.connect(store, isolation_level=None)
+    writer.execute("PRAGMA cache_size=1")  # (its pages spill into the file: what a long transaction does)
     writer.execute("BEGIN EXCLUSIVE")
+    run = writer.execute("SELECT run_uuid FROM runs WHERE name = 'r1' ORDER BY start_time LIMIT 1").fetchone()[0]
+    writer.executemany("INSERT INTO metrics VALUES ('loss', 9.0, ?, ?, ?, 0)", [(T0 + s, run, s) for s in range(100, 2000)])
     try:
         started = time.monotonic()
         locked = read(store, run=".", fmt="mlflow_db", final=False, options=OPTIONS)
@@ -253,10 +257,91 @@ def test_a_database_locked_by_a_writer_is_one_clear_problem_and_the_next_read_ge
     finally:
         writer.execute("ROLLBACK")
         writer.close()
-    assert [p.message for p in locked.problems] == [f"database locked by a writer (waited {sqlite_db.BUSY_WAIT:g} s); read again at the next pass, nothing is lost"]
+    told = f"database locked by a writer (waited {sqlite_db.BUSY_WAIT:g} s); what it had committed is read (from a private copy)"
+    assert [(p.message, p.unfinished) for p in locked.problems] == [(told, True)]
+    assert_frame_equal(locked.frame, read(store, run=".", fmt="mlflow_db", final=False, options=OPTIONS).frame)
+    assert locked.frame.height == sum(len(v) for v in expected.values())
+
+
+def test_a_database_locked_past_what_can_be_copied_is_one_clear_problem_and_the_next_read_gets_it_all(store, monkeypatch):
+    expected = _written(store)
+    monkeypatch.setattr(sqlite_db, "COPY_LIMIT", 0)
+    writer = sqlite3.connect(store, isolation_level=None)
+    writer.execute("BEGIN EXCLUSIVE")
+    try:
+        locked = read(store, run=".", fmt="mlflow_db", final=False, options=OPTIONS)
+        scanned = scan([store.parent], rules=default_rules())
+    finally:
+        writer.execute("ROLLBACK")
+        writer.close()
+    said = (f"database locked by a writer (waited {sqlite_db.BUSY_WAIT:g} s), and it is larger than the 0 MiB read from a private copy at most;"
+            " read again at the next pass, nothing is lost")
+    assert [p.message for p in locked.problems] == [said]
     assert (locked.frame.height, locked.dead, locked.cursor.index) == (0, False, 0)
+    # Sniffing could not read its tables either: said, never taken for no log at all.
+    assert scanned.runs == () and [(p.source, p.message) for p in scanned.all_problems] == [(str(store), said)]
     again = read(store, locked.cursor, run=".", fmt="mlflow_db", final=False, options=OPTIONS)
     assert again.problems == () and again.frame.height == sum(len(v) for v in expected.values())
+
+
+HOT = """
+import sqlite3, sys, time
+db = sqlite3.connect(sys.argv[1], isolation_level=None)
+db.execute("PRAGMA cache_size=1")
+run = db.execute("SELECT run_uuid FROM runs WHERE name = 'r1' ORDER BY start_time LIMIT 1").fetchone()[0]
+db.execute("BEGIN")
+for step in range(100, 3000):
+    db.execute("INSERT INTO metrics VALUES ('loss', ?, ?, ?, ?, 0)", (9.0 if step == 120 else 2.0, 1790000000000 + step, run, step))
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+def _killed_mid_commit(db: Path) -> None:
+    """A writer process (sqlite3, in MLflow's rollback-journal mode) killed with SIGKILL inside a
+    transaction whose pages already spilled into the file: a hot journal, as a trainer killed
+    while MLflow commits leaves it."""
+    writer = subprocess.Popen([sys.executable, "-c", textwrap.dedent(HOT), str(db)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert writer.stdout.readline() == "ready\n"
+    finally:
+        writer.kill()
+        writer.wait(timeout=10)
+    with pytest.raises(sqlite3.OperationalError) as refused:
+        sqlite3.connect(f"file:{db}?mode=ro", uri=True).execute("SELECT count(*) FROM metrics").fetchone()
+    assert refused.value.sqlite_errorname == "SQLITE_READONLY_ROLLBACK"
+
+
+def test_a_store_whose_writer_died_mid_commit_is_read_as_committed_and_says_so(store):
+    expected = _written(store)
+    _killed_mid_commit(store)
+    journal = (store.parent / "mlflow.db-journal").stat().st_size
+    res = run_lossguard("scan", str(store.parent), "--format", "json")
+    runs = {r["run"]: r for r in json.loads(res.stdout)["runs"]}
+    # Every run as committed (pretrain/r1's NaN is found); the spike at 120 was never committed.
+    assert sorted(runs) == sorted(r.removeprefix("exp1/") for r in expected) and runs["pretrain/r1"]["last_step"] == 19
+    assert res.returncode == 1 and all(s["step"] != 120 for r in runs.values() for s in r["spikes"])
+    said = (f"a writer died mid-commit: its journal holds {journal:,} bytes of a transaction never committed; what was committed is read"
+            " (from a private copy, the journal rolled back; the next writer to open the database rolls it back too)")
+    assert [line for line in res.stderr.splitlines() if line.startswith("warning:")] == [f"warning: {store}: {said}"]
+    read_out = run_lossguard("read", str(store), "--format", "csv")
+    assert read_out.returncode == 0 and len(read_out.stdout.strip().splitlines()) - 1 == sum(len(v) for v in expected.values())
+    assert (store.parent / "mlflow.db-journal").stat().st_size == journal  # (the store itself untouched)
+
+
+def test_a_store_nothing_of_which_can_be_read_exits_2_strict_or_not(store, monkeypatch, capsys):
+    from lossguard.cli import main
+
+    _written(store)
+    _killed_mid_commit(store)
+    monkeypatch.setattr(sqlite_db, "COPY_LIMIT", 0)
+    for extra in ([], ["--strict"]):
+        assert main(["scan", str(store.parent), *extra]) == 2
+        said = capsys.readouterr()
+        assert "a writer died mid-commit: its journal holds" in said.out and "read again at the next pass" in said.out
+        assert said.err == "lossguard: error: no file under the given paths could be read\n"
+    assert main(["read", str(store)]) == 2
+    assert "a writer died mid-commit" in capsys.readouterr().err
 
 
 def test_a_db_no_tracker_wrote_is_passed_over_in_silence_and_lossguards_own_state_is_no_run(store, tmp_path):
@@ -519,8 +604,10 @@ def test_scan_run_matching_nothing_lists_the_run_names_a_tracker_gives_not_its_f
     assert line.endswith(f"(runs found: exp1, exp1/pretrain/r1, exp1/{second}, exp1/sft/r1)"), line
 
 
-def test_the_daemon_says_a_database_locked_at_every_pass_once_until_that_changes(store, tmp_path):
-    # Issue 24 (a): each pass's read of a locked database repeated the warning.
+def test_the_daemon_says_a_database_locked_at_every_pass_once_until_that_changes(store, tmp_path, monkeypatch):
+    # Issue 24 (a): each pass's read of a locked database repeated the warning. (A lock no private
+    # copy gets past: one that does is read once, and its next passes have nothing new to read.)
+    monkeypatch.setattr(sqlite_db, "COPY_LIMIT", 0)
     client = _client(store)
     run = client.create_run(client.create_experiment("pretrain"), run_name="r1").info.run_id
     _log(client, run, "loss", _calm_loss(range(1, 20)))

@@ -318,3 +318,26 @@ def test_the_daemon_alerts_a_spike_beside_a_run_with_a_float_step_once_across_a_
     write = _poisoned(tmp_path / "runs" / "trackio")
     assert alerted_once_across_a_kill(tmp_path, write, 55) == [("trackio/proj/b", "loss-spike", 55)]
 
+
+def test_a_database_held_in_exclusive_locking_mode_is_read_to_its_wals_committed_frames(written, tmp_path):
+    db = tmp_path / "proj.db"
+    shutil.copy(written / "proj.db", db)
+    whole = read(db, run=".", fmt="trackio_db", final=True, options=OPTIONS)
+    writer = sqlite3.connect(db, isolation_level=None)
+    writer.execute("PRAGMA wal_autocheckpoint = 0")
+    writer.execute("PRAGMA locking_mode = EXCLUSIVE")  # (readers wait for it: its WAL index is its own)
+    run_id = writer.execute("SELECT run_id FROM metrics WHERE run_name = 'r2' LIMIT 1").fetchone()[0]
+    add = "INSERT INTO metrics (run_id, timestamp, run_name, step, metrics) VALUES (?, '2026-01-01T00:00:00', 'r2', ?, ?)"
+    writer.execute(add, (run_id, 9, '{"train/loss": 2.0}'))  # committed: in the WAL alone
+    writer.execute("PRAGMA cache_size = 1")
+    writer.execute("BEGIN")
+    writer.executemany(add, [(run_id, step, '{"train/loss": 9.0}') for step in range(10, 2000)])  # (frames spilled, never committed)
+    try:
+        assert os.stat(f"{db}-wal").st_size > 100_000
+        res = read(db, run=".", fmt="trackio_db", final=True, options=OPTIONS)
+    finally:
+        writer.close()
+    told = f"database locked by a writer (waited {sqlite_db.BUSY_WAIT:g} s); what it had committed is read (from a private copy)"
+    assert [(p.message, p.unfinished) for p in res.problems] == [(told, True)]
+    added = res.frame.filter(pl.col("run") == "proj/r2").tail(1).select("step", "tag", "value").rows()
+    assert res.frame.height == whole.frame.height + 1 and added == [(9, "train/loss", 2.0)]

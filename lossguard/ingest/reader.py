@@ -25,6 +25,7 @@ from .formats.custom import LineFormatSpec
 from .formats.sniff import by_name, format_of
 from .needs import Needs
 from .problems import Problem, summarised
+from .sources import sqlite_db
 from .discover import Found, collect
 
 BUILTIN: dict[str, Reader] = {f.name: f.reader for f in FORMATS}
@@ -208,8 +209,13 @@ WORTH_A_WARNING = {".jsonl", ".ndjson", ".csv", ".log"}
 
 def unrecognised(path: Path, *, explicit: bool) -> Problem | None:
     """A file no format claimed: worth a warning if the user named it or its name promises metrics
-    (a stray README.txt under a runs folder is not). A name a format claims never comes here: the
-    name alone settles its format."""
+    (a stray README.txt under a runs folder is not), or if it is a database whose tables could not
+    be read now (a writer's lock no private copy got past: whose it is is not known, and it may
+    well be a tracker's). A name a format claims never comes here: the name alone settles its format."""
+    if explicit or path.name.lower().endswith(sqlite_db.SUFFIXES):
+        blocked = sqlite_db.tables_or_damage(path)[1]
+        if blocked is not None and not blocked.dead:
+            return Problem(str(path), blocked.message)
     if explicit or path.suffix.lower() in WORTH_A_WARNING:
         return Problem(str(path), "no training metrics recognised in this file")
     return None

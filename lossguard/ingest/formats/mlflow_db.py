@@ -58,9 +58,12 @@ class MlflowDbFormat:
                 uuids = set(got.get_column("uuid").unique().to_list()) if got is not None else set()
                 names = run_names(db, uuids | {r[1] for r in refused if isinstance(r[1], str)})
                 got, begun = _numbered(db, _logged_order(got), final=final) if got is not None else (None, [])  # (numbered in the order logged)
+                told = db.told
         except sqlite_db.Unreadable as exc:
             return no_rows(source, cursor if exc.dead else sqlite_db.again(cursor), exc.message, dead=exc.dead)
-        problems = (Problem(source, sqlite_db.RESTARTED),) if fetched.restarted else ()
+        problems = (Problem(source, told, unfinished=True),) if told else ()
+        if fetched.restarted:
+            problems += (Problem(source, sqlite_db.RESTARTED),)
         problems += tuple(sqlite_db.passed_over(source, _passed(refused, names)))
         problems += tuple(Problem(source, stepless(names[uuid], key, beside=beside)) for uuid, key, beside in begun if uuid in names)
         return Parsed(_frame(got, names) if got is not None else pl.DataFrame(schema=NAMED_RAW), fetched.cursor, problems)

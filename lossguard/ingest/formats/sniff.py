@@ -111,9 +111,10 @@ def _text_lines(data: bytes) -> tuple[list[str], int]:
 
 def by_database(path: Path) -> str | None:
     """The format of a SQLite database, by its tables; None for a database no tracker wrote (an
-    application's, lossguard's own state): passed over in silence, never read as lines."""
+    application's, lossguard's own state): passed over in silence, never read as lines. None too
+    for one whose tables can not be read now (locked: reader.unrecognised says so)."""
     found, damage = sqlite_db.tables_or_damage(path)
-    if damage is not None:
+    if damage is not None and damage.dead:
         # A damaged database goes to the first database reader, whose open says what is wrong
         # (naming the file) and marks it dead: not passed over as some application's.
         return next(fmt.name for fmt in FORMATS if fmt.tables is not None)

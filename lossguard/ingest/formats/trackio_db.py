@@ -48,9 +48,12 @@ class TrackioDbFormat:
                 rows = [row for batch in fetched.batches for row in batch]
                 runs = {(r[1], r[2]) for r in rows if isinstance(r[1], str) and isinstance(r[2], str)}
                 names = _run_names(db, path, runs) if has_ids else {name: f"{path.stem}/{name}" for _, name in runs}
+                told = db.told
         except sqlite_db.Unreadable as exc:
             return no_rows(source, cursor if exc.dead else sqlite_db.again(cursor), exc.message, dead=exc.dead)
-        problems = [Problem(source, sqlite_db.RESTARTED)] if fetched.restarted else []
+        problems = [Problem(source, told, unfinished=True)] if told else []
+        if fetched.restarted:
+            problems.append(Problem(source, sqlite_db.RESTARTED))
         frame, passed = _frame(rows, names, path.stem)
         problems += sqlite_db.passed_over(source, passed)
         return Parsed(frame, fetched.cursor, tuple(problems))

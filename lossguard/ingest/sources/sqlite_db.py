@@ -17,15 +17,25 @@ its time moving) makes the next pass read it. A read cut short (`limit`) says ho
 proportion, below the size. Rows renumbered (VACUUM) or a database replaced in place are told by
 the row at the watermark no longer being the one read there (`Cursor.mark`): the database is read
 again from its start (the state's incident keys, by run, rule and step, keep that from alerting twice).
+
+A database a writer holds locked for longer than BUSY_WAIT, or one whose writer died mid-commit
+(its hot journal can only be rolled back by a connection that may write, which a read-only one is
+not: SQLITE_READONLY_ROLLBACK), is read from a private copy of the file and its journal or WAL:
+SQLite rolls the copy's journal back (or takes only the WAL's committed frames), so what is read
+is what was committed, never the pages of a transaction under way. The copy is taken only when
+the files are the same before and after it (a commit in between would tear it) and COPY_LIMIT
+bounds it; otherwise the read says why and the next pass tries again.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import sqlite3
+import tempfile
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Generic, TypeVar
@@ -45,6 +55,9 @@ BUSY_WAIT = 0.25
 """Seconds a read waits for a writer's lock before it gives up until the next pass."""
 BATCH = 20_000
 """Rows one statement fetches: a transaction of its own, a few ms, so a writer waits that long at most."""
+COPY_LIMIT = 256 << 20
+"""Bytes of a database with its journal or WAL at most copied to read what was committed past a
+writer's lock or a dead writer's journal: a larger one is read again at the next pass."""
 MIN_ROWS = 1_000
 """Rows a read cut short by its limit still gets, whatever the bytes a row seems to take."""
 T = TypeVar("T")
@@ -86,6 +99,11 @@ def stamp(path: str | Path, st: os.stat_result | None = None) -> tuple[int, int]
     return st.st_size + wal.st_size, max(st.st_mtime_ns, wal.st_mtime_ns)
 
 
+BLOCKED = ("SQLITE_BUSY", "SQLITE_LOCKED", "SQLITE_READONLY_ROLLBACK", "SQLITE_READONLY_RECOVERY", "SQLITE_READONLY_CANTINIT", "SQLITE_READONLY_CANTLOCK")
+"""What a read-only open says of a database that a writer holds locked, whose journal a dead writer
+left hot, or whose WAL must be recovered first: a private copy can still be read."""
+
+
 def _unreadable(exc: sqlite3.Error) -> Unreadable:
     name = getattr(exc, "sqlite_errorname", "") or ""
     if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):
@@ -97,20 +115,112 @@ def _unreadable(exc: sqlite3.Error) -> Unreadable:
     return Unreadable(f"cannot read the database ({exc}); read again at the next pass", dead=False)
 
 
+class Connection(sqlite3.Connection):
+    """A connection that says how it was opened: `told`, what a read of it must say (it reads a
+    private copy: the database was locked, or a writer died mid-commit), or None."""
+
+    told: str | None = None
+
+
 @contextmanager
-def opened(path: Path) -> Iterator[sqlite3.Connection]:
-    """The database read-only, in autocommit (each statement its own transaction); SQLite's errors
-    come out as Unreadable."""
+def opened(path: Path) -> Iterator[Connection]:
+    """The database read-only, in autocommit (each statement its own transaction), or a private
+    copy of it when a writer's lock or a dead writer's journal bars a read-only one (`told` says
+    so); SQLite's errors come out as Unreadable."""
+    with ExitStack() as spare:
+        db = _open(path, lambda: Path(spare.enter_context(tempfile.TemporaryDirectory(prefix="lossguard-db-"))))
+        try:
+            yield db
+        except sqlite3.Error as exc:
+            raise _unreadable(exc) from None
+        finally:
+            db.close()
+
+
+def _connect(uri: str) -> Connection:
+    db = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=BUSY_WAIT, check_same_thread=False, factory=Connection)
+    assert isinstance(db, Connection)
+    return db
+
+
+def _open(path: Path, spare: Callable[[], Path]) -> Connection:
+    """A read-only connection that could read the schema (SQLite takes its shared lock and looks
+    for a hot journal then), else one onto a private copy (in the folder `spare` makes, removed
+    with the connection's use)."""
     try:
-        db = sqlite3.connect(f"file:{quote(os.fspath(path))}?mode=ro", uri=True, isolation_level=None, timeout=BUSY_WAIT, check_same_thread=False)
+        db = _connect(f"file:{quote(os.fspath(path))}?mode=ro")
     except sqlite3.Error as exc:
         raise _unreadable(exc) from None
     try:
-        yield db
+        db.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        return db
     except sqlite3.Error as exc:
-        raise _unreadable(exc) from None
-    finally:
         db.close()
+        name = getattr(exc, "sqlite_errorname", "") or ""
+        if not name.startswith(BLOCKED):
+            raise _unreadable(exc) from None
+        hot = name.startswith("SQLITE_READONLY_ROLLBACK")
+    copy, why = _private_copy(path, spare)
+    if copy is None:
+        raise Unreadable(_blocked(path, hot=hot, why=why), dead=False)
+    try:
+        db = _connect(f"file:{quote(os.fspath(copy))}?mode=rw")
+        db.execute("SELECT count(*) FROM sqlite_master").fetchone()  # (rolls the copy's journal back, or recovers its WAL)
+    except sqlite3.Error as exc:
+        raise _unreadable(exc) from None
+    db.told = _blocked(path, hot=hot, why=None)
+    return db
+
+
+def _journal_bytes(path: Path) -> int:
+    try:
+        return os.stat(f"{os.fspath(path)}-journal").st_size
+    except OSError:
+        return 0
+
+
+def _blocked(path: Path, *, hot: bool, why: str | None) -> str:
+    """What a read says of a database a read-only connection could not read: read from a private
+    copy (`why` None), or not at all, and why."""
+    if hot:
+        said = f"a writer died mid-commit: its journal holds {_journal_bytes(path):,} bytes of a transaction never committed"
+        if why is None:
+            return f"{said}; what was committed is read (from a private copy, the journal rolled back; the next writer to open the database rolls it back too)"
+        return f"{said}, and {why}; read again at the next pass (or once a writer has opened the database: it rolls the journal back)"
+    said = f"database locked by a writer (waited {BUSY_WAIT:g} s)"
+    if why is None:
+        return f"{said}; what it had committed is read (from a private copy)"
+    return f"{said}, and {why}; read again at the next pass, nothing is lost"
+
+
+def _private_copy(path: Path, spare: Callable[[], Path]) -> tuple[Path | None, str | None]:
+    """A copy of the database with its journal or WAL (never the readers' `-shm`) in the folder
+    `spare` makes, or None and why not: too big, or changed while copied. The file is copied before its journal: a
+    page a writer overwrites in the file after that copy had its original put in the journal before
+    (SQLite's order), so the journal copied later holds it; a commit that ends meanwhile deletes or
+    rewrites the journal and changes the file, which the stats taken around the copy tell."""
+    sides = [side for side in ("-journal", "-wal") if os.path.exists(f"{os.fspath(path)}{side}")]
+    files = [os.fspath(path), *(f"{os.fspath(path)}{side}" for side in sides)]
+    try:
+        before = [_identity(f) for f in files]
+        if sum(size for _, size, _ in before) > COPY_LIMIT:
+            return None, f"it is larger than the {COPY_LIMIT >> 20} MiB read from a private copy at most"
+        copy = spare() / "copy.db"
+        for f, side in zip(files, ["", *sides]):
+            shutil.copyfile(f, f"{copy}{side}")
+        after = [_identity(f) for f in files]
+    except FileNotFoundError:
+        return None, "it changed while it was copied"
+    except OSError as exc:
+        return None, f"it could not be copied to read ({exc.strerror or exc})"
+    if before != after:
+        return None, "it changed while it was copied"
+    return copy, None
+
+
+def _identity(path: str) -> tuple[int, int, int]:
+    st = os.stat(path)
+    return st.st_ino, st.st_size, st.st_mtime_ns
 
 
 def tables(path: Path) -> frozenset[str]:
@@ -119,9 +229,11 @@ def tables(path: Path) -> frozenset[str]:
 
 
 def tables_or_damage(path: Path) -> tuple[frozenset[str], Unreadable | None]:
-    """The tables of a database, and, where a file that starts as a database can not be read at
-    all (cut short by a copy, overwritten: SQLite says it is malformed), why: such a file is a
-    tracker's damaged database far more often than an application's, and is worth a word."""
+    """The tables of a database, and, where a file that starts as a database can not be read, why:
+    for ever (cut short by a copy, overwritten: SQLite says it is malformed; such a file is a
+    tracker's damaged database far more often than an application's, and is worth a word), or for
+    now (a writer's lock no private copy could get past: read again later, never taken for an
+    application's database)."""
     try:
         with open(path, "rb") as fh:
             if not is_database(fh.read(len(MAGIC))):
@@ -131,7 +243,7 @@ def tables_or_damage(path: Path) -> tuple[frozenset[str], Unreadable | None]:
     except OSError:
         return frozenset(), None
     except Unreadable as exc:
-        return frozenset(), exc if exc.dead else None
+        return frozenset(), exc
 
 
 def columns(db: sqlite3.Connection, table: str) -> frozenset[str]:
