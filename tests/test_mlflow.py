@@ -674,3 +674,47 @@ def test_rows_no_reader_can_take_are_passed_over_by_run_and_row_and_every_other_
     assert sorted(r.run for r in result.runs) == sorted(expected)
     assert ("exp1/pretrain/r1", "loss-nonfinite") in {(i.run, i.rule) for i in result.incidents}
 
+
+def test_what_the_first_pass_could_not_read_is_judged_as_new_once_readable_and_alerted_once(store, tmp_path, monkeypatch):
+    monkeypatch.setattr(sqlite_db, "COPY_LIMIT", 0)  # (a lock no private copy gets past)
+    client = _client(store)
+    run = client.create_run(client.create_experiment("pretrain"), run_name="r1").info.run_id
+    _log(client, run, "loss", [*_calm_loss(range(1, 30)), (30, 9.0), *_calm_loss(range(31, 100))])
+    said: list[str] = []
+    state = State(tmp_path / "state")
+    follower = Follower([store.parent.parent], rules=default_rules(), state=state, log=said.append, pass_budget=WAIT_FOR_EVERY_READ)
+    writer = sqlite3.connect(store, isolation_level=None)
+    writer.execute("BEGIN EXCLUSIVE")
+    try:
+        first = follower.run_pass(1.0)  # (its tables could not even be read: whose it is is not known yet)
+        assert first.rows == 0 and first.notices == []
+        assert sum("database locked by a writer" in s for s in said) == 1
+        writer.execute("ROLLBACK")
+        _log(client, run, "loss", [*_calm_loss(range(100, 120)), (120, 9.0), *_calm_loss(range(121, 130))])
+        # Into the outbox, both: the spike of 30 as well, which the first start could not read.
+        opened = [(n.run, n.incident.step) for n in follower.run_pass(2.0).notices if n.kind == "opened"]
+        assert opened == [("exp1/pretrain/r1", 30), ("exp1/pretrain/r1", 120)]
+        _log(client, run, "loss", _calm_loss(range(130, 140)))
+        assert [n for n in follower.run_pass(3.0).notices if n.kind == "opened"] == []
+    finally:
+        writer.close()
+        state.close()
+
+
+def test_the_daemon_started_while_a_writer_holds_the_store_locked_alerts_what_is_logged_after_it_once(store, tmp_path):
+    client = _client(store)
+    run = client.create_run(client.create_experiment("pretrain"), run_name="r1").info.run_id
+    _log(client, run, "loss", [*_calm_loss(range(1, 20)), (20, 9.0), *_calm_loss(range(21, 40))])  # (an old spike: history)
+    writer = sqlite3.connect(store, isolation_level=None)
+    writer.execute("BEGIN EXCLUSIVE")  # (held through the daemon's first pass)
+
+    def write() -> None:
+        writer.execute("ROLLBACK")
+        writer.close()
+        logged = subprocess.run([sys.executable, "-c", textwrap.dedent(WRITER), str(store)], capture_output=True, text=True, timeout=300)
+        assert logged.returncode == 0, logged.stderr
+
+    try:
+        assert alerted_once_across_a_kill(tmp_path, write, 55) == [("exp1/pretrain/r1", "loss-spike", 55)]
+    finally:
+        writer.close()

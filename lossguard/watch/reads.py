@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import polars as pl
@@ -18,7 +18,9 @@ import polars as pl
 from ..detection.engine import SCAN_NEEDS
 from ..ingest import readmany
 from ..ingest.discover import segment_order
-from ..ingest.reader import ReadOptions, ReadResult, read
+from ..ingest.cursor import Cursor
+from ..ingest.reader import ReadOptions, ReadResult, read, unrecognised
+from ..ingest.sources import sqlite_db
 from ..state import FileRow, Transaction
 from .budget import Budget
 from .followed import Sighting, offset_of
@@ -180,6 +182,13 @@ class Reads:
         row = seen.row
         fmt = self._format(path, seen)
         if fmt is None:
+            if row.quiet and sqlite_db.is_database(row.fingerprint):
+                # A database no format claims is an application's, never read, or one whose tables a
+                # writer's lock hid: then it is no history (nothing of it could be read), and what
+                # it holds is judged as new once its tables can be read.
+                if (blocked := unrecognised(Path(path), explicit=False)) is not None:
+                    self.warn(str(blocked))
+                tx.put_file(replace(row, quiet=0))
             return True
         cursor = offset_of(row)
         block = self.budget.block(path)
@@ -209,12 +218,20 @@ class Reads:
             got.append((row.run, res.frame, cursor.offset < row.quiet, res.span, cursor.offset == 0))
         # Quiet until the read passes the size the file had at the first start (or, for a database,
         # which shrinks when checkpointed, the size it has now: a database's read that got every
-        # row says so by its offset, sources.sqlite_db).
-        quiet_until = row.quiet if res.cursor.offset < min(row.quiet, seen.size) else 0
+        # row says so by its offset, sources.sqlite_db), unless the file could not be read at all.
+        quiet_until = row.quiet if res.cursor.offset < min(row.quiet, seen.size) and not _unread(cursor, res) else 0
         updated = FileRow(path, row.run, fmt, row.device, row.inode, row.fingerprint, res.cursor.to_json(), res.dead, quiet_until, seen.mtime)
         if updated != row:
             tx.put_file(updated)
         return True
+
+
+def _unread(cursor: Cursor, res: ReadResult) -> bool:
+    """Whether a read of a file never read before got nothing of it, and said why (locked, denied,
+    an I/O error): what could not be read while the history was is no history. Once it can be, it
+    is judged as new, and what it holds alerted (once: the incidents go with the cursor's commit).
+    A record not yet whole (a W&B log's first) is not that: it is read, in time."""
+    return cursor.offset == 0 and res.cursor.offset == 0 and res.span is None and not res.dead and any(not p.unfinished for p in res.problems)
 
 
 def _own_runs(frame: pl.DataFrame, history: bool) -> list[Part]:
