@@ -8,7 +8,7 @@ bad content or a file that vanished: problems come back as data, naming the file
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fnmatch import fnmatch
 from pathlib import Path
 
@@ -201,7 +201,22 @@ def read_found(
         return FileResult(found, named, ReadResult(table.empty(lean=lean), Cursor(), (Problem(str(found.path), EMPTY),) if warn else ()))
     if fmt is None:
         return FileResult(found, None, None)
-    return FileResult(found, fmt, read(found.path, run=found.run, fmt=fmt, final=True, options=options, lean=lean, needs=needs, each=each))
+    return said_if_nothing(FileResult(found, fmt, read(found.path, run=found.run, fmt=fmt, final=True, options=options, lean=lean, needs=needs, each=each)))
+
+
+TABLES = ("csv", "jsonl")
+"""Formats whose every file is a table of metrics, named so by its suffix or claimed by its lines."""
+NOTHING_READ = "no metric read from this file: none of its records holds a number at a step"
+
+
+def said_if_nothing(res: FileResult) -> FileResult:
+    """A whole file of a table format that gave no value and said nothing, with a problem saying
+    so: a run whose one file was read as nothing was reported clean, a scan of it exit 0, having
+    judged nothing. (Its reader says why where it can tell: a CSV's header, JSON it refused.)"""
+    got = res.result
+    if res.format not in TABLES or got is None or got.problems or got.span is not None or got.frame.height or got.named:
+        return res
+    return replace(res, result=replace(got, problems=(Problem(str(res.found.path), NOTHING_READ),)))
 
 
 WORTH_A_WARNING = {".jsonl", ".ndjson", ".csv", ".log"}

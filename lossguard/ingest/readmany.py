@@ -143,11 +143,10 @@ def _parse_together(
         lines_in = lines_in.filter(~kept.get_column("file").is_in(list(alone)))
     keep = needs.keeper(options.aliases) if needs is not None else None
     rows, state = reader.parse(lines_in, Cursor(), None, keep=keep) if reader.narrows and keep is not None else reader.parse(lines_in, Cursor(), None)
-    if "line_no" not in rows.columns:
+    line_no = rows.get_column("line_no").to_numpy() if "line_no" in rows.columns else None
+    if line_no is None or (line_no.size > 1 and not bool((line_no[1:] >= line_no[:-1]).all())):
         return
-    line_no = rows.get_column("line_no").to_numpy()
-    if line_no.size > 1 and not bool((line_no[1:] >= line_no[:-1]).all()):
-        return
+    refusing = _refusing(reader, lines_in, rows, starts)
     rows = rows.drop("line_no")
     bounds = np.searchsorted(line_no, starts)
     if tags_of is not None:
@@ -177,7 +176,7 @@ def _parse_together(
         if not fine[i]:
             continue
         lo, hi = int(bounds[i]), int(bounds[i + 1])
-        if nulls[lo:hi].any() or (together.repeats and f.job.cursor.steps != REPEATS and repeats(steps[lo:hi], f.job.cursor.last_step)):
+        if i in refusing or nulls[lo:hi].any() or (together.repeats and f.job.cursor.steps != REPEATS and repeats(steps[lo:hi], f.job.cursor.last_step)):
             continue  # a step that is no whole number, or a repeated one not yet said: read() says it
         mine = line_no[lo:hi]
         records = int(np.unique(mine if record is None else mine[record[mine]]).size)
@@ -194,6 +193,14 @@ def _parse_together(
         span = (int(steps[lo:hi].min()), int(steps[lo:hi].max())) if hi > lo else None
         klo, khi = int(kept_bounds[i]), int(kept_bounds[i + 1])
         out[k] = ReadResult(finished.slice(klo, khi - klo), cursor, span=span)
+
+
+def _refusing(reader: LineFormat, lines: pl.DataFrame, rows: pl.DataFrame, starts: np.ndarray) -> set[int]:
+    """The files of a batch with a line their format refuses (LineFormat.refused): each is read on
+    its own, whose read says so."""
+    if reader.refused is None:
+        return set()
+    return {int(np.searchsorted(starts, n, side="right")) - 1 for n, _ in reader.refused(lines, rows)}
 
 
 def _records_together(reader, jobs: list[tuple[int, Job]], out: list[ReadResult | None], options: ReadOptions, needs: Needs | None, lean: bool, largest: int) -> None:  # noqa: ANN001 - (a format with read_together)

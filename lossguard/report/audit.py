@@ -28,7 +28,7 @@ from ..model import Incident
 from ..ingest.problems import Problem, summarised
 from ..ingest.sources import sqlite_db
 from ..ingest.readmany import Job
-from ..ingest.reader import FileResult, ReadOptions, read_found, unrecognised
+from ..ingest.reader import FileResult, ReadOptions, read_found, said_if_nothing, unrecognised
 from ..detection.rules import RuleSet
 from ..ingest.discover import Found, collect
 from ..ingest.formats.sniff import may_name_runs
@@ -152,7 +152,7 @@ def _read_together(batch: Sequence[tuple[str, Sequence[str]]], options: ReadOpti
                 jobs.append(Job(Path(path), Cursor(), run, fmt, final=True))
     for job, res in zip(jobs, readmany.read_many(jobs, options=options, needs=SCAN_NEEDS, lean=True, largest=TOGETHER_BYTES)):
         if res is not None:
-            out[str(job.path)] = FileResult(Found(job.run, job.path), job.fmt, res)
+            out[str(job.path)] = said_if_nothing(FileResult(Found(job.run, job.path), job.fmt, res))
     return out
 
 

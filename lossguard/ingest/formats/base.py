@@ -98,6 +98,11 @@ class LineFormat:
     carriage: bool = False
     """A carriage return ends a record too (textfile.iter_blocks): progress bars, whose line holds
     every redraw of a bar and ends only when the bar's loop does, are read as they are drawn."""
+    refused: Callable[[pl.DataFrame, pl.DataFrame], list[tuple[int, str]]] | None = None
+    """The lines that gave no placed row because the format's own syntax refuses them (a JSON line
+    cut short or mistyped), each with why (`not valid JSON (...)`): (the lines parsed, the rows they gave, with `line_no`)
+    -> (line_no, reason). Said once a read, as a step that is no number is; None: the format has no
+    syntax of its own to hold a line to."""
 
     streams = True
     """`each` takes the rows of each block as it is read (reader.read)."""
@@ -112,6 +117,7 @@ class LineFormat:
         start = cursor
         warned = False
         unplaced, first_unplaced = 0, None
+        refused, first_refused = 0, None
         binary, first_binary = 0, None
         size = STREAMED_BLOCK if each is not None else None
         # What the blocks' reading says (a line too long) is said in file order, before the block read
@@ -143,6 +149,10 @@ class LineFormat:
                     first_binary = first_binary if first_binary is not None else ready.first_binary
                 rows, state = self.parse(ready.kept, cursor, ready.raw, keep=keep) if self.narrows and keep is not None else self.parse(ready.kept, cursor, ready.raw)
                 if "line_no" in rows.columns:
+                    if self.refused is not None and (bad := self.refused(ready.kept, rows)):
+                        refused += len(bad)
+                        first_refused = first_refused or bad[0]
+                        rows = rows.filter(~pl.col("line_no").is_in([n for n, _ in bad]))
                     if rows.get_column("step").null_count():
                         lost = rows.filter(pl.col("step").is_null()).get_column("line_no").unique()
                         unplaced += lost.len()
@@ -168,6 +178,10 @@ class LineFormat:
             # follows is still the log. Once a read, as for the lines below.
             more = f" (and {binary - 1:,} more line(s) like it)" if binary > 1 else ""
             problems.append(Problem(source, f"NUL or other binary bytes in a text log; this line is skipped{more}, the rest of the file is read", line=first_binary))
+        if first_refused is not None:
+            more = f" (and {refused - 1:,} more line(s) like it)" if refused > 1 else ""
+            line, why = first_refused
+            problems.append(Problem(source, f"{why}; this line is skipped{more}", line=line))
         if unplaced:
             # One summary per read, not a warning per line: a log can hold millions of them.
             more = f" (and {unplaced - 1:,} more line(s) like it)" if unplaced > 1 else ""

@@ -16,6 +16,7 @@ from __future__ import annotations
 import csv
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +27,43 @@ from ..cursor import Cursor
 from ..problems import Problem
 from ..sources.textfile import STREAMED_BLOCK, iter_blocks, not_utf8
 from .base import STEP_FALLBACKS, Format, Keep, Parsed, Sink, lines_of
+
+SEPARATORS = (",", "\t", ";", "|")
+"""The field separators a metrics table is written with, in the order a tie between them is settled."""
+QUOTED = re.compile(r'"(?:[^"]|"")*"')
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """How a file's fields are written, as its header line shows: Python's csv module and pandas
+    write commas unless told otherwise (`delimiter="\t"`, `sep=";"`), and a spreadsheet saving in
+    a locale whose decimal mark is the comma (LibreOffice, Excel in de_DE, fr_FR...) separates its
+    fields with `;` and writes `1,5` for 1.5. Read with commas, such a file was one column a line:
+    nothing read, and nothing said."""
+
+    separator: str = ","
+    decimal_comma: bool = False
+
+    @classmethod
+    def of(cls, header: str) -> Dialect:
+        """The separator the header holds most of outside quotes (a metric's name holds none of them,
+        or is quoted: `"loss, smoothed"`); a header of one name is comma-separated. A file not
+        separated by commas may write its decimals with one."""
+        bare = QUOTED.sub("", header)
+        counts = {sep: bare.count(sep) for sep in SEPARATORS}
+        separator = max(SEPARATORS, key=counts.__getitem__)
+        if not counts[separator]:
+            return COMMAS
+        return cls(separator, decimal_comma=separator != ",")
+
+    def names(self, header: str) -> list[str]:
+        return next(csv.reader([header], delimiter=self.separator), [])
+
+    def fields(self, text: str) -> list[str]:
+        return next(csv.reader([text], delimiter=self.separator), [])
+
+
+COMMAS = Dialect()
 
 STEP_COLUMNS = ("step", "global_step", "iteration", "iter", "trainer/global_step", "_step", "num_updates", "steps", "training_iteration")
 EPOCH = "epoch"
@@ -39,17 +77,18 @@ def _first_line(path: Path, most: int = 1 << 20) -> str | None:
     return head.decode("utf-8", errors="replace").rstrip("\r\n")
 
 
-def _frame(header: str, body: bytes, *, source: str, first_line: int, problems: list[Problem]) -> pl.DataFrame:
+def _frame(header: str, body: bytes, *, dialect: Dialect, source: str, first_line: int, problems: list[Problem]) -> pl.DataFrame:
     """All cells as strings; polars does the work, the stdlib reader only where polars refuses."""
     data = header.encode("utf-8") + b"\n" + body
-    names = next(csv.reader([header]))
+    names = dialect.names(header)
+    options = {"separator": dialect.separator, "truncate_ragged_lines": True, "encoding": "utf8-lossy"}
     try:
         # Numbers parsed by the CSV reader itself; a column that is not numbers everywhere falls back to text.
-        return pl.read_csv(data, schema=dict.fromkeys(names, pl.Float64()), truncate_ragged_lines=True, encoding="utf8-lossy")
+        return pl.read_csv(data, schema=dict.fromkeys(names, pl.Float64()), decimal_comma=dialect.decimal_comma, **options)
     except pl.exceptions.PolarsError:
         pass
     try:
-        return pl.read_csv(data, infer_schema=False, truncate_ragged_lines=True, encoding="utf8-lossy")
+        frame = pl.read_csv(data, infer_schema=False, **options)
     except pl.exceptions.PolarsError as exc:
         rows = []
         bad: list[int] = []
@@ -57,7 +96,7 @@ def _frame(header: str, body: bytes, *, source: str, first_line: int, problems: 
         # field, a field over its size limit) costs that line, not the block.
         for i, text in enumerate(lines_of(body.decode("utf-8", errors="replace"))):
             try:
-                fields = next(csv.reader([text]), [])
+                fields = dialect.fields(text)
             except csv.Error:
                 bad.append(first_line + i)
                 continue
@@ -69,13 +108,26 @@ def _frame(header: str, body: bytes, *, source: str, first_line: int, problems: 
             problems.append(Problem(source, f"unreadable CSV line skipped{more}", line=bad[0]))
         if not rows and not bad:
             problems.append(Problem(source, f"unreadable CSV: {exc}", line=first_line))
-        return pl.DataFrame(rows, schema=dict.fromkeys(names, pl.String()), orient="row")
+        frame = pl.DataFrame(rows, schema=dict.fromkeys(names, pl.String()), orient="row")
+    return _decimal_points(frame) if dialect.decimal_comma else frame
 
 
 def _numbers(column: pl.Series) -> pl.Series:
     if column.dtype == pl.String:
         return column.str.strip_chars().cast(pl.Float64, strict=False)
     return column.cast(pl.Float64, strict=False)
+
+
+DECIMAL_COMMA = r"^\s*[-+]?\d*,\d+(?:[eE][-+]?\d+)?\s*$"
+
+
+def _decimal_points(frame: pl.DataFrame) -> pl.DataFrame:
+    """A comma-decimal file's numbers as numbers (`1,5`: 1.5), where polars read the block as text
+    (a cell no number): only cells that are a number but for their comma change."""
+    text = [c for c, t in frame.schema.items() if t == pl.String]
+    return frame.with_columns(
+        pl.when(pl.col(c).str.contains(DECIMAL_COMMA)).then(pl.col(c).str.replace(",", ".", literal=True)).otherwise(pl.col(c)).alias(c) for c in text
+    )
 
 
 def _rows(frame: pl.DataFrame, cursor: Cursor, *, keep: Keep | None = None, skip: int = 0, tag: str = "value") -> tuple[pl.DataFrame, table.Span | None, Cursor]:
@@ -85,9 +137,8 @@ def _rows(frame: pl.DataFrame, cursor: Cursor, *, keep: Keep | None = None, skip
     lowered = {c.lower(): c for c in frame.columns}
     if frame.height and _long(lowered):
         return _long_rows(frame, lowered, cursor, keep=keep, skip=skip, tag=tag)
-    step_col = next((lowered[k] for k in STEP_COLUMNS if k in lowered), None)
-    by_epoch = step_col is None and EPOCH in lowered
-    step_col = lowered[EPOCH] if by_epoch else step_col
+    step_col = _step_column(lowered)
+    by_epoch = step_col is not None and step_col.lower() == EPOCH
     n = frame.height
     if n == 0:
         return table.empty_raw().with_columns(pl.lit(None, dtype=pl.Int64).alias("record")), None, cursor
@@ -195,6 +246,7 @@ class CsvFormat:
     ) -> Parsed:
         """`skip`: data rows already handed out (of a file rewritten with a new header)."""
         problems: list[Problem] = []
+        whole = final and limit is None and cursor.offset == 0  # (the whole file, read from its top: scan's read)
         source = str(path)
         if cursor.header is not None and cursor.offset > 0:
             current = _first_line(path)
@@ -206,6 +258,7 @@ class CsvFormat:
         frames: list[pl.DataFrame] = []
         spans: list[table.Span | None] = []
         warned = False
+        handed, unplaced, first_unplaced = 0, 0, None
         for block in iter_blocks(path, cursor, final=final, problems=problems, limit=limit, block=STREAMED_BLOCK if each is not None else None):
             data, first = block.data, block.first_line
             if not warned:
@@ -221,13 +274,59 @@ class CsvFormat:
                 head, _, data = data.partition(b"\n")
                 header, first = head.decode("utf-8", errors="replace").rstrip("\r"), first + 1
             if data and not data.isspace():  # (strip() would copy the block to answer)
-                frame = _frame(header, data, source=source, first_line=first, problems=problems)
+                frame = _frame(header, data, dialect=Dialect.of(header), source=source, first_line=first, problems=problems)
+                lost = _unplaced(frame, skip=skip - cursor.index)
+                if lost.size:
+                    unplaced += lost.size
+                    first_unplaced = first_unplaced if first_unplaced is not None else first + int(lost[0])
                 rows, span, cursor = _rows(frame, cursor, keep=keep, skip=skip, tag=_one_metric(path))
                 spans.append(span)
+                handed += rows.height
                 each(rows) if each is not None else frames.append(rows)
             cursor = block.cursor.advance(header=header, index=cursor.index, last_step=cursor.last_step, steps=cursor.steps)
+        if unplaced:
+            # One summary per read, as for the text formats' lines: a file can hold millions of them.
+            more = f" (and {unplaced - 1:,} more row(s) like it)" if unplaced > 1 else ""
+            problems.append(Problem(source, f"step is not a whole number from 0 to 2^63-1; this row's values are skipped{more}", line=first_unplaced))
+        span = table.joined(spans)
+        if whole and not handed and span is None and cursor.header is not None:
+            problems.append(_nothing_read(source, cursor))
         rows = pl.concat(frames, rechunk=False) if frames else _rows(pl.DataFrame(), cursor)[0]
-        return Parsed(rows, cursor, tuple(problems), span=table.joined(spans), projected=keep is not None)
+        return Parsed(rows, cursor, tuple(problems), span=span, projected=keep is not None)
+
+
+def _step_column(lowered: dict[str, str]) -> str | None:
+    """The column holding a row's step: a step column, else the epoch (Keras' CSVLogger)."""
+    return next((lowered[k] for k in (*STEP_COLUMNS, EPOCH) if k in lowered), None)
+
+
+def _unplaced(frame: pl.DataFrame, *, skip: int = 0) -> np.ndarray:
+    """The rows (0-based, of those after the first `skip`) whose step cell holds something that is
+    no whole number (`inf`, `nan`, `1e30`, a word): their values are at no step. A cell repeating
+    the step column's own name is the header written again (DeepSpeed's csv_monitor on a resumed
+    job), no row; an empty cell is no step written."""
+    step_col = _step_column({c.lower(): c for c in frame.columns})
+    if step_col is None or not frame.height:
+        return np.zeros(0, dtype=np.int64)
+    cells = frame.get_column(step_col)
+    if cells.dtype == pl.String:
+        text = cells.str.strip_chars()
+        written = text.is_not_null() & (text != "") & (text.str.to_lowercase() != step_col.lower())
+    else:
+        written = cells.is_not_null()
+    lost = (written & _numbers(cells).cast(pl.Int64, strict=False).is_null()).to_numpy()
+    lost[: max(skip, 0)] = False
+    return np.flatnonzero(lost)
+
+
+def _nothing_read(source: str, cursor: Cursor) -> Problem:
+    """What a whole file that gave no value says: scan would otherwise call the run clean having
+    judged nothing (a file whose separator or decimal mark was not recognised, a table of notes)."""
+    if not cursor.index:
+        return Problem(source, "a header and no data row: no metric read from this file")
+    header = cursor.header or ""
+    shown = header if len(header) <= 120 else header[:117] + "..."
+    return Problem(source, f"no metric read from this file: none of its columns holds a number at a step in its {cursor.index:,} data row(s) (header: {shown!r})")
 
 
 def _one_metric(path: Path) -> str:

@@ -166,8 +166,35 @@ def rows_of(
     return table.conform_raw(rows), state
 
 
+JSON_OPENING = r"""\{\s*"(?:[^"\\\n]|\\.)*"\s*:"""
+"""Where a line's JSON object opens: a brace and its first key. (A bare `{` opens a dict printed over
+several lines, and `{'` a Python repr, neither a JSON line.)"""
+_JSON_OPENING = re.compile(JSON_OPENING)
+_DECODER = json.JSONDecoder()
+
+
+def refused_json(lines: pl.DataFrame, rows: pl.DataFrame) -> list[tuple[int, str]]:
+    """The lines opening a JSON object that gave no placed row and that JSON refuses (a line cut
+    short, a missing comma or value), with JSON's reason: dropped without a word, they were a
+    training step missing from the curve. A line the regex read values from (a tensor's repr
+    printed into a JSON-looking line) is read, not refused; an object that is JSON but holds no
+    number (an event, a config) is no error. (JSON parsed only on the lines that gave no row.)"""
+    placed = rows.filter(pl.col("step").is_not_null()).get_column("line_no") if rows.height else pl.Series([], dtype=pl.Int64)
+    suspects = lines.filter(~pl.col("line_no").is_in(placed.implode()) & pl.col("text").str.contains(JSON_OPENING))
+    refused = []
+    for line_no, text in suspects.select("line_no", "text").iter_rows():
+        at = _JSON_OPENING.search(text)
+        assert at is not None
+        try:
+            _DECODER.raw_decode(text, at.start())  # (text after the object is a console's, not JSON's)
+        except ValueError as exc:
+            why = f"{exc.msg} at column {exc.colno}" if isinstance(exc, json.JSONDecodeError) else str(exc)
+            refused.append((int(line_no), f"not valid JSON ({why})"))
+    return refused
+
+
 JSONL = LineFormat(
-    "jsonl", parse_json, prefilter=r"\{",
+    "jsonl", parse_json, prefilter=r"\{", refused=refused_json,
     # A line's rows depend on the lines before it (and the cursor) only when it names no step: it then
     # takes the last step before it, or the next record number.
     together=Together(lambda lines: lines.select((~pl.col("text").str.contains(STEP_ITEM)).alias("alone"))),
