@@ -1,7 +1,9 @@
 """A table of metrics (CSV, JSON lines) is read whatever its dialect, or says why it was not: a
 scan never calls a run clean having read nothing of it. CSV files are written by Python's csv
 module with the delimiter given, and as a spreadsheet in a comma-decimal locale exports them
-(LibreOffice's and Excel's `;` separator and `1,5`)."""
+(LibreOffice's and Excel's `;` separator and `1,5`); W&B's chart export has the shape its web
+app's "Export CSV" of a line chart writes (`Step`, then `<run> - <metric>` with its `__MIN` and
+`__MAX` range columns, every field quoted: wandb/wandb#5349, #6474)."""
 
 from __future__ import annotations
 
@@ -121,6 +123,47 @@ def test_a_csv_header_written_again_on_resume_is_no_row_to_warn_of(tmp_path):
     path = _write(tmp_path / "Train_Samples_train_loss.csv", [["step", "train_loss"], [1, 2.0], ["step", "train_loss"], [2, 1.9]])
     frame, _, problems = read_paths([path])
     assert problems == [] and frame.get_column("step").to_list() == [1, 2]
+
+
+def _chart_export(path: Path, runs: list[str], metrics: list[str], *, inf_in: str) -> Path:
+    """W&B's "Export CSV" of a line chart: `Step`, then per run and metric the value and its range."""
+    header = ["Step"] + [f"{r} - {m}{suffix}" for r in runs for m in metrics for suffix in ("", "__MIN", "__MAX")]
+    rows: list[list[object]] = [header]
+    for step in range(0, 300):
+        row: list[object] = [step]
+        for k, run in enumerate(runs):
+            for metric in metrics:
+                value = 2.0 * math.exp(-step / 100) + 0.01 * ((step * 7 + k) % 5) + (0.3 if metric.startswith("eval") else 0.0) + k
+                if run == inf_in and metric == "train/loss" and step == 222:
+                    value = math.inf
+                if metric.startswith("eval") and step % 50:
+                    row += ["", "", ""]  # (eval logged every 50 steps: empty cells between)
+                else:
+                    row += [value, value, value]
+        rows.append(row)
+    return _write(path, rows, quoting=csv.QUOTE_ALL)
+
+
+def test_a_wandb_chart_export_is_one_run_a_prefix_its_range_columns_not_judged(tmp_path, capsys):
+    path = _chart_export(tmp_path / "wandb_export_2026-01-05T10_00_00.000+01_00.csv", ["glad-sun-12", "wild - moon-13"], ["train/loss", "eval/loss"], inf_in="wild - moon-13")
+    frame, _, problems = read_paths([path])
+    assert problems == []
+    stem = path.stem
+    assert sorted(frame.get_column("run").unique().to_list()) == [f"{stem}/glad-sun-12", f"{stem}/wild - moon-13"]
+    assert sorted(frame.get_column("tag").unique().to_list()) == ["eval/loss", "train/loss"]
+    for k, run in enumerate(["glad-sun-12", "wild - moon-13"]):
+        mine = frame.filter(pl.col("run") == f"{stem}/{run}")
+        evals = mine.filter(pl.col("tag") == "eval/loss")
+        assert evals.get_column("step").to_list() == list(range(0, 300, 50))  # each run's own, not merged
+        assert evals.get_column("value").to_list() == pytest.approx([2.0 * math.exp(-s / 100) + 0.01 * ((s * 7 + k) % 5) + 0.3 + k for s in range(0, 300, 50)])
+        assert mine.filter(pl.col("tag") == "train/loss").height == 300
+    code, report = _scan(capsys, path)
+    assert code == 1
+    by_run = {r["run"]: r for r in report["runs"]}
+    assert by_run[f"{stem}/glad-sun-12"]["spikes"] == []
+    assert [(s["step"], s["metric"]) for s in by_run[f"{stem}/wild - moon-13"]["spikes"]] == [(222, "loss")]
+    assert all(r["metrics"]["loss"] == "train/loss" for r in report["runs"])
+    assert not [w for r in report["runs"] for w in r["warnings"]]
 
 
 def _jsonl(path: Path, broken: dict[int, str]) -> Path:

@@ -137,6 +137,8 @@ def _rows(frame: pl.DataFrame, cursor: Cursor, *, keep: Keep | None = None, skip
     lowered = {c.lower(): c for c in frame.columns}
     if frame.height and _long(lowered):
         return _long_rows(frame, lowered, cursor, keep=keep, skip=skip, tag=tag)
+    if frame.height and (chart := _chart(frame.columns)):
+        return _chart_rows(frame, lowered, chart, cursor, keep=keep, skip=skip)
     step_col = _step_column(lowered)
     by_epoch = step_col is not None and step_col.lower() == EPOCH
     n = frame.height
@@ -220,6 +222,65 @@ def _long_rows(
     rows = rows.filter(pl.col("record") > skip) if skip > cursor.index else rows
     if keep is not None:
         kept = [t for t in rows.get_column("tag").cast(pl.String).unique().to_list() if keep(t)]  # (asked once a name)
+        rows = rows.filter(pl.col("tag").cast(pl.String).is_in(kept))
+    own = steps.drop_nulls() if step_col else None
+    after = cursor.advance(index=cursor.index + n, last_step=own[-1] if own is not None and own.len() else cursor.last_step)
+    return rows, span, after
+
+
+CHART_COLUMN = re.compile(r"^(?P<run>.+) - (?P<metric>.+?)(?P<range>__MIN|__MAX)?$")
+"""A column of W&B's "Export CSV" of a line chart: `<run> - <metric>` a run's values, `__MIN` and
+`__MAX` after it the range of the chart's point (the values a bucket of a sampled chart, or a
+smoothed line, stands for: the same metric, not one to judge)."""
+
+
+def _chart(columns: list[str]) -> dict[str, tuple[str, str]] | None:
+    """The columns of a W&B chart export holding values, each with its run and metric; None for a
+    file of another shape. Every column but the x-axis (`Step`, or a wall time) is `<run> - <metric>`
+    (a run's name may hold ` - `: the metric is after the last)."""
+    values: dict[str, tuple[str, str]] = {}
+    axis = {*STEP_COLUMNS, EPOCH, *WALL_COLUMNS, "relative time (wall)", "relative time (process)"}
+    for column in columns:
+        if column.lower() in axis:
+            continue
+        found = CHART_COLUMN.match(column)
+        if found is None:
+            return None
+        if found["range"] is None:
+            values[column] = (found["run"], found["metric"])
+    return values or None
+
+
+def _chart_rows(
+    frame: pl.DataFrame, lowered: dict[str, str], chart: dict[str, tuple[str, str]], cursor: Cursor, *, keep: Keep | None, skip: int
+) -> tuple[pl.DataFrame, table.Span | None, Cursor]:
+    """W&B's line-chart export, several runs side by side (`Step, a - train/loss, a - train/loss__MIN,
+    a - train/loss__MAX, b - train/loss, ...`): each `<run> - ` a run of its own (the rows' `run`),
+    its metric named as the run logged it; the `__MIN`/`__MAX` range columns are not read. Read as a
+    table of columns, no column was the loss and two runs' same metric fell into one series."""
+    n = frame.height
+    record = np.arange(cursor.index + 1, cursor.index + 1 + n, dtype=np.int64)
+    step_col = _step_column(lowered)
+    steps = _numbers(frame.get_column(step_col)).cast(pl.Int64, strict=False) if step_col else pl.Series(record)
+    columns = list(chart)
+    long = (
+        frame.select(steps.alias("step"), pl.Series("record", record), *(_numbers(frame.get_column(c)).alias(str(k)) for k, c in enumerate(columns)))
+        .unpivot(index=["step", "record"], variable_name="column", value_name="value")
+        .with_columns(pl.col("column").cast(pl.UInt32))
+        .filter(pl.col("step").is_not_null() & pl.col("value").is_not_null())
+        .sort("record", "column")  # (row-major, as the file reads)
+    )
+    runs = pl.Series([chart[c][0] for c in columns], dtype=pl.String())
+    tags = pl.Series([chart[c][1] for c in columns], dtype=pl.String())
+    rows = long.select(
+        "step", "record", tags.gather(long.get_column("column")).cast(pl.Categorical()).alias("tag"), "value",
+        pl.lit(None, dtype=pl.Float64).alias("wall_time"), runs.gather(long.get_column("column")).alias("run"),
+    )
+    covered = rows.get_column("step")
+    span = (int(covered.min()), int(covered.max())) if keep is not None and covered.len() else None
+    rows = rows.filter(pl.col("record") > skip) if skip > cursor.index else rows
+    if keep is not None:
+        kept = [t for t in dict.fromkeys(tags.to_list()) if keep(t)]
         rows = rows.filter(pl.col("tag").cast(pl.String).is_in(kept))
     own = steps.drop_nulls() if step_col else None
     after = cursor.advance(index=cursor.index + n, last_step=own[-1] if own is not None and own.len() else cursor.last_step)
