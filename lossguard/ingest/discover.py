@@ -24,6 +24,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from .formats.csvlog import TENSORBOARD_EXPORT
+from .formats.tb_parts import EVENT_FILE, sub_writer
 from .formats.sniff import LAYOUTS, RENAMED, by_name, in_layout, may_name_runs, tracked
 from ..errors import UsageError
 from ..escaping import decodable
@@ -141,9 +142,19 @@ def _names_its_run(name: str, folder: str) -> bool:
     return suffix.lower() in LOG_SUFFIXES and (stem.lower() in RUN_LOG_STEMS or (stem == folder and stem != ""))
 
 
-@lru_cache(maxsize=65536)
 def run_name(path: Path, root: Path) -> str:
-    """The run a file belongs to, relative to the root it was found under."""
+    """The run a file belongs to, relative to the root it was found under. An event file that is
+    one part of a run (tfevents.sub_writer) is its run's: asked each time, not cached, since Keras'
+    `train/` becomes a part when its `validation/` appears beside it."""
+    if path.name.startswith(EVENT_FILE) and root != path and tracked(str(path)) is None:
+        split = sub_writer(path.parent, top=root)
+        if split is not None:
+            return Path(os.path.relpath(split.run_folder, root)).as_posix()
+    return _run_name(path, root)
+
+
+@lru_cache(maxsize=65536)
+def _run_name(path: Path, root: Path) -> str:
     held = tracked(str(path))
     if held is not None:
         # The run is the folder the tracker's folder sits in (`exp1/wandb/run-…/run-x.wandb` ->

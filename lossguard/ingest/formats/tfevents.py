@@ -23,6 +23,7 @@ from ..cursor import Cursor
 from ..problems import Problem
 from ..sources.tfrecord import data_checksums_ok, frame, rows_at
 from .base import Format, Keep, Parsed, Sink, kept_rows
+from .tb_parts import renamed, sub_writer
 
 CHUNK = 16 << 20
 MAX_TEMPLATES = 64
@@ -397,6 +398,7 @@ class TfEventsFormat:
         offset = cursor.offset
         dead = False
         chunk = min(chunk, limit) if limit else chunk
+        split = sub_writer(path.parent)
         with open(path, "rb") as fh:
             # Only what the file held at open: records appended while these are decoded are the
             # next pass's (chasing a busy writer a few records at a time costs a decode each).
@@ -416,6 +418,8 @@ class TfEventsFormat:
                 if framing.starts.size:
                     rows, found = decode(buf, framing.starts, framing.lengths, source=source, base_offset=offset)
                     problems.extend(found)
+                    if split is not None and rows.height:
+                        rows = renamed(rows, split)
                     if rows.height and keep is not None:
                         spans.append(table.span_of(rows))
                         rows = kept_rows(rows, keep)
