@@ -46,3 +46,20 @@ def test_the_alias_the_warning_names_judges_the_part_it_names(tmp_path):
     (report,) = json.loads(res.stdout)["runs"]
     assert [(s["metric"], s["step"]) for s in report["spikes"]] == [("loss", 20)]
     assert "no_loss" not in [w["kind"] for w in report["warnings"]]
+
+
+def test_a_run_with_no_loss_to_judge_is_said_on_stderr_and_fails_strict_as_an_unreadable_file_does(tmp_path):
+    run = tmp_path / "runs" / "detect" / "train"
+    run.mkdir(parents=True)
+    (run / "results.csv").write_text(yolo_results())
+    res = run_lossguard("scan", str(tmp_path / "runs"), "--format", "json")
+    assert res.returncode == 0
+    assert "warning: detect/train/results: no loss in this run" in res.stderr
+    strict = run_lossguard("scan", str(tmp_path / "runs"), "--strict", "--quiet")
+    assert strict.returncode == 2, strict.stderr
+    # A run beside it with a loss and a spike: findings say 1, and --strict still says 2.
+    other = tmp_path / "runs" / "lm"
+    other.mkdir()
+    (other / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "loss": 9.0 if s == 15 else 2.0}) + "\n" for s in range(1, 30)))
+    assert run_lossguard("scan", str(tmp_path / "runs"), "--quiet").returncode == 1
+    assert run_lossguard("scan", str(tmp_path / "runs"), "--quiet", "--strict").returncode == 2

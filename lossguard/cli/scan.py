@@ -117,13 +117,16 @@ def _run(args: argparse.Namespace) -> int:
     if args.slack_digest:
         _post_digest(result, args)
     problems = result.all_problems
-    if problems and not args.quiet and (args.output or args.format != "table"):
-        for problem in problems:
-            print(f"warning: {printable(str(problem))}", file=sys.stderr)
+    # A run with no loss to judge is as much a gap as a file that could not be read: said where the
+    # problems are said, and a failure under --strict.
+    unjudged = [f"{rep.run}: {note.message}" for rep in result.runs for note in rep.analysis.unjudged]
+    if (problems or unjudged) and not args.quiet and (args.output or args.format != "table"):
+        for line in (*map(str, problems), *unjudged):
+            print(f"warning: {printable(line)}", file=sys.stderr)
     if not result.runs:
         print("lossguard: error: no file under the given paths could be read", file=sys.stderr)
         return EXIT_USAGE
-    if args.strict and any(not p.unfinished for p in problems):
+    if args.strict and (unjudged or any(not p.unfinished for p in problems)):
         return EXIT_USAGE  # (a growing file's last record, not yet whole, was no file that could not be read)
     return EXIT_FOUND if any(r.incidents for r in result.runs) else EXIT_OK
 
