@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import SplitResult, urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict, SettingsError
 
 from ..errors import ConfigError
-from ..redact import mask_url, remember
+from ..redact import MASK, mask_url, remember
 from ..tomlio import key_line, load_toml, read_text
 
 CREDENTIAL_BYTES = 64 << 10
@@ -61,9 +61,25 @@ def webhook_problem(url: str) -> str | None:
         return "must use https:// (plain http would send the secret in clear)"
     if not parts.path.strip("/"):
         return "has no path (a webhook URL looks like https://hooks.slack.com/services/T.../B.../...)"
-    if any(ch.isspace() or ord(ch) < 0x20 or ord(ch) == 0x7F for ch in url):
-        return "holds a space or a control character (a line break pasted with it?)"
+    return broken_secret(url, spaces=False)
+
+
+def broken_secret(value: str, *, spaces: bool) -> str | None:
+    """Why `value` (stripped) cannot be a secret as given, or None: a control character inside it (a
+    line break pasted with it) or, where `spaces` is False (tokens, URLs), a space. Such a value
+    would be sent as it is and refused by the server on every call, which the client reports as a
+    temporary error, retried forever; refused at load, it is one line."""
+    for at, ch in enumerate(value, 1):
+        if ord(ch) < 0x20 or ord(ch) == 0x7F or (not spaces and ch.isspace()):
+            what = "a control character" if spaces else "a space or a control character"
+            return f"holds {what} at character {at} (a line break pasted with it?)"
     return None
+
+
+def masked_secret(value: str) -> str:
+    """A secret as an error may name it: its kind (xoxb-, xapp-) and nothing of the rest."""
+    kind = re.match(r"(xox[a-z]|xapp)-", value)
+    return f"{kind.group(0)}{MASK}" if kind else MASK
 
 
 class _FileSecrets(PydanticBaseSettingsSource):
@@ -322,15 +338,24 @@ class Settings(BaseSettings):
             return None
         if not token.startswith("xapp-"):
             raise ValueError("must be an app-level token (xapp-...: the app's Basic Information, App-Level Tokens, with connections:write)")
+        if problem := broken_secret(token, spaces=False):
+            raise ValueError(f"{masked_secret(token)} {problem}")
         return SecretStr(token)
 
     @field_validator("slack_token", "alertmanager_password", "alertmanager_bearer_token")
     @classmethod
-    def _secret(cls, value: SecretStr | None) -> SecretStr | None:
-        """Known to the scrubber from the moment it is read, so no later error text can show it."""
-        if value is not None:
-            remember(value.get_secret_value())
-        return value
+    def _secret(cls, value: SecretStr | None, info: ValidationInfo) -> SecretStr | None:
+        """Known to the scrubber from the moment it is read, so no later error text can show it;
+        its ends stripped (a credential file's newline) and what is left refused when it holds a
+        control character (a password may hold spaces, a token not)."""
+        if value is None:
+            return value
+        secret = value.get_secret_value()
+        remember(secret)
+        secret = secret.strip()
+        if problem := broken_secret(secret, spaces=info.field_name == "alertmanager_password"):
+            raise ValueError(f"{masked_secret(secret)} {problem}")
+        return SecretStr(secret)
 
     @field_validator("slack_webhook_url")
     @classmethod
