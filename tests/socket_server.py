@@ -2,7 +2,8 @@
 tests run a mock Socket Mode server): a WebSocket server whose URL the Slack-like HTTP server hands
 out from apps.connections.open. Every connection is greeted with `hello`, as Slack does; the test
 sends envelopes (`interactive` block_actions, `slash_commands`) down the newest connection, and
-every message the client sends back (its acks) is recorded with when it came.
+every message the client sends back (its acks) is recorded with when it came. `burst` sends
+thousands at once; `send_raw` what is no envelope.
 
 The standard library has no WebSocket server: this uses `websockets` (its threaded, synchronous
 server), a test dependency only."""
@@ -58,6 +59,18 @@ class SocketServer:
     def send(self, envelope: dict) -> None:
         self.sent[envelope["envelope_id"]] = time.monotonic()
         self.live()[-1].send(json.dumps(envelope))
+
+    def burst(self, envelopes: list[dict]) -> None:
+        """Every envelope sent down the newest connection at once, each a frame of its own, as fast
+        as the socket takes them (Slack delivering a backlog after an outage)."""
+        ws = self.live()[-1]
+        for envelope in envelopes:
+            self.sent[envelope["envelope_id"]] = time.monotonic()
+            ws.send(json.dumps(envelope))
+
+    def send_raw(self, text: str | bytes) -> None:
+        """A frame as it is given: text that is no envelope, or binary."""
+        self.live()[-1].send(text)
 
     def acks_of(self, envelope_id: str) -> list[dict]:
         return [a for _, a in self.acks if a.get("envelope_id") == envelope_id]

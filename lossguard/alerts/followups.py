@@ -34,6 +34,8 @@ class FollowUps:
     def __init__(self, *, workers: int = WORKERS, pending: int = PENDING) -> None:
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="slack-follow-up")
         self._room = threading.BoundedSemaphore(pending)
+        self._pending = pending
+        self._dropped = 0
         self._futures: set[Future] = set()
         self._lock = threading.Lock()
         self._closed = False
@@ -41,9 +43,14 @@ class FollowUps:
     def submit(self, work: Callable[[], None]) -> bool:
         """`work` run soon on a thread of ours (False: dropped, as lossguard stops or too many wait)."""
         if self._closed or not self._room.acquire(blocking=False):
-            log.warning("a click's follow-up (the alert's update, the answer) was dropped: %s",
-                        "lossguard is stopping" if self._closed else f"{PENDING} are waiting already")
+            if not self._dropped:  # (said once a burst: the count when there is room again)
+                log.warning("a click's follow-up (the alert's update, the answer) was dropped: %s",
+                            "lossguard is stopping" if self._closed else f"{self._pending} are waiting already")
+            self._dropped += 1
             return False
+        if self._dropped > 1:
+            log.warning("%d follow-ups of clicks (the alert's update, the answer) were dropped while %d waited", self._dropped, self._pending)
+        self._dropped = 0
 
         def run() -> None:
             try:

@@ -33,7 +33,7 @@ HEARTBEAT = 30.0
 
 
 class Link:
-    """`connect()` -> an object with open() -> Delivery, connected() and close() (alerts.slack.SocketModeLink);
+    """`connect()` -> an object with open() -> Delivery, connected() and close() (alerts.socket_mode.SocketModeLink);
     `handler`: what takes the envelopes, closed (its click in flight and follow-ups waited for) as the link stops."""
 
     def __init__(self, connect: Callable[[], object], *, on_status: Callable[[dict], None] = lambda status: None,
@@ -146,7 +146,7 @@ def slack_link(*, app_token: str, base_url: str, bot, state, status_state, actor
     connection of its own), the link's status written through `status_state` (another)."""
     from .clicks import ClickHandler, status_text
     from .message import CAUSE_TITLES
-    from .slack import SocketModeLink
+    from .socket_mode import SocketModeLink
 
     handler = ClickHandler(state, bot, actors=actors, rules=rules, causes=list(CAUSE_TITLES), status=lambda run: status_text(state, run))
     sdk_log = logging.getLogger("lossguard.slack_sdk")

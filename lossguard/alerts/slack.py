@@ -12,7 +12,6 @@ misbehaving server may have filled with the request's Authorization header or UR
 from __future__ import annotations
 
 import socket
-import threading
 import urllib.error
 from pathlib import Path
 
@@ -150,62 +149,6 @@ def check_app_token(app_token: str, *, base_url: str = DEFAULT_BASE_URL) -> Deli
     except (SlackClientError, OSError, ValueError) as exc:
         return _broken(exc)
     return Delivery(ok=True)
-
-
-class SocketModeLink:
-    """The app token's Socket Mode connection (slack-sdk's builtin client: no dependency beyond
-    slack-sdk), opened once; it does not reconnect by itself (alerts.link owns the backoff).
-    `on_request(envelope) -> (ack payload or None, then)` runs for every envelope, on slack-sdk's one
-    worker: what it applies is committed when it returns; the ack is sent after, then `then()`,
-    which must return at once (it hands the message's update to threads of its own: the next
-    envelope's ack waits for it)."""
-
-    def __init__(self, app_token: str, *, base_url: str = DEFAULT_BASE_URL, on_request, logger, ping_interval: float = 3.0) -> None:  # noqa: ANN001
-        from slack_sdk.socket_mode.builtin import SocketModeClient
-
-        remember(app_token)
-        web = WebClient(base_url=base_url if base_url.endswith("/") else base_url + "/", timeout=10, retry_handlers=retry_handlers(retries=1))
-        self._client = SocketModeClient(app_token, web_client=web, logger=logger, auto_reconnect_enabled=False, ping_interval=ping_interval,
-                                        concurrency=1)
-        self._client.socket_mode_request_listeners.append(lambda client, request: self._ack(request, *on_request(request.to_dict())))
-        self._hello = threading.Event()
-        self._client.message_listeners.append(lambda client, message, raw: message.get("type") == "hello" and self._hello.set())
-
-    def _ack(self, request, payload: dict | None, then) -> None:  # noqa: ANN001
-        self._client.send_socket_mode_response({"envelope_id": request.envelope_id, **({"payload": payload} if payload else {})})
-        if then is not None:
-            then()
-
-    def open(self, *, hello_within: float = 10.0) -> Delivery:
-        """Connected and greeted, or why not (permanent: a token Slack refuses, with the fix). Only
-        Slack's `hello` says the link works (slack-sdk's connect logs a failed handshake, a 503 or a
-        refused port, and returns as if it had worked: only its socket is missing)."""
-        try:
-            self._client.connect()
-            if not self._client.is_connected():
-                return Delivery(ok=False, error="the WebSocket handshake with Slack failed", permanent=False)
-            if not self._hello.wait(hello_within):
-                return Delivery(ok=False, error=f"Slack sent no hello within {hello_within:.0f} s of the handshake", permanent=False)
-        except SlackApiError as exc:
-            return _app_failure(exc)
-        except (SlackClientError, OSError, ValueError, KeyError) as exc:
-            return _broken(exc)
-        return Delivery(ok=True)
-
-    def connected(self) -> bool:
-        return self._client.is_connected()
-
-    def close(self) -> None:
-        """Closed on a thread of its own: slack-sdk's close waits for its ping thread to wake (up to
-        ping_interval), which neither a reconnect nor the daemon's stop should."""
-
-        def close() -> None:
-            try:
-                self._client.close()
-            except Exception:  # noqa: BLE001 - a connection already gone
-                pass
-
-        threading.Thread(target=close, name="slack-socket-close", daemon=True).start()
 
 
 class SlackWebhook:
