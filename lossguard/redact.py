@@ -12,6 +12,7 @@ path or its last segment.
 
 from __future__ import annotations
 
+import logging
 import re
 from urllib.parse import SplitResult, urlsplit
 
@@ -24,8 +25,15 @@ MIN_SECRET = 6
 _PATTERNS = [
     (re.compile(r"\b(xox[a-z]|xapp)-[A-Za-z0-9-]+"), rf"\1-{MASK}"),
     (re.compile(r"\b(Bearer\s+)[^\s'\",;}]+", re.IGNORECASE), rf"\g<1>{MASK}"),
-    # services/T.../B.../<secret>: the workspace and app ids stay (they say which webhook it was)
-    (re.compile(r"(hooks\.slack(?:-gov)?\.com(?:\\?/)+(?:services|workflows|triggers)(?:\\?/)+(?:[A-Z0-9]+\\?/){0,2})[^\s'\"<>/\\]+"), rf"\g<1>{MASK}"),
+    # services/T.../B.../<secret>: the workspace and app ids stay (they say which webhook it was);
+    # actions/ and commands/ are an envelope's response_url, a capability to post for 30 minutes
+    (re.compile(r"(hooks\.slack(?:-gov)?\.com(?:\\?/)+(?:services|workflows|triggers|actions|commands)(?:\\?/)+(?:[A-Z0-9]+\\?/){0,2})"
+                r"[^\s'\"<>/\\]+"), rf"\g<1>{MASK}"),
+    # what an envelope (or any JSON or repr of a dict) holds under a key naming a capability: its
+    # response_url wherever it points, the verification token, a trigger_id (opens a modal)
+    (re.compile(r"""(\\?["'](?:\w*token|\w*secret|password|response_url|trigger_id|authorization)\\?["']\s*:\s*\\?["'])(?:\\/|[^"'\\])+""",
+                re.IGNORECASE), rf"\g<1>{MASK}"),
+    (re.compile(r"([?&]ticket=)[^&\s'\"]+"), rf"\g<1>{MASK}"),  # a Socket Mode URL's one-time ticket
 ]
 _known: set[str] = set()
 
@@ -81,3 +89,13 @@ def _port(parts: SplitResult) -> int | None:
         return parts.port
     except ValueError:  # a port that is no number
         return None
+
+
+class Scrubbed(logging.Filter):
+    """A logger's records scrubbed where they are made, so that no handler (the daemon's, a test's,
+    an embedding program's) ever holds the secret: for loggers that are handed text lossguard does
+    not write (slack-sdk's, which logs what it sends and receives at debug level)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.msg, record.args = scrub(record.getMessage()), None
+        return True

@@ -481,3 +481,99 @@ def test_a_burst_of_3000_envelopes_is_acked_once_each_applied_once_and_the_link_
     answered = [a[0] for a in acks.values() if "payload" in a[0]]
     assert len(answered) == 2970 and all("*1 open incident(s)*" in a["payload"]["text"] for a in answered)
     assert len(state.silences(now=time.time())) == 30 and state.db.execute("SELECT count(*) FROM envelopes").fetchone()[0] == 30
+
+
+CAPABILITIES = ("r3sp0nseS3cret", "v3rificati0nT0ken", "tr1ggerS3cret")
+"""The values of what an envelope carries that must never be logged: its response_url (posts into
+the channel for 30 minutes), the verification token and its trigger_id (opens a modal)."""
+
+
+def _with_capabilities(env: dict) -> dict:
+    env["payload"].update(token="v3rificati0nT0ken", trigger_id="1.2.tr1ggerS3cret",
+                          response_url="https://hooks.slack.com/actions/T0/1/r3sp0nseS3cret")
+    return env
+
+
+def _set(path: str, value):  # noqa: ANN001, ANN202
+    """A change of an envelope: the field at `path` (payload.user) set to `value`."""
+
+    def change(env: dict) -> dict:
+        *parents, last = path.split(".")
+        node = env
+        for p in parents:
+            node = node[p][0] if p == "actions" else node[p]
+        node[last] = value
+        return env
+
+    return change
+
+
+MALFORMED = [
+    pytest.param(_set("payload.user", ANA), "payload.user is a string, not an object", id="user as a string"),
+    pytest.param(_set("payload.actions.selected_option", "4h"), "action.selected_option is a string, not an object", id="selected_option as a string"),
+    pytest.param(_set("payload.user.id", 42), "payload.user.id is a number, not a string", id="user id as a number"),
+    pytest.param(_set("payload.container", ["C0TRAIN"]), "payload.container is an array, not an object", id="container as an array"),
+    pytest.param(_set("payload", "block_actions"), "envelope.payload is a string, not an object", id="payload as a string"),
+]
+
+
+@pytest.mark.parametrize("change, why", MALFORMED)
+def test_an_unreadable_click_is_acked_refused_and_said_in_one_line_without_its_capabilities(slack, socket, state, caplog, change, why):
+    # It was never acked (Slack sent it again and again) and nothing was said at the default level.
+    key = _alerted(slack, state)
+    bad = change(_with_capabilities(envelope(SILENCE_RUN, key=key, choice="4h", clicked=time.time(), envelope_id="e-bad")))
+    with caplog.at_level(logging.INFO, logger="lossguard"), _connected(slack, socket, state):
+        socket.send(bad)
+        assert socket.wait_ack("e-bad", timeout=5) == {"envelope_id": "e-bad"}
+        socket.send(envelope(SILENCE_RUN, key=key, choice="1h", clicked=time.time(), envelope_id="e-good"))
+        socket.wait_ack("e-good", timeout=5)  # (the link goes on)
+    (line,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and "e-bad" in r.getMessage()]
+    assert why in line and "refused" in line and "nothing applied" in line
+    assert len(socket.acks_of("e-bad")) == 1 and [round(s.ends - s.starts) for s in state.silences(now=time.time())] == [3600]
+    assert not any(c in caplog.text for c in CAPABILITIES)
+
+
+def test_what_is_no_envelope_is_said_in_one_line_and_the_link_goes_on(slack, socket, state, caplog):
+    key = _alerted(slack, state)
+    command = _command("e-bad-cmd")
+    command["payload"]["user_id"] = {"id": ANA}
+    with caplog.at_level(logging.INFO, logger="lossguard"), _connected(slack, socket, state):
+        socket.send(command)
+        socket.send_raw('{"envelope_id": "e-cut", "payload": {"token": "v3rificati0nT0ken"')  # (cut: no JSON)
+        socket.send_raw(json.dumps(["e-array"]))
+        socket.send_raw(json.dumps({"type": "interactive", "payload": {"token": "v3rificati0nT0ken"}}))  # (no envelope_id: nothing to ack)
+        assert socket.wait_ack("e-bad-cmd", timeout=5) == {"envelope_id": "e-bad-cmd"}
+        socket.send(envelope(ACKNOWLEDGE, key=key, clicked=time.time(), envelope_id="e-after"))
+        socket.wait_ack("e-after", timeout=5)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("e-bad-cmd" in w and "payload.user_id is an object, not a string" in w for w in warnings)
+    assert sum("no JSON object" in w for w in warnings) == 2 and sum("without an envelope_id" in w for w in warnings) == 1
+    assert not any(c in caplog.text for c in CAPABILITIES) and state.acked([1]) == {1: "@ana"}
+
+
+def test_at_debug_level_no_log_line_holds_an_envelopes_response_url_token_or_trigger_id(slack, socket, state, caplog):
+    # slack-sdk logged every envelope whole at debug level ("on_message invoked"), capabilities and all.
+    key = _alerted(slack, state)
+    with caplog.at_level(logging.DEBUG), caplog.at_level(logging.DEBUG, logger="lossguard"):
+        with _connected(slack, socket, state):
+            socket.send(_with_capabilities(envelope(SILENCE_RUN, key=key, choice="1h", clicked=time.time(), envelope_id="e-dbg")))
+            socket.send(_command("e-dbg-cmd"))
+            socket.wait_ack("e-dbg")
+            socket.wait_ack("e-dbg-cmd")
+            _wait(lambda: _requests(slack, "chat.postEphemeral"))
+        assert any(r.name == "lossguard.slack_sdk" and r.levelno == logging.DEBUG for r in caplog.records)  # (it did log, at debug)
+    assert not any(c in caplog.text for c in CAPABILITIES), [line for line in caplog.text.splitlines() if any(c in line for c in CAPABILITIES)]
+
+
+@pytest.mark.parametrize("text, secret", [
+    pytest.param('{"response_url": "https://hooks.slack.com/commands/T0/1/r3sp0nseS3cret"}', "r3sp0nseS3cret", id="response_url, JSON"),
+    pytest.param("{'response_url': 'https://relay.example/x/r3sp0nseS3cret'}", "r3sp0nseS3cret", id="response_url anywhere, repr"),
+    pytest.param('"{\\"token\\": \\"v3rificati0nT0ken\\"}"', "v3rificati0nT0ken", id="token, JSON in JSON"),
+    pytest.param('{"trigger_id": "1.2.tr1ggerS3cret"}', "tr1ggerS3cret", id="trigger_id"),
+    pytest.param("POST https://hooks.slack.com/actions/T0/1/r3sp0nseS3cret", "r3sp0nseS3cret", id="an actions URL alone"),
+    pytest.param("wss://wss-primary.slack.com/link/?ticket=t1ck3tS3cret&app_id=A0", "t1ck3tS3cret", id="a Socket Mode URL's ticket"),
+])
+def test_scrub_masks_the_capabilities_an_envelope_carries(text, secret):
+    from lossguard.redact import scrub
+
+    assert secret not in scrub(text) and "***" in scrub(text)

@@ -123,3 +123,30 @@ def test_with_the_link_down_an_alert_goes_out_on_time_and_the_link_comes_back(tm
     finally:
         err = w.stop_and_read()
     assert "Traceback" not in err and err.count("WARNING Slack Socket Mode link cannot connect") <= 1, err
+
+
+def test_at_debug_level_the_daemon_logs_no_capability_of_an_envelope_and_says_an_unreadable_one_in_a_line(tmp_path, slack, socket):
+    from .test_slack_link import CAPABILITIES, _command, _with_capabilities
+
+    log = _calm_run(tmp_path, 20)
+    config = tmp_path / "lossguard.toml"
+    config.write_text(f'[slack]\nchannel = "#training"\nbase_url = "{slack.base_url}"\nactors = ["{ANA}"]\n')
+    w = Watch(tmp_path, "--config", str(config), "--log-level", "debug",
+              env={"LOSSGUARD_SLACK_TOKEN": TOKEN, "LOSSGUARD_SLACK_APP_TOKEN": APP_TOKEN}).start()
+    try:
+        w.wait_ready()
+        socket.wait_connected()
+        _spike(log, 20)
+        _wait(lambda: len(_posts(slack)) >= 1)
+        bad = _with_capabilities(envelope("lossguard.silence_run", key=_key(slack), choice="4h", clicked=time.time(), envelope_id="e-bad"))
+        bad["payload"]["user"] = ANA  # (a string: never acked, nothing said)
+        for sent in (bad, _with_capabilities(envelope("lossguard.acknowledge", key=_key(slack), clicked=time.time(), envelope_id="e-ack")),
+                     _command("e-cmd")):
+            socket.send(sent)
+            socket.wait_ack(sent["envelope_id"])
+        _wait(lambda: _posts(slack, "/api/chat.update"))
+    finally:
+        err = w.stop_and_read()
+    assert "DEBUG" in err and "WARNING an envelope from Slack (interactive, envelope e-bad) is refused: payload.user is a string" in err
+    assert not any(c in err for c in CAPABILITIES), [line for line in err.splitlines() if any(c in line for c in CAPABILITIES)]
+    assert APP_TOKEN not in err and TOKEN not in err and "Traceback" not in err

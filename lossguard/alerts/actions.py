@@ -94,33 +94,90 @@ class Command:
     user: str
     name: str
     text: str
+    channel: str | None = None
+    """Where it was typed (an answer that cannot go in the ack goes there, seen by `user` only)."""
 
 
-def parse(envelope: dict) -> Click | Command | None:
-    """Ours, or None: a hello, an event, a click on a button of another app or an older layout."""
-    kind, envelope_id, payload = envelope.get("type"), envelope.get("envelope_id"), envelope.get("payload")
-    if not isinstance(envelope_id, str) or not isinstance(payload, dict):
+@dataclass(frozen=True)
+class Unreadable:
+    """An envelope meant for lossguard (a click on its buttons, its command) whose fields are not
+    what Slack sends (a user that is a string, an option that is no object): acked, so that Slack
+    does not send it again and again, and refused."""
+
+    envelope_id: str
+    kind: str
+    why: str
+    """Which field is wrong and how, naming no value (an envelope holds capabilities)."""
+
+
+class _Bad(ValueError):
+    """A field of an envelope is not what Slack sends."""
+
+
+_KINDS = {dict: "an object", list: "an array", str: "a string"}
+
+
+def _json_kind(value: object) -> str:
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    return _KINDS.get(type(value), type(value).__name__)
+
+
+def _field(parent: dict, key: str, where: str, kind: type, default: object = None):  # noqa: ANN202 - (kind's type)
+    """`parent[key]` when it is of `kind`, `default` when absent or null; else the envelope is unreadable."""
+    value = parent.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, kind):
+        raise _Bad(f"{where}.{key} is {_json_kind(value)}, not {_KINDS[kind]}")
+    return value
+
+
+def parse(envelope: dict) -> Click | Command | Unreadable | None:
+    """Ours, None (a hello, an event, a click on a button of another app or an older layout), or
+    Unreadable (ours, with a field that is not what Slack sends)."""
+    kind, envelope_id = envelope.get("type"), envelope.get("envelope_id")
+    if not isinstance(envelope_id, str) or kind not in ("interactive", "slash_commands"):
         return None
-    if kind == "slash_commands":
-        return Command(envelope_id, str(payload.get("user_id", "")), str(payload.get("user_name", "")), str(payload.get("text", "")))
-    if kind != "interactive" or payload.get("type") != "block_actions":
+    try:
+        payload = _field(envelope, "payload", "envelope", dict)
+        if payload is None:
+            raise _Bad("the envelope has no payload")
+        return _command(envelope_id, payload) if kind == "slash_commands" else _click(envelope_id, payload)
+    except _Bad as exc:
+        return Unreadable(envelope_id, kind, str(exc))
+
+
+def _command(envelope_id: str, payload: dict) -> Command:
+    return Command(envelope_id, _field(payload, "user_id", "payload", str, ""), _field(payload, "user_name", "payload", str, ""),
+                   _field(payload, "text", "payload", str, ""), channel=_field(payload, "channel_id", "payload", str))
+
+
+def _click(envelope_id: str, payload: dict) -> Click | None:
+    if payload.get("type") != "block_actions":
         return None
-    action = next((a for a in payload.get("actions") or () if isinstance(a, dict) and a.get("action_id") in ACTIONS), None)
-    if action is None or not str(action.get("block_id", "")).startswith(BLOCK):
+    action = next((a for a in _field(payload, "actions", "payload", list, []) if isinstance(a, dict) and a.get("action_id") in ACTIONS), None)
+    if action is None or not _field(action, "block_id", "action", str, "").startswith(BLOCK):
         return None
-    user = payload.get("user") or {}
-    container = payload.get("container") or {}
-    message = payload.get("message") or {}
-    selected = action.get("selected_option") or {}
+    user = _field(payload, "user", "payload", dict, {})
+    if not (user_id := _field(user, "id", "payload.user", str, "")):
+        raise _Bad("payload.user has no id")
+    container = _field(payload, "container", "payload", dict, {})
+    message = _field(payload, "message", "payload", dict, {})
+    selected = _field(action, "selected_option", "action", dict, {})
     try:
         clicked_at = float(action.get("action_ts"))
     except (TypeError, ValueError):
         clicked_at = None
     return Click(
-        envelope_id, action["action_id"], str(action["block_id"]).removeprefix(BLOCK), str(user.get("id", "")),
-        str(user.get("username") or user.get("name") or user.get("id", "")), choice=selected.get("value"),
-        channel=container.get("channel_id") or (payload.get("channel") or {}).get("id"), ts=container.get("message_ts") or message.get("ts"),
-        clicked_at=clicked_at, text=str(message.get("text", "")), blocks=tuple(b for b in message.get("blocks") or () if isinstance(b, dict)),
+        envelope_id, action["action_id"], action["block_id"].removeprefix(BLOCK), user_id,
+        _field(user, "username", "payload.user", str) or _field(user, "name", "payload.user", str) or user_id,
+        choice=_field(selected, "value", "action.selected_option", str),
+        channel=_field(container, "channel_id", "payload.container", str) or _field(_field(payload, "channel", "payload", dict, {}), "id", "payload.channel", str),
+        ts=_field(container, "message_ts", "payload.container", str) or _field(message, "ts", "payload.message", str), clicked_at=clicked_at,
+        text=_field(message, "text", "payload.message", str, ""), blocks=tuple(b for b in _field(message, "blocks", "payload.message", list, []) if isinstance(b, dict)),
     )
 
 

@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from ..escaping import printable
 from ..state import State, StateBusy
 from . import actions
 from .followups import FollowUps, unexpected
@@ -55,7 +56,7 @@ class ClickHandler:
         self._closed = False
 
     def __call__(self, envelope: dict) -> tuple[dict | None, Then]:
-        parsed = actions.parse(envelope)
+        parsed = _parsed(envelope)
         if parsed is None:
             return None, None
         with self._lock:
@@ -217,6 +218,22 @@ class ClickHandler:
             verb, _, run = command.text.strip().partition(" ")
             text = self.status(run.strip()) if verb in ("", "status") else "Usage: `/lossguard status [RUN]` (RUN: a run name or a glob)"
         return {"response_type": "ephemeral", "text": text}
+
+
+def _parsed(envelope: dict) -> actions.Click | actions.Command | None:
+    """The click or command, or None (not ours; or ours and unreadable: said in one line, naming
+    the field but no value, and acked, so that Slack does not send it again and again)."""
+    try:
+        parsed = actions.parse(envelope)
+    except Exception as exc:  # noqa: BLE001 - a reading nobody foresaw costs this envelope, acked, not the link
+        unexpected(f"an envelope from Slack could not be read (envelope {printable(str(envelope.get('envelope_id')))[:80]}); "
+                   "it is acknowledged and dropped", exc)
+        return None
+    if isinstance(parsed, actions.Unreadable):
+        log.warning("an envelope from Slack (%s, envelope %s) is refused: %s; acknowledged, nothing applied",
+                    printable(parsed.kind), printable(parsed.envelope_id)[:80], parsed.why)
+        return None
+    return parsed
 
 
 STATUS_SHOWN = 20

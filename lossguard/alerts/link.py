@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 
 from ..escaping import printable
-from ..redact import scrub
+from ..redact import Scrubbed, scrub
 from .followups import unexpected
 
 log = logging.getLogger("lossguard")
@@ -150,8 +150,10 @@ def slack_link(*, app_token: str, base_url: str, bot, state, status_state, actor
 
     handler = ClickHandler(state, bot, actors=actors, rules=rules, causes=list(CAUSE_TITLES), status=lambda run: status_text(state, run))
     sdk_log = logging.getLogger("lossguard.slack_sdk")
-    if not log.isEnabledFor(logging.DEBUG):  # (its own error lines for a dropped connection: the link says it once)
-        sdk_log.setLevel(logging.CRITICAL)
+    if not any(isinstance(f, Scrubbed) for f in sdk_log.filters):  # (it logs what it sends and receives at debug level)
+        sdk_log.addFilter(Scrubbed())
+    # (its own error lines for a dropped connection: the link says it once)
+    sdk_log.setLevel(logging.NOTSET if log.isEnabledFor(logging.DEBUG) else logging.CRITICAL)
     if not actors:
         log.warning("slack_app_token is set but slack_actors is empty: every click on an alert's buttons is refused")
     return Link(lambda: SocketModeLink(app_token, base_url=base_url, on_request=handler, logger=sdk_log), on_status=status_state.set_link,
