@@ -68,6 +68,12 @@ def scrub(text: str) -> str:
     return text
 
 
+def mask_token(value: str) -> str:
+    """A token as an error may name it: its kind (xoxb-, xapp-) and nothing of the rest."""
+    kind = re.match(r"(xox[a-z]|xapp)-", value)
+    return f"{kind.group(0)}{MASK}" if kind else MASK
+
+
 def mask_url(url: str) -> str:
     """A webhook URL as it may be shown: scheme, host and path with the last segment (the secret)
     masked; no user info, query or fragment. A URL too broken to split shows only up to its last

@@ -20,12 +20,10 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, V
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict, SettingsError
 
 from ..errors import ConfigError
-from ..redact import MASK, mask_url, remember
-from ..tomlio import key_line, load_toml, read_text
+from ..redact import mask_token, mask_url, remember
+from ..tomlio import key_line, load_toml
+from .credentials import SECRET_FILES, FileSecrets, broken_secret
 
-CREDENTIAL_BYTES = 64 << 10
-"""A token or a URL is a few hundred bytes: a credential file past 64 KiB is the wrong file."""
-SECRET_FILES = ("slack_token", "slack_app_token", "slack_webhook_url", "alertmanager_password", "alertmanager_bearer_token")
 TABLES = ("slack", "alertmanager")
 """lossguard.toml's tables of settings: `[slack] token` is the setting slack_token."""
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
@@ -62,47 +60,6 @@ def webhook_problem(url: str) -> str | None:
     if not parts.path.strip("/"):
         return "has no path (a webhook URL looks like https://hooks.slack.com/services/T.../B.../...)"
     return broken_secret(url, spaces=False)
-
-
-def broken_secret(value: str, *, spaces: bool) -> str | None:
-    """Why `value` (stripped) cannot be a secret as given, or None: a control character inside it (a
-    line break pasted with it) or, where `spaces` is False (tokens, URLs), a space. Such a value
-    would be sent as it is and refused by the server on every call, which the client reports as a
-    temporary error, retried forever; refused at load, it is one line."""
-    for at, ch in enumerate(value, 1):
-        if ord(ch) < 0x20 or ord(ch) == 0x7F or (not spaces and ch.isspace()):
-            what = "a control character" if spaces else "a space or a control character"
-            return f"holds {what} at character {at} (a line break pasted with it?)"
-    return None
-
-
-def masked_secret(value: str) -> str:
-    """A secret as an error may name it: its kind (xoxb-, xapp-) and nothing of the rest."""
-    kind = re.match(r"(xox[a-z]|xapp)-", value)
-    return f"{kind.group(0)}{MASK}" if kind else MASK
-
-
-class _FileSecrets(PydanticBaseSettingsSource):
-    """LOSSGUARD_SLACK_TOKEN_FILE=/path, and $CREDENTIALS_DIRECTORY/slack_token (systemd)."""
-
-    def get_field_value(self, field, field_name):  # noqa: ANN001, ANN201 - required by the base class
-        return None, field_name, False
-
-    def __call__(self) -> dict[str, Any]:
-        found: dict[str, Any] = {}
-        creds = os.environ.get("CREDENTIALS_DIRECTORY")
-        for name in SECRET_FILES:
-            path = os.environ.get(f"LOSSGUARD_{name.upper()}_FILE")
-            candidate = Path(path) if path else (Path(creds) / name if creds else None)
-            if candidate is None or not (path or candidate.exists()):
-                continue
-            try:  # (as a rules file is: a FIFO or /dev/zero named here is refused, not read)
-                value = read_text(candidate, what="a credential file", limit=CREDENTIAL_BYTES).strip()
-            except ConfigError as exc:
-                raise ConfigError(f"LOSSGUARD_{name.upper()}_FILE: {exc}" if path else str(exc)) from None
-            if value:  # an empty credential (the unit's SetCredential= fallback) means "not set"
-                found[name] = value
-        return found
 
 
 class _TomlFile(PydanticBaseSettingsSource):
@@ -339,7 +296,7 @@ class Settings(BaseSettings):
         if not token.startswith("xapp-"):
             raise ValueError("must be an app-level token (xapp-...: the app's Basic Information, App-Level Tokens, with connections:write)")
         if problem := broken_secret(token, spaces=False):
-            raise ValueError(f"{masked_secret(token)} {problem}")
+            raise ValueError(f"{mask_token(token)} {problem}")
         return SecretStr(token)
 
     @field_validator("slack_token", "alertmanager_password", "alertmanager_bearer_token")
@@ -354,7 +311,7 @@ class Settings(BaseSettings):
         remember(secret)
         secret = secret.strip()
         if problem := broken_secret(secret, spaces=info.field_name == "alertmanager_password"):
-            raise ValueError(f"{masked_secret(secret)} {problem}")
+            raise ValueError(f"{mask_token(secret)} {problem}")
         return SecretStr(secret)
 
     @field_validator("slack_webhook_url")
@@ -444,7 +401,7 @@ class Settings(BaseSettings):
 
     @classmethod
     def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings, file_secret_settings):  # noqa: ANN001, ANN206
-        return (init_settings, env_settings, _FileSecrets(settings_cls), _TomlFile(settings_cls, _CONFIG_PATH.get("path")))
+        return (init_settings, env_settings, FileSecrets(settings_cls), _TomlFile(settings_cls, _CONFIG_PATH.get("path")))
 
     def masked(self) -> dict[str, object]:
         """The effective settings for people: secrets shown only as set or not."""
