@@ -64,6 +64,9 @@ class SlackServer:
         """path -> seconds every request to it waits before its answer (a Slack API that is slow today)."""
         self.answers: dict[str, list[Answer]] = {}
         """path -> answers for that path only, taken before `queue`'s."""
+        self.always: dict[str, Answer] = {}
+        """path -> the answer every request to it gets once its `answers` are taken (a Slack API
+        failing today: `Answer(503, delay=4)` for usergroups.users.list)."""
         """What apps.connections.open answers (tests.socket_server's URL): Socket Mode's endpoint."""
         server = self
 
@@ -89,7 +92,8 @@ class SlackServer:
                 if echo:
                     print(f"{self.path}: {body.get('text', '')}", flush=True)
                 for_path = server.answers.get(self.path)
-                answer = for_path.pop(0) if for_path else server.queue.pop(0) if server.queue else Answer()
+                always = server.always.get(self.path)
+                answer = for_path.pop(0) if for_path else always if always else server.queue.pop(0) if server.queue else Answer()
                 if answer.delay or server.slow.get(self.path):
                     time.sleep(answer.delay or server.slow[self.path])
                 if answer.hold is not None:

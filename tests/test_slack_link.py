@@ -393,7 +393,7 @@ def test_a_refusal_is_answered_but_stores_no_envelope(slack, socket, state):
 
 
 def test_a_member_of_a_user_group_slack_no_longer_names_is_refused_not_taken_on_old_membership(slack, state):
-    from lossguard.alerts import actions, clicks
+    from lossguard.alerts import actions, membership
     from lossguard.alerts.clicks import ClickHandler
     from lossguard.alerts.message import CAUSE_TITLES
 
@@ -407,12 +407,10 @@ def test_a_member_of_a_user_group_slack_no_longer_names_is_refused_not_taken_on_
     bob = "U0BOB00001"
     slack.answers["/api/usergroups.users.list"] = [Answer(body={"ok": True, "users": [bob]}), Answer(body={"ok": False, "error": "missing_scope"})]
     try:
-        _, then = handler(envelope(ACKNOWLEDGE, key=key, user=bob, clicked=now[0], envelope_id="e-bob-1"))
-        then()
-        assert state.acked([1]) == {1: "@ana"}  # (the envelope's username)
-        now[0] += clicks.GROUPS_FOR + 1
-        _, then = handler(envelope(SILENCE_RUN, key=key, choice="4h", user=bob, clicked=now[0], envelope_id="e-bob-2"))
-        then()
+        assert handler(envelope(ACKNOWLEDGE, key=key, user=bob, clicked=now[0], envelope_id="e-bob-1")) == (None, None)  # (acked before the lookup)
+        _wait(lambda: state.acked([1]) == {1: "@ana"})  # (the envelope's username)
+        now[0] += membership.GROUPS_FOR + 1
+        assert handler(envelope(SILENCE_RUN, key=key, choice="4h", user=bob, clicked=now[0], envelope_id="e-bob-2")) == (None, None)
         _wait(lambda: len(_requests(slack, "chat.postEphemeral")) == 2)
     finally:
         handler.close()
@@ -577,3 +575,56 @@ def test_scrub_masks_the_capabilities_an_envelope_carries(text, secret):
     from lossguard.redact import scrub
 
     assert secret not in scrub(text) and "***" in scrub(text)
+
+
+ONCALL_GROUP = "S0ONCALL01"
+
+
+def test_while_slack_is_slow_to_name_a_groups_members_the_listed_users_ack_is_not_held_and_slack_is_asked_once(slack, socket, state, caplog, monkeypatch):
+    # Asked on the link's one thread before each ack, retried and never kept when it failed, the
+    # lookup (a 503 after 4 s) of three clicks by people not listed held the on-call's ack 90 s.
+    from lossguard.alerts import actions, membership
+
+    from .slack_server import Answer
+
+    monkeypatch.setattr(membership, "FAILED_FOR", 0.5)
+    lookups = "/api/usergroups.users.list"
+    slack.answers[lookups] = [Answer(status=503, body={"ok": False, "error": "service_unavailable"}, delay=3.5)]
+    slack.always[lookups] = Answer(body={"ok": True, "users": ["U0EVE00001"]})
+    key = _alerted(slack, state)
+    with caplog.at_level(logging.INFO, logger="lossguard"), _connected(slack, socket, state, actors=(ANA, ONCALL_GROUP)):
+        for i in range(3):
+            socket.send(envelope(SILENCE_RUN, key=key, choice="4h", user=f"U0EVE0000{i + 1}", clicked=time.time(), envelope_id=f"e-eve-{i}"))
+        socket.send(envelope(ACKNOWLEDGE, key=key, clicked=time.time(), envelope_id="e-oncall"))
+        socket.wait_ack("e-oncall", timeout=3)
+        assert state.acked([1]) == {1: "@ana"}  # (applied before its ack, as any click of a listed user)
+        for envelope_id in ("e-eve-0", "e-eve-1", "e-eve-2", "e-oncall"):
+            (acked_at, _), = [a for a in socket.acks if a[1].get("envelope_id") == envelope_id]
+            assert acked_at - socket.sent[envelope_id] < 1.0  # (each acked before any lookup)
+        _wait(lambda: len([r for r in _requests(slack, "chat.postEphemeral") if r["user"].startswith("U0EVE")]) == 3, timeout=10)
+        assert len(_requests(slack, "usergroups.users.list")) == 1  # one lookup for the three clicks, its failure kept
+        refusals = [r["text"] for r in _requests(slack, "chat.postEphemeral") if r["user"].startswith("U0EVE")]
+        assert refusals == [actions.UNCHECKED.format(groups=ONCALL_GROUP)] * 3 and state.silences() == []
+        time.sleep(0.6)  # (the failure's time is over: asked again, and this time Slack names U0EVE00001)
+        for i in range(2):
+            socket.send(envelope(SILENCE_RUN, key=key, choice="1h", user="U0EVE00001", clicked=time.time(), envelope_id=f"e-eve-again-{i}"))
+        _wait(lambda: len(state.silences(now=time.time())) == 2)
+        assert len(_requests(slack, "usergroups.users.list")) == 2  # (and the members kept: the second click asked nothing)
+    warned = [r.getMessage() for r in caplog.records if "Slack would not say who is in user group" in r.getMessage()]
+    assert len(warned) == 1 and ONCALL_GROUP in warned[0] and "service_unavailable" in warned[0]
+
+
+def test_a_command_waiting_for_a_groups_members_is_acked_at_once_and_answered_in_an_ephemeral_line(slack, socket, state):
+    from .slack_server import Answer
+
+    slack.always["/api/usergroups.users.list"] = Answer(body={"ok": True, "users": ["U0BOB00001"]}, delay=0.5)
+    _alerted(slack, state)
+    with _connected(slack, socket, state, actors=(ONCALL_GROUP,)):
+        socket.send(_command("e-bob-cmd", user="U0BOB00001"))
+        assert socket.wait_ack("e-bob-cmd") == {"envelope_id": "e-bob-cmd"}  # (no answer in it: the lookup had not been made)
+        _wait(lambda: _requests(slack, "chat.postEphemeral"))
+        socket.send(_command("e-bob-cmd-2", user="U0BOB00001"))  # (now known: answered in the ack)
+        assert "*1 open incident(s)*" in socket.wait_ack("e-bob-cmd-2")["payload"]["text"]
+    (answer,) = _requests(slack, "chat.postEphemeral")
+    assert answer["user"] == "U0BOB00001" and answer["channel"] == "C0TRAIN" and "*1 open incident(s)*" in answer["text"]
+    assert len(_requests(slack, "usergroups.users.list")) == 1

@@ -23,6 +23,7 @@ from ..escaping import printable
 from ..state import State, StateBusy
 from . import actions
 from .followups import FollowUps, unexpected
+from .membership import Groups, Membership
 from .message import Message, escape
 from .slack import SlackBot
 
@@ -30,19 +31,23 @@ log = logging.getLogger("lossguard")
 KILL_AT = "LOSSGUARD_TEST_KILL_AT"
 """A test hook: `before-ack` makes the daemon SIGKILL itself once a click is committed, before its
 ack is sent (Slack then sends the envelope again)."""
-GROUPS_FOR = 300.0
-"""Seconds a user group's members are trusted before they are asked again."""
+LOOKUPS = 64
+"""Clicks waiting for Slack to name a user group's members; past that one is answered BUSY."""
 
 Then = Callable[[], None] | None
 COULD_NOT = "lossguard could not take this click; see its log."
 """The answer to a click that failed for a reason nobody foresaw (acked: Slack would only send it again)."""
+AGAIN_LATER = "try again in a minute."
+BUSY = f"lossguard has too many clicks waiting for Slack to name a user group's members: nothing changed; {AGAIN_LATER}"
 AGAIN = "click Show the plot again to try again."
 """A new click draws the plot again; Slack's retry of the same envelope does not (exactly once)."""
 
 
 class ClickHandler:
     """What the Socket Mode link calls for every envelope, one at a time (its own state connection);
-    what follows a click's ack runs on its own bounded threads (alerts.followups)."""
+    a click that must wait for Slack to name a user group's members is acked at once and decided
+    on a lookup worker of its own (alerts.membership); what follows a click's ack runs on its own
+    bounded threads (alerts.followups)."""
 
     def __init__(self, state: State, bot: SlackBot, *, actors: list[str], rules: Callable[[], list[tuple[str, str]]],
                  causes: list[str], status: Callable[[str], str] | None = None, clock: Callable[[], float] = time.time) -> None:
@@ -51,8 +56,10 @@ class ClickHandler:
         self.status = status
         """`/lossguard status [RUN]`'s answer (None: the command is not offered)."""
         self._lock = threading.Lock()
-        self._groups: dict[str, tuple[float, frozenset[str]]] = {}
+        self.membership = Membership(sorted(a for a in self.actors if a.startswith("S")), bot.group_members, clock=clock)
         self.follow_ups = FollowUps()
+        self.lookups = FollowUps(workers=1, pending=LOOKUPS, name="slack-lookup",
+                                 what="a click waiting for Slack to name a user group's members")
         self._closed = False
 
     def __call__(self, envelope: dict) -> tuple[dict | None, Then]:
@@ -62,23 +69,72 @@ class ClickHandler:
         with self._lock:
             if self._closed:  # (not acked: Slack sends it again, to the daemon that comes back)
                 raise StateBusy("lossguard is stopping")
+            groups = self._groups_of(parsed.user)
+            if groups is not None:
+                payload, then = self._apply(parsed, groups)
+                return payload, then
+        # Slack must name a group's members first: acked now (Slack wants it within 3 s whatever
+        # the lookup takes), decided on the lookup worker. A daemon killed meanwhile loses it.
+        if not self.lookups.submit(lambda: self._after_lookup(parsed)):
+            if isinstance(parsed, actions.Command):
+                return {"response_type": "ephemeral", "text": BUSY}, None
+            return None, self._afterwards(parsed, {"reply": BUSY})
+        log.info("a click from Slack (envelope %s) waits for Slack to name the members of %s: acknowledged now, decided after",
+                 printable(parsed.envelope_id)[:80], ", ".join(self.membership.groups))
+        return None, None
+
+    def _apply(self, parsed: actions.Click | actions.Command, groups: Groups) -> tuple[dict | None, Then]:
+        """The click decided and committed (under the lock), or the command answered."""
+        try:
+            if isinstance(parsed, actions.Command):
+                return self._command(parsed, groups), None
+            return None, self._click(parsed, groups)
+        except StateBusy as exc:  # (not acked: Slack sends it again, when the state can be written)
+            log.warning("a click from Slack waits: %s", exc)
+            raise
+        except Exception as exc:  # noqa: BLE001 - acked, or Slack would send what cannot be applied again and again
+            unexpected(f"a click from Slack could not be applied (envelope {parsed.envelope_id}); it is acknowledged and dropped", exc)
+            if isinstance(parsed, actions.Command):
+                return {"response_type": "ephemeral", "text": COULD_NOT}, None
+            return None, self._afterwards(parsed, {"reply": COULD_NOT})
+
+    def _after_lookup(self, parsed: actions.Click | actions.Command) -> None:
+        """On the lookup worker: the groups asked of Slack (those whose knowledge is over; a click
+        queued behind finds them known), then the click decided and applied as any other, its
+        answer posted (acked already: a command's answer goes as an ephemeral line)."""
+        self.membership.refresh()
+        with self._lock:
+            if self._closed:
+                log.warning("a click from Slack (envelope %s) was acknowledged but not applied: lossguard stopped meanwhile",
+                            printable(parsed.envelope_id)[:80])
+                return
             try:
-                if isinstance(parsed, actions.Command):
-                    return self._command(parsed), None
-                return None, self._click(parsed)
-            except StateBusy as exc:  # (not acked: Slack sends it again, when the state can be written)
-                log.warning("a click from Slack waits: %s", exc)
-                raise
-            except Exception as exc:  # noqa: BLE001 - acked, or Slack would send what cannot be applied again and again
-                unexpected(f"a click from Slack could not be applied (envelope {parsed.envelope_id}); it is acknowledged and dropped", exc)
-                if isinstance(parsed, actions.Command):
-                    return {"response_type": "ephemeral", "text": COULD_NOT}, None
-                return None, self._afterwards(parsed, {"reply": COULD_NOT})
+                payload, then = self._apply(parsed, self._groups_of(parsed.user, settled=True))
+            except StateBusy:  # (acked already: Slack will not send it again)
+                payload, then = {"text": f"lossguard could not take this now (its state is busy): nothing changed; {AGAIN_LATER}"}, None
+        if payload is not None and isinstance(parsed, actions.Command):
+            then = self._told(parsed.user, parsed.channel, payload["text"])
+        elif payload is not None:
+            then = self._afterwards(parsed, {"reply": payload["text"]})
+        if then is not None:
+            then()
+
+    def _told(self, user: str, channel: str | None, text: str) -> Then:
+        """`text` posted to `user` only, in `channel`, on a follow-up thread."""
+        if not channel:
+            return None
+
+        def tell() -> None:
+            delivery = self.bot.ephemeral(text, channel=channel, user=user)
+            if not delivery.ok:
+                log.warning("the answer to a command from Slack could not be posted: %s", delivery.describe())
+
+        return lambda: self.follow_ups.submit(tell)
 
     def close(self, timeout: float = 5.0) -> None:
         """No more envelopes taken (those that come are left for Slack to send again); the one being
-        applied and the follow-ups under way get up to `timeout` s, so the state is closed under
-        none of them."""
+        applied, the lookups and the follow-ups under way get up to `timeout` s, so the state is
+        closed under none of them."""
         deadline = time.monotonic() + timeout
         if self._lock.acquire(timeout=timeout):
             self._closed = True
@@ -86,16 +142,18 @@ class ClickHandler:
         else:
             self._closed = True
             log.warning("a click from Slack was still being applied after %.0f s as lossguard stopped", timeout)
+        if not self.lookups.close(max(0.0, deadline - time.monotonic())):
+            log.warning("a lookup of a user group's members was still under way as lossguard stopped")
         if not self.follow_ups.close(max(0.0, deadline - time.monotonic())):
             log.warning("a click's follow-up was still under way as lossguard stopped")
 
-    def _click(self, click: actions.Click) -> Then:
+    def _click(self, click: actions.Click, groups: Groups) -> Then:
         recorded = self.state.envelope_reply(click.envelope_id)
         if recorded is not None:
             log.info("envelope %s from Slack was applied already: answered again, nothing applied twice", click.envelope_id)
             return self._afterwards(click, {**json.loads(recorded), "plot": None})  # (a picture is not drawn a second time)
         now = self.clock()
-        decision = actions.decide(click, self._facts(click, now))
+        decision = actions.decide(click, self._facts(click, now, groups))
         done = {"reply": decision.reply, "line": getattr(decision, "line", None), "acked": isinstance(decision, actions.Acknowledge),
                 "plot": decision.incident_id if isinstance(decision, actions.ShowPlot) else None}
         recorded = json.dumps(done)
@@ -114,33 +172,18 @@ class ClickHandler:
             os.kill(os.getpid(), signal.SIGKILL)
         return self._afterwards(click, done)
 
-    def _facts(self, click: actions.Click, now: float) -> actions.Facts:
+    def _facts(self, click: actions.Click, now: float, groups: Groups) -> actions.Facts:
         _, _, ident = click.key.rpartition("-")
         found = self.state.clicked_incident(int(ident)) if ident.isdigit() else None
         row, acked_by = found if found is not None else (None, None)
-        groups, unchecked = self._groups_of(click.user, now)
-        return actions.Facts(self.state.id, row, acked_by, self.actors, groups, unchecked, rules=tuple(self.rules()), causes=self.causes, now=now)
+        return actions.Facts(self.state.id, row, acked_by, self.actors, *groups, rules=tuple(self.rules()), causes=self.causes, now=now)
 
-    def _groups_of(self, user: str, now: float) -> tuple[frozenset[str], frozenset[str]]:
+    def _groups_of(self, user: str, *, settled: bool = False) -> Groups | None:
         """The user groups listed in slack_actors that `user` is in, and those Slack would not name
-        the members of (asked of Slack, kept GROUPS_FOR: once that is over and Slack will not say,
-        the group is unknown, never taken on what it was). Not asked for a user listed by ID."""
-        mine, unknown = set(), set()
-        if user in self.actors:
+        the members of; None when Slack must be asked first. Nothing asked for a user listed by ID."""
+        if user in self.actors or not self.membership.groups:
             return frozenset(), frozenset()
-        for group in (a for a in self.actors if a.startswith("S")):
-            at, members = self._groups.get(group, (-1e18, frozenset()))
-            if now - at > GROUPS_FOR:
-                fresh = self.bot.group_members(group)
-                if fresh is None:
-                    log.warning("Slack would not say who is in user group %s (the bot needs usergroups:read): its members' clicks are refused", group)
-                    unknown.add(group)
-                    continue
-                at, members = now, fresh
-                self._groups[group] = (at, members)
-            if user in members:
-                mine.add(group)
-        return frozenset(mine), frozenset(unknown) if not mine else frozenset()
+        return self.membership.of(user, settled=settled)
 
     def _afterwards(self, click: actions.Click, done: dict) -> Then:
         """After the ack, on a follow-up thread: the alert updated in place (when something was done
@@ -207,9 +250,9 @@ class ClickHandler:
             log.warning("the plot a click asked for could not be uploaded: %s", delivery.describe())
             self.bot.ephemeral(f"lossguard could not upload the plot ({escape(delivery.error or 'no answer')}); {AGAIN}", channel=click.channel, user=click.user)
 
-    def _command(self, command: actions.Command) -> dict:
+    def _command(self, command: actions.Command, known: Groups) -> dict:
         """`/lossguard status [RUN]`, answered in the ack (ephemeral), from the state."""
-        groups, unchecked = self._groups_of(command.user, self.clock())
+        groups, unchecked = known
         if command.user not in self.actors and not groups:
             text = actions.refusal(unchecked).reply
         elif self.status is None:

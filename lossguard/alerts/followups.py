@@ -31,8 +31,12 @@ def unexpected(what: str, exc: BaseException) -> None:
 
 
 class FollowUps:
-    def __init__(self, *, workers: int = WORKERS, pending: int = PENDING) -> None:
-        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="slack-follow-up")
+    """`what`: what a piece of work is, in the line that says one was dropped."""
+
+    def __init__(self, *, workers: int = WORKERS, pending: int = PENDING, what: str = "a click's follow-up (the alert's update, the answer)",
+                 name: str = "slack-follow-up") -> None:
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=name)
+        self._what = what
         self._room = threading.BoundedSemaphore(pending)
         self._pending = pending
         self._dropped = 0
@@ -44,12 +48,11 @@ class FollowUps:
         """`work` run soon on a thread of ours (False: dropped, as lossguard stops or too many wait)."""
         if self._closed or not self._room.acquire(blocking=False):
             if not self._dropped:  # (said once a burst: the count when there is room again)
-                log.warning("a click's follow-up (the alert's update, the answer) was dropped: %s",
-                            "lossguard is stopping" if self._closed else f"{self._pending} are waiting already")
+                log.warning("%s was dropped: %s", self._what, "lossguard is stopping" if self._closed else f"{self._pending} are waiting already")
             self._dropped += 1
             return False
         if self._dropped > 1:
-            log.warning("%d follow-ups of clicks (the alert's update, the answer) were dropped while %d waited", self._dropped, self._pending)
+            log.warning("%d times %s was dropped while %d waited", self._dropped, self._what, self._pending)
         self._dropped = 0
 
         def run() -> None:

@@ -16,6 +16,7 @@ import urllib.error
 from pathlib import Path
 
 from slack_sdk import WebClient
+from slack_sdk.web import SlackResponse
 from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.http_retry.builtin_handlers import ConnectionErrorRetryHandler, RateLimitErrorRetryHandler, RetryHandler
 from slack_sdk.http_retry.builtin_interval_calculators import BackoffRetryIntervalCalculator
@@ -80,6 +81,8 @@ class SlackBot:
         remember(token)
         self.channel = channel
         self._client = WebClient(token=token, base_url=base_url, timeout=timeout, retry_handlers=retry_handlers(retries=retries, backoff=backoff))
+        # (a lookup is not retried here: a failure is kept a while and the lookup made again after it)
+        self._lookups = WebClient(token=token, base_url=base_url, timeout=timeout, retry_handlers=[])
 
     def __repr__(self) -> str:
         return f"SlackBot(channel={self.channel!r}, token=***)"
@@ -94,12 +97,16 @@ class SlackBot:
         """A line only `user` sees, in `channel` (the answer to a click)."""
         return self._call("chat_postEphemeral", channel=channel, user=user, text=text)
 
-    def group_members(self, group: str) -> frozenset[str] | None:
-        """The users of a user group (usergroups:read; None: Slack would not say)."""
-        try:
-            return frozenset(self._client.usergroups_users_list(usergroup=group).get("users") or ())
-        except (SlackClientError, OSError, ValueError):
-            return None
+    def group_members(self, group: str) -> frozenset[str] | Delivery:
+        """The users of a user group (usergroups:read), or why Slack would not say: asked once,
+        however it fails (alerts.membership keeps the failure a while)."""
+        response = _request(self._lookups, "usergroups_users_list", usergroup=group)
+        if isinstance(response, Delivery):
+            return response
+        users = response.get("users")
+        if not isinstance(users, list) or not all(isinstance(u, str) for u in users):
+            return Delivery(ok=False, error="the answer holds no list of user IDs", permanent=False)
+        return frozenset(users)
 
     def upload(self, path: Path, *, channel: str, thread_ts: str, title: str) -> Delivery:
         """A file into a thread (files_upload_v2: get an upload URL, send the bytes there, complete
@@ -107,18 +114,25 @@ class SlackBot:
         return self._call("files_upload_v2", file=str(path), filename=path.name, title=title, channel=channel, thread_ts=thread_ts)
 
     def _call(self, method: str, **kwargs: object) -> Delivery:
-        kwargs = {k: v for k, v in kwargs.items() if v is not None}
-        try:
-            response = getattr(self._client, method)(**kwargs)
-        except SlackApiError as exc:
-            error = exc.response.get("error") if exc.response is not None else None
-            status = exc.response.status_code if exc.response is not None else None
-            if error:
-                return _failure(str(error))
-            return Delivery(ok=False, error=f"HTTP {status}" if status else "no answer", permanent=False)
-        except (SlackClientError, OSError, ValueError) as exc:  # (URLError is an OSError; ValueError: a URL urllib refuses)
-            return _broken(exc)
+        response = _request(self._client, method, **kwargs)
+        if isinstance(response, Delivery):
+            return response
         return Delivery(ok=True, ts=response.get("ts"), channel=response.get("channel"))
+
+
+def _request(client: WebClient, method: str, **kwargs: object) -> SlackResponse | Delivery:
+    """Slack's answer to one Web API call, or the failure it came to (after the client's retries)."""
+    kwargs = {k: v for k, v in kwargs.items() if v is not None}
+    try:
+        return getattr(client, method)(**kwargs)
+    except SlackApiError as exc:
+        error = exc.response.get("error") if exc.response is not None else None
+        status = exc.response.status_code if exc.response is not None else None
+        if error:
+            return _failure(str(error))
+        return Delivery(ok=False, error=f"HTTP {status}" if status else "no answer", permanent=False)
+    except (SlackClientError, OSError, ValueError) as exc:  # (URLError is an OSError; ValueError: a URL urllib refuses)
+        return _broken(exc)
 
 
 APP_PERMANENT = {
