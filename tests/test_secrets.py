@@ -97,6 +97,13 @@ def test_alert_test_scrubs_a_webhook_path_the_server_echoes_in_its_error(tmp_pat
     pytest.param("Authorization: Bearer opaqueSECRET", "opaqueSECRET", id="bearer header"),
     pytest.param("POST https://hooks.slack.com/services/T0/B0/hookSECRET failed", "hookSECRET", id="webhook URL"),
     pytest.param('{"url": "https:\\/\\/hooks.slack.com\\/services\\/T0\\/B0\\/hookSECRET"}', "hookSECRET", id="webhook URL, JSON-escaped"),
+    # what a Socket Mode envelope carries: response_url (posts for 30 min), its verification token, trigger_id
+    pytest.param('{"response_url": "https://hooks.slack.com/commands/T0/1/r3sp0nseS3cret"}', "r3sp0nseS3cret", id="response_url, JSON"),
+    pytest.param("{'response_url': 'https://relay.example/x/r3sp0nseS3cret'}", "r3sp0nseS3cret", id="response_url anywhere, repr"),
+    pytest.param('"{\\"token\\": \\"v3rificati0nT0ken\\"}"', "v3rificati0nT0ken", id="token, JSON in JSON"),
+    pytest.param('{"trigger_id": "1.2.tr1ggerS3cret"}', "tr1ggerS3cret", id="trigger_id"),
+    pytest.param("POST https://hooks.slack.com/actions/T0/1/r3sp0nseS3cret", "r3sp0nseS3cret", id="an actions URL alone"),
+    pytest.param("wss://wss-primary.slack.com/link/?ticket=t1ck3tS3cret&app_id=A0", "t1ck3tS3cret", id="a Socket Mode URL's ticket"),
 ])
 def test_scrub_masks_what_is_shaped_like_a_slack_secret_though_never_configured(text, secret):
     assert secret not in scrub(text) and "***" in scrub(text)

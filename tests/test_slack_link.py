@@ -563,20 +563,6 @@ def test_at_debug_level_no_log_line_holds_an_envelopes_response_url_token_or_tri
     assert not any(c in caplog.text for c in CAPABILITIES), [line for line in caplog.text.splitlines() if any(c in line for c in CAPABILITIES)]
 
 
-@pytest.mark.parametrize("text, secret", [
-    pytest.param('{"response_url": "https://hooks.slack.com/commands/T0/1/r3sp0nseS3cret"}', "r3sp0nseS3cret", id="response_url, JSON"),
-    pytest.param("{'response_url': 'https://relay.example/x/r3sp0nseS3cret'}", "r3sp0nseS3cret", id="response_url anywhere, repr"),
-    pytest.param('"{\\"token\\": \\"v3rificati0nT0ken\\"}"', "v3rificati0nT0ken", id="token, JSON in JSON"),
-    pytest.param('{"trigger_id": "1.2.tr1ggerS3cret"}', "tr1ggerS3cret", id="trigger_id"),
-    pytest.param("POST https://hooks.slack.com/actions/T0/1/r3sp0nseS3cret", "r3sp0nseS3cret", id="an actions URL alone"),
-    pytest.param("wss://wss-primary.slack.com/link/?ticket=t1ck3tS3cret&app_id=A0", "t1ck3tS3cret", id="a Socket Mode URL's ticket"),
-])
-def test_scrub_masks_the_capabilities_an_envelope_carries(text, secret):
-    from lossguard.redact import scrub
-
-    assert secret not in scrub(text) and "***" in scrub(text)
-
-
 ONCALL_GROUP = "S0ONCALL01"
 
 
@@ -628,3 +614,13 @@ def test_a_command_waiting_for_a_groups_members_is_acked_at_once_and_answered_in
     (answer,) = _requests(slack, "chat.postEphemeral")
     assert answer["user"] == "U0BOB00001" and answer["channel"] == "C0TRAIN" and "*1 open incident(s)*" in answer["text"]
     assert len(_requests(slack, "usergroups.users.list")) == 1
+
+
+def test_slacks_request_for_a_new_connection_is_followed_and_clicks_go_on(slack, socket, state, caplog):
+    key = _alerted(slack, state)
+    with caplog.at_level(logging.INFO, logger="lossguard"), _connected(slack, socket, state):
+        socket.send_raw(json.dumps({"type": "disconnect", "reason": "refresh_requested", "debug_info": {"host": "applink-test"}}))
+        socket.wait_connected(count=2)
+        socket.send(envelope(ACKNOWLEDGE, key=key, clicked=time.time(), envelope_id="e-refreshed"))
+        socket.wait_ack("e-refreshed", timeout=5)
+    assert state.acked([1]) == {1: "@ana"} and not [r for r in caplog.records if r.levelno >= logging.WARNING]

@@ -87,6 +87,17 @@ class _Connection(Connection):
                     break
         state.terminated = True
 
+    def disconnect(self) -> None:
+        """Closed, its read woken first: slack-sdk's waits for the read (up to its 3 s timeout),
+        during which the new connection's frames wait behind it on the same reading thread."""
+        sock = self.sock
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:  # (gone already)
+                pass
+        super().disconnect()
+
     def _ponged(self, data: bytes) -> None:
         """A pong to this connection's ping: it is alive (slack-sdk's monitor drops it after 4 pings unanswered)."""
         session, _, at = data.decode("utf-8", errors="replace").partition(":")
