@@ -164,6 +164,13 @@ def test_a_credential_that_is_no_small_regular_file_is_refused_in_one_line_witho
 SECRET_TAIL = "Q7SECRETtail99"
 
 
+@pytest.fixture
+def no_settings(monkeypatch):
+    for name in [k for k in os.environ if k.startswith("LOSSGUARD_")] + ["CREDENTIALS_DIRECTORY"]:
+        monkeypatch.delenv(name, raising=False)
+    return monkeypatch
+
+
 @pytest.mark.parametrize("setting, value, env", [
     pytest.param("LOSSGUARD_SLACK_TOKEN", f"xoxb-1111-2222-\n{SECRET_TAIL}", {"LOSSGUARD_SLACK_CHANNEL": "#t"}, id="bot token, line break"),
     pytest.param("LOSSGUARD_SLACK_TOKEN", f"xoxb-1111-2222 {SECRET_TAIL}", {"LOSSGUARD_SLACK_CHANNEL": "#t"}, id="bot token, space"),
@@ -172,35 +179,46 @@ SECRET_TAIL = "Q7SECRETtail99"
     pytest.param("LOSSGUARD_ALERTMANAGER_PASSWORD", f"pass word\n{SECRET_TAIL}",
                  {"LOSSGUARD_ALERTMANAGER_URLS": "https://am:9093", "LOSSGUARD_ALERTMANAGER_USERNAME": "u"}, id="password, line break"),
 ])
-def test_a_secret_holding_a_pasted_line_break_is_refused_by_config_check_in_one_masked_line(tmp_path, setting, value, env):
+def test_a_secret_holding_a_pasted_line_break_is_refused_at_load_naming_the_setting_and_masked(no_settings, setting, value, env):
     # Sent as given, Slack (or the proxy) refused it on every call, which slack-sdk reported as a
     # temporary error: the daemon retried forever where a refusal at load is one line.
-    _refused_in_one_masked_line(tmp_path, ["config", "check"], setting, value, env)
+    from lossguard.errors import ConfigError
+    from lossguard.watch.settings import load_settings
+
+    for name, given in {**env, setting: value}.items():
+        no_settings.setenv(name, given)
+    with pytest.raises(ConfigError) as refused:
+        load_settings()
+    line = str(refused.value)
+    assert "\n" not in line and setting in line and "control character" in line and "***" in line
+    assert SECRET_TAIL not in line and value.split()[0] not in line.replace("xoxb-***", "").replace("xapp-***", "")  # (nor what came before)
 
 
-@pytest.mark.parametrize("setting, value, env", [
-    pytest.param("LOSSGUARD_SLACK_TOKEN", f"xoxb-1111-2222-\n{SECRET_TAIL}", {"LOSSGUARD_SLACK_CHANNEL": "#t"}, id="bot token"),
-    pytest.param("LOSSGUARD_SLACK_APP_TOKEN", f"xapp-1-A0-\n{SECRET_TAIL}", {"LOSSGUARD_SLACK_TOKEN": "xoxb-1-ok", "LOSSGUARD_SLACK_CHANNEL": "#t"},
-                 id="app token"),
+@pytest.mark.parametrize("command, setting, value, env", [
+    pytest.param(["config", "check"], "LOSSGUARD_SLACK_TOKEN", f"xoxb-1111-2222-\n{SECRET_TAIL}", {"LOSSGUARD_SLACK_CHANNEL": "#t"},
+                 id="config check, bot token"),
+    pytest.param(["watch", "runs"], "LOSSGUARD_SLACK_TOKEN", f"xoxb-1111-2222-\n{SECRET_TAIL}", {"LOSSGUARD_SLACK_CHANNEL": "#t"},
+                 id="the daemon, bot token"),
+    pytest.param(["watch", "runs"], "LOSSGUARD_SLACK_APP_TOKEN", f"xapp-1-A0-\n{SECRET_TAIL}",
+                 {"LOSSGUARD_SLACK_TOKEN": "xoxb-1-ok", "LOSSGUARD_SLACK_CHANNEL": "#t"}, id="the daemon, app token"),
 ])
-def test_the_daemon_refuses_to_start_with_a_token_holding_a_line_break(tmp_path, setting, value, env):
-    _refused_in_one_masked_line(tmp_path, ["watch", "runs"], setting, value, env)
-
-
-def _refused_in_one_masked_line(tmp_path, command: list[str], setting: str, value: str, env: dict[str, str]) -> None:  # noqa: ANN001
+def test_config_check_and_the_daemon_refuse_a_token_holding_a_line_break_with_exit_2_in_one_masked_line(tmp_path, command, setting, value, env):
     from .conftest import assert_one_error_line
 
     (tmp_path / "runs").mkdir()
     res = _lossguard(*command, env={**env, setting: value}, cwd=tmp_path)
     line = assert_one_error_line(res, setting, "control character")
     assert SECRET_TAIL not in res.stdout + res.stderr and "***" in line
-    assert value.split()[0] not in line.replace("xoxb-***", "").replace("xapp-***", "")  # (no piece before the break either)
 
 
-def test_a_password_may_hold_spaces_and_a_token_file_its_trailing_newline(tmp_path):
+def test_a_password_may_hold_spaces_and_a_token_file_its_trailing_newline(tmp_path, no_settings):
+    from lossguard.watch.settings import load_settings
+
     token = tmp_path / "token"
     token.write_text("xoxb-1111-2222-fine\n")
-    env = {"LOSSGUARD_SLACK_TOKEN_FILE": str(token), "LOSSGUARD_SLACK_CHANNEL": "#t", "LOSSGUARD_ALERTMANAGER_URLS": "https://am:9093",
-           "LOSSGUARD_ALERTMANAGER_USERNAME": "u", "LOSSGUARD_ALERTMANAGER_PASSWORD": " correct horse battery "}
-    res = _lossguard("config", "check", env=env, cwd=tmp_path)
-    assert res.returncode == 0, res.stderr
+    for name, value in {"LOSSGUARD_SLACK_TOKEN_FILE": str(token), "LOSSGUARD_SLACK_CHANNEL": "#t", "LOSSGUARD_ALERTMANAGER_URLS": "https://am:9093",
+                        "LOSSGUARD_ALERTMANAGER_USERNAME": "u", "LOSSGUARD_ALERTMANAGER_PASSWORD": " correct horse battery "}.items():
+        no_settings.setenv(name, value)
+    settings = load_settings()
+    assert settings.slack_token.get_secret_value() == "xoxb-1111-2222-fine"
+    assert settings.alertmanager_password.get_secret_value() == "correct horse battery"

@@ -540,12 +540,14 @@ def test_what_is_no_envelope_is_said_in_one_line_and_the_link_goes_on(slack, soc
         socket.send_raw('{"envelope_id": "e-cut", "payload": {"token": "v3rificati0nT0ken"')  # (cut: no JSON)
         socket.send_raw(json.dumps(["e-array"]))
         socket.send_raw(json.dumps({"type": "interactive", "payload": {"token": "v3rificati0nT0ken"}}))  # (no envelope_id: nothing to ack)
+        socket.send_raw(b"\x00\x01binary")
         assert socket.wait_ack("e-bad-cmd", timeout=5) == {"envelope_id": "e-bad-cmd"}
         socket.send(envelope(ACKNOWLEDGE, key=key, clicked=time.time(), envelope_id="e-after"))
         socket.wait_ack("e-after", timeout=5)
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert any("e-bad-cmd" in w and "payload.user_id is an object, not a string" in w for w in warnings)
     assert sum("no JSON object" in w for w in warnings) == 2 and sum("without an envelope_id" in w for w in warnings) == 1
+    assert sum("a binary message from Slack was ignored (8 bytes" in w for w in warnings) == 1
     assert not any(c in caplog.text for c in CAPABILITIES) and state.acked([1]) == {1: "@ana"}
 
 

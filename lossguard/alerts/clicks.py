@@ -71,8 +71,7 @@ class ClickHandler:
                 raise StateBusy("lossguard is stopping")
             groups = self._groups_of(parsed.user)
             if groups is not None:
-                payload, then = self._apply(parsed, groups)
-                return payload, then
+                return self._apply(parsed, groups)
         # Slack must name a group's members first: acked now (Slack wants it within 3 s whatever
         # the lookup takes), decided on the lookup worker. A daemon killed meanwhile loses it.
         if not self.lookups.submit(lambda: self._after_lookup(parsed)):

@@ -31,7 +31,7 @@ from slack_sdk.socket_mode.builtin.connection import Connection, ConnectionState
 from ..escaping import printable
 from ..redact import remember
 from .delivery import Delivery
-from .frames import CLOSE, PING, PONG, TEXT, FrameError, FrameReader
+from .frames import BINARY, CLOSE, PING, PONG, TEXT, FrameError, FrameReader
 from .slack import DEFAULT_BASE_URL, _app_failure, _broken, retry_handlers
 
 log = logging.getLogger("lossguard")
@@ -78,6 +78,8 @@ class _Connection(Connection):
                     self._ponged(frame.data)
                 elif frame.opcode == TEXT and self.on_message_listener is not None:
                     self.on_message_listener(frame.data.decode("utf-8", errors="replace"))
+                elif frame.opcode == BINARY:
+                    log.warning("a binary message from Slack was ignored (%d bytes; Socket Mode sends text)", len(frame.data))
                 elif frame.opcode == CLOSE:
                     if self.on_close_listener is not None:
                         code = int.from_bytes(frame.data[:2], "big") if len(frame.data) >= 2 else 1005
