@@ -144,20 +144,20 @@ def test_the_closest_rule_is_the_one_quoted():
 
 
 def test_a_segment_resumed_before_any_history_is_too_short_on_its_own():
-    steps = list(range(1, 21)) + [1, 2, 3]
-    assert shorts([1.0] * 23, default_rules().rules, steps) == [
+    steps = list(range(1, 21)) + [1, 2, 3]  # (other values: a resume, not the same history replayed)
+    assert shorts([1.0] * 20 + [1.1] * 3, default_rules().rules, steps) == [
         (1, 1, 3, 3, 3, 4, "segment resumed at step 1: too short to judge spikes: 3 loss points, rules need 4")
     ]
 
 
 def test_a_resumed_segment_judged_with_the_history_it_continues_from_is_not_too_short():
     steps = list(range(1, 21)) + [15, 16, 17]
-    assert shorts([1.0] * 23, default_rules().rules, steps) == []
+    assert shorts([1.0] * 20 + [1.1] * 3, default_rules().rules, steps) == []
 
 
 def test_a_short_first_timeline_before_a_resume_is_named_by_its_steps():
     steps = [1, 2, 3, 2, 3]
-    assert [s[-1] for s in shorts([1.0] * 5, default_rules().rules, steps)] == [
+    assert [s[-1] for s in shorts([1.0] * 3 + [1.1] * 2, default_rules().rules, steps)] == [
         "steps 1-3, before a resume: too short to judge spikes: 3 loss points, rules need 4",
         "segment resumed at step 2: too short to judge spikes: 3 loss points (with the history it resumes from), rules need 4",
     ]

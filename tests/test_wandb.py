@@ -533,3 +533,49 @@ def test_wandb_latest_run_named_on_the_command_line_reads_the_run_it_points_to(b
     res = run_lossguard("read", str(link), "--format", "csv")
     assert res.returncode == 0, res.stderr
     assert res.stdout == run_lossguard("read", str(target), "--format", "csv").stdout and res.stdout.count("\n") > 10
+
+
+RESUMED = r'''
+import sys, wandb
+
+def log(steps, spikes, resume=None):
+    run = wandb.init(project="huggingface", id="resumed7", resume=resume)
+    for s in steps:
+        wandb.log({"train/loss": 9.0 if s in spikes else 2.0 + (s % 5) * 0.01, "train/global_step": s})
+    run.finish()
+
+if sys.argv[1] == "first":
+    log(range(1, 121), {60, 100})
+else:  # resumed by id: the same 120 steps logged again, value for value, then 60 more
+    log(range(1, 181), {60, 100, 150}, resume="allow")
+'''
+
+
+def test_a_run_resumed_by_id_that_logs_its_history_again_is_one_timeline_the_daemon_alerting_what_scan_reports_once(tmp_path):
+    exp = tmp_path / "runs" / "exp"
+    exp.mkdir(parents=True)
+
+    def write(part: str) -> None:
+        done = subprocess.run([sys.executable, "-c", RESUMED, part], env=wandb_env(exp, tmp_path / "home"), cwd=exp, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+
+    run = "exp/huggingface/resumed7"
+    w = Watch(tmp_path, env=NO_PLOTS).start()
+    try:
+        w.wait_settled()
+        write("first")
+        w.wait_for(lambda ev: sum(e["event"] == "opened" for e in ev) >= 2)
+        write("resumed")
+        assert len(list((exp / "wandb").glob("offline-run-*-resumed7*/run-resumed7.wandb"))) == 2
+        w.wait_for(lambda ev: any(e["event"] == "opened" and e["step"] == 150 for e in ev))
+        w.kill9()
+        w.start()
+        ev = w.settle()
+    finally:
+        err = w.stop_and_read()
+    assert w.proc.returncode == 0, err
+    opened = [(e["run"], e["rule"], e["step"]) for e in ev if e["event"] == "opened"]
+    report = json.loads(run_lossguard("scan", str(tmp_path / "runs"), "--format", "json").stdout)
+    (mine,) = [r for r in report["runs"] if r["run"] == run]
+    assert mine["steps"] == 180  # (the replay is the history the run held, not a second timeline of it)
+    assert [(run, s["rule"], s["step"]) for s in mine["spikes"]] == opened == [(run, "loss-spike", 60), (run, "loss-spike", 100), (run, "loss-spike", 150)]

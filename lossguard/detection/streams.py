@@ -38,12 +38,50 @@ def _constant(name: str, value: object, n: int, dtype: pl.DataType) -> pl.Series
 
 
 def collapse(points: pl.DataFrame) -> pl.DataFrame:
-    if increasing(points.get_column("step").to_numpy()):
+    steps = points.get_column("step").to_numpy()
+    if increasing(steps):
         # The common case, strictly increasing steps: one segment, nothing to collapse. (A column
         # added by hstack, not a query: the daemon runs this for every stream of every pass.)
         return points.hstack([_constant("segment", 0, points.height, pl.Int64())])
-    points = points.with_columns((pl.col("step") < pl.col("step").shift(1)).fill_null(False).cum_sum().cast(pl.Int64).alias("segment"))
+    segment, kept = replays_folded(steps, points.get_column("value").to_numpy())
+    points = points.hstack([pl.Series("segment", segment, dtype=pl.Int64())])
+    if not kept.all():
+        points = points.filter(pl.Series(kept))
     return points.unique(subset=["segment", "step"], keep="last", maintain_order=True)
+
+
+def replays_folded(steps: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each point's segment (a step going back starts one), and which points to keep: a segment
+    that writes again, value for value, the points the run already holds at its steps (a run
+    resumed by id that logs its history again, a rank's copy of the same curve) is no resume but
+    the same history replayed: its points up to the highest step before it are left out, and
+    what it logs after that continues the segment before it. Where any of its values differs from
+    the one held at its step, it is a resume as before (a replay from a checkpoint that diverged).
+    Compared at the steps an earlier segment holds (the daemon's window: its tail), so `scan` of a
+    whole run and the daemon's tail + new points find one history where the replay is identical."""
+    n = steps.size
+    back = np.r_[False, steps[1:] < steps[:-1]]
+    segment = np.cumsum(back)
+    # The latest earlier write of each point's step, if any (a stable sort by step keeps file order).
+    order = np.argsort(steps, kind="stable")
+    prev = np.full(n, -1, dtype=np.int64)
+    same = steps[order[1:]] == steps[order[:-1]]
+    prev[order[1:][same]] = order[:-1][same]
+    compared = prev >= 0
+    compared[compared] = segment[prev[compared]] < segment[compared]  # (a rank's repeat within a segment is no replay)
+    at = np.flatnonzero(compared)
+    theirs, mine = values[prev[at]], values[at]
+    equal = (theirs == mine) | (np.isnan(theirs) & np.isnan(mine))
+    count = segment[-1] + 1
+    held = np.bincount(segment[at], minlength=count)
+    replay = (held > 0) & (held == np.bincount(segment[at], weights=equal, minlength=count))
+    if not replay.any():
+        return segment, np.ones(n, dtype=bool)
+    top = np.maximum.accumulate(steps)
+    starts = np.flatnonzero(back)
+    before = np.r_[steps[0], top[starts - 1]]  # the highest step before each segment
+    kept = ~(replay[segment] & (steps <= before[segment]))
+    return np.cumsum(back & ~replay[segment]), kept
 
 
 def by_metric(run_frame: pl.DataFrame, metrics: tuple[str, ...], *, best: dict[str, int] | None = None) -> dict[str, pl.DataFrame]:
