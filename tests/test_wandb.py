@@ -10,6 +10,8 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import polars as pl
@@ -535,6 +537,24 @@ def test_wandb_latest_run_named_on_the_command_line_reads_the_run_it_points_to(b
     assert res.stdout == run_lossguard("read", str(target), "--format", "csv").stdout and res.stdout.count("\n") > 10
 
 
+@contextmanager
+def daemon(tmp_path: Path) -> Iterator[Watch]:
+    """A real daemon following tmp_path/runs, stopped at the end, which it must reach cleanly."""
+    w = Watch(tmp_path, env=NO_PLOTS).start()
+    try:
+        yield w
+    finally:
+        err = w.stop_and_read()
+    assert w.proc.returncode == 0, err
+
+
+def again_after_kill_9(w: Watch) -> list[dict]:
+    """The deliveries once the daemon, killed -9, is started again and has said all it had to."""
+    w.kill9()
+    w.start()
+    return w.settle()
+
+
 RESUMED = r'''
 import sys, wandb
 
@@ -560,20 +580,14 @@ def test_a_run_resumed_by_id_that_logs_its_history_again_is_one_timeline_the_dae
         assert done.returncode == 0, done.stderr[-3000:]
 
     run = "exp/huggingface/resumed7"
-    w = Watch(tmp_path, env=NO_PLOTS).start()
-    try:
+    with daemon(tmp_path) as w:
         w.wait_settled()
         write("first")
         w.wait_for(lambda ev: sum(e["event"] == "opened" for e in ev) >= 2)
         write("resumed")
         assert len(list((exp / "wandb").glob("offline-run-*-resumed7*/run-resumed7.wandb"))) == 2
         w.wait_for(lambda ev: any(e["event"] == "opened" and e["step"] == 150 for e in ev))
-        w.kill9()
-        w.start()
-        ev = w.settle()
-    finally:
-        err = w.stop_and_read()
-    assert w.proc.returncode == 0, err
+        ev = again_after_kill_9(w)
     opened = [(e["run"], e["rule"], e["step"]) for e in ev if e["event"] == "opened"]
     report = json.loads(run_lossguard("scan", str(tmp_path / "runs"), "--format", "json").stdout)
     (mine,) = [r for r in report["runs"] if r["run"] == run]

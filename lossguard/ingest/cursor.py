@@ -78,6 +78,12 @@ class Cursor:
     name: str | None = None
     """The run a file names for its rows, as a record read before said (a W&B log's RunRecord, at
     its head), for reads that start past that record."""
+    scanned: int | None = None
+    """A W&B log's record cut into chunks whose LAST chunk has not come yet (it starts at `offset`):
+    where its next chunk starts, its chunks before that checked (sources/wandb_log.scan_pending)."""
+    zeros: int | None = None
+    """A W&B log read up to its end inside a run of zeros: where the run began (it is said once,
+    when it ends or the file is final, not once per read)."""
 
     def advance(self, **changes: object) -> Cursor:
         return replace(self, **changes)

@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 import polars as pl
@@ -26,7 +27,9 @@ from ..cursor import Cursor
 from ..problems import Problem
 from ..sources.protobuf import WIRE_LEN, fields, spans_of
 from ..sources.tfrecord import rows_at
-from ..sources.wandb_log import BLOCK, FILE_HEADER, Records, frame, header_problem, read_padded
+from ..sources.wandb_follow import Pending
+from ..sources.wandb_log import BLOCK, CHUNK_HEADER, FILE_HEADER, PAD, Padded, Records, frame, header_problem, read_padded
+from .wandb_edges import on_pending, past_zeros, zero_block, zeros_said
 from .base import Format, Keep, Layout, Parsed, Sink
 from .wandb_items import Items, items_of, named
 
@@ -251,7 +254,9 @@ def _decode(rec, path: Path, cursor: Cursor, keep: Keep | None) -> tuple[pl.Data
 class WandbFormat:
     """A `.wandb` file is read a chunk (CHUNK, whole blocks) at a time, each chunk's rows handed to
     `each` as decoded; the cursor also keeps the run's name (from its RunRecord, at the file's
-    head) and where its steps come from, for reads that start past them."""
+    head) and where its steps come from, for reads that start past them. A record longer than a
+    chunk is followed chunk by chunk (the cursor keeps how far: `scanned`) and read once whole,
+    up to MAX_RECORD; a run of zeros is passed over (formats/wandb_edges.py)."""
 
     name = "wandb"
     streams = True
@@ -276,14 +281,16 @@ class WandbFormat:
                 wrong = header_problem(head)
                 if wrong:
                     return Parsed(_empty(), cursor, (Problem(source, wrong),), dead=True)
-            end = size if limit is None else min(size, cursor.offset + limit)
-            began = cursor.offset
+            # (A limit counts from where reading goes on: a long record's next chunk, once followed.)
+            end = size if limit is None else min(size, max(cursor.offset, cursor.scanned or 0) + limit)
             while cursor.offset < end:
-                stop = _chunk_end(cursor.offset, end, chunk)
-                fh.seek(cursor.offset)
-                rec = frame(
-                    read_padded(fh, stop - cursor.offset), base=cursor.offset, skipping=cursor.skipping, final=final and stop == size, source=source, needed=_read_here
-                )
+                rec, moved = _next_records(fh, cursor, end=end, size=size, chunk=chunk, final=final, source=source, problems=problems)
+                if rec is None:
+                    if moved == cursor:
+                        break
+                    cursor = moved
+                    continue
+                cursor = moved
                 problems.extend(rec.problems)
                 rows, moved, found, span = _decode(rec, path, cursor, keep)
                 problems.extend(found)
@@ -291,11 +298,12 @@ class WandbFormat:
                 if rows.height:
                     each(rows) if each is not None else frames.append(rows)
                 progressed = rec.consumed > cursor.offset or rec.skipping != cursor.skipping
-                cursor = moved.advance(offset=rec.consumed, skipping=rec.skipping)
+                cursor = moved.advance(offset=rec.consumed, skipping=rec.skipping, scanned=None)
                 if not progressed:
-                    if rec.cut is None or stop >= size or cursor.offset > began:
-                        break
-                    end, chunk = max(end, min(size, stop + chunk)), chunk * 2  # one record longer than the chunk, or past the limit
+                    break
+        if final and cursor.zeros is not None:
+            problems.extend(zeros_said(cursor.zeros, cursor.offset, source))
+            cursor = cursor.advance(zeros=None)
         if final and cursor.offset < size:
             problems.append(Problem(source, f"last record is incomplete ({size - cursor.offset} bytes; file cut off or still being written)", offset=cursor.offset, unfinished=True))
         rows = pl.concat(frames, rechunk=False) if frames else _empty()
@@ -312,6 +320,39 @@ class WandbFormat:
         return _read_together(jobs, keep, largest)
 
 
+def _next_records(
+    fh: BinaryIO, cursor: Cursor, *, end: int, size: int, chunk: int, final: bool, source: str, problems: list[Problem]
+) -> tuple[Records | None, Cursor]:
+    """The records of the next chunk from the cursor (and the cursor, its bookkeeping of zeros
+    updated); or none, and the cursor past what holds none (zeros, a record too large or damaged),
+    or where its long record's chunks were followed to, or as it was: nothing more yet."""
+    scanned = cursor.scanned
+    if scanned is None:
+        stop = _chunk_end(cursor.offset, end, chunk)
+        fh.seek(cursor.offset)
+        got = read_padded(fh, stop - cursor.offset)
+        zeros = zero_block(got, cursor.offset)
+        if zeros is not None:  # (framed up to it: the run of zeros is passed over on its own)
+            got, stop = Padded(got.room, zeros - cursor.offset), zeros
+        if got.size >= CHUNK_HEADER and not got.room[PAD : PAD + CHUNK_HEADER].any():
+            skipped = past_zeros(fh, cursor, size=size, final=final, source=source)
+            if skipped is not None:
+                problems.extend(skipped[1])
+                return None, skipped[0]
+        elif cursor.zeros is not None:  # (a run of zeros a read before ended inside, over)
+            problems.extend(zeros_said(cursor.zeros, cursor.offset, source))
+            cursor = cursor.advance(zeros=None)
+        rec = frame(got, base=cursor.offset, skipping=cursor.skipping, final=final and stop == size, source=source, needed=_read_here)
+        if rec.consumed != cursor.offset or rec.skipping != cursor.skipping or rec.cut != cursor.offset:
+            return rec, cursor
+        # The record at the cursor runs past what was read: one longer than a chunk, or still being
+        # written. Its chunks are followed one at a time, and how far is kept (Cursor.scanned).
+        scanned = cursor.offset
+    elif size <= scanned:
+        return None, cursor  # (nothing new: one look at the file's size)
+    return on_pending(fh, cursor, Pending(cursor.offset, scanned), size=end, final=final and end == size, source=source, problems=problems, needed=_read_here)
+
+
 Found = tuple[Cursor, "table.Span | None", int]
 """A file read together with others (WandbFormat.read_together): its cursor after the read, the
 steps its rows covered, and how many of the batch's rows are its."""
@@ -321,7 +362,7 @@ def _frame_small(path: Path, cursor: Cursor, limit: int | None, largest: int) ->
     """The records of a small read of `path` on from `cursor`, as `WandbFormat.read` would frame
     them, or None where that read must be made: the header or the run's record not read yet,
     `largest` bytes or more new, a problem to tell, or a record running past `limit`."""
-    if cursor.name is None or cursor.offset < len(FILE_HEADER):
+    if cursor.name is None or cursor.offset < len(FILE_HEADER) or cursor.scanned is not None or cursor.zeros is not None:
         return None
     try:
         with open(path, "rb") as fh:
@@ -333,11 +374,19 @@ def _frame_small(path: Path, cursor: Cursor, limit: int | None, largest: int) ->
             buf = fh.read(max(0, end - cursor.offset))
     except OSError:
         return None  # read() names the problem
+    if buf[:CHUNK_HEADER] == bytes(CHUNK_HEADER):
+        return None  # (zeros where a chunk should start: read() passes over the run of them)
     rec = frame(buf, base=cursor.offset, skipping=cursor.skipping, final=False, source=str(path), needed=_read_here)
     moved = rec.consumed > cursor.offset or rec.skipping != cursor.skipping
-    if rec.problems or len(buf) != end - cursor.offset or (not moved and rec.cut is not None and end < size):
+    if rec.problems or len(buf) != end - cursor.offset or (not moved and rec.cut is not None and (end < size or _chunked(rec.cut, end))):
         return None
     return rec
+
+
+def _chunked(cut: int, end: int) -> bool:
+    """A record cut at `end` runs past its first block: one cut into chunks, which read() follows
+    chunk by chunk (remembering how far), not framed again from its start at every read."""
+    return end - cut > BLOCK - cut % BLOCK
 
 
 def _read_together(jobs: list[tuple[Path, Cursor, int | None]], keep: Keep | None, largest: int) -> tuple[pl.DataFrame, list[Found | None]]:

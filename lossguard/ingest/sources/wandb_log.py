@@ -13,7 +13,8 @@ side by side (numpy), one chunk of every block per round, and a file costs as ma
 fullest block has chunks, not one Python step per chunk. Damage costs the rest of its block only,
 as in LevelDB's reader: the next block starts afresh. wandb-core writes its buffer out when a block
 fills and at each flush, so a growing file's last record may be cut: it is "not yet", and the
-cursor stays before it.
+cursor stays before it. A record longer than a read, and runs of zeros where chunks should start,
+are the reader's to follow and pass over (sources/wandb_follow.py, formats/wandb_edges.py).
 """
 
 from __future__ import annotations
@@ -239,19 +240,31 @@ class _Joined:
     """Where fragments with no start or no end are (damage the checksums did not show)."""
     pending: int | None = None
     """Where a record the buffer ends inside starts."""
+    lost_end: int = -1
+    """The end of the last fragment passed over as a damaged record's."""
+    lost_open: bool = False
+    """... and it was a MIDDLE: the record's fragments go on in the next block."""
 
 
 def _join(buf: memoryview, ch: _Chunks, skipping: bool) -> _Joined:
     """FIRST, MIDDLE..., LAST chunks joined into records (a few per block: no array work needed)."""
     out = _Joined()
     held: list[int] = []
+    lost = -2
+    """The block of the last fragment of a record damage cut: its fragments in the blocks after it
+    are passed over, as LevelDB's reader resyncs, not each counted as more damage."""
     for i in np.flatnonzero(ch.kind != FULL).tolist():
         kind = int(ch.kind[i])
         if held and not _follows(ch, held[-1], i):
-            out.broken.append(int(ch.pos[held[0]]))
+            if not _cut_by_damage(ch, held[-1]):
+                out.broken.append(int(ch.pos[held[0]]))
             held = []
+        b = int(ch.block[i])
         if kind == FIRST:
             held = [i]
+        elif (b == lost + 1 and ch.pos[i] == ch.block_start[b]) or (not held and _after_damage(ch, i, skipping)):
+            held, lost = [], (b if kind == MIDDLE else -2)
+            out.lost_end, out.lost_open = int(ch.pos[i] + CHUNK_HEADER + ch.length[i]), kind == MIDDLE
         elif held:
             held.append(i)
             if kind == LAST:
@@ -262,11 +275,17 @@ def _join(buf: memoryview, ch: _Chunks, skipping: bool) -> _Joined:
                     out.data += buf[a : a + int(ch.length[k])]
                 out.last_end = max(out.last_end, int(ch.pos[i] + CHUNK_HEADER + ch.length[i]))
                 held = []
-        elif not _after_damage(ch, i, skipping):
+        else:
             out.broken.append(int(ch.pos[i]))
     if held:
         out.pending = int(ch.pos[held[0]])
     return out
+
+
+def _cut_by_damage(ch: _Chunks, j: int) -> bool:
+    """The record chunk j belongs to was cut by damage (in its block, or at the next block's start)."""
+    b = int(ch.block[j])
+    return b in ch.damaged or (b + 1) in ch.damaged
 
 
 def _after_damage(ch: _Chunks, i: int, skipping: bool) -> bool:
@@ -326,13 +345,19 @@ def frame(buf: bytes | Padded, *, base: int, skipping: bool = False, final: bool
     problems = []
     damage = sorted([*ch.damaged.values(), *joined.broken])
     if damage:
-        problems.append(Problem(
-            source, f"{len(damage)} damaged chunk(s) in this W&B log (a bad checksum, length or type); the rest of each one's 32 KiB block is skipped, the blocks after it are read",
-            offset=base + damage[0],
-        ))
+        problems.append(damage_problem(source, len(damage), base + damage[0]))
     return Records(
         data, PAD + starts[order], PAD + ends[order], base + firsts[order], consumed=consumed, skipping=still, cut=None if cut is None else base + cut,
         problems=problems, wanted=wanted[order],
+    )
+
+
+def damage_problem(source: str, count: int, offset: int) -> Problem:
+    """What damage costs, said once a read: the rest of the damaged chunk's block (with the record
+    it was part of), never the blocks after it."""
+    return Problem(
+        source, f"{count} damaged chunk(s) in this W&B log (a bad checksum, length or type); the rest of each one's 32 KiB block is skipped, the blocks after it are read",
+        offset=offset,
     )
 
 
@@ -358,9 +383,10 @@ def _consumed(ch: _Chunks, joined: _Joined, full: np.ndarray, base: int, n: int,
         ends.append(int(ch.block_start[0]) + BLOCK if base % BLOCK else 0)
     if full.size:
         at = max(at, int(ch.pos[full[-1]] + CHUNK_HEADER + ch.length[full[-1]]))
-    at = max(at, joined.last_end, *(min(end, n) for end in ends))
+    at = max(at, joined.last_end, joined.lost_end, *(min(end, n) for end in ends))
     # Past a block's padding when it was read whole: a file ending at a block's end ends there.
     left = BLOCK - (base + at) % BLOCK
     if (left < CHUNK_HEADER or at in ch.padded) and at + left <= n:
         at += left
-    return base + at, any(end - BLOCK < at <= end for end in ends)
+    return base + at, any(end - BLOCK < at <= end for end in ends) or (joined.lost_open and at <= joined.lost_end + CHUNK_HEADER)
+
