@@ -171,7 +171,7 @@ class Incident:
         )
 
     def to_report(self) -> dict[str, object]:
-        """The documented spike of `scan --format json` (README): the derived ratio and rounded
+        """The documented spike of `scan --format json` (docs/scan.md): the derived ratio and rounded
         confidences for people; the engine's bookkeeping (segment, last flagged step) left out."""
         full, ratio = self.to_json(), self.ratio
         head = ("run", "metric", "rule", "kind", "severity", "step", "peak_step", "end_step", "value", "baseline", "threshold")
@@ -224,7 +224,7 @@ class ShortHistory:
         return f"{where}too short to judge spikes: {count}, rules need {self.needed}"
 
     def to_report(self, source: str) -> dict[str, object]:
-        """A run's entry under `warnings` in `scan --format json` (README): the keys every warning
+        """A run's entry under `warnings` in `scan --format json` (docs/scan.md): the keys every warning
         has, then the numbers behind the message."""
         return {
             "kind": "too_short", "source": source, "line": None, "offset": None, "message": self.message,
@@ -249,7 +249,7 @@ class NoLoss:
         )
 
     def to_report(self, source: str) -> dict[str, object]:
-        """A run's entry under `warnings` in `scan --format json` (README)."""
+        """A run's entry under `warnings` in `scan --format json` (docs/scan.md)."""
         return {"kind": "no_loss", "source": source, "line": None, "offset": None, "message": self.message}
 
 

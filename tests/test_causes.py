@@ -95,7 +95,7 @@ def test_corpus_runs_raise_loss_spikes_only_where_people_saw_them_and_a_grad_nor
     assert sorted(grad) == [("hf_trainer/t5_summarization_trainer_state", 190000, 35.59), ("tfevents/t5_summarization_hf_trainer", 190000, 35.59)]
 
 
-# --- Causes that match what people concluded (issue 14, item 6) ------------------------------------
+# --- Causes that match what people concluded ---------------------------------------------------------
 
 
 def frame_of(**streams):

@@ -99,7 +99,7 @@ def test_debug_shows_the_traceback(tmp_path):
         main(["--debug", "scan", str(tmp_path / "missing")])
 
 
-# --- the edges a new user hits first (issue 16) ----------------------------------------------------
+# --- the edges a new user hits first -----------------------------------------------------------
 def _sample_runs() -> str:
     from .conftest import FIXTURES
 

@@ -1,4 +1,4 @@
-"""Today's console logs (issue 24, item 4), each as its framework's own logging code prints it
+"""Today's console logs, each as its framework's own logging code prints it
 (tests/console_samples.py names the file and function): read back at the right steps with the
 right metrics, a spike in a whole run found by `lossguard scan`, and read in pieces as one read."""
 

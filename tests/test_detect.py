@@ -329,7 +329,7 @@ def test_slope_is_exact_however_large_the_step_numbers():
     assert flagged_steps(list(loss), rule(kind="slope", window=30), steps) == expected
 
 
-# --- NaN under rules that compare (issue 14, item 6) ------------------------------------------------
+# --- NaN under rules that compare ---------------------------------------------------------------
 
 TURNS_NAN = [3.0 - 0.001 * k for k in range(300)] + [12.0, 12.0] + [math.nan] * 20
 ALL_NAN_AFTER = [3.0 - 0.001 * k for k in range(300)] + [math.nan] * 20

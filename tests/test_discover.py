@@ -154,7 +154,7 @@ def test_the_daemon_keeps_the_run_name_a_file_was_first_followed_under(tmp_path)
 
 
 def test_absl_info_logs_are_text_logs_of_their_program_and_the_link_to_the_newest_is_not_read_twice(tmp_path):
-    # Issue 24 (f): absl/glog name their logs `<program>.<host>.<user>.log.INFO.<date>-<time>.<pid>`
+    # absl/glog name their logs `<program>.<host>.<user>.log.INFO.<date>-<time>.<pid>`
     # (absl/logging/__init__.py, find_log_dir_and_names) with `<program>.INFO` linking the newest.
     folder = tmp_path / "runs" / "exp"
     folder.mkdir(parents=True)

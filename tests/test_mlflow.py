@@ -357,7 +357,7 @@ def test_a_db_no_tracker_wrote_is_passed_over_in_silence_and_lossguards_own_stat
     result = scan([folder.parent], rules=default_rules())
     assert sorted({r.run.split("/")[1] for r in result.runs}) == ["pretrain", "sft"]
     assert result.all_problems == []
-    # Issue 24 (c): nor counted in the scan's total of files read: MLflow's is the one.
+    # Nor counted in the scan's total of files read: MLflow's is the one.
     assert result.files == 1
     # Forced to read one as MLflow's: the file says what it is, once, and is not read again.
     res = read(folder / "junk.db", run=".", fmt="mlflow_db", final=False, options=OPTIONS)
@@ -438,7 +438,7 @@ def _stepless(client, run: str, steps) -> None:  # noqa: ANN001
 
 
 def test_a_metric_logged_without_a_step_is_numbered_in_the_order_logged_said_once_and_judged(store, tmp_path):
-    # Issue 24 F2: every row at step 0 was one point, "too short", nothing judged.
+    # Every row at step 0 was one point, "too short", nothing judged.
     client = _client(store)
     run = client.create_run(client.create_experiment("pretrain"), run_name="r1").info.run_id
     client.log_metric(run, "lr", 1e-4, timestamp=T0)  # one row: its step 0 is kept
@@ -593,7 +593,7 @@ def test_scan_run_counts_a_database_in_its_header_only_when_a_run_kept_is_its(st
 
 
 def test_scan_run_matching_nothing_lists_the_run_names_a_tracker_gives_not_its_files_folder(store):
-    # Issue 24 F3: the message listed `exp1` (the database's folder, discovery's name), which
+    # The message listed `exp1` (the database's folder, discovery's name), which
     # `--run` never matches: the names to give are the tracker's runs'.
     _written(store)
     (store.parent / "train.log").write_text("step 1 | loss 2.0\n")  # a log of a run of its own, beside
@@ -605,7 +605,7 @@ def test_scan_run_matching_nothing_lists_the_run_names_a_tracker_gives_not_its_f
 
 
 def test_the_daemon_says_a_database_locked_at_every_pass_once_until_that_changes(store, tmp_path, monkeypatch):
-    # Issue 24 (a): each pass's read of a locked database repeated the warning. (A lock no private
+    # Each pass's read of a locked database repeated the warning. (A lock no private
     # copy gets past: one that does is read once, and its next passes have nothing new to read.)
     monkeypatch.setattr(sqlite_db, "COPY_LIMIT", 0)
     client = _client(store)

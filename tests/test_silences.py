@@ -256,7 +256,7 @@ def test_the_slack_alert_shows_the_silence_command_and_the_report_starts_the_thr
     assert state.thread(ident) is not None  # its follow-ups reply to the report
 
 
-# --- clock steps (issue 25, item 7): what ended and was reported stays ended ---------------------
+# --- clock steps: what ended and was reported stays ended ---------------------
 
 def test_a_silence_ended_and_reported_or_expired_holds_nothing_whatever_the_clock_says():
     opened = Notice("opened", INC.run, INC)
@@ -297,7 +297,7 @@ def test_an_expired_silence_is_reported_at_once_even_with_the_clock_stepped_back
     assert [e["event"] for e in _events(out)] == ["unsilenced", "opened"]
 
 
-# --- resolutions of what was announced (issue 25, item 8) ----------------------------------------
+# --- resolutions of what was announced ----------------------------------------
 
 def test_an_alerted_incident_that_recovers_under_a_silence_is_resolved_and_its_growth_held(state, tmp_path):
     out, wall = tmp_path / "out.jsonl", Wall()
@@ -354,7 +354,7 @@ def test_a_slack_alert_that_recovers_under_a_silence_gets_its_resolution_in_its_
     assert len(replies) == 1 and replies[0]["text"].split("\n")[0].endswith(" - resolved")
 
 
-# --- many ended silences (issue 25, item 10) -----------------------------------------------------
+# --- many ended silences -----------------------------------------------------
 
 def _ended(state: State, n: int, *, ended: float, reported: float | None = None) -> None:
     with state.transaction():

@@ -1,4 +1,4 @@
-"""The settings that turn the buttons on (issue 27): the app-level token goes the way the bot token
+"""The settings that turn the buttons on: the app-level token goes the way the bot token
 goes (environment, its own _FILE, systemd's credentials directory; masked, scrubbed, refused when it
 is no xapp- token without being shown), and the actors are Slack IDs."""
 

@@ -213,7 +213,7 @@ def _live(tmp: Path, first: int, last: int, *, base: float, spike: int = -1, res
 
 
 def test_dvclive_run_again_in_its_folder_is_a_new_timeline_whose_spike_at_a_step_seen_before_is_alerted_once(tmp_path):
-    # Issue 24 F4: a new Live() rewrites the .tsv files from step 0; the re-run's spike at the step the
+    # A new Live() rewrites the .tsv files from step 0; the re-run's spike at the step the
     # first run spiked at was taken for the first run's incident (keyed run/rule/step): never opened,
     # and its recovery sent as a stray second `resolved`.
     (tmp_path / "runs" / "exp1").mkdir(parents=True)
@@ -407,7 +407,7 @@ def test_mlruns_spike_found_by_scan_with_the_lr_of_its_run_and_runs_of_one_name_
 
 
 def test_mlruns_a_metric_logged_without_a_step_is_numbered_in_the_order_logged_said_once_and_judged(tmp_path, monkeypatch):
-    # Issue 24 F2: `log_metric(run, key, value)` writes step 0 on every line; all were one point.
+    # `log_metric(run, key, value)` writes step 0 on every line; all were one point.
     import mlflow
 
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
@@ -632,7 +632,7 @@ def test_the_daemon_follows_an_mlflow_run_as_it_grows_and_alerts_with_its_lr(tmp
 
 
 def test_a_pass_inotify_named_one_metric_file_of_an_mlflow_run_reads_the_runs_other_files_before_judging(tmp_path, monkeypatch):
-    # Issue 24 F5: the loss file's event alone started a pass; its spike was alerted with cause
+    # The loss file's event alone started a pass; its spike was alerted with cause
     # `unknown`, the LR file (written the same step) read by the next pass, and relabelled then.
     import mlflow
 

@@ -56,7 +56,7 @@ POSITIVES = [
     pytest.param("optim/total grad norm", "grad_norm", id="olmo-core optim/total grad norm"),
     pytest.param("optim/LR (group 0)", "lr", id="olmo-core optim/LR (group 0)"),
     # OLMo-core's LMEvaluatorCallback (train/callbacks/evaluator_callback.py): `eval/{evaluator}/{set} {metric}`
-    # in its console and trackers; issue 24 (e): the eval loss, not nothing (and never the training loss).
+    # in its console and trackers: the eval loss, not nothing (and never the training loss).
     pytest.param("eval/lm/c4_en-validation/CE loss", "eval_loss", id="olmo-core eval/lm/<set>/CE loss"),
     # OLMo: olmo/train.py (train_step, log_metrics_to_console)
     pytest.param("train/CrossEntropyLoss", "loss", id="olmo train/CrossEntropyLoss"),
@@ -91,7 +91,7 @@ POSITIVES = [
     # timm: timm/utils/summary.py update_summary ('train_' + k, 'eval_' + k, lr)
     pytest.param("train_loss", "loss", id="timm train_loss"),
     pytest.param("eval_loss", "eval_loss", id="timm eval_loss"),
-    # The issue's own case: a namespace the old list never had.
+    # A namespace the old list never had.
     pytest.param("optim/grad_norm", "grad_norm", id="optim/grad_norm"),
     pytest.param("optimizer/lr", "lr", id="optimizer/lr"),
     pytest.param("trainer/loss", "loss", id="trainer/loss"),

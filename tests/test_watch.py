@@ -579,7 +579,7 @@ def test_plots_false_draws_nothing(runs):
 
 
 def test_the_daemons_own_log_and_alerts_under_the_folder_it_follows_are_not_read_as_training_logs(runs):
-    # Issue 24 (b): `lossguard watch runs/ --jsonl runs/alerts.jsonl > runs/watch.log` followed its
+    # `lossguard watch runs/ --jsonl runs/alerts.jsonl > runs/watch.log` followed its
     # own files (each line it wrote a change to sniff again); its state there too.
     log = runs / "runs" / "exp" / "metrics.jsonl"
     log.write_text(_calm(range(1, 30)))

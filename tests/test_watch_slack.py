@@ -266,7 +266,7 @@ def _grow(runs: list, stop: threading.Event, every: float = 0.01) -> None:
 
 @pytest.mark.parametrize("attempt", range(int(os.environ.get("LOSSGUARD_CRASH_REPEAT", "1"))))
 def test_runs_growing_live_through_three_kills_post_each_incident_once_at_top_level(tmp_path, slack, attempt):
-    """The crash test of issue 25 (LOSSGUARD_CRASH_REPEAT=20 runs it 20 times in a row)."""
+    """The crash test (LOSSGUARD_CRASH_REPEAT=20 runs it 20 times in a row)."""
     import sqlite3
 
     runs = []

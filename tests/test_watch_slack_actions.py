@@ -1,4 +1,4 @@
-"""The daemon as a process taking clicks from Slack (issue 27): the real slack-sdk Socket Mode client
+"""The daemon as a process taking clicks from Slack: the real slack-sdk Socket Mode client
 in `lossguard watch` connects to a local WebSocket server (tests.socket_server) whose URL the
 Slack-like HTTP server hands out from apps.connections.open; the test sends envelopes as Slack does
 and reads the acks, the calls the daemon made, the state and `lossguard silence list`."""

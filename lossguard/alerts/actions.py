@@ -1,4 +1,4 @@
-"""The buttons on an alert and what a click on one does, as a pure decision (issue 27): an envelope
+"""The buttons on an alert and what a click on one does, as a pure decision: an envelope
 Slack sent down the Socket Mode link, and what the state says (the incident, who may act, the rules
 in force, the clock), in; what to do out: refuse in one ephemeral line, make a silence, or
 acknowledge the incident. No I/O, no clock of its own: `alerts.clicks` looks the facts up, applies

@@ -1,4 +1,4 @@
-"""`python -m lossguard.cli`: the same command as `lossguard` (the README's staged install runs it)."""
+"""`python -m lossguard.cli`: the same command as `lossguard` (docs/deployment.md's staged install runs it)."""
 
 import sys
 

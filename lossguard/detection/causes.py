@@ -1,7 +1,7 @@
 """Pure cause labelling: an incident and its run's context in, ranked causes with evidence out.
 
 The heuristics are those an experienced engineer applies when looking at the curves, written down so
-they can be judged (README, "Why lossguard says what it says"):
+they can be judged (docs/rules.md, "Why lossguard says what it says"):
 
 - gradient_explosion: the grad norm peaks far above its median of the previous 50 logged values at,
   or just before, the spike. 3x is suspicious, 10x and more is an explosion.

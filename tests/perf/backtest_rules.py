@@ -5,7 +5,7 @@ SOURCES.md) should alert; a clean one should stay at or below 1 alert per 10k lo
     python tests/perf/backtest_rules.py [PATH ...] [--candidates] [--markdown]
 
 Default PATHs: tests/fixtures/corpus and tests/fixtures/runs. With --candidates, also a grid of
-grad-norm ratio rules (median baseline), to choose the default one; --markdown prints the README's
+grad-norm ratio rules (median baseline), to choose the default one; --markdown prints docs/rules.md's
 table.
 """
 

@@ -1,5 +1,5 @@
 """How long a Slack post accepted by Slack stays unrecorded: the window in which a kill -9 posts it
-again at the next start (the README's "Exactly-once intent, at-least-once delivery").
+again at the next start (docs/daemon.md, "Exactly-once intent, at-least-once delivery").
 
     python tests/perf/bench_duplicate_window.py [--posts 300] [--locked 2.0]
 

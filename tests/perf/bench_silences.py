@@ -6,8 +6,7 @@ Per round: the CPU of Dispatcher.round with nothing to deliver (in-process, --ro
 CLI: the wall time of `silence list --all` (the last 100 ended shown), of `--all --limit 0` (every
 row) and of `silence list`, each a fresh process. The daemon: its own CPU (utime+stime from /proc)
 over --idle seconds following one calm run, and the time from a spike written to its line in the
-JSON-lines sink, four times. (Issue 25: 301 ms CPU a round, list --all 1.8 s, idle 2.7 % of a core
-and 0.5-1.1 s to alert, before the in-force silences were read through an index.)
+JSON-lines sink, four times.
 """
 
 from __future__ import annotations

@@ -119,7 +119,7 @@ def _median(values: list[float]) -> float:
 
 
 def _spread(values: list[float], *, ms: bool = False) -> str:
-    """Median and range of a figure, as the README gives them."""
+    """Median and range of a figure, as docs/performance.md gives them."""
     lo, mid, hi = (f"{v * 1e3:.0f}" if ms else f"{v:.2f}" for v in (min(values), _median(values), max(values)))
     return f"{mid} {'ms' if ms else 's'} ({lo}-{hi})"
 
