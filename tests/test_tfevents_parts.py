@@ -168,3 +168,24 @@ def test_the_daemon_alerts_a_keras_runs_spike_once_under_the_run(tmp_path):
         train.close()
         val.close()
     assert [(e["run"], e["metric"], e["step"]) for e in ev if e["event"] == "opened"] == [("logs", "loss", 45)], err
+
+
+def test_runs_in_folders_below_a_logdir_with_an_event_file_of_its_own_stay_runs(tmp_path, capsys):
+    # TensorFlow's HParams layout: hp.hparams_config writes an event file at the top of the logdir,
+    # each trial logs into a folder below it. A trial's folder holds its own tags, not a main tag its
+    # name is made of (as add_scalars' do): it is a run of its own, scanned from above or alone.
+    logdir = tmp_path / "hparam_tuning"
+    with _writer(logdir) as top:
+        top.add_scalar("hparams_config", 0.0, 0)
+    for trial in range(3):
+        with _writer(logdir / f"run-{trial}") as w:
+            for step in range(STEPS):
+                w.add_scalar("loss", _loss(step) if trial == 1 else 2.0 * math.exp(-step / 100) + 0.01 * (step % 5), step)
+                w.add_scalar("accuracy", 0.5, step)
+    code, doc = _scan(capsys, logdir)
+    assert code == 1
+    by_run = {r["run"]: r for r in doc["runs"]}
+    assert {"run-0", "run-1", "run-2"} <= set(by_run)
+    assert [(s["metric"], s["step"]) for s in by_run["run-1"]["spikes"]] == [("loss", SPIKE)]
+    code, alone = _scan(capsys, logdir / "run-1")
+    assert code == 1 and alone["runs"][0]["metrics"]["loss"] == "loss"

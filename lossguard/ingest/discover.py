@@ -25,6 +25,7 @@ from pathlib import Path
 
 from .formats.csvlog import TENSORBOARD_EXPORT
 from .formats.tb_parts import EVENT_FILE, sub_writer
+from .formats.tfevents import first_tags
 from .formats.sniff import LAYOUTS, RENAMED, by_name, in_layout, may_name_runs, tracked
 from ..errors import UsageError
 from ..escaping import decodable
@@ -147,7 +148,7 @@ def run_name(path: Path, root: Path) -> str:
     one part of a run (tfevents.sub_writer) is its run's: asked each time, not cached, since Keras'
     `train/` becomes a part when its `validation/` appears beside it."""
     if path.name.startswith(EVENT_FILE) and root != path and tracked(str(path)) is None:
-        split = sub_writer(path.parent, top=root)
+        split = sub_writer(path.parent, tags_of=first_tags, top=root)
         if split is not None:
             return Path(os.path.relpath(split.run_folder, root)).as_posix()
     return _run_name(path, root)

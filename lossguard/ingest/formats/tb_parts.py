@@ -4,8 +4,8 @@ file's run by it, the event-file reader its tags."""
 
 from __future__ import annotations
 
-import functools
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,32 +42,48 @@ class SubWriter:
         return f"{self.below}/{tag}"
 
 
-@functools.lru_cache(maxsize=4096)
-def _holds_events(folder: str) -> bool:
-    """Whether a folder holds an event file of its own. (A run's writer makes its file before any
-    add_scalars writer below it: a folder found without one is not asked again.)"""
+def _event_files(folder: Path) -> list[str]:
     try:
         with os.scandir(folder) as entries:
-            return any(e.name.startswith(EVENT_FILE) for e in entries)
+            return sorted(e.path for e in entries if e.name.startswith(EVENT_FILE) and e.is_file())
     except OSError:
-        return False
+        return []
 
 
-def sub_writer(folder: Path, *, top: Path | None = None) -> SubWriter | None:
+def _add_scalars_part(below: str, tags: frozenset[str]) -> bool:
+    """Whether a folder `below` a run's writer holds what SummaryWriter.add_scalars writes there:
+    only its main tag, which the folder's name is made of (tensorboardX `<main>/<key>`, torch
+    `<main with / as _>_<key>`). A folder of a run of its own (a hyperparameter trial's, below a
+    logdir whose own event file holds the trials' config) holds other tags."""
+    return bool(tags) and all(
+        below.startswith(tag + "/") or ("/" not in below and below.startswith(tag.replace("/", "_") + "_") and len(below) > len(tag) + 1)
+        for tag in tags
+    )
+
+
+def sub_writer(folder: Path, *, tags_of: Callable[[str], frozenset[str]], top: Path | None = None) -> SubWriter | None:
     """The run an event file in `folder` is part of, when it is one part of a run (None: the folder
     is a run of its own), no higher than `top`. Keras' `validation/`, and its `train/` beside one
     (a `train/` alone is a run so named: YOLO's runs/detect/train); or a folder below one holding a
     writer's event file, as SummaryWriter.add_scalars makes one a key (`loss_train/`, `loss_val/`),
-    each a run of its own to TensorBoard. As separate runs, the validation's loss was judged as a
+    each a run of its own to TensorBoard; `tags_of(event file)`: the scalar tags of its first
+    records, which tell an add_scalars part (its main tag in its folder's name) from a run of its own. As separate runs, the validation's loss was judged as a
     training loss and the training's lost its learning rate's context."""
     above = folder.parent
     if folder.name == KERAS_VALIDATION or (folder.name == KERAS_TRAIN and (above / KERAS_VALIDATION).is_dir()):
         return SubWriter(above, folder.name) if above != folder and (top is None or _within(above, top)) else None
+    mine: frozenset[str] | None = None
     for _ in range(WRITER_DEPTH):
         if above == folder or (top is not None and not _within(above, top)):
             return None
-        if _holds_events(str(above)):
-            return SubWriter(above, folder.relative_to(above).as_posix())
+        if _event_files(above):
+            below = folder.relative_to(above).as_posix()
+            if mine is None:
+                files = _event_files(folder)
+                mine = tags_of(files[0]) if files else frozenset()
+            # (The nearest writer above decides: a folder below a run of its own is no part of
+            # the logdir above that run.)
+            return SubWriter(above, below) if _add_scalars_part(below, mine) else None
         if above.parent == above:
             return None
         above = above.parent

@@ -378,6 +378,32 @@ def _assemble(parts: list[dict[str, np.ndarray]], slow: list[tuple[int, int, flo
     return table.conform_raw(out.with_columns(pl.col("wall_time").fill_nan(None)))
 
 
+PEEK = 1 << 16
+"""Bytes of an event file read for the tags of its first records (tb_parts: an add_scalars part)."""
+
+
+def first_tags(file: str) -> frozenset[str]:
+    """The scalar tags of an event file's first records (those in its first PEEK bytes)."""
+    try:
+        with open(file, "rb") as fh:
+            buf = fh.read(PEEK)
+    except OSError:
+        return frozenset()
+    view, tags, at = memoryview(buf), set(), 0
+    while at + 12 <= len(buf):
+        length = int.from_bytes(buf[at : at + 8], "little")
+        start, end = at + 12, at + 12 + length
+        if end + 4 > len(buf):
+            break
+        try:
+            rows, _ = parse_event(view, start, end)
+        except Exception:  # noqa: BLE001 - a damaged record: what came before it is the answer
+            break
+        tags.update(tag for _, _, tag, _ in rows)
+        at = end + 4
+    return frozenset(tags)
+
+
 class TfEventsFormat:
     """Event files are decoded a chunk (CHUNK) at a time: each chunk's rows go to `each` as they are
     decoded (`lossguard read` writes them while the next is decoded), and `keep` leaves out the tags
@@ -398,7 +424,7 @@ class TfEventsFormat:
         offset = cursor.offset
         dead = False
         chunk = min(chunk, limit) if limit else chunk
-        split = sub_writer(path.parent)
+        split = sub_writer(path.parent, tags_of=first_tags)
         with open(path, "rb") as fh:
             # Only what the file held at open: records appended while these are decoded are the
             # next pass's (chasing a busy writer a few records at a time costs a decode each).
