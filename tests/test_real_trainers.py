@@ -91,3 +91,20 @@ def test_a_real_hf_output_folder_is_announced_once_as_its_checkpoints_appear(tmp
     assert opened.count(("loss-spike", 401)) == 1
     assert len(opened) == len(set(opened)), opened
     assert all(step > 200 for _, step in opened)  # the first checkpoint was history
+
+
+def test_transformers_5_console_places_every_dict_at_the_bars_step_as_its_checkpoint_holds_it():
+    # transformers 5.25's console at logging_steps=1: values printed as strings (`'loss': '2.26'`),
+    # the first dict written after the bar's first draw at 0/700 (tqdm redraws at most every 0.1 s),
+    # every later one between the bar's redraws on one `\r`-separated line.
+    from lossguard.ingest.reader import ReadOptions, read_paths
+
+    frame, results, problems = read_paths([REAL / "hf_clean" / "hf_console.log"], ReadOptions())
+    assert results[0].format == "hf_console"
+    assert [p.message for p in problems] == []
+    got = frame.filter(frame["metric"] == "loss").select("step", "value").rows()
+    state = json.loads((REAL / "hf_clean" / "output" / "checkpoint-700" / "trainer_state.json").read_text())
+    # The console writes each float as f"{v:.4g}" (transformers' ProgressCallback), the state whole.
+    held = [(h["step"], float(f"{h['loss']:.4g}")) for h in state["log_history"] if "loss" in h]
+    assert [s for s, _ in got] == list(range(1, 701))
+    assert got == held

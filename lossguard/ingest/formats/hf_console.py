@@ -12,7 +12,8 @@ A dict names no step. A training dict's step is, in order:
    training bar is the first bar of the file (the Trainer opens it before any evaluation bar);
    bars of another total (evaluation, prediction) are not its. A count of 0, or one no higher
    than the last step, is a bar not redrawn since (tqdm redraws at most every 0.1 s): not this
-   dict's step.
+   dict's step; but the bar at 0 before the first dict (a first log within tqdm's 0.1 s,
+   transformers 5's console at logging_steps=1) places it at step 1, the first past it.
 2. else `epoch` x the steps per epoch, when the Trainer's banner said them (`Num update steps per
    epoch = N`, or `Total optimization steps = T` over `Num Epochs = E` in the same read); the
    console's epoch has 2 decimals, so this step is as close as that allows.
@@ -282,6 +283,8 @@ class _Placing:
             if first is not None and first >= 1 and (self.anchor is None or first > self.anchor):
                 if self.anchor is not None:
                     self.interval = max(1.0, (first - self.anchor) / self.since)
+                elif self.interval is None:
+                    self.interval = max(1.0, first / self.since)
                 self.anchor, self.since = first, 0
             if k == 1:
                 return
@@ -305,6 +308,13 @@ class _Placing:
             if epoch is not None and self.per_epoch:
                 step = round(epoch * self.per_epoch)
                 self.by_epoch += 1
+            elif last is None and bar == 0:
+                # The training bar drawn at 0 and not since: the Trainer logs after its step and
+                # tqdm redraws at most every 0.1 s, so a first log that quick (transformers 5's
+                # console at logging_steps=1) follows the bar's first draw. It is the first step
+                # past it; tqdm.write's refresh after it says where it really was (`drawn`).
+                step = 1
+                self.by_bar += 1
             elif last is None:
                 self.steps = "numbered"  # and stays so: the warning is said once, whatever follows
             else:
