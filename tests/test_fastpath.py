@@ -367,6 +367,9 @@ KV_CELLS = st.sampled_from([
     "dt: infms", "dt: nanms", "dt: 12ms", "dt:351ms", "dt :  4.5ms", "dt: 1e3ms", "loss: inf", "loss:nan", "loss:  -2",
     "loss: [ 2", "loss: [2", "loss: [3", "loss: [  4", "lr  1e-3", "lr3", "lr: 5", "norm: 1 x: 2", "norm: 5 dt: 3ms", "norm: 1.5.5", "ver: 5.3",
     "ver: 7.2.3", "ver: 1.2.3.3", "tok/sec: +5", "tok/sec: Infinity", "tok/sec: 1,234", "loss: 2.5 ", "note", "",
+    # Sentences (formats/sentences.py): a verb of being, a number counting its unit, a word no name ends with.
+    "Loss is 2.5", "loss is 7", "Current learning rate is 0.01", "rate was 3", "Trained 128 records in 0.5 seconds",
+    "Throughput is 256.0 records/second", "dt 3 seconds", "dt: 3 seconds", "loss 2.5 samples 1280", "records in 0.5",
 ])
 
 
@@ -388,6 +391,11 @@ def test_kv_fast_pairs_give_the_regex_paths_pairs(odd, n, version, first):
     got = merged(fast, pairs_frame(rest, PAIR)).with_columns(pl.col("key").cast(pl.String))
     want = pairs_frame(lines, PAIR).with_columns(pl.col("key").cast(pl.String))
     assert got.equals(want)
+    # What kv_lines reads of them: the sentences' rules applied to either path's pairs alike.
+    from lossguard.ingest.formats.sentences import worded
+
+    as_read = [worded(lines, p.with_columns(pl.col("key").cast(pl.Categorical()))).with_columns(pl.col("key").cast(pl.String)) for p in (got, want)]
+    assert as_read[0].equals(as_read[1])
 
 
 @pytest.mark.parametrize(

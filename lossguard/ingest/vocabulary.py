@@ -67,8 +67,9 @@ EVAL_ONLY = ("language cross entropy", "lm loss value")
 # Leading path segments that only say where a metric was logged.
 NAMESPACES = {"optim", "optimizer", "trainer", "metrics", "loss metrics", "samples", "actor", "ray", "tune"}
 """(`ray/tune/`: Ray Tune's TensorBoard logger puts every reported result under it.)"""
-LEADING = {"actor"}
-"""A first word that, like a namespace, only says where the metric was logged (`actor_lr`)."""
+LEADING = {"actor", "current"}
+"""A first word that, like a namespace, only says where the metric was logged (`actor_lr`), or
+when: BigDL's `Current learning rate is 0.01` is the learning rate."""
 TRAIN_WORDS = {"train", "training"}
 EVAL_WORDS = {"eval", "evaluation", "val", "valid", "validation"}
 TEST_WORDS = {"test"}

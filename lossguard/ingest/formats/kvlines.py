@@ -49,6 +49,7 @@ from .dictlines import METRIC_ITEM
 from .fastpath import fast_pairs
 from .megatron import overflow_rows
 from .pairs import NUMBER, pairs_frame, records_to_rows
+from .sentences import BEING, worded
 
 GROUPED = r"\d{1,3}(?:,\d{3})+(?:\.\d+)?\b"
 CLOCK = r"(?:\d+ days?, )?\d+:\d\d:\d\d(?:\.\d+)?"
@@ -96,6 +97,7 @@ def parse(lines: pl.DataFrame, cursor: Cursor, raw: bytes | None = None) -> tupl
     pairs = pairs_frame(rest, PAIR, thousands=True)
     if fast is not None and fast.height:
         pairs = pl.concat([fast, pairs]).sort("line_no", maintain_order=True)
+    pairs = worded(lines, pairs)
     # `at step 20`, `global step 20`: a step key keeps its meaning whatever word stands before it.
     # (Decided once per distinct key: there are a handful, and millions of pairs.)
     keys = pairs.get_column("key").unique().to_list()
@@ -242,7 +244,7 @@ _STEP = re.compile(
     r"|\bsteps\s+\d+,)|(?:Epoch|Iter)\(train\)\s*\[|(?:^|[\s\]])\[\d+\](?: collection=\S+)? [A-Za-z_][\w./-]*=|^s:\d+ |(?:^|\s)Train: \d+ \[\s*\d+/\d+"
 )
 # A loss by any name the vocabulary knows for one: llm.c's `trl` (train loss) and `tel` (eval loss).
-_LOSS = re.compile(r"(?i)(?:^|[\s|,;\[(])(?:[\w./-]*loss[\w./-]*|trl|tel)(?:\s*[:=]\s*|\s+)" + WRAPPED + r"[-+\d.nNiI]")
+_LOSS = re.compile(r"(?i)(?:^|[\s|,;\[(])(?:[\w./-]*loss[\w./-]*|trl|tel)(?:\s*[:=]\s*|\s+(?:" + BEING + r"\s+)?)" + WRAPPED + r"[-+\d.nNiI]")
 
 
 def _kv_line(line: str) -> bool:
