@@ -78,3 +78,17 @@ def test_a_run_is_noisy_from_five_firings_and_five_per_thousand_points(ratios, p
     assert (note is not None) == said
     if note is not None:
         assert isinstance(note, Noisy) and note.preset is None and "no preset raises fewer alarms" in note.message
+
+
+def test_the_presets_judged_for_the_note_are_the_packaged_ones_whatever_folders_the_scan_runs_beside(tmp_path, capsys, monkeypatch):
+    # A folder named like a preset where the command runs (a Megatron-LM checkout's `megatron/`) is
+    # the user's, not the preset: the note is still made, from the package's presets.
+    import shutil
+
+    for name in ("megatron", "lightning", "olmo-core", "llm-foundry", "metaseq"):
+        (tmp_path / name).mkdir()
+    shutil.copytree(REAL / "hf_clean" / "output", tmp_path / "lightning" / "output")
+    monkeypatch.chdir(tmp_path)
+    code, doc = _scan(capsys, "lightning")
+    (note,) = _noisy(doc["runs"][0])
+    assert code == 1 and note["preset"] == "llm-foundry"

@@ -5,7 +5,6 @@ context. Pure: frames in, incidents out; what the daemon already knows comes in 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 from dataclasses import dataclass, field, replace
 
 import polars as pl
@@ -16,7 +15,7 @@ from ..model import Incident, NoLoss, ShortHistory
 from .noise import NOISY_FIRINGS, Noisy, noisy
 from ..ingest.needs import Needs
 from .presets import preset_names
-from .rules import Rule, RuleSet, load_rules
+from .rules import Rule, RuleSet, preset_rules
 from .streams import NO_POINTS, Points, as_context, by_metric, by_run, by_run_and_metric, increasing, points_frame, points_of, preferred, single_valued
 from ..ingest.table import Span, span_of
 
@@ -319,7 +318,7 @@ def _noisy(analysis: RunAnalysis, frame: pl.DataFrame, points: int, windows: Map
     def judged_with(name: str) -> tuple[Incident, ...]:
         nonlocal streams
         streams = streams if streams is not None else by_metric(frame, JUDGED)
-        rules = load_rules([Path(name)]).for_run(analysis.run)
+        rules = preset_rules(name).for_run(analysis.run)
         return judge(streams, lambda: context_of(frame, streams), rules, run=analysis.run)
 
     interval = RunContext(loss=Series(windows["loss"][0], windows["loss"][1])).interval

@@ -16,6 +16,7 @@ lossguard.detection.kinds.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -81,6 +82,14 @@ def default_rules() -> RuleSet:
     return RuleSet(parse_rules(load_toml_text(text, origin=origin), origin=origin), origin)
 
 
+@functools.cache
+def preset_rules(name: str) -> RuleSet:
+    """A preset shipped inside the package, by name: package data, never a path looked up where the
+    command runs (a folder named `megatron` there is the user's, not the preset)."""
+    origin = f"preset {name}"
+    return RuleSet(parse_rules(load_toml_text(preset_text(name), origin=origin), origin=origin), origin)
+
+
 def load_rules(paths: Sequence[Path] | None) -> RuleSet:
     """Rules from files or folders of *.toml (a preset name such as `olmo-core` also works); the
     packaged defaults when none are given."""
@@ -94,8 +103,7 @@ def load_rules(paths: Sequence[Path] | None) -> RuleSet:
             origins.append("default")
             continue
         if not path.exists() and str(path) in preset_names():
-            text = preset_text(str(path))
-            rules.extend(parse_rules(load_toml_text(text, origin=f"preset {path}"), origin=f"preset {path}"))
+            rules.extend(preset_rules(str(path)).rules)
             origins.append(f"preset {path}")
             continue
         files = sorted(path.glob("*.toml")) if path.is_dir() else [path]
