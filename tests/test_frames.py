@@ -74,3 +74,12 @@ def test_a_message_past_the_limit_is_refused_before_its_bytes_are_held():
     assert reader.feed(head) == []
     with pytest.raises(FrameError, match="more than 1000"):
         reader.feed(_wire(Frame(OP_CONT, b"q" * 600))[:4])  # (its header alone says it is too long)
+
+
+@pytest.mark.parametrize("size", [0, 1, 5, 300, 70_000])
+def test_a_masked_frame_a_proxy_may_send_is_unmasked(size):
+    # Servers do not mask; a proxy in between might. Each length's tail (not a multiple of the
+    # 4-byte key) included.
+    data = bytes(random.Random(size).getrandbits(8) for _ in range(size))
+    (frame,) = FrameReader().feed(Frame(OP_BINARY, data).serialize(mask=True, extensions=[]))
+    assert frame.data == data

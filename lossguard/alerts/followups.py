@@ -46,14 +46,17 @@ class FollowUps:
 
     def submit(self, work: Callable[[], None]) -> bool:
         """`work` run soon on a thread of ours (False: dropped, as lossguard stops or too many wait)."""
+        # (Submitted from the link's thread and the membership worker's: the count under the lock.)
         if self._closed or not self._room.acquire(blocking=False):
-            if not self._dropped:  # (said once a burst: the count when there is room again)
+            with self._lock:
+                first, self._dropped = not self._dropped, self._dropped + 1
+            if first:  # (said once a burst: the count when there is room again)
                 log.warning("%s was dropped: %s", self._what, "lossguard is stopping" if self._closed else f"{self._pending} are waiting already")
-            self._dropped += 1
             return False
-        if self._dropped > 1:
-            log.warning("%d times %s was dropped while %d waited", self._dropped, self._what, self._pending)
-        self._dropped = 0
+        with self._lock:
+            dropped, self._dropped = self._dropped, 0
+        if dropped > 1:
+            log.warning("%d times %s was dropped while %d waited", dropped, self._what, self._pending)
 
         def run() -> None:
             try:

@@ -95,7 +95,8 @@ class FrameReader:
             return None
         payload = bytes(buf[start:end])
         if key:  # (servers do not mask; a proxy might)
-            payload = bytes(b ^ key[i % 4] for i, b in enumerate(payload))
+            n = len(payload)
+            payload = (int.from_bytes(payload, "big") ^ int.from_bytes((key * (n // 4 + 1))[:n], "big")).to_bytes(n, "big")
         return end, fin, opcode, payload
 
     def _join(self, fin: bool, opcode: int, payload: bytes) -> Frame | None:

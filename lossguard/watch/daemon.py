@@ -12,6 +12,7 @@ import logging
 import os
 import signal
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -30,6 +31,7 @@ from .inotify import watch
 from .metrics import TEXTFILE_EVERY, Metrics
 from .mounts import remote_roots
 from ..ingest.reader import ReadOptions
+from ..ingest.sources import sqlite_db
 from ..redact import scrub
 from ..detection.rules import RuleSet
 from .sdnotify import Notifier
@@ -312,6 +314,8 @@ class Daemon:
         # walk is a rare safety net, and the passes inotify starts read only the files it named.
         self.every = self.poll_interval if self.polling or remote else max(self.poll_interval, self.rescan_interval)
         self._retry_failed("start")
+        if stale := sqlite_db.remove_stale_copies():
+            log.info("removed %d private copy folder(s) of tracker databases that a process killed while reading left in %s", stale, tempfile.gettempdir())
         self.scheduler.add_job(self._pass, "interval", seconds=self.poll_interval, id="follow", next_run_time=datetime.now())
         # The first round at once: what waits in the outbox, and (Alertmanager) what still fires,
         # goes out as the daemon starts, not an interval later.

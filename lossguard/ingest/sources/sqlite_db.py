@@ -34,6 +34,7 @@ import os
 import shutil
 import sqlite3
 import tempfile
+import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -99,6 +100,9 @@ def stamp(path: str | Path, st: os.stat_result | None = None) -> tuple[int, int]
     return st.st_size + wal.st_size, max(st.st_mtime_ns, wal.st_mtime_ns)
 
 
+COPY_PREFIX = "lossguard-db-"
+"""The temporary folders private copies are made in (removed after each read; remove_stale_copies
+takes what a killed process left)."""
 BLOCKED = ("SQLITE_BUSY", "SQLITE_LOCKED", "SQLITE_READONLY_ROLLBACK", "SQLITE_READONLY_RECOVERY", "SQLITE_READONLY_CANTINIT", "SQLITE_READONLY_CANTLOCK")
 """What a read-only open says of a database that a writer holds locked, whose journal a dead writer
 left hot, or whose WAL must be recovered first: a private copy can still be read."""
@@ -128,7 +132,7 @@ def opened(path: Path) -> Iterator[Connection]:
     copy of it when a writer's lock or a dead writer's journal bars a read-only one (`told` says
     so); SQLite's errors come out as Unreadable."""
     with ExitStack() as spare:
-        db = _open(path, lambda: Path(spare.enter_context(tempfile.TemporaryDirectory(prefix="lossguard-db-"))))
+        db = _open(path, lambda: Path(spare.enter_context(tempfile.TemporaryDirectory(prefix=COPY_PREFIX))))
         try:
             yield db
         except sqlite3.Error as exc:
@@ -228,6 +232,22 @@ def tables(path: Path) -> frozenset[str]:
     return tables_or_damage(path)[0]
 
 
+_KNOWN_TABLES: dict[str, tuple[tuple, frozenset[str]]] = {}
+"""Tables found by a read that needed a private copy, by path with the identity of the file and its
+journal or WAL then: a database a writer keeps locked (an application's, which no reader will ever
+take up) is copied once, not at every pass that looks at it again."""
+
+
+def _identities(path: Path) -> tuple:
+    out = []
+    for side in ("", "-journal", "-wal"):
+        try:
+            out.append(_identity(f"{os.fspath(path)}{side}"))
+        except OSError:
+            out.append(None)
+    return tuple(out)
+
+
 def tables_or_damage(path: Path) -> tuple[frozenset[str], Unreadable | None]:
     """The tables of a database, and, where a file that starts as a database can not be read, why:
     for ever (cut short by a copy, overwritten: SQLite says it is malformed; such a file is a
@@ -238,12 +258,40 @@ def tables_or_damage(path: Path) -> tuple[frozenset[str], Unreadable | None]:
         with open(path, "rb") as fh:
             if not is_database(fh.read(len(MAGIC))):
                 return frozenset(), None
+        key = os.fspath(path)
+        known = _KNOWN_TABLES.get(key)
+        if known is not None and known[0] == _identities(path):
+            return known[1], None
         with opened(path) as db:
-            return frozenset(r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")), None
+            found = frozenset(r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'"))
+            if db.told is not None:
+                if len(_KNOWN_TABLES) >= 4096:
+                    _KNOWN_TABLES.clear()
+                _KNOWN_TABLES[key] = (_identities(path), found)
+            return found, None
     except OSError:
         return frozenset(), None
     except Unreadable as exc:
         return frozenset(), exc
+
+
+def remove_stale_copies(*, older_than: float = 3600.0) -> int:
+    """Private copies a process killed while reading left behind (a read removes its own): the
+    temporary folders of this prefix not touched for `older_than` seconds. Returns how many."""
+    removed = 0
+    now = time.time()
+    try:
+        entries = list(os.scandir(tempfile.gettempdir()))
+    except OSError:
+        return 0
+    for entry in entries:
+        try:
+            if entry.name.startswith(COPY_PREFIX) and entry.is_dir(follow_symlinks=False) and now - entry.stat().st_mtime > older_than:
+                shutil.rmtree(entry.path, ignore_errors=True)
+                removed += 1
+        except OSError:
+            continue
+    return removed
 
 
 def columns(db: sqlite3.Connection, table: str) -> frozenset[str]:
