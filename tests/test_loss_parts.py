@@ -1,0 +1,123 @@
+"""A loss logged in parts only (YOLO's results.csv, DeepSpeed-Chat's RLHF step) is judged as their
+sum, by `scan` on the whole run and by the daemon pass by pass, a step summed once its last part is
+read, whichever pass reads it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from lossguard.ingest.vocabulary import is_loss_part
+
+from .conftest import run_lossguard
+from .test_no_loss import yolo_results
+
+YOLO_SUM = "train/box_loss + train/cls_loss + train/dfl_loss"
+
+
+def _scan(path) -> tuple[int, dict]:  # noqa: ANN001
+    res = run_lossguard("scan", str(path), "--format", "json", "--quiet")
+    (report,) = json.loads(res.stdout)["runs"]
+    return res.returncode, report
+
+
+def _results(tmp_path, text: str):  # noqa: ANN001, ANN202
+    run = tmp_path / "runs" / "detect" / "train"
+    run.mkdir(parents=True)
+    (run / "results.csv").write_text(text)
+    return run / "results.csv"
+
+
+def test_a_yolo_box_loss_spike_is_a_loss_spike_of_the_summed_parts_and_the_metrics_line_names_them(tmp_path):
+    _results(tmp_path, yolo_results(factor=8.0))
+    code, report = _scan(tmp_path / "runs")
+    assert code == 1
+    assert [(s["rule"], s["metric"], s["step"]) for s in report["spikes"]] == [("loss-spike", "loss", 20)]
+    assert report["metrics"]["loss"] == YOLO_SUM
+    assert "no_loss" not in [w["kind"] for w in report["warnings"]]
+    read = run_lossguard("read", str(tmp_path / "runs"), "--format", "table")
+    assert f"metrics (detect/train/results): loss <- {YOLO_SUM}, lr <- lr/pg0" in read.stdout
+
+
+def test_the_sum_is_what_the_parts_add_up_to_at_each_epoch(tmp_path):
+    from lossguard.api import read
+    from lossguard.detection.loss_parts import with_summed_loss
+
+    _results(tmp_path, yolo_results(rows=5, spike_at=99))
+    rows = read(tmp_path / "runs")
+    loss = with_summed_loss(rows).filter(metric="loss")
+    by_step = {}
+    for step, tag, value in rows.select("step", "tag", "value").iter_rows():
+        if tag in YOLO_SUM.split(" + "):
+            by_step[step] = by_step.get(step, 0.0) + value
+    assert loss.get_column("step").to_list() == [1, 2, 3, 4, 5]
+    assert loss.get_column("value").to_list() == [by_step[s] for s in range(1, 6)]
+
+
+def test_a_nan_in_one_part_is_caught_by_the_nonfinite_rule(tmp_path):
+    _results(tmp_path, yolo_results(spike_at=99, nan_at=25))
+    code, report = _scan(tmp_path / "runs")
+    assert code == 1
+    assert [(s["rule"], s["step"]) for s in report["spikes"]] == [("loss-nonfinite", 25)]
+
+
+def test_a_step_one_part_is_missing_at_is_no_point(tmp_path):
+    log = tmp_path / "runs" / "rlhf" / "metrics.jsonl"
+    log.parent.mkdir(parents=True)
+    lines = [{"step": s, "act_loss": 0.05, "cri_loss": 0.4} for s in range(1, 31)]
+    lines[19] = {"step": 20, "act_loss": 5.0}  # the critic's loss not logged at step 20: no sum there
+    log.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    code, report = _scan(tmp_path / "runs")
+    assert (code, report["spikes"], report["steps"]) == (0, [], 29)
+    assert report["metrics"]["loss"] == "act_loss + cri_loss"
+
+
+def test_deepspeed_chat_actor_and_critic_losses_are_summed_as_json_lines_and_as_its_console_print(tmp_path):
+    # DeepSpeed-Chat step 3 (main.py): print_rank_0(f'epoch: {epoch}|step: {step}|ppo_ep: {ppo_ep+1}|act_loss: ...|cri_loss: ...|unsuper_loss: ...')
+    console = tmp_path / "console" / "rlhf" / "training.log"
+    jsonl = tmp_path / "jsonl" / "rlhf" / "metrics.jsonl"
+    for path in (console, jsonl):
+        path.parent.mkdir(parents=True)
+    said, records = [], []
+    for step in range(40):
+        act, cri = 0.05 - 0.0005 * step + (0.9 if step == 30 else 0.0), 0.4 - 0.002 * step
+        said.append(f"epoch: 0|step: {step}|ppo_ep: 1|act_loss: {act}|cri_loss: {cri}|unsuper_loss: 0.0\n")
+        records.append(json.dumps({"step": step, "act_loss": act, "cri_loss": cri}) + "\n")
+    console.write_text("".join(said))
+    jsonl.write_text("".join(records))
+    for root, summed in ((console.parents[1], "act_loss + cri_loss + unsuper_loss"), (jsonl.parents[1], "act_loss + cri_loss")):
+        code, report = _scan(root)
+        assert (code, report["metrics"]["loss"]) == (1, summed)
+        assert [(s["rule"], s["step"]) for s in report["spikes"]] == [("loss-spike", 30)]
+
+
+def test_validation_losses_are_never_summed_into_the_training_loss(tmp_path):
+    _results(tmp_path, yolo_results(spike_at=99, val_spike_at=20, factor=8.0))
+    code, report = _scan(tmp_path / "runs")
+    assert (code, report["spikes"], report["metrics"]["loss"]) == (0, [], YOLO_SUM)
+
+
+@pytest.mark.parametrize(("tag", "part"), [
+    pytest.param("train/box_loss", True, id="YOLO's training part"),
+    pytest.param("act_loss", True, id="DeepSpeed-Chat's actor loss"),
+    pytest.param("train/CrossEntropyLoss", False, id="a spelling of the loss is the loss, no part"),
+    pytest.param("val/box_loss", False, id="a validation part"),
+    pytest.param("eval_cls_loss", False, id="an eval part"),
+    pytest.param("test/dfl_loss", False, id="a test part"),
+    pytest.param("loss_scale", False, id="the loss scale"),
+    pytest.param("train/train_loss", False, id="HF's end-of-run summary"),
+    pytest.param("box_loss_epoch", False, id="an epoch aggregate"),
+])
+def test_which_names_are_parts_of_a_training_loss(tag, part):
+    assert is_loss_part(tag) is part
+
+
+def test_a_run_with_a_loss_of_its_own_keeps_it_and_its_parts_are_not_summed(tmp_path):
+    log = tmp_path / "runs" / "det" / "metrics.jsonl"
+    log.parent.mkdir(parents=True)
+    # MMDetection: loss_cls and loss_bbox beside the loss they add up to; a spike in a part alone
+    # that the total does not show is not the loss's.
+    log.write_text("".join(json.dumps({"step": s, "loss": 1.0, "loss_cls": 0.4 * (9 if s == 20 else 1), "loss_bbox": 0.6}) + "\n" for s in range(1, 31)))
+    code, report = _scan(tmp_path / "runs")
+    assert (code, report["spikes"], report["metrics"]["loss"]) == (0, [], "loss")
