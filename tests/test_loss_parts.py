@@ -5,13 +5,19 @@ read, whichever pass reads it."""
 from __future__ import annotations
 
 import json
+import sqlite3
+import time
 
 import pytest
 
+from lossguard.detection.rules import default_rules
 from lossguard.ingest.vocabulary import is_loss_part
+from lossguard.state import State
+from lossguard.watch.follow import Follower
 
-from .conftest import run_lossguard
+from .conftest import WAIT_FOR_EVERY_READ, run_lossguard
 from .test_no_loss import yolo_results
+from .test_watch import NO_PLOTS, Watch, opened
 
 YOLO_SUM = "train/box_loss + train/cls_loss + train/dfl_loss"
 
@@ -121,3 +127,60 @@ def test_a_run_with_a_loss_of_its_own_keeps_it_and_its_parts_are_not_summed(tmp_
     log.write_text("".join(json.dumps({"step": s, "loss": 1.0, "loss_cls": 0.4 * (9 if s == 20 else 1), "loss_bbox": 0.6}) + "\n" for s in range(1, 31)))
     code, report = _scan(tmp_path / "runs")
     assert (code, report["spikes"], report["metrics"]["loss"]) == (0, [], "loss")
+
+
+def _incidents(state_dir) -> list[tuple[str, int]]:  # noqa: ANN001
+    with sqlite3.connect(f"file:{state_dir / 'state.db'}?mode=ro", uri=True) as db:
+        return sorted(db.execute("SELECT rule, step FROM incidents").fetchall())
+
+
+def test_parts_of_one_step_read_in_different_passes_and_across_a_restart_are_summed_once(tmp_path):
+    """Each part on a line of its own (a tracker writing one record per metric), the daemon reading
+    a line a pass and restarted in between: every step is summed once its last part is read, never
+    from one part, never twice, so the daemon finds the incidents `scan` finds, no more."""
+    log = tmp_path / "runs" / "rlhf" / "metrics.jsonl"
+    log.parent.mkdir(parents=True)
+    lines = []
+    for step in range(1, 41):
+        act = 5.0 if step == 30 else 0.05
+        lines += [json.dumps({"step": step, "act_loss": act}) + "\n", json.dumps({"step": step, "cri_loss": 0.4}) + "\n"]
+    log.write_text("")
+    state_dir = tmp_path / "state"
+
+    def follower() -> Follower:
+        return Follower([tmp_path / "runs"], rules=default_rules(), state=State(state_dir), log=lambda _: None, pass_budget=WAIT_FOR_EVERY_READ)
+
+    f = follower()
+    f.run_pass(0.0)
+    for i, line in enumerate(lines):
+        with open(log, "a") as fh:
+            fh.write(line)
+        if i == len(lines) // 2 + 1:  # between a step's two parts: what the first pass kept is in the state
+            f.state.close()
+            f = follower()
+        f.run_pass(float(i + 1))
+    f.state.close()
+    code, report = _scan(tmp_path / "runs")
+    assert code == 1 and report["metrics"]["loss"] == "act_loss + cri_loss"
+    assert _incidents(state_dir) == sorted((s["rule"], s["step"]) for s in report["spikes"]) == [("loss-spike", 30)]
+
+
+def test_the_daemon_following_a_growing_results_csv_alerts_the_spike_scan_reports_once(tmp_path):
+    text = yolo_results(factor=8.0)
+    header, *rows = text.splitlines(keepends=True)
+    target = _results(tmp_path, header + "".join(rows[:3]))
+    expected = [("loss-spike", 20)]
+    w = Watch(tmp_path, env=NO_PLOTS).start()
+    try:
+        w.wait_ready()
+        for row in rows[3:]:
+            with open(target, "a") as fh:
+                fh.write(row)
+            time.sleep(0.02)
+        w.wait_for(lambda ev: opened(ev) == expected)
+        ev = w.settle()
+    finally:
+        w.kill9()
+    code, report = _scan(tmp_path / "runs" / "detect")
+    assert code == 1 and [(s["rule"], s["step"]) for s in report["spikes"]] == expected
+    assert [(e["rule"], e["step"]) for e in ev if e["event"] == "opened"] == expected
