@@ -184,3 +184,19 @@ def test_the_daemon_following_a_growing_results_csv_alerts_the_spike_scan_report
     code, report = _scan(tmp_path / "runs" / "detect")
     assert code == 1 and [(s["rule"], s["step"]) for s in report["spikes"]] == expected
     assert [(e["rule"], e["step"]) for e in ev if e["event"] == "opened"] == expected
+
+
+def test_parts_written_as_tensorboard_scalars_of_their_own_are_summed(tmp_path):
+    """YOLOv5's TensorBoard logging: each part an event of its own (tensorboardX's writer)."""
+    from tensorboardX import SummaryWriter
+
+    writer = SummaryWriter(str(tmp_path / "runs" / "yolo"))
+    for step in range(1, 31):
+        writer.add_scalar("train/box_loss", 0.05 * (9 if step == 20 else 1), step)
+        writer.add_scalar("train/obj_loss", 0.03, step)
+        writer.add_scalar("train/cls_loss", 0.02, step)
+        writer.add_scalar("val/box_loss", 0.06, step)
+    writer.close()
+    code, report = _scan(tmp_path / "runs")
+    assert report["metrics"]["loss"] == "train/box_loss + train/cls_loss + train/obj_loss"
+    assert (code, [(s["rule"], s["step"]) for s in report["spikes"]]) == (1, [("loss-spike", 20)])
