@@ -11,7 +11,7 @@ import time
 import pytest
 
 from lossguard.detection.rules import default_rules
-from lossguard.errors import LossguardWarning
+from lossguard.api import LossguardWarning
 from lossguard.ingest.vocabulary import is_loss_part
 from lossguard.state import State
 from lossguard.watch.follow import Follower
