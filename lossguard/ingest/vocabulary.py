@@ -167,22 +167,6 @@ def _lr(ws: list[str], *, named: bool) -> str | None:
     return "lr" if named else None
 
 
-@lru_cache(maxsize=4096)
-def is_loss_part(tag: str) -> bool:
-    """A training loss logged as one part of a loss the run never logs whole (YOLO's
-    `train/box_loss`, DeepSpeed-Chat's `act_loss`): a name whose last words are `<something> loss`,
-    that no metric's spelling claims and no eval, val or test word makes an evaluation's. Such parts
-    are summed into the loss where a run has none (detection.loss_parts)."""
-    if recognise(tag) is not None:
-        return False
-    ws = words(tag)
-    if any(w in EVAL_WORDS or w in TEST_WORDS for w in ws):
-        return False
-    # (HF's end-of-run summary `train/train_loss` leaves `loss` alone: no part.)
-    rest = [w for w in ws if w not in MARKERS]
-    return len(rest) > 1 and rest[-1] == "loss"
-
-
 def rank_of(tag: str, metric: str) -> int:
     """The tag's rank as a source of `metric`: the vocabulary's, or the user's when the vocabulary
     would not have made it that metric (only a user alias can have)."""
