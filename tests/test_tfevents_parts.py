@@ -189,3 +189,34 @@ def test_runs_in_folders_below_a_logdir_with_an_event_file_of_its_own_stay_runs(
     assert [(s["metric"], s["step"]) for s in by_run["run-1"]["spikes"]] == [("loss", SPIKE)]
     code, alone = _scan(capsys, logdir / "run-1")
     assert code == 1 and alone["runs"][0]["metrics"]["loss"] == "loss"
+
+
+def test_add_hparams_folder_is_part_of_its_run_as_hf_trainer_writes_it(tmp_path, capsys):
+    # HF's TensorBoardCallback calls add_hparams(args, metric_dict={}) in every run: tensorboardX
+    # writes it into a folder named by the time below the run's logdir, holding no scalar (or only
+    # hparam/ ones). One run, as before the tags were asked.
+    logdir = tmp_path / "runs" / "Dec06_host"
+    with _writer(logdir) as w:
+        for step in range(STEPS):
+            w.add_scalar("train/loss", _loss(step), step)
+        w.add_hparams({"learning_rate": 1e-3, "per_device_train_batch_size": 16}, {})
+    assert [p.name for p in logdir.iterdir() if p.is_dir()]  # (the folder add_hparams made)
+    code, doc = _scan(capsys, tmp_path / "runs")
+    assert code == 1 and [r["run"] for r in doc["runs"]] == ["Dec06_host"]
+    assert [(s["metric"], s["step"]) for s in doc["runs"][0]["spikes"]] == [("loss", SPIKE)]
+
+
+def test_an_add_scalars_folder_before_its_first_scalar_is_flushed_is_already_a_part(tmp_path):
+    # A writer writes its file's version record at once and its scalars after 10 events or 2 minutes:
+    # a key folder holding no scalar yet is the run's part, not a run of its own to be renamed later.
+    logdir = tmp_path / "exp"
+    with _writer(logdir) as w:
+        w.add_scalar("loss", 2.0, 0)
+    from tensorboardX import SummaryWriter
+
+    early = SummaryWriter(str(logdir / "loss_val"))  # (file created, nothing flushed but its version)
+    try:
+        found = {f.path.relative_to(tmp_path).as_posix(): f.run for f in collect([tmp_path])[0]}
+        assert set(found.values()) == {"exp"}, found
+    finally:
+        early.close()

@@ -54,10 +54,14 @@ def _add_scalars_part(below: str, tags: frozenset[str]) -> bool:
     """Whether a folder `below` a run's writer holds what SummaryWriter.add_scalars writes there:
     only its main tag, which the folder's name is made of (tensorboardX `<main>/<key>`, torch
     `<main with / as _>_<key>`). A folder of a run of its own (a hyperparameter trial's, below a
-    logdir whose own event file holds the trials' config) holds other tags."""
-    return bool(tags) and all(
+    logdir whose own event file holds the trials' config) holds other tags. A folder holding no
+    scalar yet (a writer flushes its first records after 10 events or 2 minutes) or only `hparam/`
+    ones (add_hparams' folder, which HF's TensorBoardCallback makes in every run) is a part, as any
+    folder below a writer was before the tags were asked."""
+    scalars = [tag for tag in tags if not tag.startswith("hparam/")]
+    return not scalars or all(
         below.startswith(tag + "/") or ("/" not in below and below.startswith(tag.replace("/", "_") + "_") and len(below) > len(tag) + 1)
-        for tag in tags
+        for tag in scalars
     )
 
 

@@ -382,8 +382,27 @@ PEEK = 1 << 16
 """Bytes of an event file read for the tags of its first records (tb_parts: an add_scalars part)."""
 
 
+_FIRST_TAGS: dict[tuple[str, int], frozenset[str]] = {}
+"""first_tags' answers by path and inode, once a file showed a tag: its first records never change."""
+
+
 def first_tags(file: str) -> frozenset[str]:
     """The scalar tags of an event file's first records (those in its first PEEK bytes)."""
+    try:
+        key = (file, os.stat(file).st_ino)
+    except OSError:
+        return frozenset()
+    if (known := _FIRST_TAGS.get(key)) is not None:
+        return known
+    found = _peek_tags(file)
+    if found:
+        if len(_FIRST_TAGS) >= 16384:
+            _FIRST_TAGS.clear()
+        _FIRST_TAGS[key] = found
+    return found
+
+
+def _peek_tags(file: str) -> frozenset[str]:
     try:
         with open(file, "rb") as fh:
             buf = fh.read(PEEK)
