@@ -286,9 +286,13 @@ def remove_stale_copies(*, older_than: float = 3600.0) -> int:
         return 0
     for entry in entries:
         try:
-            if entry.name.startswith(COPY_PREFIX) and entry.is_dir(follow_symlinks=False) and now - entry.stat().st_mtime > older_than:
+            if not entry.name.startswith(COPY_PREFIX) or not entry.is_dir(follow_symlinks=False):
+                continue
+            st = entry.stat(follow_symlinks=False)
+            # (Only this user's: a shared temporary folder holds other users' copies, in use or not.)
+            if st.st_uid == os.getuid() and now - st.st_mtime > older_than:
                 shutil.rmtree(entry.path, ignore_errors=True)
-                removed += 1
+                removed += not os.path.exists(entry.path)
         except OSError:
             continue
     return removed
