@@ -408,18 +408,14 @@ def _peek_tags(file: str) -> frozenset[str]:
             buf = fh.read(PEEK)
     except OSError:
         return frozenset()
-    view, tags, at = memoryview(buf), set(), 0
-    while at + 12 <= len(buf):
-        length = int.from_bytes(buf[at : at + 8], "little")
-        start, end = at + 12, at + 12 + length
-        if end + 4 > len(buf):
-            break
+    framing = frame(buf, base_offset=0, source=file)  # (the whole records, their lengths checked)
+    view, tags = memoryview(buf), set()
+    for start, length in zip(framing.starts.tolist(), framing.lengths.tolist()):
         try:
-            rows, _ = parse_event(view, start, end)
-        except Exception:  # noqa: BLE001 - a damaged record: what came before it is the answer
+            rows, _ = parse_event(view, start, start + length)
+        except _Malformed:  # (a damaged record: what came before it is the answer)
             break
         tags.update(tag for _, _, tag, _ in rows)
-        at = end + 4
     return frozenset(tags)
 
 

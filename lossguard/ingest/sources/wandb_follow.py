@@ -10,7 +10,7 @@ import zlib
 from dataclasses import dataclass
 from typing import BinaryIO
 
-from .wandb_log import BLOCK, CHUNK_HEADER, FIRST, FULL, LAST, MIDDLE
+from .wandb_log import BLOCK, CHUNK_HEADER, FIRST, FULL, LAST
 
 
 MAX_RECORD = 256 << 20
