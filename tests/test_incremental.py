@@ -40,6 +40,7 @@ TEXTS["megatron_real"] = ("perf.log", _corpus_head("megatron/bigscience_meg_ds_3
 TEXTS["lightning_real"] = ("metrics.csv", _corpus_head("csv/slm_training_lightning_v0_metrics.csv", 20_000))
 TEXTS["llamafactory_real"] = ("trainer_log.jsonl", _corpus_head("jsonl/luojiu_7b_llamafactory_pretrain_trainer_log.jsonl", 30_000))
 TEXTS["buildnanogpt_real"] = ("run.out", _corpus_head("other/build_nanogpt_agndm_bigger_254M.log", 40_000))
+TEXTS["aligned_table"] = ("train_log.txt", "".join([f"{'step':>6} {'loss':>10} {'lr':>9}\n", *(f"{i:>6d} {2 + (i % 7) / 10:>10.4f} {1e-3:>9.1e}\n" for i in range(1, 400))]).encode())
 # A Trainer logging every step faster than tqdm redraws: dicts spread between bars, refreshes awaited.
 TEXTS["hf_console_fast"] = ("train_stdout.txt", samples.hf_trainer_console(synth.curves("clean", steps=300)).encode())
 

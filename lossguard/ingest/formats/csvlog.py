@@ -43,27 +43,44 @@ class Dialect:
 
     separator: str = ","
     decimal_comma: bool = False
+    aligned: bool = False
+    """Columns of bare numbers under a header of names, apart by runs of spaces or tabs (a training
+    script's own `print(f"{step:6d} {loss:8.4f}")` under `print("step loss lr")`): no quoting."""
 
     @classmethod
     def of(cls, header: str) -> Dialect:
         """The separator the header holds most of outside quotes (a metric's name holds none of them,
-        or is quoted: `"loss, smoothed"`); a header of one name is comma-separated. A file not
-        separated by commas may write its decimals with one."""
+        or is quoted: `"loss, smoothed"`); a header of one name is comma-separated, one of several
+        names apart by blanks only is an aligned table. A file not separated by commas may write its
+        decimals with one."""
         bare = QUOTED.sub("", header)
         counts = {sep: bare.count(sep) for sep in SEPARATORS}
         separator = max(SEPARATORS, key=counts.__getitem__)
         if not counts[separator]:
-            return COMMAS
+            return ALIGNED if len(header.split()) > 1 else COMMAS
         return cls(separator, decimal_comma=separator != ",")
 
     def names(self, header: str) -> list[str]:
+        if self.aligned:
+            return header.split()
         return next(csv.reader([header], delimiter=self.separator), [])
 
     def fields(self, text: str) -> list[str]:
+        if self.aligned:
+            return text.split()
         return next(csv.reader([text], delimiter=self.separator), [])
 
 
 COMMAS = Dialect()
+ALIGNED = Dialect(aligned=True)
+_BLANKS = re.compile(rb"[ \t]+")
+_EDGE_COMMAS = re.compile(rb"^,|,(?=\r?$)", re.MULTILINE)
+
+
+def _with_commas(data: bytes) -> bytes:
+    """An aligned table's lines with one comma where each run of blanks was (none at a line's ends),
+    which polars' CSV reader then reads as any CSV: a field of an aligned table holds no blank."""
+    return _EDGE_COMMAS.sub(b"", _BLANKS.sub(b",", data))
 
 STEP_COLUMNS = ("step", "global_step", "iteration", "iter", "trainer/global_step", "_step", "num_updates", "steps", "training_iteration")
 EPOCH = "epoch"
@@ -79,6 +96,8 @@ def _first_line(path: Path, most: int = 1 << 20) -> str | None:
 
 def _frame(header: str, body: bytes, *, dialect: Dialect, source: str, first_line: int, problems: list[Problem]) -> pl.DataFrame:
     """All cells as strings; polars does the work, the stdlib reader only where polars refuses."""
+    if dialect.aligned:
+        header, body, dialect = ",".join(dialect.names(header)), _with_commas(body), COMMAS
     data = header.encode("utf-8") + b"\n" + body
     names = dialect.names(header)
     options = {"separator": dialect.separator, "truncate_ragged_lines": True, "encoding": "utf8-lossy"}
@@ -401,14 +420,44 @@ KERAS_HEADER = re.compile(r"^epoch(?:,[^,\s\"][^,\"]*)+$")
 """Keras' CSVLogger's first line: `epoch`, then its metrics' names (sorted), comma-separated."""
 
 
-def _is_keras_log(path: Path, head: Callable[[], bytes]) -> bool:
-    """A CSV file under another suffix (Keras' `training.log`): told by its header line alone, so
-    a run's file is known before its first epoch ends. (The line is read here, not from `head`,
-    which reads megabytes.)"""
+ALIGNED_NAME = re.compile(r"[A-Za-z_][\w./-]*")
+ALIGNED_NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|nan|inf|NaN|Inf|-?Infinity)")
+ALIGNED_ROWS = 3
+"""Rows of numbers under an aligned header that make a table of it (one could be any line)."""
+
+
+def _is_aligned_table(path: Path, header: str) -> bool:
+    """A header of two or more names apart by blanks, one of them a metric lossguard judges or a
+    step, over rows of as many bare numbers (the first ALIGNED_ROWS of them, or as many as are
+    written yet when at least one is). Names alone are no table: a sentence is names too."""
+    names = header.split()
+    if len(names) < 2 or not all(ALIGNED_NAME.fullmatch(name) for name in names):
+        return False
+    from .. import vocabulary
+
+    lowered = [name.lower() for name in names]
+    if not any(name in STEP_COLUMNS or name == EPOCH or vocabulary.recognise(name) is not None for name in lowered):
+        return False
+    with open(path, "rb") as fh:
+        fh.readline(64 << 10)
+        head = fh.read(16 << 10)
+    rows = head.decode("utf-8", errors="replace").split("\n")[:-1][:ALIGNED_ROWS]
+    return bool(rows) and all(
+        len(fields := row.split()) == len(names) and all(ALIGNED_NUMBER.fullmatch(f) for f in fields) for row in rows
+    )
+
+
+def _is_table_under_another_name(path: Path, head: Callable[[], bytes]) -> bool:
+    """A CSV file under another suffix (Keras' `training.log`), or an aligned table of numbers
+    (Dialect.aligned) in a `.txt` or `.log`: told by its header line and first rows, so a run's file
+    is known before its first epoch ends. (The lines are read here, not from `head`, which reads
+    megabytes.)"""
     if path.suffix.lower() == ".csv":
         return False
     line = _first_line(path, 64 << 10)
-    return line is not None and KERAS_HEADER.match(line) is not None
+    if line is None:
+        return False
+    return KERAS_HEADER.match(line) is not None or _is_aligned_table(path, line.rstrip("\r"))
 
 
-FORMAT = Format(reader=CSV, suffixes=(".csv",), head=_is_keras_log)
+FORMAT = Format(reader=CSV, suffixes=(".csv",), head=_is_table_under_another_name)
