@@ -1,5 +1,6 @@
 """A run whose loss rules judge nothing because no metric of it is read as the loss says so, rather
-than a silent "no spike" (YOLO's results.csv logs its loss in parts only)."""
+than a silent "no spike" (a run that logs only its validation losses; a loss logged in parts is
+judged as their sum: tests/test_loss_parts.py)."""
 
 from __future__ import annotations
 
@@ -8,24 +9,39 @@ import json
 from .conftest import run_lossguard
 
 
-def yolo_results(rows: int = 30, spike_at: int = 20) -> str:
+YOLO_KEYS = ("train/box_loss", "train/cls_loss", "train/dfl_loss", "metrics/precision(B)", "metrics/recall(B)", "metrics/mAP50(B)",
+             "metrics/mAP50-95(B)", "val/box_loss", "val/cls_loss", "val/dfl_loss", "lr/pg0", "lr/pg1", "lr/pg2")
+"""What a detection training's save_metrics writes after `epoch,time`: its loss items, the
+validator's metrics and losses, each param group's lr."""
+VALIDATION_ONLY = tuple(k for k in YOLO_KEYS if not k.startswith("train/"))
+"""A results.csv of a run that logs no training loss at all (its losses are the validator's)."""
+
+
+def yolo_results(rows: int = 30, spike_at: int = 20, *, factor: float = 3.0, nan_at: int | None = None, val_spike_at: int | None = None,
+                 keys: tuple[str, ...] = YOLO_KEYS) -> str:
     """ultralytics/engine/trainer.py, BaseTrainer.save_metrics: the header `epoch,time,<keys>` once,
-    then `%.6g,` of epoch + 1, the time and the values (the training's loss items, the validator's
-    metrics and losses, each param group's lr), ',' stripped at the end."""
-    keys = ["train/box_loss", "train/cls_loss", "train/dfl_loss", "metrics/precision(B)", "metrics/recall(B)", "metrics/mAP50(B)",
-            "metrics/mAP50-95(B)", "val/box_loss", "val/cls_loss", "val/dfl_loss", "lr/pg0", "lr/pg1", "lr/pg2"]
+    then `%.6g,` of epoch + 1, the time and the values, ',' stripped at the end. The box loss is
+    `factor` times itself at `spike_at`; the cls loss is NaN at `nan_at`; the validator's box loss
+    spikes at `val_spike_at` (default: with the training's)."""
     out = [("%s," * (len(keys) + 2) % ("epoch", "time", *keys)).rstrip(",")]
     for epoch in range(1, rows + 1):
-        box = (1.5 - 0.02 * epoch) * (3.0 if epoch == spike_at else 1.0)
-        vals = [box, 2.5 - 0.04 * epoch, 1.3 - 0.01 * epoch, 0.6, 0.4, 0.3, 0.2, box * 1.1, 2.6, 1.4, 0.003, 0.003, 0.003]
-        out.append(("%.6g," * (len(keys) + 2) % (epoch, 45.2 * epoch, *vals)).rstrip(","))
+        box = 1.5 - 0.02 * epoch
+        value = {
+            "train/box_loss": box * (factor if epoch == spike_at else 1.0),
+            "train/cls_loss": float("nan") if epoch == nan_at else 2.5 - 0.04 * epoch,
+            "train/dfl_loss": 1.3 - 0.01 * epoch,
+            "metrics/precision(B)": 0.6, "metrics/recall(B)": 0.4, "metrics/mAP50(B)": 0.3, "metrics/mAP50-95(B)": 0.2,
+            "val/box_loss": box * 1.1 * (factor if epoch == (spike_at if val_spike_at is None else val_spike_at) else 1.0),
+            "val/cls_loss": 2.6, "val/dfl_loss": 1.4, "lr/pg0": 0.003, "lr/pg1": 0.003, "lr/pg2": 0.003,
+        }
+        out.append(("%.6g," * (len(keys) + 2) % (epoch, 45.2 * epoch, *(value[k] for k in keys))).rstrip(","))
     return "\n".join(out) + "\n"
 
 
 def test_a_run_with_no_metric_read_as_the_loss_says_its_loss_rules_judged_nothing(tmp_path):
     run = tmp_path / "runs" / "detect" / "train"
     run.mkdir(parents=True)
-    (run / "results.csv").write_text(yolo_results())
+    (run / "results.csv").write_text(yolo_results(keys=VALIDATION_ONLY))  # (validation losses are never summed into it)
     res = run_lossguard("scan", str(tmp_path / "runs"), "--format", "json")
     assert res.returncode == 0, res.stderr
     (report,) = json.loads(res.stdout)["runs"]
@@ -51,7 +67,7 @@ def test_the_alias_the_warning_names_judges_the_part_it_names(tmp_path):
 def test_a_run_with_no_loss_to_judge_is_said_on_stderr_and_fails_strict_as_an_unreadable_file_does(tmp_path):
     run = tmp_path / "runs" / "detect" / "train"
     run.mkdir(parents=True)
-    (run / "results.csv").write_text(yolo_results())
+    (run / "results.csv").write_text(yolo_results(keys=VALIDATION_ONLY))
     res = run_lossguard("scan", str(tmp_path / "runs"), "--format", "json")
     assert res.returncode == 0
     assert "warning: detect/train/results: no loss in this run" in res.stderr

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 import polars as pl
 
 from .causes import RunContext, Series, label_all
+from .loss_parts import with_summed_loss
 from .spikes import find_incidents, find_incidents_by_run, held_per_segment
 from ..model import Incident, NoLoss, ShortHistory
 from .noise import NOISY_FIRINGS, Noisy, noisy
@@ -28,8 +29,9 @@ CONTEXT_TAGS = {
 }
 """Tags the cause labeller reads as they are (DeepSpeed's OVERFLOW lines, Megatron's counters),
 with the RunContext field each fills."""
-SCAN_NEEDS = Needs(frozenset(JUDGED), frozenset(CONTEXT_TAGS))
-"""All a judgement reads of a run's table (rules name only JUDGED metrics: kinds.Rule checks it)."""
+SCAN_NEEDS = Needs(frozenset(JUDGED), frozenset(CONTEXT_TAGS), loss_parts=True)
+"""All a judgement reads of a run's table (rules name only JUDGED metrics: kinds.Rule checks it),
+and the parts of a loss logged only in parts (loss_parts)."""
 
 
 @dataclass(frozen=True)
@@ -281,6 +283,7 @@ def analyse_runs(
     needs (SCAN_NEEDS); None: read off the frames. Runs judged together are judged as strangers:
     nothing of one reaches another, and each gets what it gets alone (tests/test_many_runs.py)."""
     active = [rules.for_run(run) for run in runs]
+    frames = [with_summed_loss(f) for f in frames]
     if len(frames) == 1:
         streams = by_metric(frames[0], JUDGED)
         windows = [{m: points_of(s) for m, s in streams.items()}]

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .aliases import Aliases
+from .vocabulary import is_loss_part
 
 
 @dataclass(frozen=True)
@@ -22,6 +23,9 @@ class Needs:
     """Canonical metrics: a tag is kept if it means one of them."""
     tags: frozenset[str] = frozenset()
     """Tags kept as they are, whatever they mean."""
+    loss_parts: bool = False
+    """Keep the parts of a loss logged only in parts (vocabulary.is_loss_part), when no alias maps
+    them: the loss is their sum where a run has no loss of its own."""
 
     def keeper(self, aliases: Aliases) -> Callable[[str], bool]:
         """tag -> is it needed; decided once per distinct tag (a read asks about a handful of names
@@ -31,7 +35,8 @@ class Needs:
         def keep(tag: str) -> bool:
             found = decided.get(tag)
             if found is None:
-                found = decided[tag] = tag in self.tags or aliases.metric_of(tag) in self.metrics
+                metric = aliases.metric_of(tag)
+                found = decided[tag] = tag in self.tags or metric in self.metrics or (self.loss_parts and metric == tag and is_loss_part(tag))
             return found
 
         return keep

@@ -41,7 +41,13 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
-RANK_USER, RANK_CANONICAL, RANK_SPELLING, RANK_TEST, RANK_AGGREGATE = 0, 1, 2, 3, 4
+RANK_USER, RANK_CANONICAL, RANK_SPELLING, RANK_TEST, RANK_AGGREGATE, RANK_PARTS = 0, 1, 2, 3, 4, 5
+PARTS_SEPARATOR = " + "
+"""Between the names of a loss's parts in the tag of their sum (detection.loss_parts): the sum of a
+run's parts ranks below every tag that names its loss itself (RANK_PARTS)."""
+NOT_PARTS = {"dev", "heldout", "holdout", "best", "final", "min", "max", "std", "target", "ref", "reference"}
+"""Words that make a loss-like name something else than a training loss's part: another split's, a
+record's, a statistic's, a goal's."""
 
 CANONICAL = ("loss", "eval_loss", "lr", "grad_norm", "loss_scale")
 
@@ -167,8 +173,26 @@ def _lr(ws: list[str], *, named: bool) -> str | None:
     return "lr" if named else None
 
 
+@lru_cache(maxsize=4096)
+def is_loss_part(tag: str) -> bool:
+    """A training loss logged as one part of a loss the run never logs whole (YOLO's
+    `train/box_loss`, DeepSpeed-Chat's `act_loss`): a name whose last words are `<something> loss`,
+    that no metric's spelling claims and no eval, val or test word makes an evaluation's. Such parts
+    are summed into the loss where a run has none (detection.loss_parts)."""
+    if recognise(tag) is not None:
+        return False
+    ws = words(tag)
+    if any(w in EVAL_WORDS or w in TEST_WORDS or w in NOT_PARTS for w in ws):
+        return False
+    # (HF's end-of-run summary `train/train_loss` leaves `loss` alone: no part.)
+    rest = [w for w in ws if w not in MARKERS]
+    return len(rest) > 1 and rest[-1] == "loss"
+
+
 def rank_of(tag: str, metric: str) -> int:
     """The tag's rank as a source of `metric`: the vocabulary's, or the user's when the vocabulary
     would not have made it that metric (only a user alias can have)."""
+    if PARTS_SEPARATOR in tag:
+        return RANK_PARTS
     found = recognise(tag)
     return found.rank if found is not None and found.metric == metric else RANK_USER

@@ -271,9 +271,10 @@ def write_mapping(frame: pl.DataFrame, out: TextIO, steps: dict[str, list[str]] 
     when a cause looks wrong is whether the grad norm was found at all; and, from `steps` (run ->
     what was said), how a file's steps were placed where its format had to choose."""
     from ..detection.engine import tags_used
+    from ..detection.loss_parts import with_summed_loss
 
     for (run,), rows in frame.partition_by("run", as_dict=True, maintain_order=True).items():
-        used = tags_used(rows)
+        used = tags_used(with_summed_loss(rows))
         said = ", ".join(f"{metric} <- {printable(tag)}" for metric, tag in used.items()) or "none recognised"
         placed = "".join(f"; {printable(s)}" for s in (steps or {}).get(run, []))
         out.write(f"metrics ({printable(run)}): {said}{placed}\n")

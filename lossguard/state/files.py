@@ -45,6 +45,18 @@ class FilesAndTails(Connected):
         row = self.db.execute("SELECT tail, seen, timeline FROM streams WHERE run=? AND metric=?", (run, key)).fetchone()
         return Tail.empty() if not row else unpack_tail(*row)
 
+    def tails_under(self, runs: Sequence[str], prefix: str) -> dict[tuple[str, str], Tail]:
+        """Every tail of `runs` whose key starts with `prefix`, by (run, key): the keys a run keeps
+        are its own (a loss's parts, named by the run's tags), not known before they are read."""
+        out: dict[tuple[str, str], Tail] = {}
+        for chunk in chunks(list(runs)):
+            rows = self.db.execute(
+                f"SELECT run, metric, tail, seen, timeline FROM streams WHERE substr(metric, 1, ?) = ? AND run IN ({marks(chunk)})", (len(prefix), prefix, *chunk)
+            )
+            for run, key, tail, seen, timeline in rows:
+                out[(run, key)] = unpack_tail(tail, seen, timeline)
+        return out
+
     def tails_of(self, runs: Sequence[str], keys: Sequence[str]) -> dict[tuple[str, str], Tail]:
         """`tail` of every (run, key) pair, in one query for those not in memory (a pass over
         hundreds of busy runs); a stream with no tail yet is left out."""

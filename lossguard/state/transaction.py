@@ -28,6 +28,8 @@ class Transaction:
 
     db: sqlite3.Connection
     tails: dict[tuple[str, str], Tail] = field(default_factory=dict)
+    dropped: set[tuple[str, str]] = field(default_factory=set)
+    """Tails this transaction forgot (drop_tails): out of the cache once it commits."""
     touched: set[str] = field(default_factory=set)
     """Runs whose metrics (latest values, step, stall, incidents) this transaction changed."""
 
@@ -53,6 +55,16 @@ class Transaction:
             self.db.execute("INSERT OR REPLACE INTO latest (run, metric, value) VALUES (?,?,?)", (run, key, packed[-8:]))
             self.touched.add(run)
         self.tails[(run, key)] = tail
+
+    def drop_tails(self, keys: Sequence[tuple[str, str]]) -> None:
+        """Forget the (run, key) tails named: what a stream no longer needs (a loss's parts kept for
+        a run whose own loss is read)."""
+        if keys:
+            self.db.executemany("DELETE FROM streams WHERE run=? AND metric=?", keys)
+            self.db.executemany("DELETE FROM latest WHERE run=? AND metric=?", keys)
+            for key in keys:
+                self.tails.pop(key, None)
+                self.dropped.add(key)
 
     def put_tails(self, tails: Sequence[tuple[str, str, Tail]]) -> None:
         """`put_tail` of many streams, in two statements (a pass over hundreds of busy runs)."""
@@ -150,6 +162,8 @@ class Connected:
             self._tails.clear()
             raise
         self.db.execute("COMMIT")
+        for key in tx.dropped:
+            self._tails.pop(key, None)
         for key, tail in tx.tails.items():
             self._tails[key] = tail
             self._tails.move_to_end(key)

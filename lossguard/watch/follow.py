@@ -28,6 +28,7 @@ from ..state import State, Transaction
 from .budget import PASS_BUDGET, Budget
 from .followed import Sighting, Tracker, warned_through
 from .notices import Notices
+from .parts import LossParts
 from .pass_report import PassReport
 from .reads import READ_LIMIT, FileWrites, NewRows, Reads
 from .stalls import Stalls
@@ -77,6 +78,8 @@ class Follower:
         self._best: dict[str, dict[str, int]] = {}
         """Per run, the best rank of a tag seen carrying each metric (`streams.by_metric`; kept in
         memory: after a restart the first pass's tags set it again)."""
+        self.parts = LossParts(state)
+        """The runs whose loss is the sum of its parts, and their parts kept between passes."""
         self.before_commit: Callable[[], None] = lambda: None
         """Called as a pass is about to commit (the daemon's crash hook for tests)."""
         self.tracker = Tracker(list(roots), options.globs, log, written, warn=warn)
@@ -136,9 +139,13 @@ class Follower:
         frame = pl.concat([part for run in runs for part in new.frames[run]], rechunk=False)
         report.rows += frame.height
         tails = self.state.tails_of(runs, TAIL_KEYS)
+        sums = self.parts.summed(frame, runs, tails)
+        frame = sums.frame
         points, _ = by_run_and_metric(frame, JUDGED, best=self._best)
-        # A stream another run's file restarted (tails.restarted) is judged from its new points alone.
+        # A stream another run's file restarted (tails.restarted) is judged from its new points alone,
+        # and so is a loss of the run's own that replaces the sum of its parts (watch.parts).
         restarts = {(run, m): tails[(run, m)].timeline + 1 for run in sorted(new.anew) for m in restarted(run, tails, points)}
+        restarts |= {(run, "loss"): tails[(run, "loss")].timeline + 1 for run in sums.switched if (run, "loss") in points}
         if restarts:
             tails = {key: tail for key, tail in tails.items() if key not in restarts}
         windows = [windows_of(run, tails, points) for run in runs]
@@ -165,7 +172,8 @@ class Follower:
             kept += kept_tails(run, windows[k], fresh, tails, active[k], still_open, timelines)
             if self.stalls.advanced(tx, positions.get(run), run, int(new.last_steps[run]), now=now, report=report):
                 moved.append((run, int(new.last_steps[run])))
-        tx.put_tails(kept + kept_tag_tails(tagged, tails))
+        tx.put_tails(kept + kept_tag_tails(tagged, tails) + sums.put)
+        tx.drop_tails(sums.dropped)
         tx.advance_runs(moved, now=now)
 
     def _seen(self, runs: list[str], windows: list[dict[str, Points]], tails: Tails, points: dict[tuple[str, str], Points]) -> list[Seen]:
