@@ -265,6 +265,8 @@ kv_line = st.one_of(
         "05/12 11:36:43 - mmengine - INFO - Epoch(val) [1][500/500]    loss: 2.1000  data_time: 0.0041",  # at the training's step before it
         "06/10 14:30:01 - mmengine - INFO - Iter(val) [ 50/500]    eta: 0:00:45  time: 0.1000",
         "Steps 100, Rank 0, Loss: tensor(8.4300, device='cuda:0')",
+        "[2024-01-01 10:00:00] epoch: 0, step: 7, loss: [2.3456], lr: 0.001",
+        "iter 8 loss=array(2.0137, dtype=float32)",
         "(TaskRunner pid=4072644) step:1 - actor/pg_loss:np.float64(0.0123) - critic/score/mean:0.5",
         "epoch 3 | nupdates 1000 | loss 4.2",
         "[Rank 0] step=10, skipped=0, lr=[9.9e-05, 9.9e-05], mom=[(0.9, 0.95)]",

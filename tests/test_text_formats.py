@@ -116,6 +116,24 @@ def test_llmc_step_lines_with_two_word_names(tmp_path):
     assert points(frame, "lr")[2] == (3, 3e-06)
 
 
+@pytest.mark.parametrize(
+    "line",
+    [
+        # An array of one element printed with %s or str(): PaddlePaddle's `loss.numpy()`, a numpy
+        # reduction kept in an array (`print("step: %d, loss: %s" % (step, loss))`).
+        pytest.param("[2024-01-01 10:00:00] epoch: 0, step: {s}, loss: [{v}], lr: 0.001", id="a one-element list"),
+        # repr() of a 0-d numpy array: `print(f"iter {it} loss={loss!r}")`.
+        pytest.param("iter {s} loss=array({v}, dtype=float32)", id="a 0-d numpy array"),
+        pytest.param("step {s} loss: tensor({v}, device='cuda:0', grad_fn=<NllLossBackward0>)", id="a torch tensor"),
+    ],
+)
+def test_a_loss_printed_in_a_list_or_an_array_is_read_as_its_number(tmp_path, line):
+    text = "".join(line.format(s=s, v=f"{2.0 + (s % 3) / 100:.4f}") + "\n" for s in range(1, 13))
+    frame, results, _ = read_text(tmp_path, "train.log", text)
+    assert results[0].format == "kv_lines"
+    assert points(frame, "loss") == [(s, round(2.0 + (s % 3) / 100, 4)) for s in range(1, 13)]
+
+
 def test_thousands_separators_are_part_of_the_number(tmp_path):
     frame, results, _ = read_text(tmp_path, "titan.log", samples.TORCHTITAN)
     assert results[0].format == "kv_lines"

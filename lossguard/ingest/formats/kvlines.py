@@ -55,8 +55,9 @@ GROUPED = r"\d{1,3}(?:,\d{3})+(?:\.\d+)?\b"
 CLOCK = r"(?:\d+ days?, )?\d+:\d\d:\d\d(?:\.\d+)?"
 """A duration or a time of day (mmengine's `eta: 1 day, 2:03:04`, flashlight's `runtime: 00:10:23`):
 taken whole as a value no number is read from, where its first digits would be a made-up one."""
-WRAPPED = r"(?:np\.\w+\(|numpy\.\w+\(|tensor\()?"
-"""A number as repr() writes NumPy's and torch's (verl prints pprint.pformat(v): `np.float64(0.0123)`)."""
+WRAPPED = r"(?:np\.\w+\(|numpy\.\w+\(|tensor\(|array\()?"
+"""A number as repr() writes NumPy's and torch's (verl prints pprint.pformat(v): `np.float64(0.0123)`;
+a 0-d array, `array(2.31, dtype=float32)`; a tensor, `tensor(2.31, device='cuda:0', grad_fn=...)`)."""
 # A name is one word, or two (`train loss`, `val loss`): the qualifier decides which curve it is.
 KEY_SEPARATOR = r"\s*[:=]\s*|\s+"
 """What stands between a name and its number (then maybe a `[`)."""
@@ -244,7 +245,7 @@ _STEP = re.compile(
     r"|\bsteps\s+\d+,)|(?:Epoch|Iter)\(train\)\s*\[|(?:^|[\s\]])\[\d+\](?: collection=\S+)? [A-Za-z_][\w./-]*=|^s:\d+ |(?:^|\s)Train: \d+ \[\s*\d+/\d+"
 )
 # A loss by any name the vocabulary knows for one: llm.c's `trl` (train loss) and `tel` (eval loss).
-_LOSS = re.compile(r"(?i)(?:^|[\s|,;\[(])(?:[\w./-]*loss[\w./-]*|trl|tel)(?:\s*[:=]\s*|\s+(?:" + BEING + r"\s+)?)" + WRAPPED + r"[-+\d.nNiI]")
+_LOSS = re.compile(r"(?i)(?:^|[\s|,;\[(])(?:[\w./-]*loss[\w./-]*|trl|tel)(?:\s*[:=]\s*|\s+(?:" + BEING + r"\s+)?)\[?" + WRAPPED + r"[-+\d.nNiI]")
 
 
 def _kv_line(line: str) -> bool:
