@@ -100,6 +100,26 @@ POSITIVES = [
     # Ray Tune: ray/tune/logger/tensorboardx.py (TBXLoggerCallback: "/".join(["ray", "tune"] + path))
     pytest.param("ray/tune/loss", "loss", id="ray tune loss"),
     pytest.param("ray/tune/lr", "lr", id="ray tune lr"),
+    # Step times. Megatron-LM: megatron/training/training.py (training_log)
+    pytest.param("elapsed time per iteration (ms)", "step_time", id="megatron elapsed time per iteration"),
+    pytest.param("elapsed time per iteration (s)", "step_time", id="megatron-deepspeed (bloom) in seconds"),
+    # nanoGPT: train.py (`time {dt*1000:.2f}ms`); build-nanogpt: train_gpt2.py (`dt {dt*1000:.2f}ms`)
+    pytest.param("time", "step_time", id="nanogpt time"),
+    pytest.param("dt", "step_time", id="build-nanogpt dt"),
+    # Lightning / NeMo: nemo/utils/exp_manager.py (TimingCallback logs train_step_timing)
+    pytest.param("train_step_timing in s", "step_time", id="nemo train_step_timing in s"),
+    pytest.param("train_step_timing", "step_time", id="nemo train_step_timing"),
+    pytest.param("iter_time", "step_time", id="iter time"),
+    # Throughput. torchtitan: torchtitan/train.py (`tps`, `mfu`); OLMo-core: train/callbacks/speed_monitor.py
+    pytest.param("tps", "throughput", id="torchtitan tps"),
+    pytest.param("mfu", "throughput", id="nanogpt and torchtitan mfu"),
+    pytest.param("throughput/device/TPS", "throughput", id="olmo-core device tps"),
+    pytest.param("throughput/device/MFU", "throughput", id="olmo-core device mfu"),
+    pytest.param("tok/sec", "throughput", id="build-nanogpt tok/sec"),
+    pytest.param("tokens/s", "throughput", id="tokens/s"),
+    pytest.param("samples per second", "throughput", id="megatron-deepspeed samples per second"),
+    pytest.param("TFLOPs", "throughput", id="megatron-deepspeed TFLOPs"),
+    pytest.param("throughput per GPU (TFLOP/s/GPU)", "throughput", id="megatron-lm throughput per gpu"),
 ]
 
 # Tags that must NOT become the metric they resemble: (tag, what it may be instead, or None).
@@ -120,7 +140,14 @@ NEGATIVES = [
     pytest.param("reduced_lm_train_loss", None, id="nemo bert lm component"),
     pytest.param("nll_loss", None, id="fairseq nll_loss beside the label-smoothed loss"),
     pytest.param("loss_cls", None, id="mmengine loss component"),
-    pytest.param("tokens_per_sec", None, id="throughput"),
+    pytest.param("tokens_per_sec", "throughput", id="a rate of tokens is the run's pace, never a loss"),
+    pytest.param("throughput/total tokens", None, id="olmo-core token count, no rate"),
+    pytest.param("train_time", None, id="modded-nanogpt time since the start, no step's time"),
+    pytest.param("step_avg", None, id="modded-nanogpt running mean of every step so far"),
+    pytest.param("train_runtime", None, id="hf whole-run runtime"),
+    pytest.param("train_samples_per_second", None, id="hf whole-run summary rate"),
+    pytest.param("eval_samples_per_second", None, id="an evaluation's rate, not training's"),
+    pytest.param("epoch_time", None, id="an epoch's time, no step's"),
     pytest.param("lr_scale", None, id="a layer-decay multiplier, not the lr"),
     pytest.param("base_lr", None, id="mmengine base_lr"),
     pytest.param("lr-Adam-momentum", None, id="lightning momentum"),

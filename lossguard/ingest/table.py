@@ -28,7 +28,9 @@ RAW_SCHEMA: dict[str, pl.DataType] = {
     "wall_time": pl.Float64(),
 }
 
-CANONICAL_METRICS = ("loss", "eval_loss", "lr", "grad_norm", "loss_scale")
+CANONICAL_METRICS = ("loss", "eval_loss", "lr", "grad_norm", "loss_scale", "step_time", "throughput")
+"""The metrics rules judge: a loss, what explains its spikes, and the run's pace (a step's time, or
+work a second)."""
 
 
 Span = tuple[int, int]

@@ -49,7 +49,7 @@ NOT_PARTS = {"dev", "heldout", "holdout", "best", "final", "min", "max", "std", 
 """Words that make a loss-like name something else than a training loss's part: another split's, a
 record's, a statistic's, a goal's."""
 
-CANONICAL = ("loss", "eval_loss", "lr", "grad_norm", "loss_scale")
+CANONICAL = ("loss", "eval_loss", "lr", "grad_norm", "loss_scale", "step_time", "throughput")
 
 # Each metric's spellings, as words after normalisation. Qualifiers are listed whole, not combined
 # freely: `reduced loss` is NeMo's per-step loss, `reduced lm loss` one of its components.
@@ -66,13 +66,33 @@ VOCABULARY: dict[str, tuple[str, ...]] = {
         "grad norm total", "grad 2 0 norm total", "l2 norm grad global",
     ),
     "loss_scale": ("loss scale", "grad scale", "scaler scale", "overflow loss scale"),
+    # The time of one step, in whatever unit the tag says (rules compare a run with itself). Not
+    # `train_runtime` (HF's whole run) nor modded-nanogpt's `step_avg` (a running mean since step 0,
+    # which a slowdown moves only slowly); nanoGPT prints `time 151.20ms`, build-nanogpt `dt`.
+    "step_time": (
+        "elapsed time per iteration", "time", "dt", "iter time", "iteration time", "step time", "time per step",
+        "time per iteration", "step timing", "batch time", "time per batch", "elapsed time per step",
+    ),
+    # A rate of work, higher is faster: tokens, samples, images or words a second, FLOPs, MFU.
+    "throughput": (
+        "throughput", "tps", "tokens per sec", "tokens per second", "tokens per s", "tokens s", "tokens sec",
+        "tok sec", "tok s", "toks sec", "toks s", "samples per sec", "samples per second", "samples s", "samples sec",
+        "images per sec", "images per second", "img s", "img sec", "wps", "mfu", "tflops", "tflop s", "tflop s gpu",
+        "throughput per gpu tflop s gpu", "tflops per gpu", "model tflops", "bps",
+    ),
 }
+PACE = ("step_time", "throughput")
+UNIT_WORDS = {"ms", "s", "sec", "secs", "seconds", "in"}
+"""Trailing unit words of a step time (`elapsed time per iteration (ms)`, NeMo's `train_step_timing in s`)."""
+RUN_SUMMARIES = {"train_runtime", "train_samples_per_second", "train_steps_per_second", "train_tokens_per_second"}
+"""HF Trainer's end-of-run summary: one value for the whole run, not a step's pace."""
 # Spellings that are the loss only on an eval set (Composer's eval metric, Megatron's validation line).
 EVAL_ONLY = ("language cross entropy", "lm loss value")
 
 # Leading path segments that only say where a metric was logged.
-NAMESPACES = {"optim", "optimizer", "trainer", "metrics", "loss metrics", "samples", "actor", "ray", "tune"}
-"""(`ray/tune/`: Ray Tune's TensorBoard logger puts every reported result under it.)"""
+NAMESPACES = {"optim", "optimizer", "trainer", "metrics", "loss metrics", "samples", "actor", "ray", "tune", "throughput", "device", "perf", "timing", "speed"}
+"""(`ray/tune/`: Ray Tune's TensorBoard logger puts every reported result under it; OLMo-core's
+`throughput/device/TPS`, whose `throughput/total tokens`, a count, is no rate.)"""
 LEADING = {"actor", "current"}
 """A first word that, like a namespace, only says where the metric was logged (`actor_lr`), or
 when: BigDL's `Current learning rate is 0.01` is the learning rate."""
@@ -110,6 +130,8 @@ def recognise(tag: str) -> Match | None:
     daemon asks again for every chunk it reads."""
     if tag.lower() in CANONICAL:
         return Match(tag.lower(), RANK_CANONICAL)
+    if tag.rsplit("/", 1)[-1].lower() in RUN_SUMMARIES:
+        return None
     raw = [r for r in tag.split("/") if words(r)]
     if not raw:
         return None
@@ -135,7 +157,11 @@ def recognise(tag: str) -> Match | None:
         ws = ws[:-1] if ws[-1] == "epoch" else ws[1:]
         aggregate = True
     named = raw[0].lower().startswith("lr-") or (len(raw) > 1 and segments[0] == ["lr"])
-    metric = _lr(ws, named=named) or _SPELLINGS.get(tuple(ws))
+    metric = _lr(ws, named=named) or _SPELLINGS.get(tuple(ws)) or _step_time(ws)
+    if metric in PACE and (aggregate or (ws == ["time"] and words(tag) != ["time"])):
+        # An epoch's time is no step's; `time` alone is nanoGPT's step time, but `train_time` is
+        # modded-nanogpt's time since the start (a count, like `consumed samples`).
+        return None
     if metric is None and evaluated and len(segments) > 1:
         # An evaluation's loss on one of its sets: the segments before the loss name the evaluator
         # and the set (OLMo-core's `eval/lm/c4_en-validation/CE loss`).
@@ -148,6 +174,13 @@ def recognise(tag: str) -> Match | None:
         return None
     rank = RANK_AGGREGATE if aggregate else RANK_TEST if tested and not evaluated else RANK_SPELLING
     return Match(metric, rank)
+
+
+def _step_time(ws: list[str]) -> str | None:
+    """A step time followed by its unit (`iter time (ms)`, `step_time_s`, `train_step_timing in s`)."""
+    while len(ws) > 1 and ws[-1] in UNIT_WORDS:
+        ws = ws[:-1]
+    return "step_time" if _SPELLINGS.get(tuple(ws)) == "step_time" else None
 
 
 def _namespace(ws: list[str]) -> bool:
