@@ -60,7 +60,7 @@ def test_json_report_is_stable_and_documented(capsys):
     run = next(r for r in doc["runs"] if r["run"] == "megatron-grad-explosion")
     assert set(run) == {"run", "source", "format", "metrics", "steps", "first_step", "last_step", "spikes", "warnings"}
     assert run["source"].endswith("megatron-grad-explosion/train.log")
-    assert run["metrics"] == {"loss": "lm loss", "lr": "learning rate", "grad_norm": "grad norm"}
+    assert run["metrics"] == {"loss": "lm loss", "lr": "learning rate", "grad_norm": "grad norm", "step_time": "elapsed time per iteration (ms)"}
     grad, spike = run["spikes"]  # the grad norm warned a step before the loss followed
     assert (grad["rule"], grad["step"], spike["rule"]) == ("grad-norm-spike", 700, "loss-spike")
     assert set(grad) == {"run", "metric", "rule", "kind", "severity", "step", "peak_step", "end_step", "value", "baseline", "threshold", "ratio", "points", "causes"}

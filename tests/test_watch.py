@@ -150,15 +150,15 @@ class Watch:
         return self.output() if self.proc else ""
 
 
-def alerted_once_across_a_kill(tmp: Path, write, step: int) -> list[tuple[str, str, int]]:  # noqa: ANN001
-    """A daemon following tmp/runs while `write()` (a tracker's real process) writes a spike at
-    `step`, killed -9 once it is alerted and started again: the (run, rule, step) of every opened
-    incident its sink holds once everything is said."""
+def alerted_once_across_a_kill(tmp: Path, write, step: int, *, rule: str = "loss-spike") -> list[tuple[str, str, int]]:  # noqa: ANN001
+    """A daemon following tmp/runs while `write()` (a tracker's real process) writes an incident of
+    `rule` at `step`, killed -9 once it is alerted and started again: the (run, rule, step) of every
+    opened incident its sink holds once everything is said."""
     w = Watch(tmp, env=NO_PLOTS).start()
     try:
         w.wait_ready()
         write()
-        w.wait_for(lambda ev: ("loss-spike", step) in opened(ev))
+        w.wait_for(lambda ev: (rule, step) in opened(ev))
         w.kill9()
         w = Watch(tmp, env=NO_PLOTS).start()
         ev = w.settle()

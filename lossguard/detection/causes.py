@@ -35,6 +35,7 @@ from ..model import Cause, Incident
 from .context import RunContext, Series
 from .lr_causes import exploded_after as _exploded_after, lr_events as _lr_events
 from .phrases import fmt_number as _fmt, steps_phrase as _steps_phrase
+from .run_causes import overfitting_causes, pace_causes
 
 
 SLOW_POINTS = 3
@@ -301,7 +302,13 @@ def _level_shift(inc: Incident, ctx: RunContext) -> str | None:
             f"median {_fmt(level)} against {_fmt(inc.baseline)} before): a level shift so far, not a spike")
 
 
+RUN_LABELS = {"throughput": pace_causes, "overfitting": overfitting_causes}
+"""Kinds about the run's course rather than a spike, each with its own labeller."""
+
+
 def label(inc: Incident, ctx: RunContext) -> tuple[Cause, ...]:
+    if inc.kind in RUN_LABELS:
+        return RUN_LABELS[inc.kind](inc, ctx)
     interval = ctx.interval
     near_lo = inc.step - 3 * interval
     hi = max(inc.peak_step, inc.step) + interval

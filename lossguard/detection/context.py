@@ -43,6 +43,9 @@ class RunContext:
     overflow: Series | None = None
     skipped: Series | None = None
     nan_iterations: Series | None = None
+    eval_loss: Series | None = None
+    step_time: Series | None = None
+    throughput: Series | None = None
     incidents: tuple[Incident, ...] = field(default=())
     timelines: Mapping[str, pl.DataFrame] = field(default_factory=dict)
     """The context streams with their segments (step, value, segment; a step going back is a resume),

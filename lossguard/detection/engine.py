@@ -20,7 +20,7 @@ from .rules import Rule, RuleSet, preset_rules
 from .streams import NO_POINTS, Points, as_context, by_metric, by_run, by_run_and_metric, increasing, points_frame, points_of, preferred, single_valued
 from ..ingest.table import Span, span_of
 
-JUDGED = ("loss", "eval_loss", "lr", "grad_norm", "loss_scale")
+JUDGED = ("loss", "eval_loss", "lr", "grad_norm", "loss_scale", "step_time", "throughput")
 """The canonical metrics rules judge and causes read."""
 CONTEXT_TAGS = {
     "OVERFLOW loss scale": "overflow",
@@ -71,18 +71,19 @@ def _tag_series(rows: pl.DataFrame | None) -> Series | None:
     return Series.of(rows.unique(subset=["step"], keep="last", maintain_order=True).sort("step"))
 
 
-CONTEXT_STREAMS = ("loss", "lr", "grad_norm", "loss_scale")
+CONTEXT_STREAMS = ("loss", "lr", "grad_norm", "loss_scale", "eval_loss", "step_time", "throughput")
 
 
 def context_of(run_frame: pl.DataFrame, streams: Mapping[str, pl.DataFrame]) -> RunContext:
     """What the labeller looks at: the context streams by step (after a resume, the replayed values;
     with their segments, for a spike of a timeline a resume replaced) and the tags it reads as they are."""
-    return context_from(run_frame, {m: points_of(streams[m]) for m in CONTEXT_STREAMS})
+    return context_from(run_frame, {m: points_of(streams[m]) for m in CONTEXT_STREAMS if m in streams})
 
 
 def context_from(run_frame: pl.DataFrame, streams: Mapping[str, Points], *, tagged: Mapping[str, pl.DataFrame] | None = None) -> RunContext:
     """`context_of`, with the streams as arrays (what the daemon holds its windows as). `tagged`:
     the run's rows of CONTEXT_TAGS by tag (step, value), when the caller split many runs' at once."""
+    streams = {m: streams.get(m, NO_POINTS) for m in CONTEXT_STREAMS}  # (a caller judging fewer metrics has no others)
     parts = context_parts(run_frame, ["tag"]) if tagged is None else {(tag,): rows for tag, rows in tagged.items()}
     tags = {name: _tag_series(parts.get((tag,))) for tag, name in CONTEXT_TAGS.items()}
     resumed = {m: points_frame(streams[m]) for m in CONTEXT_STREAMS if streams[m][2].size and streams[m][2].max() > 0}
@@ -147,7 +148,7 @@ def judge(
         if points is None or not points.height or not seen.judges(rule.metric):
             continue
         found.extend(i for i in find_incidents(points, rule, run=run, seen_before=seen.before.get(rule.metric, 0)) if seen.is_new(i))
-    return _label(found, context, _last_segments(windows), seen)
+    return _label(found, context, _last_segments(windows), seen, rules)
 
 
 def judge_runs(
@@ -180,17 +181,24 @@ def judge_runs(
     for k, incidents in sorted(found.items()):
         if incidents:
             last_segment, context = view(k)
-            out[k] = _label(incidents, context, last_segment, seen[k])
+            out[k] = _label(incidents, context, last_segment, seen[k], rules[k])
     return out
 
 
-def _label(found: list[Incident], context: RunContext | Callable[[], RunContext], last_segment: Callable[[str], int], seen: Seen) -> tuple[Incident, ...]:
-    """The new incidents of a run (each rule's, in the order of its rules), linked and labelled."""
+def _label(
+    found: list[Incident], context: RunContext | Callable[[], RunContext], last_segment: Callable[[str], int], seen: Seen, rules: Sequence[Rule]
+) -> tuple[Incident, ...]:
+    """The new incidents of a run (each rule's, in the order of its rules), linked and labelled;
+    those a rule takes back once the run's other streams are seen (Rule.holds) left out."""
     if not found:
         return ()
     found.sort(key=lambda i: (i.step, i.rule))
     if callable(context):
         context = context()
+    named = {r.name: r for r in rules}
+    found = [i for i in found if i.rule not in named or named[i.rule].holds(i, context)]
+    if not found:
+        return ()
     keys = {i.key for i in found}
     found = _escalations(found, (*found, *seen.open), gap=ESCALATION_GAP * context.interval)
     context = replace(context, incidents=(*found, *(i for i in seen.open if i.key not in keys)))

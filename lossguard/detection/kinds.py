@@ -16,13 +16,17 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from types import MappingProxyType
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 import polars as pl
 
 from ..ingest.table import CANONICAL_METRICS
 from ..validate import spec
+
+if TYPE_CHECKING:
+    from ..model import Incident
+    from .context import RunContext
 
 SEVERITIES = ("info", "warning", "critical")
 MAX_POINTS = 10**9
@@ -135,6 +139,16 @@ class Rule:
     def judgement(self, v: pl.Expr, per_unit: PerUnit) -> Judgement:
         """The kind's decision for every point of the value column `v`."""
         raise NotImplementedError(f"kind {self.kind!r} has no judgement")
+
+    def start(self, values: np.ndarray, flagged: int, onset: int) -> int:
+        """Row of the unit's `values` at which the incident that row `flagged` opens began: by
+        default where its condition began (the patience's first point)."""
+        return flagged - onset
+
+    def holds(self, inc: Incident, ctx: RunContext) -> bool:
+        """Whether an incident the stream shows is one once the run's other streams are seen (a
+        kind judging two streams at once: an evaluation loss against the training loss)."""
+        return True
 
     def quick_flags(self, units: pl.DataFrame) -> np.ndarray | None:
         """Rows of a single unit the condition holds at, found without the expressions where a kind

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from ..errors import ConfigError
 from .kinds import RULE_KINDS, Rule
+from . import run_kinds  # noqa: F401  (defining its kinds registers them)
 from .presets import preset_names, preset_text
 from ..tomlio import load_toml, load_toml_text
 from ..validate import build

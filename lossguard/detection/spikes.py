@@ -243,7 +243,7 @@ def _incidents(part: pl.DataFrame, flagged: pl.DataFrame, onset: int, rule: Rule
             out[-1] = _extend(out[-1], f, steps, values)
             continue
         # An incident never begins inside the one before it, whatever its onset reaches back to.
-        first = max(0, f - onset, covered_until)
+        first = max(0, rule.start(values, f, onset), covered_until)
         limit = limits[f]
         end = _recovery(signal, f + 1, n, partial(rule.beyond, limit=limit), rule.recovery)
         span_end = end if end is not None else n
