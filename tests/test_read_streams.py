@@ -203,7 +203,7 @@ def test_an_event_file_streams_a_chunk_at_a_time_and_projects_as_it_decodes(tmp_
 
     from .writers import write_tb1
 
-    points = [(s, tag, 2.0 + (s % 13) / 100) for s in range(1, 400) for tag in ("train/loss", "lr", "eval/accuracy", "throughput")]
+    points = [(s, tag, 2.0 + (s % 13) / 100) for s in range(1, 400) for tag in ("train/loss", "lr", "eval/accuracy", "gpu/temperature")]
     path = write_tb1(tmp_path / "run", points)
     whole = read(path, run="r", fmt="tfevents", final=True, options=ReadOptions())
     monkeypatch.setattr(tfevents, "CHUNK", 4096)

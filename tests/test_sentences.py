@@ -46,7 +46,7 @@ def test_a_spike_in_a_bigdl_log_is_found_and_its_loss_named_loss(tmp_path):
     assert scanned.returncode == 1, scanned.stdout + scanned.stderr
     assert "no loss" not in scanned.stdout + scanned.stderr
     read = run_lossguard("read", str(tmp_path / "bigdl" / "train.log"), "--format", "table")
-    assert read.stdout.splitlines()[0] == "metrics (train): loss <- Loss, lr <- Current learning rate"
+    assert read.stdout.splitlines()[0] == "metrics (train): loss <- Loss, lr <- Current learning rate, throughput <- Throughput"
 
 
 def test_a_bigdl_log_with_no_loss_lists_only_real_metric_names(tmp_path):
