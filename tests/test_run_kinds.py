@@ -208,6 +208,7 @@ def test_an_eval_loss_that_turns_up_while_the_train_loss_falls_is_overfitting_at
         pytest.param("noisy", id="a noisy eval loss still going down"),
         pytest.param("divergence", id="eval and train loss rising together: a divergence, not overfitting"),
         pytest.param("early", id="one bad evaluation, then improving again"),
+        pytest.param("ripple", id="one bad evaluation of an eval loss that ripples up a little between drops"),
     ],
 )
 def test_an_eval_loss_that_is_not_overfitting_is_no_finding(tmp_path, capsys, case):
@@ -219,6 +220,12 @@ def test_an_eval_loss_that_is_not_overfitting_is_no_finding(tmp_path, capsys, ca
     elif case == "divergence":
         train, evals = curves(40, best_at=24)
         train[25 * 50 :] += np.linspace(0, 2.0, train.size - 25 * 50)
+    elif case == "ripple":
+        # Each evaluation set drawn in turn from 5 shards of unequal difficulty: +0.01 a shard, then back.
+        train, _ = curves(300, best_at=999)
+        k = np.arange(300)
+        evals = {int(i * 50 + 49): float(v) for i, v in zip(k, 2.0 * np.exp(-k / 100) + 0.3 + 0.01 * (k % 5))}
+        evals[222 * 50 + 49] = 50.0
     else:
         train, evals = curves(40, best_at=99)
         evals[20 * 50 + 49] *= 1.3

@@ -130,9 +130,14 @@ class OverfittingRule(Rule):
         recent = per_unit(v.rolling_mean(self.patience, min_samples=self.patience))
         best = per_unit(recent.rolling_min(self.window, min_samples=1).shift(self.patience))
         lowest = per_unit(v.rolling_min(self.patience, min_samples=self.patience))
+        # The rise is measured on the middle evaluation too: one bad evaluation, which the next ones
+        # recover from (an evaluation batch's spike), lifts the mean of three as much as a rise that
+        # holds, not their median.
+        middle = per_unit(v.rolling_median(self.patience, min_samples=self.patience))
         noise = per_unit(v.diff().abs().rolling_median(self.lookback - 1, min_samples=1))
         limit = best * (1 + self.rise)
-        rose = (lowest > best) & (recent > limit) & (recent - best > NOISE_MOVES * noise)
+        risen = pl.min_horizontal(recent, middle)
+        rose = (lowest > best) & (risen > limit) & (risen - best > NOISE_MOVES * noise)
         return Judgement(condition=rose & (best > 0), baseline=best, limit=limit, onset=self.patience - 1)
 
     def start(self, values: np.ndarray, flagged: int, onset: int) -> int:
