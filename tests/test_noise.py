@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from lossguard.cli import main
-from lossguard.detection.noise import Noisy, noisy
+from lossguard.detection.noise import Noisy, fold, noisy, spread_before
 from lossguard.model import Incident
 
 from .conftest import CORPUS, FIXTURES
@@ -74,7 +75,7 @@ def _spike(step: int, ratio: float) -> Incident:
 )
 def test_a_run_is_noisy_from_five_firings_and_five_per_thousand_points(ratios, points, said):
     incidents = [_spike(10 * k, r) for k, r in enumerate(ratios, 1)]
-    note = noisy("r", incidents, points=points, interval=1.0, presets=(), judged_with=lambda name: ())
+    note = noisy("r", incidents, points=points, interval=1.0, presets=(), judged_with=lambda name: (), loss=_jumpy(points))
     assert (note is not None) == said
     if note is not None:
         assert isinstance(note, Noisy) and note.preset is None and "no preset raises fewer alarms" in note.message
@@ -92,3 +93,46 @@ def test_the_presets_judged_for_the_note_are_the_packaged_ones_whatever_folders_
     code, doc = _scan(capsys, "lightning")
     (note,) = _noisy(doc["runs"][0])
     assert code == 1 and note["preset"] == "llm-foundry"
+
+
+def _jumpy(points: int, *, moves: float = 1.5, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """A loss that moves by about `moves`x from one point to the next (a small model's per-batch loss)."""
+    rng = np.random.default_rng(seed)
+    return np.arange(points), 0.3 * np.exp(rng.normal(0.0, np.log(moves), points))
+
+
+def _flat(points: int) -> tuple[np.ndarray, np.ndarray]:
+    """A smooth loss with 1% noise (the synthetic runs')."""
+    rng = np.random.default_rng(0)
+    return np.arange(points), 2.0 + rng.normal(0.0, 0.02, points)
+
+
+def test_frequent_spikes_on_a_flat_loss_are_no_noise_for_scan():
+    # Ten 2.5x spikes in 700 points is the rate of a noisy run, but a flat loss never moves 2.5x by
+    # itself: they are incidents, and the run is not called noisy.
+    incidents = [_spike(60 * k, 2.5) for k in range(1, 11)]
+    assert noisy("r", incidents, points=700, interval=1.0, presets=(), judged_with=lambda name: (), loss=_flat(700)) is None
+    assert noisy("r", incidents, points=700, interval=1.0, presets=(), judged_with=lambda name: (), loss=_jumpy(700)) is not None
+
+
+@pytest.mark.parametrize(
+    "loss,ratio,earlier,folded",
+    [
+        pytest.param("jumpy", 2.2, [], True, id="a first 2.2x firing on a loss that moves 1.5x a point: noise"),
+        pytest.param("jumpy", 2.2, [2.1, 2.5, 2.0], True, id="like the earlier firings: noise"),
+        pytest.param("jumpy", 9.0, [2.1, 2.5, 2.0], False, id="4x the usual firing: alerted"),
+        pytest.param("jumpy", 30.0, [], False, id="far beyond the spread (an LR jump's 30x): alerted"),
+        pytest.param("jumpy", None, [], False, id="a NaN: alerted"),
+        pytest.param("flat", 2.2, [], False, id="a 2.2x spike on a flat loss: alerted"),
+        pytest.param("flat", 2.2, [2.2] * 20, False, id="the twentieth of its kind on a flat loss: still alerted"),
+        pytest.param("short", 2.2, [], False, id="fewer than nine points before it: no spread, alerted"),
+    ],
+)
+def test_the_daemon_folds_a_firing_only_within_the_runs_own_noise(loss, ratio, earlier, folded):
+    steps, values = {"jumpy": _jumpy(300), "flat": _flat(300), "short": _jumpy(5)}[loss]
+    inc = _spike(len(steps), 2.0) if ratio is None else _spike(len(steps), ratio)
+    if ratio is None:
+        inc = Incident(run="r", metric="loss", rule="loss-spike", kind="nonfinite", severity="critical", step=len(steps),
+                       peak_step=len(steps), value=float("nan"), baseline=None, threshold=None)
+    spread = spread_before(steps, values, inc.step)
+    assert fold(inc, earlier=[_spike(10 * k, r) for k, r in enumerate(earlier, 1)], spread=spread) is folded

@@ -333,7 +333,8 @@ def _noisy(analysis: RunAnalysis, frame: pl.DataFrame, points: int, windows: Map
         return judge(streams, lambda: context_of(frame, streams), rules, run=analysis.run)
 
     interval = RunContext(loss=Series(windows["loss"][0], windows["loss"][1])).interval
-    note = noisy(analysis.run, analysis.incidents, points=points, interval=interval, presets=preset_names(), judged_with=judged_with)
+    note = noisy(analysis.run, analysis.incidents, points=points, interval=interval, presets=preset_names(), judged_with=judged_with,
+                 loss=(windows["loss"][0], windows["loss"][1]))
     return (note,) if note is not None else ()
 
 
