@@ -253,7 +253,47 @@ class NoLoss:
         return {"kind": "no_loss", "source": source, "line": None, "offset": None, "message": self.message}
 
 
-NOTICE_KINDS = ("opened", "escalated", "updated", "resolved", "relabelled", "stalled", "resumed")
+NOTICE_KINDS = ("opened", "escalated", "updated", "resolved", "relabelled", "stalled", "resumed", "noisy")
+
+
+@dataclass(frozen=True)
+class NoisyRun:
+    """What the daemon folded of a run's loss rule, as it says it once (a `noisy` notice): the rule
+    fired `firings` times in `points` loss points; `folded` of them were within the loss's own
+    batch-to-batch spread, the largest `largest`x at step `largest_step`; `ceiling`: the ratio a
+    firing must exceed to stand outside that noise (what a rule that fits this run must exceed)."""
+
+    rule: str
+    firings: int
+    points: int
+    folded: int
+    largest: float
+    largest_step: int
+    ceiling: float
+
+    @property
+    def per_1000(self) -> float:
+        return 1000.0 * self.firings / self.points if self.points else 0.0
+
+    @property
+    def message(self) -> str:
+        s = "s" if self.folded != 1 else ""
+        return (
+            f"noisy for its rule: {self.rule} fired {self.firings} times in {self.points} loss points ({self.per_1000:.1f} per 1,000), "
+            f"on the loss's own batch-to-batch spread; {self.folded} firing{s} folded into this notice, not alerted "
+            f"(the largest {self.largest:.1f}x at step {self.largest_step}); what stands outside that noise (above {self.ceiling:.1f}x, "
+            f"4x the usual firing, a NaN) is still alerted; a rule that fits this run flags only above {self.ceiling:.1f}x "
+            f"(`lossguard scan` on its logs names the preset that keeps its incidents)"
+        )
+
+    def to_json(self) -> dict[str, object]:
+        return {"rule": self.rule, "firings": self.firings, "points": self.points, "per_1000": round(self.per_1000, 2), "folded": self.folded,
+                "largest": round(self.largest, 4), "largest_step": self.largest_step, "ceiling": round(self.ceiling, 4)}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, object]) -> NoisyRun:
+        return cls(rule=str(data["rule"]), firings=int(data["firings"]), points=int(data["points"]), folded=int(data["folded"]),
+                   largest=float(data["largest"]), largest_step=int(data["largest_step"]), ceiling=float(data["ceiling"]))
 
 
 @dataclass(frozen=True)
@@ -279,6 +319,8 @@ class Notice:
     silenced_by: str | None = None
     """unsilenced (an incident still open, or a run still stalled, as the silence that held its
     notices back ends): that silence, in words."""
+    noisy: NoisyRun | None = None
+    """noisy: what the daemon folds of the run's loss rule instead of alerting on each firing."""
 
     @property
     def severity(self) -> str | None:
@@ -294,6 +336,7 @@ class Notice:
             "minutes": self.minutes,
             **({"silenced_by": self.silenced_by} if self.silenced_by is not None else {}),
             **({"spark": [v if math.isfinite(v) else None for v in self.spark]} if self.spark else {}),
+            **({"noisy": self.noisy.to_json()} if self.noisy is not None else {}),
         }
 
     @classmethod
@@ -311,4 +354,5 @@ class Notice:
             minutes=None if data.get("minutes") is None else float(data["minutes"]),
             silenced_by=None if data.get("silenced_by") is None else str(data["silenced_by"]),
             spark=tuple(math.nan if v is None else float(v) for v in data.get("spark") or ()),
+            noisy=NoisyRun.from_json(data["noisy"]) if data.get("noisy") else None,
         )

@@ -64,10 +64,13 @@ class Silence:
 
     def matches(self, notice: Notice) -> bool:
         """Every matcher given must match. A run's own notices (stalled, resumed) have no rule,
-        metric or cause: only a silence of the whole run (no other matcher) covers them."""
+        metric or cause: only a silence of the whole run (no other matcher) covers them; a noisy
+        run's notice has its rule and the loss, no cause."""
         if not fnmatchcase(notice.run, self.run):
             return False
         inc = notice.incident
+        if inc is None and notice.noisy is not None:  # (a noisy run's notice: its rule's, on the loss)
+            return self.cause is None and all(p is None or fnmatchcase(v, p) for p, v in ((self.rule, notice.noisy.rule), (self.metric, "loss")))
         if inc is None:
             return self.rule is None and self.metric is None and self.cause is None
         cause = inc.causes[0].cause if inc.causes else "unknown"

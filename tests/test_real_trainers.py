@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 
 import pytest
 
@@ -108,3 +109,41 @@ def test_transformers_5_console_places_every_dict_at_the_bars_step_as_its_checkp
     held = [(h["step"], float(f"{h['loss']:.4g}")) for h in state["log_history"] if "loss" in h]
     assert [s for s, _ in got] == list(range(1, 701))
     assert got == held
+
+
+def test_a_live_clean_noisy_run_is_one_slack_notice_and_the_lr_jump_one_alert_through_a_kill9(tmp_path, slack):
+    # Lightning's metrics.csv of the control and the LR-jump run written a chunk at a time into a
+    # followed folder, through the real slack-sdk: the control's 35 firings on its own batch-to-batch
+    # spread are folded into one noisy notice (at most 2 posts: every firing was an alert before),
+    # while the jump's 43.9x spike is alerted at once, and once, across a kill -9 and a restart.
+    from .test_watch_slack import _daemon, _posts
+
+    logs = {}
+    for run, scenario in (("control", "lightning_clean"), ("jump", "lightning_lr_jump")):
+        lines = (REAL / scenario / "csv" / "digits" / "version_0" / "metrics.csv").read_text().splitlines(keepends=True)
+        log = tmp_path / "runs" / run / "metrics.csv"
+        log.parent.mkdir(parents=True)
+        log.write_text("".join(lines[:200]))  # (history up to step 99: no firing in it)
+        logs[run] = (log, lines)
+    w = _daemon(tmp_path, slack, "min_interval = 0\n", env=NO_PLOTS).start()
+    try:
+        w.wait_ready(files=2)
+        w.wait_settled()
+        for start in range(200, 1410, 300):
+            for log, lines in logs.values():
+                with open(log, "a") as fh:
+                    fh.write("".join(lines[start : start + 300]))
+            if start == 800:  # (steps up to ~550 written: the jump's alert comes now, and the kill right after it)
+                w.wait_for(lambda ev: any(e["event"] == "opened" and e["run"] == "jump" and e["rule"] == "loss-spike" for e in ev))
+                w.kill9()
+                w.start()
+            time.sleep(0.2)
+        ev = w.settle()
+    finally:
+        w.kill9()
+    by_run = {run: [p.body["text"] for p in _posts(slack) if f"`{run}`" in p.body.get("text", "")] for run in logs}
+    assert len(by_run["control"]) <= 2 and any("NOISY run" in t for t in by_run["control"]), by_run["control"]
+    opened = [(e["run"], e["step"]) for e in ev if e["event"] == "opened" and e["rule"] == "loss-spike"]
+    assert opened.count(("jump", 398)) == 1 and ("control", 398) not in opened and all(run == "jump" for run, _ in opened), opened
+    noisy = [e for e in ev if e["event"] == "noisy"]
+    assert sorted(e["run"] for e in noisy) == ["control", "jump"] and all(e["folded"] >= 5 and e["rule"] == "loss-spike" for e in noisy)

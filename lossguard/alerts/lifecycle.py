@@ -9,6 +9,9 @@ the clock passed in — Alertmanager's needsUpdate, for lossguard's lifecycle:
   (updated), at most every `update_every` seconds;
 - its recovery is announced once (resolved), carrying a revised cause if the label changed;
 - a changed top cause is announced (relabelled);
+- a firing within its run's noise (`folds`, detection.noise.fold) is folded: recorded, said only in
+  the run's noisy notice, its growth and resolution never posted, unless it grows outside that
+  noise, when it is announced (opened) at once, as new;
 - otherwise nothing is said.
 """
 
@@ -31,21 +34,34 @@ class Decision:
     """The known incident's row as it should now read (None: a new incident, to be added)."""
     previous_cause: str | None = None
     """The top cause announced before, when the new one differs."""
+    folded: bool = False
+    """The incident is (still) folded into its run's noisy notice: recorded, not said."""
 
 
 def decide(
     sent: IncidentRow | None, inc: Incident, *, now: float, quiet: bool, update_every: float, parent: IncidentRow | None = None,
+    folds: bool = False, was_folded: bool = False,
 ) -> Decision:
     """`sent`: the incident as last recorded (None: never seen); `quiet`: a new incident from
     history, recorded without a word; `parent`: the announced incident a new one escalates (the
-    grad-norm spike a loss spike followed): it is said as an escalation of that one."""
+    grad-norm spike a loss spike followed): it is said as an escalation of that one. `folds`: the
+    incident as judged now is within its run's noise (an escalation never is: the loss followed a
+    grad-norm spike); `was_folded`: it was folded when last recorded."""
+    first = "escalated" if parent is not None and not parent.quiet else "opened"
     if sent is None:
-        first = "escalated" if parent is not None and not parent.quiet else "opened"
+        if not quiet and folds and first == "opened":
+            return Decision((), None, folded=True)
         kinds = () if quiet else (first, "resolved") if inc.over else (first,)
         return Decision(kinds, None)
     row = replace(sent, incident=inc, status="resolved" if inc.over else "open")
     if sent.quiet:
         return Decision((), row)
+    if was_folded:
+        if folds or (sent.status == "resolved" and inc.over):
+            return Decision((), row, folded=True)  # (its resolution held, as a silence holds one never announced)
+        # It grew outside the run's noise: announced now, as a new incident would be.
+        row = replace(row, notified_value=inc.value, notified_at=now)
+        return Decision(("opened", "resolved") if inc.over else ("opened",), row)
     top = inc.causes[0].cause if inc.causes else None
     relabelled = sent.top_cause is not None and top is not None and top != sent.top_cause
     previous = sent.top_cause if relabelled else None

@@ -164,8 +164,10 @@ def _section_message(text: str) -> Message:
 
 
 def _quiet(notice: Notice) -> tuple[str, str]:
-    """A notice of no incident (a stall) as the words before its run's name and after it."""
+    """A notice of no incident (a stall, a noisy run) as the words before its run's name and after it."""
     ended = f"; silence {notice.silenced_by} has ended" if notice.silenced_by else ""
+    if notice.noisy is not None:
+        return f"{notice.kind.upper()} run ", f": {notice.noisy.message}{ended}"
     extra = f" after {notice.minutes} min without a new step" if notice.kind == "stalled" else ""
     extra += " still stalled" if notice.kind == "unsilenced" else ""
     return f"{notice.kind.upper()} run ", f" at step {notice.step}{extra}{ended}"

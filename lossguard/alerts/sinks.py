@@ -93,6 +93,8 @@ class JsonlSink:
             body["step"] = notice.step
             if notice.minutes is not None:
                 body["minutes"] = notice.minutes
+            if notice.noisy is not None:
+                body.update(notice.noisy.to_json(), message=notice.noisy.message, source=notice.source)
         if notice.silenced_by is not None:
             body["silenced_by"] = notice.silenced_by
         return {"event": notice.kind, "id": key, **body}
@@ -244,7 +246,9 @@ class AlertmanagerSink:
         return labels.alert(notice, starts=starts, ends=ends, host=self.host, extra=self.extra)
 
     def send(self, post: Post) -> Delivery:
-        return self.client.post([self.alert_of(e) for e in post.entries])
+        # A noisy run's notice says how a rule fits a run: no alert fires, and none is posted.
+        alerts = [self.alert_of(e) for e in post.entries if e.notice.kind != "noisy"]
+        return self.client.post(alerts) if alerts else Delivery(ok=True)
 
     def resend(self, state: State) -> Delivery | None:
         """Post what still fires, if `resend_interval` passed since the last time (None: not due,

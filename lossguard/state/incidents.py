@@ -4,7 +4,10 @@ asks in one query per CHUNK of them)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
+
+from ..model import Incident
 
 from .columns import INCIDENT, INCIDENT_RUN, RUN, chunks, incident_row, marks, run_row
 from .rows import IncidentRow, RunRow
@@ -64,9 +67,29 @@ class RunsAndIncidents(Connected):
         """What is wrong right now and was said (not history found at the first start): the open
         incidents and the stalled runs, which a sink whose receiver forgets (Alertmanager) is told
         again and again."""
-        incidents = [incident_row(r) for r in self.db.execute(f"{INCIDENT} WHERE status='open' AND quiet=0 ORDER BY id")]
+        incidents = [incident_row(r) for r in self.db.execute(f"{INCIDENT} WHERE status='open' AND quiet=0 AND folded=0 ORDER BY id")]
         runs = [run_row(r) for r in self.db.execute(f"{RUN} WHERE stalled=1 ORDER BY run")]
         return incidents, runs
+
+    def folded(self, incident_id: int) -> bool:
+        """The incident was folded into its run's noisy notice (and not alerted since)."""
+        row = self.db.execute("SELECT folded FROM incidents WHERE id=?", (incident_id,)).fetchone()
+        return bool(row and row[0])
+
+    def firings(self, run: str, rule: str, *, before: int, limit: int = 50) -> list[Incident]:
+        """The rule's last `limit` firings on the run that start before step `before` (on any
+        timeline: the run's noise is the run's), for the usual size of its firings."""
+        rows = self.db.execute("SELECT body FROM incidents WHERE run=? AND rule=? AND step<? ORDER BY id DESC LIMIT ?", (run, rule, before, limit))
+        return [Incident.from_json(json.loads(body)) for (body,) in rows]
+
+    def fold_counts(self, run: str, rule: str) -> tuple[int, int, tuple[float, int] | None]:
+        """The rule's firings on the run, how many were folded, and the largest folded (ratio, step)."""
+        fired, folded = self.db.execute("SELECT count(*), coalesce(sum(folded), 0) FROM incidents WHERE run=? AND rule=?", (run, rule)).fetchone()
+        largest = self.db.execute(
+            "SELECT json_extract(body, '$.value') / json_extract(body, '$.baseline') AS r, step FROM incidents "
+            "WHERE run=? AND rule=? AND folded=1 ORDER BY r DESC LIMIT 1", (run, rule),
+        ).fetchone()
+        return int(fired), int(folded), (float(largest[0]), int(largest[1])) if largest and largest[0] is not None else None
 
     def run(self, run: str) -> RunRow | None:
         row = self.db.execute(f"{RUN} WHERE run=?", (run,)).fetchone()

@@ -11,7 +11,7 @@ CREATE TABLE IF NOT EXISTS incidents (
     id INTEGER PRIMARY KEY, run TEXT NOT NULL, rule TEXT NOT NULL, step INTEGER NOT NULL,
     status TEXT NOT NULL, body TEXT NOT NULL, quiet INTEGER NOT NULL DEFAULT 0,
     notified_value REAL, notified_at REAL, top_cause TEXT, thread TEXT, source TEXT NOT NULL DEFAULT '', parent INTEGER,
-    opened_at REAL, acked_by TEXT, acked_at REAL, timeline INTEGER NOT NULL DEFAULT 0,
+    opened_at REAL, acked_by TEXT, acked_at REAL, timeline INTEGER NOT NULL DEFAULT 0, folded INTEGER NOT NULL DEFAULT 0,
     UNIQUE (run, rule, step, timeline)
 );
 """
@@ -69,10 +69,13 @@ CREATE INDEX IF NOT EXISTS envelopes_received ON envelopes (received);
 CREATE TABLE IF NOT EXISTS said (
     channel TEXT NOT NULL, ts TEXT NOT NULL, line TEXT NOT NULL, at REAL NOT NULL, PRIMARY KEY (channel, ts, line)
 );
+CREATE TABLE IF NOT EXISTS noisy (
+    run TEXT NOT NULL, rule TEXT NOT NULL, noticed_at REAL NOT NULL, PRIMARY KEY (run, rule)
+);
 """
 
 
-VERSION = 11
+VERSION = 12
 """The layout of state.db, kept in SQLite's user_version. A later layout adds a step to MIGRATIONS
 (the statements that take version N - 1 to N), run in one transaction when an older file is opened.
 Version 0 is a file from before versions were kept: its layout is version 1's. Version 2 writes
@@ -105,8 +108,10 @@ by channel and ts), so the header the daemon rewrites as the incident resolves o
 Version 11 names an incident by its timeline too (`incidents.timeline`, and `streams.timeline`, the
 timeline each stream's tail ends on): a run rewritten from its start (a new `Live()` in a dvclive
 folder) spikes at steps an earlier timeline spiked at, and those are incidents of their own; the
-table is rebuilt for its new UNIQUE, its ids kept. An older lossguard refuses a newer file rather
-than misread it."""
+table is rebuilt for its new UNIQUE, its ids kept. Version 12 folds a noisy run's firings
+(`incidents.folded`: recorded, not alerted, their resolution not posted: the loss's own noise,
+detection.noise) and keeps the runs and rules whose `noisy` notice was sent (`noisy`), so a restart
+sends it no second time. An older lossguard refuses a newer file rather than misread it."""
 _KEPT = "id, run, rule, step, status, body, quiet, notified_value, notified_at, top_cause, thread, source, parent, opened_at, acked_by, acked_at"
 """The incidents' columns before layout 11, copied into the table it makes again."""
 MIGRATIONS: dict[int, tuple[str, ...]] = {
@@ -144,6 +149,7 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         f"INSERT INTO incidents ({_KEPT}) SELECT {_KEPT} FROM incidents_10",
         "DROP TABLE incidents_10",
     ),
+    12: ("ALTER TABLE incidents ADD COLUMN folded INTEGER NOT NULL DEFAULT 0",),  # (and the `noisy` table, which SCHEMA creates)
 }
 """(An ADD COLUMN whose column exists is skipped: the step may meet a file that already has it.)"""
 

@@ -84,14 +84,16 @@ class Transaction:
         self.db.executemany("INSERT OR REPLACE INTO runs (run, last_step, advanced_at, stalled) VALUES (?,?,?,0)", [(run, step, now) for run, step in runs])
         self.touched.update(run for run, _ in runs)
 
-    def add_incident(self, incident: Incident, *, source: str, quiet: bool, now: float, parent: int | None = None) -> int:
-        """`parent`: the incident this one escalates (its alert thread is this one's too)."""
+    def add_incident(self, incident: Incident, *, source: str, quiet: bool, now: float, parent: int | None = None, folded: bool = False) -> int:
+        """`parent`: the incident this one escalates (its alert thread is this one's too); `folded`:
+        into its run's noisy notice, not alerted (detection.noise)."""
         status = "resolved" if incident.over else "open"
         top = incident.causes[0].cause if incident.causes else None
         cur = self.db.execute(
-            "INSERT INTO incidents (run, rule, step, timeline, status, body, source, quiet, notified_value, notified_at, top_cause, parent, opened_at) "
-            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            (incident.run, incident.rule, incident.step, incident.timeline, status, json.dumps(incident.to_json()), source, int(quiet), incident.value, now, top, parent, now),
+            "INSERT INTO incidents (run, rule, step, timeline, status, body, source, quiet, notified_value, notified_at, top_cause, parent, opened_at, folded) "
+            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (incident.run, incident.rule, incident.step, incident.timeline, status, json.dumps(incident.to_json()), source, int(quiet), incident.value, now,
+             top, parent, now, int(folded)),
         )
         self.touched.add(incident.run)
         return int(cur.lastrowid)
@@ -105,6 +107,14 @@ class Transaction:
             (status, json.dumps(row.incident.to_json()), row.source, top, row.notified_value, row.notified_at, row.id),
         )
         self.touched.add(row.incident.run)
+
+    def unfold(self, incident_id: int) -> None:
+        """A folded incident grew outside its run's noise: alerted from now on, as any other."""
+        self.db.execute("UPDATE incidents SET folded=0 WHERE id=?", (incident_id,))
+
+    def note_noisy(self, run: str, rule: str, *, now: float) -> bool:
+        """The run's noisy notice for `rule` is sent now: False if it was already (one per run and rule)."""
+        return self.db.execute("INSERT OR IGNORE INTO noisy (run, rule, noticed_at) VALUES (?,?,?)", (run, rule, now)).rowcount == 1
 
     def enqueue(self, notice: Notice, *, incident_id: int | None, sinks: Sequence[str], now: float) -> None:
         payload = json.dumps(notice.to_json())

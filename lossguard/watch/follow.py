@@ -164,8 +164,9 @@ class Follower:
                                if restarts.get((run, i.metric), 0) > i.timeline and not i.over)
             if incidents:
                 source = _sources(new.frames[run])
+                loss_points = (tails[(run, "loss")].seen if (run, "loss") in tails else 0) + (points[(run, "loss")][0].size if (run, "loss") in points else 0)
                 for inc in incidents:
-                    self.notices.incident(tx, inc, now=now, quiet=new.quiet[run], source=source, report=report, windows=windows[k])
+                    self.notices.incident(tx, inc, now=now, quiet=new.quiet[run], source=source, report=report, windows=windows[k], points=loss_points)
             judged = {i.key for i in incidents}
             still_open = [i.step for i in seen[k].open if i.key not in judged] + [i.step for i in incidents if not i.over]
             fresh = {m: points[(run, m)][0].size for m in JUDGED if (run, m) in points}

@@ -10,10 +10,13 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
+import numpy as np
+
 from ..alerts.lifecycle import decide
 from ..alerts.picture import Picture, picture
-from ..detection.streams import Points
-from ..model import Incident, Notice
+from ..detection.noise import fold, foldable, is_noisy, noise_ceiling, spread_before
+from ..detection.streams import NO_POINTS, Points
+from ..model import Incident, NoisyRun, Notice
 from ..state import State, Transaction
 from .pass_report import PassReport
 
@@ -39,17 +42,30 @@ class Notices:
         self.update_every = update_every
 
     def incident(self, tx: Transaction, inc: Incident, *, now: float, quiet: bool, source: str, report: PassReport,
-                 windows: dict[str, Points]) -> None:
+                 windows: dict[str, Points], points: int = 0) -> None:
         """Record the incident as judged now, and say what its lifecycle says of it (`quiet`: found
-        in the history read at the first start, recorded without a word)."""
+        in the history read at the first start, recorded without a word; `points`: the run's loss
+        points read so far, for the rate its noisy notice says)."""
         sent = self.state.incident(inc.run, inc.rule, inc.step, inc.timeline)
         parent = self.state.incident(inc.run, *inc.follows) if sent is None and inc.follows else None
-        decision = decide(sent, inc, now=now, quiet=quiet, update_every=self.update_every, parent=parent)
+        was_folded = sent is not None and self.state.folded(sent.id)
+        spread = None
+        if not quiet and foldable(inc) and (sent is None or was_folded):
+            steps, values, _ = windows.get("loss", NO_POINTS)
+            spread = spread_before(steps, values, inc.step)
+        folds = spread is not None and fold(inc, earlier=self.state.firings(inc.run, inc.rule, before=inc.step), spread=spread)
+        decision = decide(sent, inc, now=now, quiet=quiet, update_every=self.update_every, parent=parent, folds=folds, was_folded=was_folded)
         if decision.row is None:
-            ident = tx.add_incident(inc, source=source, quiet=quiet, now=now, parent=parent.id if parent else None)
+            ident = tx.add_incident(inc, source=source, quiet=quiet, now=now, parent=parent.id if parent else None, folded=decision.folded)
+            if decision.folded and spread is not None:
+                # (The rate up to this firing: a pass that read a whole file holds the points after it too.)
+                after = int(np.count_nonzero(windows["loss"][0] > inc.step))
+                self._noisy(tx, inc, points=points - after, ceiling=noise_ceiling(spread), source=source, now=now, report=report)
         else:
             ident = decision.row.id
             tx.update_incident(decision.row)
+            if was_folded and not decision.folded:
+                tx.unfold(ident)
         announced = any(kind in decision.kinds for kind in ANNOUNCING)
         pic = _kept_picture(inc, windows) if announced else None
         for kind in decision.kinds:
@@ -58,6 +74,15 @@ class Notices:
             self.send(tx, Notice(kind, inc.run, inc, source=source, previous_cause=previous, spark=spark), ident, now, report)
         if self.plot_sinks and pic is not None:
             tx.add_plot(ident, json.dumps(pic.to_json()), sinks=self.plot_sinks, now=now)
+
+    def _noisy(self, tx: Transaction, inc: Incident, *, points: int, ceiling: float, source: str, now: float, report: PassReport) -> None:
+        """The run's noisy notice for the rule, once the firings it folded make it noisy as `scan`
+        says a run is (detection.noise.is_noisy), and once per run and rule (kept in the state)."""
+        fired, folded, largest = self.state.fold_counts(inc.run, inc.rule)
+        if largest is None or not is_noisy(folded, points) or not tx.note_noisy(inc.run, inc.rule, now=now):
+            return
+        note = NoisyRun(rule=inc.rule, firings=fired, points=points, folded=folded, largest=largest[0], largest_step=largest[1], ceiling=ceiling)
+        self.send(tx, Notice("noisy", inc.run, source=source, step=inc.step, noisy=note), None, now, report)
 
     def send(self, tx: Transaction, notice: Notice, incident_id: int | None, now: float, report: PassReport) -> None:
         """Into the outbox, for every sink, in the pass's transaction (and into the pass's report)."""

@@ -15,6 +15,7 @@ import polars as pl
 from ..detection.causes import RunContext
 from ..detection.engine import CONTEXT_TAGS, JUDGED, context_from
 from ..detection.kinds import Rule
+from ..detection.noise import SPREAD_POINTS
 from ..detection.streams import NO_POINTS, Points, collapse_points
 from ..ingest import table
 from ..state import Tail
@@ -132,7 +133,8 @@ def kept_tails(run: str, windows: dict[str, Points], fresh: dict[str, int], tail
         keep = need
         if open_steps and m in judged:
             keep = max(keep, int(np.count_nonzero(steps >= min(open_steps))) + need)
-        keep = max(keep, CONTEXT_TAIL) if m != "loss" else keep
+        # (The loss keeps what its spread is measured over: whether a firing is the run's noise.)
+        keep = max(keep, CONTEXT_TAIL) if m != "loss" else max(keep, SPREAD_POINTS)
         keep = max(keep, _holding_finite(values, need))
         n = min(keep, TAIL_CAP)
         before = tails.get((run, m))
