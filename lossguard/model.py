@@ -113,6 +113,17 @@ class Incident:
         return f"step {self.step}" + (f" ({self.timeline_words})" if self.timeline_words else "")
 
     @property
+    def trouble(self) -> str:
+        """What reports and alerts call the incident: a divergence (a loss that kept rising, measured
+        against its recent minimum, never far above the points just before it) or a spike."""
+        return "divergence" if self.kind == "divergence" else "spike"
+
+    @property
+    def compared_with(self) -> str:
+        """Its baseline, in words: a divergence's is the loss's recent minimum, not a recent mean."""
+        return "its recent minimum" if self.kind == "divergence" else "baseline"
+
+    @property
     def ratio(self) -> float | None:
         if self.baseline is None or self.baseline == 0 or not math.isfinite(self.value):
             return None

@@ -4,6 +4,8 @@ grad norm with its own noise), for tests of detection and cause labelling and fo
 from __future__ import annotations
 
 import math
+import random
+from pathlib import Path
 
 import numpy as np
 import polars as pl
@@ -56,3 +58,33 @@ def long_frame(scenario: str, *, run: str | None = None, steps: int = 1200, seed
             )
         )
     return pl.concat(parts)
+
+
+DIVERGING = ("compounding 1.08x", "climb 1.00 -> 2.17", "climb 0.90 -> 1.72", "decay then climb")
+"""The slow divergences of divergence_cases: each is one incident of the default rules."""
+
+
+def divergence_cases() -> dict[str, list[float]]:
+    """Loss curves by name (one value a step from 0): the slow divergences other tools' tests are made
+    of (losslint's diverging.csv, 1.0 + 0.03 a point; trainspotter's decay, then +0.3 a point; a
+    compounding 2.7 -> 254 in 60 points after a calm start; a noisy 0.90 -> 1.72 over 100 points),
+    and runs that must stay quiet (a long plateau, a warm-up bump of 1.3x over the first 3% of the
+    steps, a small model's per-batch loss moving 2x from one batch to the next)."""
+    r = random.Random(1)
+    decay = [5.0 * 0.9**i + 0.5 for i in range(30)]
+    return {
+        "compounding 1.08x": [2.7 * (1 + 0.01 * r.gauss(0, 1)) for _ in range(100)] + [2.7 * 1.08**k for k in range(1, 61)],
+        "climb 1.00 -> 2.17": [1.0 + 0.03 * i for i in range(40)],
+        "climb 0.90 -> 1.72": [0.9 + 0.82 * i / 99 + 0.02 * r.gauss(0, 1) for i in range(100)],
+        "decay then climb": decay + [decay[-1] + 0.3 * i for i in range(1, 30)],
+        "plateau (3,000 points)": [2.0 * (1 + 0.03 * r.gauss(0, 1)) for _ in range(3000)],
+        "warm-up bump 1.3x": [(2.0 + 0.6 * i / 30 if i < 30 else 0.6 + 2.0 * math.exp(-(i - 30) / 200)) * (1 + 0.02 * r.gauss(0, 1)) for i in range(1000)],
+        "noisy per-batch loss": [math.exp(math.log(0.3) + 0.5 * r.gauss(0, 1)) for _ in range(2000)],
+    }
+
+
+def write_loss_csv(path: Path, values: list[float]) -> Path:
+    """A CSV logger's file of one loss a step from 0 (what Lightning's CSVLogger writes, less its other columns)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("step,loss\n" + "".join(f"{i},{v:.6f}\n" for i, v in enumerate(values)))
+    return path

@@ -79,7 +79,8 @@ def test_tr8b_resume_spike_is_numerical_instability_with_overflow_evidence():
 def test_corpus_runs_raise_loss_spikes_only_where_people_saw_them_and_a_grad_norm_notice_only_at_the_real_grad_norm_spike():
     """The corpus's clean runs raise no loss spike; the described ones, excerpts of a dozen lines,
     are judged by the short-history rule (BLOOM-176B at 31219, tr8-104B exp 12 at 8741, SOURCES.md),
-    with the perf log's blow-up at its 4th iteration (observed there); the one grad-norm notice is
+    with the perf log's blow-up at its 4th iteration and its steady climb from 11.6 back to 20.4
+    (both observed there: the climb is a divergence, found once); the one grad-norm notice is
     the T5 run's isolated 35.6 (15x its median, SOURCES.md), in both forms that run was logged in."""
     frame, _, _ = read_paths([CORPUS])
     grad, loss = [], []
@@ -88,6 +89,7 @@ def test_corpus_runs_raise_loss_spikes_only_where_people_saw_them_and_a_grad_nor
         loss += [(run, i.rule, i.step) for i in incidents if i.metric == "loss"]
         grad += [(run, i.step, round(i.value, 2)) for i in incidents if i.metric == "grad_norm"]
     assert sorted(loss) == [
+        ("megatron/bigscience_meg_ds_3d_gpt2_perf_n16_ds_off", "loss-divergence", 52),
         ("megatron/bigscience_meg_ds_3d_gpt2_perf_n16_ds_off", "loss-spike-short", 4),
         ("megatron/bloom176b_tr11_spike_31216", "loss-spike-short", 31219),
         ("megatron/tr8_104b_exp12_spike_8741_diverge_9027", "loss-spike-short", 8741),

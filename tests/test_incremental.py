@@ -19,7 +19,7 @@ from lossguard.detection.kinds import Rule
 from lossguard.model import Incident
 from lossguard.ingest.needs import Needs
 from lossguard.ingest.reader import ReadOptions, read
-from lossguard.detection.rules import rule_from
+from lossguard.detection.rules import default_rules, rule_from
 from lossguard.ingest.sources.textfile import iter_blocks
 from lossguard.detection.streams import collapse
 from lossguard.ingest.table import Span, joined
@@ -219,6 +219,8 @@ KINDS_JUDGED_IN_PASSES = [
     {"kind": "ratio", "factor": 1.1, "window": 12, "min_history": 2},
     {"kind": "zscore", "k": 1.5, "window": 12, "min_history": 3},
     {"kind": "sustained", "factor": 1.05, "window": 8, "patience": 3},
+    {"kind": "divergence", "factor": 1.05, "window": 12, "patience": 3, "noise": 0.5},
+    {"kind": "divergence", "factor": 1.02, "window": 6, "patience": 2, "noise": 0.0, "min_history": 5},
 ]
 
 
@@ -245,6 +247,15 @@ def test_a_slow_climb_judged_pass_by_pass_is_the_incident_a_scan_reports():
     rule = rule_from({"name": "creep", "metric": "loss", "kind": "slope", "window": 20})
     (whole,) = find_incidents(_stream(values), rule, run="r")
     assert whole.end_step is not None
+    assert _judged_in_passes(values, list(range(7, len(values), 7)), rule) == [whole]
+    assert _judged_in_passes(values, list(range(7, len(values), 7)), rule, spare=False) == [whole]
+
+
+def test_a_divergence_judged_pass_by_pass_is_the_incident_a_scan_reports():
+    values = [400.0 - k for k in range(100)] + [300.0 * 1.08**k for k in range(1, 41)] + [300.0 * 1.08**40] * 40
+    rule = next(r for r in default_rules().rules if r.name == "loss-divergence")
+    (whole,) = find_incidents(_stream(values), rule, run="r")
+    assert whole.end_step is None and whole.points > 1
     assert _judged_in_passes(values, list(range(7, len(values), 7)), rule) == [whole]
     assert _judged_in_passes(values, list(range(7, len(values), 7)), rule, spare=False) == [whole]
 

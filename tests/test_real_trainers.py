@@ -147,3 +147,9 @@ def test_a_live_clean_noisy_run_is_one_slack_notice_and_the_lr_jump_one_alert_th
     assert opened.count(("jump", 398)) == 1 and ("control", 398) not in opened and all(run == "jump" for run, _ in opened), opened
     noisy = [e for e in ev if e["event"] == "noisy"]
     assert sorted(e["run"] for e in noisy) == ["control", "jump"] and all(e["folded"] >= 5 and e["rule"] == "loss-spike" for e in noisy)
+
+
+def test_no_real_trainers_run_raises_a_divergence(scanned):
+    """The small models' per-batch loss moves 2x from one batch to the next, and the LR jump's spike
+    comes back down: neither is a loss that kept rising."""
+    assert [(name, s["step"]) for name, run in scanned.items() for s in run["spikes"] if s["rule"] == "loss-divergence"] == []

@@ -32,12 +32,12 @@ CAUSE_TITLES = {
     "unknown": "Unknown",
 }
 EVENT_TITLES = {
-    "opened": "{sev}: {metric} spike",
+    "opened": "{sev}: {metric} {what}",
     "escalated": "{sev}: the loss followed the grad-norm spike",
-    "updated": "{sev}: {metric} spike grew",
-    "resolved": "Resolved: {metric} spike",
-    "relabelled": "Cause revised: {metric} spike",
-    "unsilenced": "{sev}: {metric} spike still open as its silence ends",
+    "updated": "{sev}: {metric} {what} grew",
+    "resolved": "Resolved: {metric} {what}",
+    "relabelled": "Cause revised: {metric} {what}",
+    "unsilenced": "{sev}: {metric} {what} still open as its silence ends",
 }
 NEWS = ("opened", "escalated", "unsilenced")
 """An incident's notices that announce it: the ones that carry the buttons."""
@@ -107,14 +107,14 @@ def build(
     the buttons (alerts.actions), last, when Socket Mode takes their clicks."""
     sev = inc.severity.upper()
     metric = inc.metric.replace("_", " ")
-    title = EVENT_TITLES.get(event, "{sev}: {metric} spike").format(sev=sev, metric=metric)
+    title = EVENT_TITLES.get(event, "{sev}: {metric} {what}").format(sev=sev, metric=metric, what=inc.trouble)
     emoji = ":white_check_mark:" if event == "resolved" else SEVERITY_EMOJI.get(inc.severity, "")
     header = printable(f"{emoji} {title} in {inc.run}".strip())
     ratio = f" ({inc.ratio:.1f}×)" if inc.ratio is not None else ""
     end = inc.ending
     facts = (
         f"*Run* {code(inc.run)}  ·  *step {inc.step}* (peak at {inc.peak_step}, {end}{f'; {inc.timeline_words}' if inc.timeline_words else ''})\n"
-        f"*{escape(inc.metric)}* {fmt(inc.value)} vs baseline {fmt(inc.baseline)}{ratio}  ·  rule {code(inc.rule)}"
+        f"*{escape(inc.metric)}* {fmt(inc.value)} vs {inc.compared_with} {fmt(inc.baseline)}{ratio}  ·  rule {code(inc.rule)}"
     )
     blocks: list[dict] = [
         {"type": "header", "text": {"type": "plain_text", "text": header[:MAX_HEADER], "emoji": True}},
@@ -136,8 +136,8 @@ def build(
 
     top = inc.causes[0] if inc.causes else None
     lines = [
-        f"[{sev}] {code(inc.run)}: {escape(inc.metric)} spike at step {inc.step}"
-        + (f" ({fmt(inc.value)} vs baseline {fmt(inc.baseline)}{ratio})" if inc.baseline is not None else f" ({fmt(inc.value)})")
+        f"[{sev}] {code(inc.run)}: {escape(inc.metric)} {inc.trouble} at step {inc.step}"
+        + (f" ({fmt(inc.value)} vs {inc.compared_with} {fmt(inc.baseline)}{ratio})" if inc.baseline is not None else f" ({fmt(inc.value)})")
         + (" - resolved" if event == "resolved" else ""),
         f"rule {escape(inc.rule)}; peak at step {inc.peak_step}; {end}",
     ]
@@ -184,8 +184,8 @@ def describe(notice: Notice) -> str:
     cause = inc.causes[0].cause if inc.causes else "unknown"
     still = " still open" if notice.kind == "unsilenced" else ""
     return (
-        f"{kind} [{inc.severity}] run {inc.run}: {inc.metric} spike at step {inc.step}{still} "
-        f"(peak {fmt(inc.value)} at {inc.peak_step}, baseline {fmt(inc.baseline)}, rule {inc.rule}); likely {cause}{ended}"
+        f"{kind} [{inc.severity}] run {inc.run}: {inc.metric} {inc.trouble} at step {inc.step}{still} "
+        f"(peak {fmt(inc.value)} at {inc.peak_step}, {inc.compared_with} {fmt(inc.baseline)}, rule {inc.rule}); likely {cause}{ended}"
     )
 
 

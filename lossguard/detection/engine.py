@@ -16,6 +16,7 @@ from ..model import Incident, NoLoss, ShortHistory
 from .noise import NOISY_FIRINGS, Noisy, noisy
 from ..ingest.needs import Needs
 from .presets import preset_names
+from .kinds import RULE_KINDS
 from .rules import Rule, RuleSet, preset_rules
 from .streams import NO_POINTS, Points, as_context, by_metric, by_run, by_run_and_metric, increasing, points_frame, points_of, preferred, single_valued
 from ..ingest.table import Span, span_of
@@ -120,6 +121,42 @@ def _escalations(found: list[Incident], pool: Sequence[Incident], *, gap: float)
     return out
 
 
+def told_once(found: list[Incident], seen: Seen) -> list[Incident]:
+    """`found` with one incident per trouble where a kind says again what another rule's incident on
+    the same stream says (kinds.Rule.second_opinion: a divergence beside a spike): of two such
+    incidents, the one that begins while the other is open is left out (at one step, the second
+    opinion). A loss that jumps to 3x and stays there for five points is one spike, and a climb a
+    spike rule also fires on halfway is one divergence. A NaN is never left out. Judged before what
+    is new is kept (Seen.is_new), over every incident the window holds and those the daemon holds
+    open, so the daemon leaves out what `scan` does however its passes cut the run; except that an
+    incident already announced is never left out, and leaves out one that overlaps it whichever
+    began first (the daemon may have seen the spike before the climb was clear)."""
+    def opinion(inc: Incident) -> bool | None:
+        """Whether the incident is a second opinion; None: its kind is never left out nor leaves one out."""
+        kind = RULE_KINDS.get(inc.kind)
+        return None if kind is None or kind.nonfinite_only else kind.second_opinion
+
+    if not any(opinion(i) for i in found):
+        return found
+
+    def open_at(inc: Incident, step: int) -> bool:
+        return inc.step <= step and (inc.end_step is None or inc.end_step > step)
+
+    def told_by(other: Incident, inc: Incident, *, same_window: bool) -> bool:
+        mine, theirs = opinion(inc), opinion(other)
+        if mine is None or theirs is None or mine == theirs or other.metric != inc.metric or (inc.rule, inc.step) in seen.known:
+            return False
+        if same_window and other.segment != inc.segment:
+            return False
+        if (other.rule, other.step) in seen.known and open_at(inc, other.step):
+            return True
+        return open_at(other, inc.step) and (other.step < inc.step or not theirs)
+
+    held = [o for o in seen.open if o.resumed_from is None]
+    return [inc for inc in found if not any(told_by(o, inc, same_window=True) for o in found)
+            and not any(told_by(o, inc, same_window=False) for o in held)]
+
+
 def _last_segments(windows: Mapping[str, pl.DataFrame]) -> Callable[[str], int]:
     """Each stream's last segment (its resumes), asked only for the metrics of new incidents."""
     return lambda m: int(windows[m].get_column("segment").max()) if windows[m].height else 0
@@ -147,8 +184,8 @@ def judge(
         points = windows.get(rule.metric)
         if points is None or not points.height or not seen.judges(rule.metric):
             continue
-        found.extend(i for i in find_incidents(points, rule, run=run, seen_before=seen.before.get(rule.metric, 0)) if seen.is_new(i))
-    return _label(found, context, _last_segments(windows), seen, rules)
+        found.extend(find_incidents(points, rule, run=run, seen_before=seen.before.get(rule.metric, 0)))
+    return _label([i for i in told_once(found, seen) if seen.is_new(i)], context, _last_segments(windows), seen, rules)
 
 
 def judge_runs(
@@ -176,9 +213,10 @@ def judge_runs(
             points = points.filter(pl.col("run").is_in(judged))
         before = [s.before.get(rule.metric, 0) for s in seen]
         for k, incidents in find_incidents_by_run(points, rule, runs=runs, seen_before=before).items():
-            found.setdefault(k, []).extend(i for i in incidents if seen[k].is_new(i))
+            found.setdefault(k, []).extend(incidents)
     out = {}
     for k, incidents in sorted(found.items()):
+        incidents = [i for i in told_once(incidents, seen[k]) if seen[k].is_new(i)]
         if incidents:
             last_segment, context = view(k)
             out[k] = _label(incidents, context, last_segment, seen[k], rules[k])

@@ -99,6 +99,9 @@ class Rule:
     `nonfinite` kind is what catches it)."""
     nonfinite_only: ClassVar[bool] = False
     """Only a NaN or Inf can break the rule: a stream without one need not be judged."""
+    second_opinion: ClassVar[bool] = False
+    """An incident of this kind that begins while another rule's incident on the same stream is open
+    tells that incident's trouble again: the judge keeps only the other (engine.told_once)."""
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
@@ -426,3 +429,67 @@ class SlopeRule(Rule):
 
     def beyond(self, signal: np.ndarray, limit: float | None) -> np.ndarray:
         return signal
+
+
+@_KIND
+class DivergenceRule(Rule):
+    """The loss has stayed above `factor` x its lowest value of the `window` points before, by more
+    than `noise` times its usual step-to-step change: a loss that keeps rising (a compounding
+    1.08x a step, a climb of 2x over a run) where no point is ever far above the few before it, so
+    no ratio to the recent mean notices.
+
+    Three numbers per point:
+    - the level: the lowest of the last `patience` values. A loss that stayed up, not one blip.
+    - the floor: over the `window` points before those, the lowest mean of `patience` consecutive
+      values (the run's recent minimum, as its typical level went: a per-batch loss has single
+      low outliers, 0.69 among values of 1.1, 0.9 among 2.8, and the lowest single value would
+      make every ordinary point a rise of 1.5x above it).
+    - the noise: the mean absolute change from one value to the next over those same points (a
+      steady climb's changes are its own rate, so a climb stands many of them above its floor,
+      where noise alone reaches 1-2; a blip in the window only raises it a little, by its height
+      over the window's length).
+    Rolling means and minima only: a rolling median over the window cost 20 times the seed rule
+    (2.3 s for 2 million points).
+    The point breaks the rule where level > floor x factor and level - floor > noise x (its spread).
+    A floor that is not positive is not judged: a rise relative to it means nothing.
+
+    The incident begins at the first of the `patience` points, stays open while the loss stays above
+    floor x factor (the limit from before it began) and closes after `recovery` points back under
+    it: one incident per climb, not one a point. Per point, not per step, like every window here;
+    its lookback (window + 2 x patience - 1 points: 409 with the defaults) is what the daemon keeps
+    of a loss stream's tail, so a climb slower than `factor` across `window` points is left to the
+    `slope` kind."""
+
+    kind: str = "divergence"
+    factor: float = field(default=1.5, metadata=spec(float, gt=1))
+    window: int = field(default=400, metadata=spec(int, ge=3, le=MAX_POINTS))
+    patience: int = field(default=5, metadata=spec(int, ge=1, le=MAX_POINTS))
+    noise: float = field(default=4.0, metadata=spec(float, ge=0))
+
+    finite_only = True
+    second_opinion = True  # a jump that stays up is the spike rule's incident, told once
+
+    def default_history(self) -> int:
+        # A floor from at least 15 points: a run's first few values (its warm-up) are no minimum.
+        return self.patience + 15
+
+    def fewest(self) -> int:
+        return self.patience + 3  # a floor and a step-to-step change from at least 3 values
+
+    @property
+    def least(self) -> int:
+        """Values before the last `patience` that the floor and the noise are taken from at the least."""
+        return min(self.window, self.history - self.patience)
+
+    @property
+    def lookback(self) -> int:
+        return self.window + 2 * self.patience - 1
+
+    def judgement(self, v: pl.Expr, per_unit: PerUnit) -> Judgement:
+        p, w, least = self.patience, self.window, self.least
+        level = per_unit(v.rolling_min(p, min_samples=p))
+        floor = per_unit(v.rolling_mean(p, min_samples=p).rolling_min(w, min_samples=max(1, least - p + 1)).shift(p))
+        noise = per_unit(v.diff().abs().rolling_mean(w, min_samples=least - 1).shift(p))
+        limit = floor * self.factor
+        condition = (floor > 0) & (level > limit) & (level - floor > noise * self.noise)
+        return Judgement(condition=condition, baseline=floor, limit=limit, onset=p - 1)

@@ -97,7 +97,7 @@ def _incident_head(inc: Incident) -> str:
     ratio = f" ({inc.ratio:.1f}x)" if inc.ratio is not None else ""
     end = inc.ending if inc.over else "still open at the end of the log"
     follows = f"; it followed the {inc.follows[0]} incident at step {inc.follows[1]}" if inc.follows else ""
-    return f"{inc.metric} {fmt(inc.value)} vs baseline {fmt(inc.baseline)}{ratio}, peak at step {inc.peak_step}, {end}{follows}"
+    return f"{inc.metric} {fmt(inc.value)} vs {inc.compared_with} {fmt(inc.baseline)}{ratio}, peak at step {inc.peak_step}, {end}{follows}"
 
 
 def _span(rep: RunReport) -> str:

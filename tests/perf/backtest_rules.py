@@ -2,17 +2,22 @@
 preset, and candidate grad-norm rules. A run a human described a spike in (tests/fixtures/corpus/
 SOURCES.md) should alert; a clean one should stay at or below 1 alert per 10k logged steps.
 
-    python tests/perf/backtest_rules.py [PATH ...] [--candidates] [--markdown]
+    python tests/perf/backtest_rules.py [PATH ...] [--candidates] [--markdown] [--divergence]
 
 Default PATHs: tests/fixtures/corpus and tests/fixtures/runs. With --candidates, also a grid of
 grad-norm ratio rules (median baseline), to choose the default one; --markdown prints docs/rules.md's
-table.
+table. The column "default w/o divergence" is the default rules without loss-divergence (what the
+defaults were before it). With --divergence, the slow divergences other tools' tests are made of (a
+compounding 1.08x a step, linear climbs of 2x), beside runs that must stay quiet (a long plateau, a
+warm-up bump, a small model's noisy per-batch loss), written as CSV files and scanned: the
+loss-divergence incidents each gets.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -20,6 +25,7 @@ sys.path.insert(0, str(REPO))
 
 from lossguard.detection.rules import RuleSet, load_rules, rule_from  # noqa: E402
 from lossguard.report.audit import scan  # noqa: E402
+from tests.synth import DIVERGING, divergence_cases, write_loss_csv  # noqa: E402
 
 LABELLED = (
     "bloom176b_tr11_spike_31216", "tr8b_104b_resume_spike_17062", "tr8_104b_exp12_spike_8741_diverge_9027", "tr8_104b_exp2_glitch_6930",
@@ -41,6 +47,19 @@ def candidates() -> dict[str, RuleSet]:
     return grid
 
 
+def divergence_backtest() -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        for k, values in enumerate(divergence_cases().values()):
+            write_loss_csv(Path(tmp) / f"case{k}" / "metrics.csv", values)
+        report = scan([Path(tmp)], rules=load_rules(None))
+        for k, name in enumerate(divergence_cases()):
+            run = next(r for r in report.runs if r.run == f"case{k}")
+            found = [i for i in run.incidents if i.rule == "loss-divergence"]
+            verdict = "ok" if (len(found) == 1) == (name in DIVERGING) and len(found) <= 1 else "WRONG"
+            where = ", ".join(f"step {i.step} ({i.value:.3g} vs minimum {i.baseline:.3g})" for i in found)
+            print(f"{verdict:5}  {name:24}  {len(found)} incident(s)  {where}")
+
+
 def per_10k(alerts: int, steps: int) -> float:
     return alerts * 10_000 / max(steps, 1)
 
@@ -50,8 +69,13 @@ def main() -> None:
     ap.add_argument("paths", nargs="*", type=Path, default=[REPO / "tests/fixtures/corpus", REPO / "tests/fixtures/runs"])
     ap.add_argument("--candidates", action="store_true")
     ap.add_argument("--markdown", action="store_true")
+    ap.add_argument("--divergence", action="store_true")
     args = ap.parse_args()
-    sets = {"default": load_rules(None)}
+    if args.divergence:
+        divergence_backtest()
+        return
+    default = load_rules(None)
+    sets = {"default": default, "default w/o divergence": RuleSet(tuple(r for r in default.rules if r.name != "loss-divergence"), origin="backtest")}
     for preset in sorted((REPO / "rules/presets").glob("*.toml")):
         sets[preset.stem] = load_rules([preset])
     if args.candidates:
