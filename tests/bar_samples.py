@@ -185,3 +185,40 @@ ALL = {
     "nemo": ("nemo_log_globalrank-0_localrank-0.txt", NEMO),
 }
 """name -> (file name, text). Each is also in samples.ALL (sniffing, reading in pieces)."""
+
+
+def keras1(epochs: list[list[float]], *, samples: int, batch_size: int, validate: int | None = 1000) -> str:
+    """Keras 1.2.2's model.fit(x, y, verbose=1) with stdout sent to a file, its bar counting samples.
+    `epochs`: each epoch's per-batch losses (ceil(samples / batch_size) of them). keras/engine/
+    training.py's _fit_loop prints `Train on %d samples, validate on %d samples` (with validation
+    data only); keras/callbacks.py's ProgbarLogger prints `Epoch %d/%d`, then, after each batch but
+    the last, Progbar.update(seen) (keras/utils/generic_utils.py: `'\\b' * prev_total_width`, `\\r`,
+    `%{w}d/%{w}d [`, `=`s and a `>` (a `=` when done) to width 30, dots, `]`, ` - ETA: %ds` while
+    running or ` - %ds` at the end, ` - %s:` and ` %.4f` (` %.4e` at or under 1e-3) of the mean
+    weighted by the samples, spaces over a longer state before), and at the epoch's end the last
+    state with the validation's values, then a newline. Every batch is drawn (one takes longer than
+    the bar's interval, 0.05 s); `acc` is a constant 0.5."""
+    width = len(str(samples))
+    out = io.StringIO()
+    if validate is not None:
+        out.write(f"Train on {samples} samples, validate on {validate} samples\n")
+
+    def value(v: float) -> str:
+        return f" {v:.4f}" if abs(v) > 1e-3 else f" {v:.4e}"
+
+    for e, losses in enumerate(epochs, start=1):
+        out.write(f"Epoch {e}/{len(epochs)}\n")
+        seen, total, prev = 0, 0.0, 0
+        for b, loss in enumerate(losses):
+            size = min(batch_size, samples - seen)
+            seen, total = seen + size, total + loss * size
+            last = b == len(losses) - 1
+            done = int(30 * seen / samples)
+            bar = f"{seen:{width}d}/{samples} [" + ("=" * (done - 1) + (">" if seen < samples else "=") if done else "") + "." * (30 - done) + "]"
+            info = (" - 3s" if last else f" - ETA: {(samples - seen) // 1000}s") + f" - loss:{value(total / seen)} - acc:{value(0.5)}"
+            if last and validate is not None:
+                info += f" - val_loss:{value(total / seen * 1.1)} - val_acc:{value(0.6)}"
+            state = bar + info + " " * max(0, prev - len(bar + info))
+            out.write("\b" * prev + "\r" + state + ("\n" if last else ""))
+            prev = len(bar + info)
+    return out.getvalue()

@@ -289,3 +289,54 @@ def test_a_nemo_run_resumed_past_step_100000_is_read_at_every_global_step(tmp_pa
     assert abs(loss[0][0] - 150_000) < 1000  # (placed within tqdm's rounding, before any exact step)
     jumps = [b[0] - loss[0][0] for a, b in zip(loss, loss[1:]) if b[1] > 2 * a[1]]
     assert jumps == [700] and math.isclose(loss[-1][1], curves["loss"][-1], rel_tol=5e-3)  # (synth's bad batch; the last step's own value)
+
+
+def _keras1_epochs(nan_at: int | None = None) -> list[list[float]]:
+    """Three epochs of 300 batches of 32 of 9,595 samples, the loss falling; a NaN batch at
+    `nan_at` of the second epoch."""
+    epochs = [[0.7 - 0.0003 * (300 * e + b) for b in range(300)] for e in range(3)]
+    if nan_at is not None:
+        epochs[1][nan_at] = math.nan
+    return epochs
+
+
+@pytest.mark.parametrize("validate", [1000, None], ids=["with its Train on line", "counts going up by the batch size"])
+def test_a_keras_1_bar_counting_samples_is_read_at_its_epochs_and_the_read_says_so(tmp_path, validate):
+    """Keras 1's `9595/9595 [=====] - 3s - loss: ...` counts samples: a NaN in the second epoch is at
+    step 2 (it was at "step 12827", the samples seen, and "recovered at step 19222")."""
+    path = tmp_path / "train.log"
+    path.write_text(bar_samples.keras1(_keras1_epochs(nan_at=100), samples=9595, batch_size=32, validate=validate))
+    frame, problems = _read(path)
+    loss = _points(frame, "loss")
+    assert [s for s, _ in loss] == [1, 2, 3] and math.isnan(loss[1][1])
+    first = _keras1_epochs()[0]
+    assert loss[0][1] == pytest.approx((sum(first[:-1]) * 32 + first[-1] * 27) / 9595, abs=1e-4)  # the epoch's mean, as drawn last
+    assert [s for s, _ in _points(frame, "eval_loss")] == ([1, 2, 3] if validate else [])
+    (said,) = problems
+    assert "counts samples, not batches" in said and "its epochs are the steps" in said
+
+
+def test_a_keras_3_bar_counting_batches_is_not_taken_for_samples():
+    frame, problems = _read(KERAS / "keras3_fit_verbose2.log")
+    assert problems == [] and [s for s, _ in _points(frame, "loss")] == [40, 80, 120]
+
+
+def test_a_keras_1_bar_read_in_pieces_is_read_as_in_one_go_and_says_so_once(tmp_path):
+    data = bar_samples.keras1(_keras1_epochs(), samples=9595, batch_size=32).encode()
+    whole = read(_written(tmp_path / "whole.log", data), Cursor(), run="r", fmt="progress_bars", final=True, options=ReadOptions())
+    path, cursor, frames, said = tmp_path / "grown.log", Cursor(), [], []
+    path.write_bytes(b"")
+    for cut in [60, 61, 3000, len(data) // 2, len(data) - 5, len(data)]:
+        with open(path, "ab") as fh:
+            fh.write(data[path.stat().st_size : cut])
+        res = read(path, cursor, run="r", fmt="progress_bars", final=cut == len(data), options=ReadOptions())
+        frames.append(res.frame)
+        said += [p.message for p in res.problems]
+        cursor = res.cursor
+    assert pl.concat(frames).drop("source").equals(whole.frame.drop("source"))
+    assert len(said) == 1 and "counts samples" in said[0]
+
+
+def _written(path, data: bytes):
+    path.write_bytes(data)
+    return path

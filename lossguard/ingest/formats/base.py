@@ -242,6 +242,7 @@ def repeats(steps: np.ndarray, last: int | None) -> bool:
 STEP_FALLBACKS = {
     REPEATS: "rows at the step of the row before them in this file (a metric logged again before its step moved on: micro-batches, or DVCLive's log_metric without Live.next_step()): one value a step is judged, the last",
     "epoch": "no step finer than the epoch in this file: its epochs are the steps",
+    "samples": "its Keras progress bar counts samples, not batches (Keras 1, or Keras 2 fitting arrays: `Train on N samples`): its epochs are the steps, each at the epoch's mean",
     "numbered": "no step in this file (no progress bar, no epoch with a known number of steps per epoch): its records are numbered 1, 2, 3... in file order",
 }
 """What a read says, once a file, when a parser had to fall back (Cursor.steps) to a coarser step."""

@@ -15,6 +15,16 @@ Keras (keras/src/utils/progbar.py: Progbar.update; keras/src/callbacks/progbar_l
 last state. What the bar shows is the epoch's running mean (a spike is seen damped, and the curve
 starts again at each epoch), which is what the log holds.
 
+Keras 1 (keras/utils/generic_utils.py: Progbar; keras/callbacks.py: ProgbarLogger, 1.2.2) and
+Keras 2 fitting arrays (`fit(x, y)`, before 2.3) count samples, not batches: the bar's total is
+the sample count (`9595/9595 [=====] - 3s - loss: 0.5 - acc: 0.8`), its counts go up by the batch
+size (the first state drawn is the first batch's, at its size), and `Train on 9595 samples,
+validate on 1000 samples` comes before the first epoch. There no batch count is known: the step
+is the epoch (from 1), its value the epoch's last state (the epoch's mean), and a read says so once
+(base.STEP_FALLBACKS, `samples`). A bar counts samples where its total is the count of a `Train on
+N samples` line, or where its epoch's first state is drawn past 1 and before its end (a bar
+counting batches draws its first at 1: Keras draws the first update whatever its interval).
+
 Lightning (lightning/pytorch/callbacks/progress/tqdm_progress.py): the bar described `Epoch E`
 (from 0) at i of N is step E x N + i; its postfix holds the values logged with prog_bar=True
 (`v_num` is the logger's version, no metric). The bar is drawn twice a batch, first with the
@@ -48,6 +58,11 @@ from .base import Format, LineFormat
 from .pairs import NUMBER, pairs_frame, usable_step
 
 EPOCH_LINE = r"^\s*Epoch (?P<e>\d+)/\d+\s*$"
+TRAIN_ON = r"^\s*Train on (\d+) samples"
+"""Keras 1 and 2's line before fitting arrays (keras/engine/training.py, _fit_loop): the sample
+count a bar of that total counts."""
+SAMPLES = "samples"
+"""Cursor.steps of a file whose Keras bar counts samples: its epochs are its steps."""
 KERAS_BAR = (
     r"^\s*(?P<i>\d+)/(?P<n>\d+|Unknown) (?:\[[=>.]*\] |━+ |.*?(?:ETA: |\d+(?:s|ms|us)/step| - \d+s - )).*?- [A-Za-z_][\w./@-]*: "
 )
@@ -67,7 +82,7 @@ its values: they go at it, whatever the bar's count)."""
 NOT_METRICS = ("v_num",)
 VALIDATION_BAR = r"^Validation(?: DataLoader \d+)?: "
 """Lightning's validation bar (init_validation_tqdm: `Validation DataLoader {i}`, or `Validation`)."""
-PREFILTER = r"Epoch \d|\d/(?:\d+ (?:\[|━|- )|Unknown )"
+PREFILTER = r"Epoch \d|\d/(?:\d+ (?:\[|━|- )|Unknown )|Train on \d"
 
 
 def parse(lines: pl.DataFrame, cursor: Cursor, raw: bytes | None = None) -> tuple[pl.DataFrame, Cursor]:
@@ -81,6 +96,7 @@ def parse(lines: pl.DataFrame, cursor: Cursor, raw: bytes | None = None) -> tupl
         .filter(text.str.contains(PREFILTER))
         .with_columns(
             text.str.extract(EPOCH_LINE, 1).cast(pl.Int64, strict=False).alias("epoch"),
+            text.str.extract(TRAIN_ON, 1).cast(pl.Int64, strict=False).alias("train_on"),
             text.str.extract_groups(KERAS_BAR).alias("keras"),
             text.str.extract_groups(TQDM_BAR).alias("tqdm"),
         )
@@ -94,9 +110,12 @@ def parse(lines: pl.DataFrame, cursor: Cursor, raw: bytes | None = None) -> tupl
     drawn = json.loads(cursor.drawn) if cursor.drawn else {}  # (Cursor.drawn: what the bars drew before this block)
     states = _unknown_lengths(states, drawn)
     states = states.with_columns(kn.alias("kn"), ki.alias("ki"), (keras.field("n") == "Unknown").alias("unknown"))
-    epochs, cursor = _keras_epochs(states, cursor)
+    epochs, cursor = _keras_epochs(states, cursor, drawn)
     states = states.join(epochs, on="line_no", how="left", maintain_order="left")
     keras_step = pl.when(pl.col("unknown") & (pl.col("keras_epoch") == 1)).then(pl.col("ki")).otherwise((pl.col("keras_epoch") - 1) * pl.col("kn") + pl.col("ki"))
+    if cursor.steps == SAMPLES:
+        # (Only the epoch's last state: its count is the samples', no batch's step to place the others at.)
+        keras_step = pl.when(pl.col("ki") == pl.col("kn")).then(pl.col("keras_epoch")).otherwise(None)
     states = states.with_columns(
         pl.when(tqdm.field("n") == "?").then(pl.col("before") + ti).when(tqdm.field("i").is_not_null()).then(te * tn + ti).otherwise(keras_step).alias("step"),
         pl.when(tqdm.field("i").is_not_null()).then(tqdm.field("inside")).otherwise(text).alias("pairs_text"),
@@ -144,7 +163,7 @@ def _unknown_lengths(states: pl.DataFrame, drawn: dict) -> pl.DataFrame:
     return states
 
 
-def _keras_epochs(states: pl.DataFrame, cursor: Cursor) -> tuple[pl.DataFrame, Cursor]:
+def _keras_epochs(states: pl.DataFrame, cursor: Cursor, drawn: dict) -> tuple[pl.DataFrame, Cursor]:
     """(line_no, keras_epoch) of the lines of Keras bar states that are the training's, and the
     cursor after them. Keras ends a bar's line when its loop ends: an epoch's bar follows its
     `Epoch E/M` line (a fit of one epoch prints none, so a file's first bar is epoch 1's), and a bar
@@ -152,20 +171,29 @@ def _keras_epochs(states: pl.DataFrame, cursor: Cursor) -> tuple[pl.DataFrame, C
     count starts again), unless its count goes on: the same bar's line cut by something printed
     during the epoch (a warning sent to the same file). Cursor.epoch: the epoch of a header not yet
     followed by its bar, or minus the epoch of the bar drawn last; Cursor.bar, bar_total: that bar's
-    last count and its total."""
+    last count and its total; Cursor.steps: SAMPLES once a training bar is seen counting samples
+    (the module's docstring), `drawn`'s `samples`: the count of the `Train on N samples` line."""
     lines = (
-        states.filter(pl.col("epoch").is_not_null() | pl.col("ki").is_not_null())
+        states.filter(pl.col("epoch").is_not_null() | pl.col("ki").is_not_null() | pl.col("train_on").is_not_null())
         .group_by("line_no", maintain_order=True)
-        .agg(pl.col("epoch").last(), pl.col("ki").drop_nulls().first().alias("first"), pl.col("ki").drop_nulls().last().alias("last"), pl.col("kn").drop_nulls().first().alias("n"))
+        .agg(
+            pl.col("epoch").last(), pl.col("ki").drop_nulls().first().alias("first"), pl.col("ki").drop_nulls().last().alias("last"),
+            pl.col("kn").drop_nulls().first().alias("n"), pl.col("train_on").drop_nulls().last(),
+        )
     )
-    state, last, total = cursor.epoch, cursor.bar, cursor.bar_total
+    state, last, total, steps = cursor.epoch, cursor.bar, cursor.bar_total, cursor.steps
     found: list[tuple[int, int]] = []
-    for line_no, header, first, final, n in lines.iter_rows():
-        if first is None:  # (a header line alone)
-            state, last, total = header, None, None
+    for line_no, header, first, final, n, train_on in lines.iter_rows():
+        if train_on is not None:
+            drawn["samples"] = train_on
+        if first is None:  # (a header line alone, or the samples line)
+            if header is not None:
+                state, last, total = header, None, None
             continue
         if state is None or state > 0:
             epoch = state or 1
+            if n is not None and (n == drawn.get("samples") or 1 < first < n):
+                steps = SAMPLES
         elif last is not None and n == total and first >= last:
             epoch = -state  # (the epoch's bar, its line cut: a read may end between two states)
         else:
@@ -175,7 +203,7 @@ def _keras_epochs(states: pl.DataFrame, cursor: Cursor) -> tuple[pl.DataFrame, C
         if header is not None:  # (a header after the bar on the same line)
             state, last, total = header, None, None
     frame = pl.DataFrame(found, schema={"line_no": pl.Int64(), "keras_epoch": pl.Int64()}, orient="row")
-    return frame, cursor.advance(epoch=state, bar=last, bar_total=total)
+    return frame, cursor.advance(epoch=state, bar=last, bar_total=total, steps=steps)
 
 
 def _rows(bars: pl.DataFrame, pair: str, *, step_key: str | None = None) -> pl.DataFrame:
