@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+import numpy as np
 import polars as pl
 
 from .causes import RunContext, Series, label_all
@@ -121,6 +122,37 @@ def _escalations(found: list[Incident], pool: Sequence[Incident], *, gap: float)
     return out
 
 
+def rewritten(steps: np.ndarray, segments: np.ndarray) -> dict[int, int]:
+    """Segment -> the lowest step a later segment of the stream starts at: from there on, the
+    segment's points were written again (a resume), and where the later write wins
+    (formats.base.LATER_WRITE_WINS) they are gone. Segments no later one rewrote are left out."""
+    if not segments.size or segments[0] == segments[-1]:
+        return {}
+    starts = np.flatnonzero(np.r_[True, segments[1:] != segments[:-1]])
+    firsts = steps[starts]
+    later = np.minimum.accumulate(firsts[::-1])[::-1]  # the lowest first step of a segment from here on
+    return {int(segments[starts[k]]): int(later[k + 1]) for k in range(starts.size - 1)}
+
+
+def not_rewritten(found: list[Incident], points: Callable[[str], Points], seen: Seen) -> list[Incident]:
+    """`found` less the incidents that begin at points a later write of their steps replaced (a run
+    whose writer's later write wins: TensorBoard's event files after a restart): what the run's own
+    viewer shows no longer holds them. An incident the daemon already announced stays, to be ended
+    by the resume as anywhere else; one that began before the rewritten steps stays, ended there."""
+    if not found:
+        return found
+    gone: dict[str, dict[int, int]] = {}
+    out = []
+    for inc in found:
+        if inc.metric not in gone:
+            steps, _, segments = points(inc.metric)
+            gone[inc.metric] = rewritten(steps, segments)
+        since = gone[inc.metric].get(inc.segment)
+        if since is None or inc.step < since or (inc.rule, inc.step) in seen.known:
+            out.append(inc)
+    return out
+
+
 def told_once(found: list[Incident], seen: Seen) -> list[Incident]:
     """`found` with one incident per trouble where a kind says again what another rule's incident on
     the same stream says (kinds.Rule.second_opinion: a divergence beside a spike): of two such
@@ -174,17 +206,21 @@ def judge(
     *,
     run: str,
     seen: Seen = Seen(),
+    later_write_wins: bool = False,
 ) -> tuple[Incident, ...]:
     """The run's new incidents, labelled. `windows`: each metric's stream (step, value, segment);
     `context`: what labelling reads (its incidents are filled in here: the new ones and
     `seen.open`), or a function that makes it, called only when there is something to label: the
-    daemon judges every busy run several times a second and rarely finds anything."""
+    daemon judges every busy run several times a second and rarely finds anything.
+    `later_write_wins`: the run's writer replaces a step's earlier write (not_rewritten)."""
     found: list[Incident] = []
     for rule in rules:
         points = windows.get(rule.metric)
         if points is None or not points.height or not seen.judges(rule.metric):
             continue
         found.extend(find_incidents(points, rule, run=run, seen_before=seen.before.get(rule.metric, 0)))
+    if later_write_wins:
+        found = not_rewritten(found, lambda m: points_of(windows[m]), seen)
     return _label([i for i in told_once(found, seen) if seen.is_new(i)], context, _last_segments(windows), seen, rules)
 
 
@@ -195,12 +231,14 @@ def judge_runs(
     rules: Sequence[Sequence[Rule]],
     seen: Sequence[Seen],
     view: Callable[[int], tuple[Callable[[str], int], RunContext]],
+    later_write_wins: Sequence[bool] = (),
 ) -> dict[int, tuple[Incident, ...]]:
     """`judge` of many runs in one set of queries (a daemon pass over hundreds of busy runs): for
     run k (an index into `runs`), what judge(its windows, its context, rules[k], seen=seen[k])
     returns. `streams`: each metric's windows of all runs, as find_incidents_by_run takes them;
     `view(k)`: run k's last segment of each stream (metric -> segment) and its context, asked only
-    of runs with incidents to label. Runs without new incidents are left out; the others in order."""
+    of runs with incidents to label; `later_write_wins`: per run, what judge takes (none: False).
+    Runs without new incidents are left out; the others in order."""
     found: dict[int, list[Incident]] = {}
     for rule in dict.fromkeys(r for mine in rules for r in mine):  # each rule once, in the runs' order
         points = streams.get(rule.metric)
@@ -216,11 +254,18 @@ def judge_runs(
             found.setdefault(k, []).extend(incidents)
     out = {}
     for k, incidents in sorted(found.items()):
+        if k < len(later_write_wins) and later_write_wins[k]:
+            incidents = not_rewritten(incidents, lambda m, k=k: _run_points(streams[m], k), seen[k])
         incidents = [i for i in told_once(incidents, seen[k]) if seen[k].is_new(i)]
         if incidents:
             last_segment, context = view(k)
             out[k] = _label(incidents, context, last_segment, seen[k], rules[k])
     return out
+
+
+def _run_points(points: pl.DataFrame, k: int) -> Points:
+    """Run k's stream out of many runs' (judge_runs' `streams`)."""
+    return points_of(points.filter(pl.col("run") == k))
 
 
 def _label(
@@ -313,12 +358,13 @@ def too_short(points: pl.DataFrame, rules: Sequence[Rule], *, run: str, metric: 
     return tuple(out)
 
 
-def analyse_run(run_frame: pl.DataFrame, rules: RuleSet, *, run: str) -> RunAnalysis:
-    return analyse_runs([run_frame], rules, runs=[run])[0][0]
+def analyse_run(run_frame: pl.DataFrame, rules: RuleSet, *, run: str, later_write_wins: bool = False) -> RunAnalysis:
+    return analyse_runs([run_frame], rules, runs=[run], later_write_wins=[later_write_wins])[0][0]
 
 
 def analyse_runs(
-    frames: Sequence[pl.DataFrame], rules: RuleSet, *, runs: Sequence[str], spans: Sequence[Span | None] | None = None
+    frames: Sequence[pl.DataFrame], rules: RuleSet, *, runs: Sequence[str], spans: Sequence[Span | None] | None = None,
+    later_write_wins: Sequence[bool] = (),
 ) -> list[tuple[RunAnalysis, dict[str, Points]]]:
     """The audit of whole runs, each with the streams it was judged on (the scan plots them). Many
     runs are judged in one set of queries: a scan worker takes its small runs many at a time, where
@@ -327,16 +373,18 @@ def analyse_runs(
     run key to carry over tens of millions of rows. `frames`: each run's table (at least step,
     metric, tag, value); `spans`: the steps each run covers, when its frame holds only what judging
     needs (SCAN_NEEDS); None: read off the frames. Runs judged together are judged as strangers:
-    nothing of one reaches another, and each gets what it gets alone (tests/test_many_runs.py)."""
+    nothing of one reaches another, and each gets what it gets alone (tests/test_many_runs.py).
+    `later_write_wins`: per run, whether its writer replaces a step's earlier write (judge)."""
     active = [rules.for_run(run) for run in runs]
     frames = [with_summed_loss(f) for f in frames]
     if len(frames) == 1:
         streams = by_metric(frames[0], JUDGED)
         windows = [{m: points_of(s) for m, s in streams.items()}]
-        found = {0: judge(streams, lambda: context_of(frames[0], streams), active[0], run=runs[0])}
+        wins = bool(later_write_wins and later_write_wins[0])
+        found = {0: judge(streams, lambda: context_of(frames[0], streams), active[0], run=runs[0], later_write_wins=wins)}
         tags = [tags_used(frames[0])]
     else:
-        windows, found, tags = _judge_together(frames, active, runs)
+        windows, found, tags = _judge_together(frames, active, runs, later_write_wins)
     out = []
     for k, run in enumerate(runs):
         span = span_of(frames[k]) if spans is None else spans[k]
@@ -377,7 +425,7 @@ def _noisy(analysis: RunAnalysis, frame: pl.DataFrame, points: int, windows: Map
 
 
 def _judge_together(
-    frames: Sequence[pl.DataFrame], active: Sequence[Sequence[Rule]], runs: Sequence[str]
+    frames: Sequence[pl.DataFrame], active: Sequence[Sequence[Rule]], runs: Sequence[str], later_write_wins: Sequence[bool] = ()
 ) -> tuple[list[dict[str, Points]], dict[int, tuple[Incident, ...]], list[dict[str, str]]]:
     """Each run's streams, its incidents (by position, runs without any left out) and the tags its
     streams were read from, for many runs in one set of queries."""
@@ -395,5 +443,5 @@ def _judge_together(
         mine = windows[k]
         return (lambda m: int(mine[m][2].max()) if mine[m][2].size else 0), context_from(frames[k], mine, tagged=tagged.get(k, {}))
 
-    found = judge_runs(by_run(windows, JUDGED), runs=runs, rules=active, seen=[Seen()] * len(runs), view=view)
+    found = judge_runs(by_run(windows, JUDGED), runs=runs, rules=active, seen=[Seen()] * len(runs), view=view, later_write_wins=later_write_wins)
     return windows, found, tags

@@ -32,6 +32,7 @@ from ..ingest.reader import FileResult, ReadOptions, read_found, said_if_nothing
 from ..detection.rules import RuleSet
 from ..ingest.discover import Found, collect
 from ..ingest.formats.sniff import may_name_runs
+from ..ingest.formats.base import LATER_WRITE_WINS
 from ..detection.streams import Points, context, context_points
 
 CURVE_POINTS = 1500
@@ -254,7 +255,8 @@ def scan_runs(batch: Sequence[tuple[str, Sequence[str]]], rules: RuleSet, option
     ready = _read_together(batch, options)
     read = [r for run, paths in batch for r in _read_run(run, paths, options, explicit, ready)]
     todo = [r for r in read if isinstance(r, _Read)]
-    analysed = iter(analyse_runs([r.frame for r in todo], rules, runs=[r.run for r in todo], spans=[r.span for r in todo]) if todo else ())
+    wins = [bool(LATER_WRITE_WINS.intersection(r.formats)) for r in todo]
+    analysed = iter(analyse_runs([r.frame for r in todo], rules, runs=[r.run for r in todo], spans=[r.span for r in todo], later_write_wins=wins) if todo else ())
     return [r if isinstance(r, RunReport) else _report(r, *next(analysed)) for r in read]
 
 

@@ -152,7 +152,7 @@ class Follower:
         seen = self._seen(runs, windows, tails, points)
         active = [self.rules.for_run(run) for run in runs]
         tagged = frame.filter(pl.col("tag").is_in(list(CONTEXT_TAGS)))
-        found = self._judge(runs, windows, seen, active, tagged, tails)
+        found = self._judge(runs, windows, seen, active, tagged, tails, [run in new.later_write_wins for run in runs])
         positions = self.state.runs_of(runs)
         kept = []
         moved: list[tuple[str, int]] = []
@@ -194,12 +194,13 @@ class Follower:
         ]
 
     def _judge(self, runs: list[str], windows: list[dict[str, Points]], seen: list[Seen], active: list[tuple[Rule, ...]],
-               tagged: pl.DataFrame, tails: Tails) -> dict[int, tuple[Incident, ...]]:
+               tagged: pl.DataFrame, tails: Tails, later_write_wins: list[bool]) -> dict[int, tuple[Incident, ...]]:
         """The new incidents of each run (by its index in `runs`), labelled with the context of the
-        runs that have any (`tagged`: the pass's rows of the tags the labeller reads)."""
+        runs that have any (`tagged`: the pass's rows of the tags the labeller reads;
+        `later_write_wins`: per run, whether its writer replaces a step's earlier write)."""
         tag_rows = tagged.partition_by("run", as_dict=True, maintain_order=True) if tagged.height else {}
 
         def view(k: int) -> tuple[Callable[[str], int], RunContext]:
             return (lambda m: int(windows[k][m][2].max()) if windows[k][m][2].size else 0), context_of(runs[k], tag_rows.get((runs[k],)), windows[k], tails)
 
-        return judge_runs(by_run(windows, JUDGED), runs=runs, rules=active, seen=seen, view=view)
+        return judge_runs(by_run(windows, JUDGED), runs=runs, rules=active, seen=seen, view=view, later_write_wins=later_write_wins)

@@ -20,6 +20,7 @@ from ..ingest import readmany
 from ..ingest.discover import segment_order
 from ..ingest.cursor import Cursor
 from ..ingest.reader import ReadOptions, ReadResult, read, unrecognised
+from ..ingest.formats.base import LATER_WRITE_WINS
 from ..ingest.sources import sqlite_db
 from ..state import FileRow, Transaction
 from .budget import Budget
@@ -71,6 +72,9 @@ class NewRows:
     anew: set[str] = field(default_factory=set)
     """The runs with rows of a file read from its start (new, replaced, written again, truncated):
     where their steps go back, they may be another run's (lossguard.watch.tails.restarted)."""
+    later_write_wins: set[str] = field(default_factory=set)
+    """The runs with rows of a file of a format whose later write of a step replaces the earlier
+    (formats.base.LATER_WRITE_WINS: TensorBoard's event files)."""
 
 
 def _capped(row: FileRow, limit: int) -> int:
@@ -125,7 +129,11 @@ class Reads:
                 if not self._read_file(tx, path, seen, got, report):
                     break  # still reading: the run's later files wait for it, to keep their order
             together[run] = got
-        return _by_run(order, together)
+        rows = _by_run(order, together)
+        rows.later_write_wins.update(
+            run for run, files in todo.items() if run in rows.frames and any(self._format(path, seen) in LATER_WRITE_WINS for path, seen in files)
+        )
+        return rows
 
     def _read_together(self, tx: FileWrites, order: list[str], todo: dict[str, list[tuple[str, Sighting]]], report: PassReport) -> dict[str, list[Part]]:
         """The runs whose files are of formats read together (JSON lines, Megatron, key-value logs)

@@ -247,6 +247,15 @@ STEP_FALLBACKS = {
 }
 """What a read says, once a file, when a parser had to fall back (Cursor.steps) to a coarser step."""
 
+LATER_WRITE_WINS = frozenset({"tfevents"})
+"""Formats whose own viewer keeps only a step's later write. TensorBoard, on an event whose step is
+below the most recent one, purges the earlier events of its tags at that step and after
+(tensorboard/backend/event_processing/event_accumulator.py: _MaybePurgeOrphanedData,
+_CheckForOutOfOrderStepAndMaybePurge): a run restarted from the checkpoint at step 200 after
+logging to 266 writes 200-266 again to a new event file, and the first writes of those steps are
+gone. Elsewhere (a console log resumed in place) the points before a resume stay what the run did:
+the spike that crashed it is reported, ended by the resume."""
+
 
 class Reader(Protocol):
     name: str
