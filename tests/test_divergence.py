@@ -98,3 +98,21 @@ def test_the_daemon_announces_a_divergence_once_as_it_grows_and_not_again_after_
     assert [n for n in later if n.incident is not None and n.kind == "opened"] == []
     assert [(r.incident.rule, r.incident.step) for r in state.open_incidents("exp")] == [("loss-divergence", 105)]
     state.close()
+
+
+def test_a_divergence_on_calm_optimiser_signals_is_told_as_a_climb_and_its_lr_named(tmp_path, capsys):
+    """The causes of a climb no LR jump, grad-norm growth or overflow explains: the climb in words
+    (not a step up to a level), and the LR held at its peak beside it."""
+    rows = []
+    for s in range(400):
+        loss = 2.0 * math.exp(-s / 100) + 1.0 + 0.01 * ((s * 7) % 5 - 2) if s < 300 else 1.05 + 0.02 * (s - 300)
+        rows.append(json.dumps({"step": s, "loss": loss, "lr": 3e-4 * min(1, s / 50), "grad_norm": 1.0 + 0.01 * (s % 3)}) + "\n")
+    log = tmp_path / "runs" / "exp" / "metrics.jsonl"
+    log.parent.mkdir(parents=True)
+    log.write_text("".join(rows))
+    (run,) = _scan(capsys, tmp_path / "runs")
+    (inc,) = run["spikes"]
+    causes = {c["cause"]: c["evidence"] for c in inc["causes"]}
+    assert inc["rule"] == "loss-divergence" and set(causes) == {"unknown", "lr_too_high"}
+    assert causes["unknown"].startswith(f"the loss kept rising (clear from step {inc['step']})") and "stepped up" not in causes["unknown"]
+    assert "near its peak since step 50" in causes["lr_too_high"]

@@ -306,6 +306,15 @@ RUN_LABELS = {"throughput": pace_causes, "overfitting": overfitting_causes}
 """Kinds about the run's course rather than a spike, each with its own labeller."""
 
 
+def _climb(inc: Incident) -> str | None:
+    """What a divergence looks like, in words: a loss that kept rising, each point never far above
+    the ones before it (no step up to name, as a level shift has). None for another incident."""
+    if inc.trouble != "divergence" or inc.baseline is None or inc.baseline <= 0 or not math.isfinite(inc.value):
+        return None
+    return (f"the loss kept rising (clear from step {inc.step}): {_fmt(inc.value)} at step {inc.peak_step} against its recent minimum "
+            f"{_fmt(inc.baseline)} ({inc.value / inc.baseline:.1f}x), never far above the points just before it")
+
+
 def label(inc: Incident, ctx: RunContext) -> tuple[Cause, ...]:
     if inc.kind in RUN_LABELS:
         return RUN_LABELS[inc.kind](inc, ctx)
@@ -337,15 +346,22 @@ def label(inc: Incident, ctx: RunContext) -> tuple[Cause, ...]:
             )
         )
     elif top < 0.4:
-        shift = _level_shift(inc, ctx)
+        climb = _climb(inc)
+        shift = climb or _level_shift(inc, ctx)
+        if climb:
+            advice = (f"A loss climbing on calm optimiser signals is most often an LR too high for this stage of training: resume from a "
+                      f"checkpoint before step {inc.step} with a lower LR, and look for a change of data there (a new shard or mixture).")
+        elif shift:
+            advice = (f"A level shift on calm optimiser signals points at what is fed or loaded: look for a change of data at step {inc.step} "
+                      "(a new shard or mixture, a tokenizer or preprocessing change, a resume that loaded other weights or restarted the data loader).")
+        else:
+            advice = f"Look at the data and the job's other logs (restarts, node failures) around step {inc.step}."
         causes.append(
             Cause(
                 "unknown",
                 0.35,
                 f"{shift}, with no sign of it in lr, grad_norm or loss scale" if shift else "no clear signal in lr, grad_norm or loss scale around the spike",
-                (f"A level shift on calm optimiser signals points at what is fed or loaded: look for a change of data at step {inc.step} "
-                 "(a new shard or mixture, a tokenizer or preprocessing change, a resume that loaded other weights or restarted the data loader)."
-                 if shift else f"Look at the data and the job's other logs (restarts, node failures) around step {inc.step}."),
+                advice,
             )
         )
     return tuple(sorted(causes, key=lambda c: (-c.confidence, c.cause)))
