@@ -83,3 +83,15 @@ def test_resolved_message_says_so():
     inc = _incident()
     msg = build(inc, event="resolved", host="h", source="s")
     assert msg.text.splitlines()[0].endswith("- resolved") and "Resolved" in msg.blocks[0]["text"]["text"]
+
+
+@pytest.mark.parametrize("event", ["opened", "resolved"])
+def test_a_divergence_alert_says_divergence_against_the_loss_minimum_and_a_grad_norm_escalation_keeps_its_title(event):
+    inc = replace(_incident(), rule="loss-divergence", kind="divergence")
+    msg = build(inc, event=event, host="h", source="s")
+    header = msg.blocks[0]["text"]["text"]
+    assert "loss divergence" in header and "spike" not in header
+    assert "loss divergence at step 701" in msg.text and "vs its recent minimum" in msg.text
+    assert "vs its recent minimum" in json.dumps(msg.blocks, ensure_ascii=False)
+    escalated = build(inc, event="escalated", host="h", source="s")
+    assert "the loss followed the grad-norm spike" in escalated.blocks[0]["text"]["text"]
