@@ -74,6 +74,10 @@ class Incident:
     follows: tuple[str, int] | None = None
     """(rule, first step) of the grad-norm incident this loss spike followed: the same trouble
     escalating (one alert thread), not a second, unrelated one."""
+    error: str | None = None
+    """A crash: the error that ended the run, in one line (`CUDA out of memory`)."""
+    lines: tuple[str, ...] = ()
+    """A crash: the lines of the log that say it (a few, each cut short; raw text, escaped where shown)."""
     timeline: int = 0
     """Which of the stream's timelines the incident is on, as the daemon counts them from its first
     read: each time the steps go back (a resume, a log a new run rewrote from its start) a new one
@@ -124,6 +128,10 @@ class Incident:
         return "its recent minimum" if self.kind == "divergence" else "baseline"
 
     @property
+    def is_crash(self) -> bool:
+        return self.error is not None
+
+    @property
     def ratio(self) -> float | None:
         if self.baseline is None or self.baseline == 0 or not math.isfinite(self.value):
             return None
@@ -158,6 +166,7 @@ class Incident:
             "resumed_from": self.resumed_from,
             "follows": None if self.follows is None else list(self.follows),
             "timeline": self.timeline,
+            **({"error": self.error, "lines": list(self.lines)} if self.error is not None else {}),
         }
 
     @classmethod
@@ -179,6 +188,8 @@ class Incident:
             resumed_from=step("resumed_from"),
             follows=None if not data.get("follows") else (str(data["follows"][0]), int(data["follows"][1])),
             timeline=int(data.get("timeline", 0)),
+            error=None if data.get("error") is None else str(data["error"]),
+            lines=tuple(str(line) for line in data.get("lines") or ()),
         )
 
     def to_report(self) -> dict[str, object]:
@@ -192,6 +203,9 @@ class Incident:
             "points": self.points,
             "causes": [c.to_report() for c in self.causes],
         }
+        if self.error is not None:
+            # A crash has no value to compare: it says the error and the lines that say it.
+            report.update(value=None, ratio=None, error=self.error, lines=list(self.lines))
         if self.resumed_from is not None:  # (only then: these keys are new, and rare)
             report["resumed_from"] = self.resumed_from
         if self.later_timeline:

@@ -25,7 +25,8 @@ def spec(
     le: float | None = None,
     min_length: int | None = None,
 ) -> dict[str, Any]:
-    """`kind` is str, int, float or a tuple of allowed strings."""
+    """`kind` is str, int, float, list (of non-empty strings, kept as a tuple) or a tuple of allowed
+    strings."""
     return {"lossguard": {"kind": kind, "optional": optional, "ge": ge, "gt": gt, "le": le, "min_length": min_length}}
 
 
@@ -37,6 +38,10 @@ def _problem(value: Any, rule: dict[str, Any]) -> str | None:
         if value not in kind:
             choices = ", ".join(repr(k) for k in kind[:-1]) + f" or {kind[-1]!r}" if len(kind) > 1 else repr(kind[0])
             return f"Input should be {choices}"
+        return None
+    if kind is list:
+        if not isinstance(value, list) or not value or not all(isinstance(v, str) and v for v in value):
+            return "Input should be a non-empty list of non-empty strings"
         return None
     if kind is str:
         if not isinstance(value, str):
@@ -93,7 +98,8 @@ def build(cls: type, raw: Any) -> Any:
             shown = f" (got {_short(value)})" if not isinstance(value, (dict, list)) else ""
             problems.append(f"{name}: {reason}{shown}")
             continue
-        values[name] = float(value) if rule and rule["kind"] is float and value is not None else value
+        kind = rule["kind"] if rule else None
+        values[name] = float(value) if kind is float and value is not None else tuple(value) if kind is list else value
     if problems:
         raise ValueError("; ".join(problems))
     made = cls(**values)

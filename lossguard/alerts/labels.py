@@ -21,9 +21,11 @@ RESOLVING = ("resolved", "resumed")
 
 def alertname(incident: Incident | None) -> str:
     """LossSpike, LossNonFinite, GradNormSpike, GradNormNonFinite (the grad-norm NaN rule), or
-    RunStalled for a run's notice."""
+    RunCrashed for a crash, RunStalled for a run's notice."""
     if incident is None:
         return "RunStalled"
+    if incident.is_crash:
+        return "RunCrashed"
     what = "GradNorm" if incident.metric == "grad_norm" else "Loss"
     return what + ("NonFinite" if incident.kind == "nonfinite" else "Spike")
 
@@ -61,6 +63,8 @@ def annotations(notice: Notice) -> dict[str, str]:
         return {"summary": summary, "step": str(notice.step)}
     top = inc.causes[0] if inc.causes else None
     ratio = inc.ratio
+    if inc.is_crash:
+        said = {"summary": f"run {inc.run} crashed at step {inc.step}: {inc.error}", "error": str(inc.error), "lines": "\n".join(inc.lines)}
     out = {
         "summary": (
             f"{inc.metric} {'non-finite' if inc.kind == 'nonfinite' else 'spike'} in run {inc.run} at step {inc.step}: "
@@ -76,6 +80,9 @@ def annotations(notice: Notice) -> dict[str, str]:
         "suggestion": top.suggestion if top else "",
         "source": notice.source,
     }
+    if inc.is_crash:
+        out.update(said)
+        del out["value"], out["baseline"]
     if inc.over:
         out["ending"] = inc.ending
     if notice.previous_cause:

@@ -39,6 +39,12 @@ EVENT_TITLES = {
     "relabelled": "Cause revised: {metric} {what}",
     "unsilenced": "{sev}: {metric} {what} still open as its silence ends",
 }
+CRASH_TITLES = {
+    "opened": "{sev}: run crashed",
+    "resolved": "Resolved: crashed run is logging again",
+    "relabelled": "Cause revised: run crashed",
+    "unsilenced": "{sev}: crash still open as its silence ends",
+}
 NEWS = ("opened", "escalated", "unsilenced")
 """An incident's notices that announce it: the ones that carry the buttons."""
 SEVERITY_EMOJI = {"critical": ":rotating_light:", "warning": ":warning:", "info": ":information_source:"}
@@ -108,11 +114,13 @@ def build(
     sev = inc.severity.upper()
     metric = inc.metric.replace("_", " ")
     title = EVENT_TITLES.get(event, "{sev}: {metric} {what}").format(sev=sev, metric=metric, what=inc.trouble)
+    if inc.is_crash:
+        title = CRASH_TITLES.get(event, "{sev}: run crashed").format(sev=sev) + f": {inc.error}"
     emoji = ":white_check_mark:" if event == "resolved" else SEVERITY_EMOJI.get(inc.severity, "")
     header = printable(f"{emoji} {title} in {inc.run}".strip())
     ratio = f" ({inc.ratio:.1f}×)" if inc.ratio is not None else ""
     end = inc.ending
-    facts = (
+    facts = _crash_facts(inc) if inc.is_crash else (
         f"*Run* {code(inc.run)}  ·  *step {inc.step}* (peak at {inc.peak_step}, {end}{f'; {inc.timeline_words}' if inc.timeline_words else ''})\n"
         f"*{escape(inc.metric)}* {fmt(inc.value)} vs {inc.compared_with} {fmt(inc.baseline)}{ratio}  ·  rule {code(inc.rule)}"
     )
@@ -136,6 +144,10 @@ def build(
 
     top = inc.causes[0] if inc.causes else None
     lines = [
+        f"[{sev}] {code(inc.run)}: crashed ({escape(str(inc.error))}); the last step it reached: {inc.step}"
+        + (" - resolved" if event == "resolved" else ""),
+        f"rule {escape(inc.rule)}; " + "; ".join(code(line) for line in inc.lines),
+    ] if inc.is_crash else [
         f"[{sev}] {code(inc.run)}: {escape(inc.metric)} {inc.trouble} at step {inc.step}"
         + (f" ({fmt(inc.value)} vs {inc.compared_with} {fmt(inc.baseline)}{ratio})" if inc.baseline is not None else f" ({fmt(inc.value)})")
         + (" - resolved" if event == "resolved" else ""),
@@ -152,6 +164,14 @@ def build(
     if silence:
         lines.append(f"to silence: {escape(silence)}")
     return Message(cut_lines("\n".join(lines), MAX_TEXT), tuple(blocks))
+
+
+def _crash_facts(inc: Incident) -> str:
+    """A crash's facts: the error, the last step, and the log's lines that say it (each a code span:
+    a log line is data, never mrkdwn)."""
+    end = f" ({inc.ending})" if inc.over else ""
+    said = "\n".join(code(line) for line in inc.lines)
+    return f"*Run* {code(inc.run)}  ·  *last step {inc.step}*{end}  ·  rule {code(inc.rule)}\n*{escape(str(inc.error))}*" + (f"\n{said}" if said else "")
 
 
 def build_test(*, host: str, channel: str | None) -> Message:
@@ -183,6 +203,8 @@ def describe(notice: Notice) -> str:
     inc = notice.incident
     cause = inc.causes[0].cause if inc.causes else "unknown"
     still = " still open" if notice.kind == "unsilenced" else ""
+    if inc.is_crash:
+        return f"{kind} [{inc.severity}] run {inc.run}: crashed ({inc.error}) at step {inc.step}{still} (rule {inc.rule}); likely {cause}{ended}"
     return (
         f"{kind} [{inc.severity}] run {inc.run}: {inc.metric} {inc.trouble} at step {inc.step}{still} "
         f"(peak {fmt(inc.value)} at {inc.peak_step}, {inc.compared_with} {fmt(inc.baseline)}, rule {inc.rule}); likely {cause}{ended}"
@@ -211,7 +233,8 @@ def summary(notices: tuple[Notice, ...]) -> Message:
         inc = n.incident
         cause = inc.causes[0].cause.replace("_", " ") if inc.causes else "unknown"
         state = f":white_check_mark: resolved ({inc.ending})" if inc.over else "open"
-        lines.append(f"• {code(inc.run)}: {escape(inc.metric)} spike at step {inc.step} ({inc.severity}), likely {escape(cause)}: {state}")
+        what = f"crashed ({escape(str(inc.error))}) at step" if inc.is_crash else f"{escape(inc.metric)} spike at step"
+        lines.append(f"• {code(inc.run)}: {what} {inc.step} ({inc.severity}), likely {escape(cause)}: {state}")
     resolved = sum(n.incident.over for n in notices)
     if resolved:  # (a rewrite as members recover: what it first said, new or still open, no longer holds)
         title = f"{len(notices)} spikes, all resolved" if resolved == len(notices) else f"{len(notices)} spikes, {resolved} resolved"

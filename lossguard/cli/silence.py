@@ -66,7 +66,8 @@ def _rules_in_force(args: argparse.Namespace) -> list[tuple[str, str]]:
     """(name, metric) of the rules in force: what a --rule or --metric must match."""
     from ..detection.rules import load_rules
 
-    return [(r.name, r.metric) for r in load_rules(list(configured(args)[0].rules) or None).rules]
+    rules = load_rules(list(configured(args)[0].rules) or None)
+    return [(r.name, r.metric) for r in (*rules.rules, *rules.crashes)]
 
 
 def _cause_names() -> list[str]:

@@ -23,6 +23,7 @@ from importlib import resources
 from pathlib import Path
 
 from ..errors import ConfigError
+from .crash import CrashRule
 from .kinds import RULE_KINDS, Rule
 from . import run_kinds  # noqa: F401  (defining its kinds registers them)
 from .presets import preset_names, preset_text
@@ -30,28 +31,42 @@ from ..tomlio import load_toml, load_toml_text
 from ..validate import build
 
 
-def rule_from(raw: object) -> Rule:
+KINDS: dict[str, type[Rule] | type[CrashRule]] = {**RULE_KINDS, "crash": CrashRule}
+"""Every kind a rules file may name: the metric kinds, and `crash` (read off a log's last lines)."""
+
+
+def rule_from(raw: object) -> Rule | CrashRule:
     """One rule from its TOML table; ValueError says what is wrong with it."""
     if not isinstance(raw, dict):
         raise ValueError("each [[rule]] must be a table")
     if "kind" not in raw:
-        raise ValueError(f"missing `kind`; one of: {', '.join(RULE_KINDS)}")
-    cls = RULE_KINDS.get(raw["kind"]) if isinstance(raw["kind"], str) else None
+        raise ValueError(f"missing `kind`; one of: {', '.join(KINDS)}")
+    cls = KINDS.get(raw["kind"]) if isinstance(raw["kind"], str) else None
     if cls is None:
-        raise ValueError(f"unknown kind {raw['kind']!r}; one of: {', '.join(RULE_KINDS)}")
+        raise ValueError(f"unknown kind {raw['kind']!r}; one of: {', '.join(KINDS)}")
     return build(cls, raw)
 
 
 @dataclass(frozen=True)
 class RuleSet:
     rules: tuple[Rule, ...]
+    """The rules that judge metric streams."""
     origin: str
+    crashes: tuple[CrashRule, ...] = ()
+    """The rules that read a run's logs for the error that ended it (kept apart: they judge no stream)."""
+
+    @classmethod
+    def of(cls, rules: Sequence[Rule | CrashRule], origin: str) -> RuleSet:
+        return cls(tuple(r for r in rules if isinstance(r, Rule)), origin, tuple(r for r in rules if isinstance(r, CrashRule)))
 
     def for_run(self, run: str) -> tuple[Rule, ...]:
         return tuple(r for r in self.rules if r.applies_to(run))
 
+    def crashes_for(self, run: str) -> tuple[CrashRule, ...]:
+        return tuple(r for r in self.crashes if r.applies_to(run))
 
-def parse_rules(data: dict, *, origin: str) -> tuple[Rule, ...]:
+
+def parse_rules(data: dict, *, origin: str) -> tuple[Rule | CrashRule, ...]:
     raw_rules = data.get("rule", [])
     unknown = set(data) - {"rule"}
     if unknown:
@@ -80,7 +95,7 @@ def parse_rules(data: dict, *, origin: str) -> tuple[Rule, ...]:
 def default_rules() -> RuleSet:
     text = resources.files("lossguard").joinpath("data/default.toml").read_text("utf-8")
     origin = "default"
-    return RuleSet(parse_rules(load_toml_text(text, origin=origin), origin=origin), origin)
+    return RuleSet.of(parse_rules(load_toml_text(text, origin=origin), origin=origin), origin)
 
 
 @functools.cache
@@ -88,7 +103,7 @@ def preset_rules(name: str) -> RuleSet:
     """A preset shipped inside the package, by name: package data, never a path looked up where the
     command runs (a folder named `megatron` there is the user's, not the preset)."""
     origin = f"preset {name}"
-    return RuleSet(parse_rules(load_toml_text(preset_text(name), origin=origin), origin=origin), origin)
+    return RuleSet.of(parse_rules(load_toml_text(preset_text(name), origin=origin), origin=origin), origin)
 
 
 def load_rules(paths: Sequence[Path] | None) -> RuleSet:
@@ -96,15 +111,15 @@ def load_rules(paths: Sequence[Path] | None) -> RuleSet:
     packaged defaults when none are given."""
     if not paths:
         return default_rules()
-    rules: list[Rule] = []
+    rules: list[Rule | CrashRule] = []
     origins = []
     for path in paths:
         if not path.exists() and str(path) == "default":  # what the report's header calls them
-            rules.extend(default_rules().rules)
+            rules.extend((*default_rules().rules, *default_rules().crashes))
             origins.append("default")
             continue
         if not path.exists() and str(path) in preset_names():
-            rules.extend(preset_rules(str(path)).rules)
+            rules.extend((*preset_rules(str(path)).rules, *preset_rules(str(path)).crashes))
             origins.append(f"preset {path}")
             continue
         files = sorted(path.glob("*.toml")) if path.is_dir() else [path]
@@ -118,4 +133,4 @@ def load_rules(paths: Sequence[Path] | None) -> RuleSet:
         if rule.name in seen:
             raise ConfigError(f"rule {rule.name!r} is defined twice across {', '.join(origins)}")
         seen.add(rule.name)
-    return RuleSet(tuple(rules), ", ".join(origins))
+    return RuleSet.of(rules, ", ".join(origins))

@@ -31,6 +31,7 @@ from ..errors import UsageError
 from ..escaping import decodable
 from .problems import Problem
 from .sources import sqlite_db
+from .sources.texttail import torchrun_rank
 
 CANNOT_ENTER, CANNOT_LIST = "cannot enter folder", "cannot list folder"
 """How a walk says it could not see into a folder (the daemon keeps following the files under it)."""
@@ -173,6 +174,10 @@ def _run_name(path: Path, root: Path) -> str:
         return "." if root == path else Path(os.path.relpath(folder, root)).as_posix()
     if root == path and not _says_nothing(path.name):
         return path.stem  # a file named on the command line (`train.log` -> train)
+    if torchrun_rank(path) is not None and root not in (path, folder, folder.parent):
+        # torchrun's per-rank output (`<run_id>/attempt_<N>/<rank>/stderr.log`): every rank and
+        # every restart of one job is that job's run, named by its folder.
+        return Path(os.path.relpath(folder.parent.parent, root)).as_posix()
     if _names_its_run(path.name, folder.name):
         if folder.name and _CHECKPOINT.match(folder.name):
             folder = folder.parent

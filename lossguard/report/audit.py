@@ -22,11 +22,13 @@ import polars as pl
 
 from ..ingest import readmany, table
 from ..ingest.cursor import Cursor
+from ..detection.crash import find_crash
 from ..detection.engine import SCAN_NEEDS, RunAnalysis, analyse_runs
 from ..escaping import decodable
 from ..model import Incident
 from ..ingest.problems import Problem, summarised
 from ..ingest.sources import sqlite_db
+from ..ingest.sources.texttail import tails_of
 from ..ingest.readmany import Job
 from ..ingest.reader import FileResult, ReadOptions, read_found, said_if_nothing, unrecognised
 from ..detection.rules import RuleSet
@@ -201,7 +203,7 @@ def _read_run(run: str, paths: Sequence[str], options: ReadOptions, explicit: fr
     if not formats:
         # No file of the run was read: the scan keeps only its problems (thousands of empty files, each
         # a run of its own, once cost an analysis of nothing each).
-        return [RunReport(RunAnalysis(run, {}, 0, None, None, ()), paths[0], (), len(paths), tuple(problems), ignored=ignored), *_gathered(own)]
+        return [RunReport(RunAnalysis(run, {}, 0, None, None, ()), paths[0], (), len(paths), tuple(problems), ignored=ignored, paths=tuple(paths)), *_gathered(own)]
     frame = pl.concat(frames, rechunk=False) if frames else table.empty(lean=True)
     return [_Read(run, paths, frame, tuple(dict.fromkeys(formats)), tuple(problems), table.joined(spans), ignored), *_gathered(own)]
 
@@ -257,7 +259,19 @@ def scan_runs(batch: Sequence[tuple[str, Sequence[str]]], rules: RuleSet, option
     todo = [r for r in read if isinstance(r, _Read)]
     wins = [bool(LATER_WRITE_WINS.intersection(r.formats)) for r in todo]
     analysed = iter(analyse_runs([r.frame for r in todo], rules, runs=[r.run for r in todo], spans=[r.span for r in todo], later_write_wins=wins) if todo else ())
-    return [r if isinstance(r, RunReport) else _report(r, *next(analysed)) for r in read]
+    return [_with_crash(r if isinstance(r, RunReport) else _report(r, *next(analysed)), rules) for r in read]
+
+
+def _with_crash(rep: RunReport, rules: RuleSet) -> RunReport:
+    """The run's report with the error that ended it among its findings, if its console logs end in
+    one (a run whose files hold no metrics, a stderr.log of a traceback, is reported for it)."""
+    mine = rules.crashes_for(rep.run)
+    if not mine or not rep.paths:
+        return rep
+    found = find_crash(tails_of(rep.paths, final=True), mine, run=rep.run, last_step=rep.analysis.last_step)
+    if found is None:
+        return rep
+    return replace(rep, analysis=replace(rep.analysis, incidents=(*rep.analysis.incidents, found.incident)))
 
 
 BATCH_RUNS, BATCH_BYTES = 64, 16 << 20
@@ -405,9 +419,9 @@ def scan(
                 progress(len(reports), len(runs), done_bytes)
     # A "run" in which no file was recognised is no run: only its warnings are kept.
     ordered = sorted((r for r in reports if not run_glob or fnmatchcase(r.run, run_glob)), key=lambda r: r.run)
-    kept = tuple(r for r in ordered if r.formats)
-    orphans = [p for r in ordered if not r.formats for p in r.problems]
-    names |= {r.run for r in reports if r.formats}
+    kept = tuple(r for r in ordered if r.formats or r.incidents)
+    orphans = [p for r in ordered if not r.formats and not r.incidents for p in r.problems]
+    names |= {r.run for r in reports if r.formats or r.incidents}
     files = len(found) - sum(r.ignored for r in reports)
     if run_glob:
         # A file naming its own runs was read to filter them: it counts where a run kept is its.

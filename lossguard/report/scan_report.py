@@ -42,7 +42,8 @@ def summary(result: ScanResult) -> dict[str, object]:
     return {
         "runs": len(result.runs),
         "runs_with_spikes": sum(1 for r in result.runs if r.incidents),
-        "spikes": len(incidents),
+        "spikes": sum(1 for i in incidents if not i.is_crash),
+        "crashes": sum(1 for i in incidents if i.is_crash),
         "by_severity": dict(Counter(i.severity for i in incidents)),
         "by_cause": dict(Counter(i.causes[0].cause for i in incidents if i.causes)),
         "files": result.files,
@@ -59,7 +60,7 @@ def document(result: ScanResult) -> dict[str, object]:
     """The JSON report as a dict (the notebook API's Report holds these fields)."""
     return {
         "lossguard_version": __version__,
-        "rules": [asdict(r) for r in result.rules.rules],
+        "rules": [asdict(r) for r in (*result.rules.rules, *result.rules.crashes)],
         "runs": [
             {
                 "run": rep.run,
@@ -94,10 +95,17 @@ SEVERITY_COLOUR = {"critical": "1;31", "warning": "33", "info": "36"}
 
 
 def _incident_head(inc: Incident) -> str:
+    if inc.is_crash:
+        return f"crashed: {inc.error}; the last step the run reached: {inc.step}"
     ratio = f" ({inc.ratio:.1f}x)" if inc.ratio is not None else ""
     end = inc.ending if inc.over else "still open at the end of the log"
     follows = f"; it followed the {inc.follows[0]} incident at step {inc.follows[1]}" if inc.follows else ""
     return f"{inc.metric} {fmt(inc.value)} vs {inc.compared_with} {fmt(inc.baseline)}{ratio}, peak at step {inc.peak_step}, {end}{follows}"
+
+
+def _counted(s: dict[str, object]) -> str:
+    """The findings in words: the spikes, and the crashes where there are any."""
+    return f"{s['spikes']} spike(s)" + (f", {s['crashes']} crash(es)" if s["crashes"] else "")
 
 
 def _span(rep: RunReport) -> str:
@@ -110,7 +118,7 @@ def to_text(result: ScanResult, *, colour: bool = False) -> str:
     p = printable
     out = [
         st(f"lossguard {__version__}", "1")
-        + f": {len(result.runs)} run(s), {result.files} file(s), rules: {p(result.rules.origin)} ({len(result.rules.rules)})",
+        + f": {len(result.runs)} run(s), {result.files} file(s), rules: {p(result.rules.origin)} ({len(result.rules.rules) + len(result.rules.crashes)})",
         "",
     ]
     rows = [
@@ -126,6 +134,7 @@ def to_text(result: ScanResult, *, colour: bool = False) -> str:
             sev = st(p(inc.severity.upper()), SEVERITY_COLOUR.get(inc.severity, "0"))
             out.append(f"{sev} {st(p(rep.run), '1')} {inc.at} · rule {p(inc.rule)}")
             out.append(f"  {p(_incident_head(inc))}")
+            out += [f"  | {p(line)}" for line in inc.lines]
             spark = rep.sparks.get((inc.rule, inc.step))
             if spark:
                 out.append(f"  {p(inc.metric)}: {sparkline(spark)}")
@@ -137,7 +146,7 @@ def to_text(result: ScanResult, *, colour: bool = False) -> str:
         out += ["", st(f"{len(problems)} warning(s):", "33")]
         out += [f"  {p(problem)}" for problem in problems]
     s = summary(result)
-    out += ["", f"{s['spikes']} spike(s) in {s['runs_with_spikes']} of {s['runs']} run(s)."]
+    out += ["", f"{_counted(s)} in {s['runs_with_spikes']} of {s['runs']} run(s)."]
     return "\n".join(out) + "\n"
 
 
@@ -147,7 +156,7 @@ def to_markdown(result: ScanResult) -> str:
     cannot add a tag, a link or a table cell."""
     md = markdown
     s = summary(result)
-    out = [f"## lossguard scan: {s['spikes']} spike(s) in {s['runs_with_spikes']} of {s['runs']} run(s)", ""]
+    out = [f"## lossguard scan: {_counted(s)} in {s['runs_with_spikes']} of {s['runs']} run(s)", ""]
     out += ["| run | format | steps | last step | spikes | worst | top cause |", "|---|---|--:|--:|--:|--:|---|"]
     for rep in result.runs:
         worst = _worst(rep)
@@ -161,7 +170,8 @@ def to_markdown(result: ScanResult) -> str:
         for rep, inc in incidents:
             top = inc.causes[0] if inc.causes else None
             out.append(
-                f"| {md(rep.run)} | {inc.step}{f' ({md(inc.timeline_words)})' if inc.timeline_words else ''} | {md(inc.rule)} | {md(inc.severity)} | {fmt(inc.value)} | {fmt(inc.baseline)} | "
+                f"| {md(rep.run)} | {inc.step}{f' ({md(inc.timeline_words)})' if inc.timeline_words else ''} | {md(inc.rule)} | {md(inc.severity)} | "
+                f"{md(inc.error) if inc.is_crash else fmt(inc.value)} | {fmt(inc.baseline)} | "
                 f"{f'{inc.ratio:.1f}x' if inc.ratio else '-'} | {inc.end_step if inc.end_step is not None else f'resumed from {inc.resumed_from}' if inc.resumed_from is not None else 'open'} | "
                 f"{md(top.cause) + f' ({top.confidence:.0%})' if top else '-'} | {md(top.evidence) if top else ''} |"
             )
@@ -242,7 +252,7 @@ def _card(rep: RunReport, group: list[Incident]) -> str:
         f'<div class="sugg">→ {html_text(c.suggestion)}</div></div>'
         for c in inc.causes
     )
-    heads = "".join(f"<div>{html_text(_incident_head(i))}</div>" for i in group)
+    heads = "".join(f"<div>{html_text(_incident_head(i))}</div>" + "".join(f"<pre>{html_text(line)}</pre>" for line in i.lines) for i in group)
     return f'<div class="inc {html_text(severity)}"><b>{html_text(inc.at)}</b> · {rules} ({html_text(severity)}){heads}{_zoom(rep, group)}{causes}</div>'
 
 
@@ -294,7 +304,7 @@ def to_html(result: ScanResult) -> str:
     return (
         "<!doctype html><html lang=en><head><meta charset=utf-8><title>lossguard scan</title>"
         f"<style>{_CSS}</style></head><body>"
-        f"<h1>lossguard scan: {s['spikes']} spike(s) in {s['runs_with_spikes']} of {s['runs']} run(s)</h1>"
+        f"<h1>lossguard scan: {html_text(_counted(s))} in {s['runs_with_spikes']} of {s['runs']} run(s)</h1>"
         f'<div class="muted">lossguard {__version__} · rules: {html_text(result.rules.origin)} · '
         f'<label><input type="checkbox" id="logscale" onchange="document.body.classList.toggle(\'logscale\', this.checked)"> log-scale loss</label></div>'
         f"<table><tr><th>run</th><th>format</th><th>steps</th><th>spikes</th><th>worst</th><th>top cause</th></tr>{rows}</table>"

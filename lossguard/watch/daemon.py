@@ -115,7 +115,7 @@ class Daemon:
         self._link_states = [self.state.secondary(lock_wait=5.0), self.state.secondary(lock_wait=2.0)] if slack_app else []
         self.link = None if slack_app is None else slack_link(
             **slack_app, state=self._link_states[0], status_state=self._link_states[1],
-            rules=lambda: [(r.name, r.metric) for r in self.follower.rules.rules],
+            rules=lambda: [(r.name, r.metric) for r in (*self.follower.rules.rules, *self.follower.rules.crashes)],
         )
         self.scheduler = BackgroundScheduler(job_defaults={"max_instances": 1, "coalesce": True, "misfire_grace_time": None})
         self.lock = threading.Lock()
@@ -172,7 +172,7 @@ class Daemon:
             self.reload.clear()
             try:
                 self.follower.rules = self.rules_loader()
-                log.info("rules reloaded (%d rules)", len(self.follower.rules.rules))
+                log.info("rules reloaded (%d rules)", len(self.follower.rules.rules) + len(self.follower.rules.crashes))
             except LossguardError as exc:
                 log.error("new rules rejected, the old ones stay in force: %s", exc)
             self._retry_failed("reload")

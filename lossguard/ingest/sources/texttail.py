@@ -1,0 +1,87 @@
+"""The last lines of a run's text logs: what the crash rules and the `stalled` notice read.
+
+Only the tail is read (TAIL_BYTES), whatever the file's size: the error that ended a run is in its
+last lines, and a 40 GB console log must cost no more than a small one. Only console-like files
+(`.log`, `.out`, `.err`, `.txt`, `.stdout`, `.stderr`) are read: a tracker's files, a CSV or a JSONL
+of metrics never hold a traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from ...escaping import decodable
+
+TAIL_BYTES = 64 << 10
+"""About 400 lines of ordinary output: a traceback with its chained causes and torchrun's table."""
+MAX_TAIL_LINES = 2000
+"""Lines kept of the tail (a tail of empty lines is still a bounded list)."""
+CONSOLE_SUFFIXES = (".log", ".out", ".err", ".txt", ".stdout", ".stderr")
+TORCHRUN_RANK = re.compile(r"^attempt_\d+$")
+"""torchrun's `--log-dir` layout (torch/distributed/elastic/multiprocessing/api.py):
+`<log_dir>/<run_id>/attempt_<N>/<local_rank>/{stdout,stderr}.log`."""
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+
+
+def is_console(path: str) -> bool:
+    """A file a process's output is written to, which may end in the error that ended it."""
+    name = os.path.basename(path).lower()
+    return name.endswith(CONSOLE_SUFFIXES) or name == "nohup.out"
+
+
+def torchrun_rank(path: Path) -> str | None:
+    """The local rank a file of torchrun's per-rank layout holds the output of; None for any other."""
+    folder = path.parent
+    if path.name in ("stdout.log", "stderr.log") and folder.name.isdigit() and TORCHRUN_RANK.match(folder.parent.name):
+        return folder.name
+    return None
+
+
+def tail_lines(path: Path, *, final: bool, size: int | None = None) -> tuple[str, ...]:
+    """The file's last complete lines (`final`: the last one even without its newline: the file is
+    done). The first line of the tail is dropped when the tail starts inside it; a progress bar's
+    carriage returns and terminal colours are taken out, so each line reads as its last state.
+    OSError is the caller's (the file went away, or cannot be read)."""
+    with open(path, "rb") as f:
+        end = f.seek(0, os.SEEK_END) if size is None else size
+        start = max(0, end - TAIL_BYTES)
+        f.seek(start)
+        data = f.read(end - start)
+    if start > 0:
+        cut = data.find(b"\n")
+        data = data[cut + 1:] if cut >= 0 else b""
+    if not final:
+        data = data[: data.rfind(b"\n") + 1]
+    text = data.decode("utf-8", errors="replace")
+    lines = [_ANSI.sub("", line.rstrip("\r").rsplit("\r", 1)[-1]) for line in text.split("\n")]
+    if lines and lines[-1] == "":
+        lines.pop()
+    return tuple(lines[-MAX_TAIL_LINES:])
+
+
+@dataclass(frozen=True)
+class Tail:
+    """The last lines of one log of a run, oldest first."""
+
+    source: str
+    lines: tuple[str, ...]
+    rank: str | None = None
+    """The rank whose output this is (torchrun's `--log-dir` layout names it by folder)."""
+
+
+def tails_of(paths: list[str] | tuple[str, ...], *, final: bool) -> list[Tail]:
+    """The tails of the console logs among `paths`; a file that cannot be read now is left out (its
+    reader says why)."""
+    out = []
+    for path in paths:
+        if not is_console(path):
+            continue
+        try:
+            lines = tail_lines(Path(path), final=final)
+        except OSError:
+            continue
+        out.append(Tail(decodable(path), lines, torchrun_rank(Path(path))))
+    return out
