@@ -346,6 +346,11 @@ class Notice:
     notices back ends): that silence, in words."""
     noisy: NoisyRun | None = None
     """noisy: what the daemon folds of the run's loss rule instead of alerting on each firing."""
+    tail: str | None = None
+    """stalled: the last line of the run's console log (raw text, escaped where shown); None: there is
+    none to read, or it ends in nothing."""
+    finished: bool = False
+    """stalled: the log ends in a clean finish (the run ended, it did not stop)."""
 
     @property
     def severity(self) -> str | None:
@@ -360,6 +365,8 @@ class Notice:
             "step": self.step,
             "minutes": self.minutes,
             **({"silenced_by": self.silenced_by} if self.silenced_by is not None else {}),
+            **({"tail": self.tail} if self.tail is not None else {}),
+            **({"finished": True} if self.finished else {}),
             **({"spark": [v if math.isfinite(v) else None for v in self.spark]} if self.spark else {}),
             **({"noisy": self.noisy.to_json()} if self.noisy is not None else {}),
         }
@@ -378,6 +385,7 @@ class Notice:
             previous_cause=data.get("previous_cause"), step=None if step is None else int(step),
             minutes=None if data.get("minutes") is None else float(data["minutes"]),
             silenced_by=None if data.get("silenced_by") is None else str(data["silenced_by"]),
+            tail=None if data.get("tail") is None else str(data["tail"]), finished=bool(data.get("finished", False)),
             spark=tuple(math.nan if v is None else float(v) for v in data.get("spark") or ()),
             noisy=NoisyRun.from_json(data["noisy"]) if data.get("noisy") else None,
         )

@@ -58,6 +58,9 @@ def annotations(notice: Notice) -> dict[str, str]:
     inc = notice.incident
     if inc is None:
         summary = f"run {notice.run} made no new step after step {notice.step}"
+        if notice.kind == "stalled":
+            summary = (f"run {notice.run} finished at step {notice.step}: its output ended cleanly" if notice.finished
+                       else summary + (f"; its log's last line: {notice.tail}" if notice.tail else "; its log ends in nothing"))
         if notice.kind == "resumed":
             summary = f"run {notice.run} is logging again (step {notice.step})"
         return {"summary": summary, "step": str(notice.step)}

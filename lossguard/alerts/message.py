@@ -188,7 +188,12 @@ def _quiet(notice: Notice) -> tuple[str, str]:
     ended = f"; silence {notice.silenced_by} has ended" if notice.silenced_by else ""
     if notice.noisy is not None:
         return f"{notice.kind.upper()} run ", f": {notice.noisy.message}{ended}"
+    tail = printable(notice.tail or "")  # (a log's line is data: its control characters shown, not played)
+    if notice.kind == "stalled" and notice.finished:
+        return "FINISHED run ", f" at step {notice.step}: its output ended cleanly ({tail}){ended}"
     extra = f" after {notice.minutes} min without a new step" if notice.kind == "stalled" else ""
+    if notice.kind == "stalled":
+        extra += f"; its log's last line: {tail}" if tail else "; its log ends in nothing"
     extra += " still stalled" if notice.kind == "unsilenced" else ""
     return f"{notice.kind.upper()} run ", f" at step {notice.step}{extra}{ended}"
 

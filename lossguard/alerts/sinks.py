@@ -95,6 +95,8 @@ class JsonlSink:
                 body["minutes"] = notice.minutes
             if notice.noisy is not None:
                 body.update(notice.noisy.to_json(), message=notice.noisy.message, source=notice.source)
+            if notice.kind == "stalled":
+                body.update(tail=notice.tail, finished=notice.finished)
         if notice.silenced_by is not None:
             body["silenced_by"] = notice.silenced_by
         return {"event": notice.kind, "id": key, **body}

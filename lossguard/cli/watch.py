@@ -29,6 +29,7 @@ def add(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--poll-interval", type=float, metavar="SECONDS", help="seconds between rescans when polling (--polling, or a root on NFS/Lustre/CIFS/FUSE; default 10)")
     p.add_argument("--polling", action="store_true", default=None, help="no inotify at all, only rescans every --poll-interval (roots on network filesystems are polled anyway)")
     p.add_argument("--stall-after", type=float, metavar="MINUTES", help="alert when a run makes no step for this long (0: never; default 30)")
+    p.add_argument("--crash-after", type=float, metavar="MINUTES", help="report the error a run's output ends in once it has been quiet this long (default 2)")
     p.add_argument("--jsonl", type=Path, metavar="FILE", help="also append every notification to FILE as JSON lines")
     p.add_argument("--metrics-listen", metavar="HOST:PORT", help="serve Prometheus metrics on http://HOST:PORT/metrics (a port alone: 127.0.0.1)")
     p.add_argument("--metrics-textfile", type=Path, metavar="FILE", help="write the metrics to FILE for node_exporter's textfile collector (*.prom)")
@@ -45,7 +46,7 @@ def _run(args: argparse.Namespace) -> int:
     # The file checked whole as `configured` checks it, in two steps: the read options bring polars in.
     settings = load_settings(
         args.config, paths=args.paths or None, rules=args.rules, state_dir=args.state_dir, poll_interval=args.poll_interval,
-        polling=args.polling, stall_after=args.stall_after, jsonl=args.jsonl, log_level=args.log_level,
+        polling=args.polling, stall_after=args.stall_after, crash_after=args.crash_after, jsonl=args.jsonl, log_level=args.log_level,
         metrics_listen=args.metrics_listen, metrics_textfile=args.metrics_textfile,
     )
     # Before polars is imported: its pool is sized once, from the environment (which still wins).
@@ -101,6 +102,7 @@ def _run(args: argparse.Namespace) -> int:
         polling=settings.polling,
         rescan_interval=settings.rescan_interval,
         stall_after=settings.stall_after * 60,
+        crash_after=settings.crash_after * 60,
         metrics=_metrics(settings),
         plots=settings.plots,
         slack_app=slack_app,

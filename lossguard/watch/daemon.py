@@ -75,6 +75,7 @@ class Daemon:
         polling: bool = False,
         rescan_interval: float = 300.0,
         stall_after: float = 1800.0,
+        crash_after: float = 120.0,
         metrics: Callable[[Path, list[str]], Metrics] | None = None,
         plots: bool = True,
         slack_app: dict | None = None,
@@ -106,7 +107,7 @@ class Daemon:
         self.plotter = Plotter(self.state.secondary(), sinks, directory=state_dir / "plots") if plot_sinks else None
         rules: RuleSet = rules_loader()
         self.follower = Follower(roots, rules=rules, state=self.state, options=options, sinks=list(sinks), plot_sinks=plot_sinks,
-                                 stall_after=stall_after, log=log.info, warn=log.warning, clock=time.monotonic,
+                                 stall_after=stall_after, crash_after=crash_after, log=log.info, warn=log.warning, clock=time.monotonic,
                                  written=[state_dir, *(sink.path for sink in sinks.values() if isinstance(getattr(sink, "path", None), Path))])
         self.follower.budget.wake = self.note  # a slow read, left running by a pass, is done
         if os.environ.get(KILL_AT) == "before-first-commit":

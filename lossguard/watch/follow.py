@@ -26,6 +26,7 @@ from ..ingest.reader import ReadOptions
 from ..model import Incident
 from ..state import State, Transaction
 from .budget import PASS_BUDGET, Budget
+from .crashes import Crashes
 from .followed import Sighting, Tracker, warned_through
 from .notices import Notices
 from .parts import LossParts
@@ -54,6 +55,7 @@ class Follower:
         sinks: Sequence[str] = ("console",),
         plot_sinks: Sequence[str] = (),
         stall_after: float = 30 * 60,
+        crash_after: float = 120.0,
         update_every: float = 300.0,
         read_limit: int = READ_LIMIT,
         pass_budget: float = PASS_BUDGET,
@@ -72,7 +74,9 @@ class Follower:
         warn = warn or warned_through(log)
         self.reads = Reads(options=options, budget=self.budget, warn=warn)
         self.notices = Notices(state=state, sinks=sinks, plot_sinks=plot_sinks, update_every=update_every)
-        self.stalls = Stalls(state=state, clock=clock, stall_after=stall_after, notices=self.notices)
+        self.crashes = Crashes(state=state, notices=self.notices, rules=lambda: self.rules, crash_after=crash_after)
+        """The runs whose console output moved, judged for a crash once quiet (lossguard.watch.crashes)."""
+        self.stalls = Stalls(state=state, clock=clock, stall_after=stall_after, notices=self.notices, before=self.crashes.before_stall)
         """When runs last moved on, on a clock the wall clock's steps do not move (the daemon passes
         time.monotonic as `clock`; None: each pass's `now` is trusted, as the tests give it)."""
         self._best: dict[str, dict[str, int]] = {}
@@ -95,11 +99,13 @@ class Follower:
         # the lock is held only while judging and committing, a few ms.
         files = FileWrites()
         sightings = self._sightings(files, changed, report)
+        self.crashes.saw(sightings, now=self.stalls.steady.now, history=self.first_pass and self.state.fresh)
         new = self.reads.read(files, sightings, report)
         with self.state.transaction() as tx:
             files.apply(tx)
             if new.last_steps:
                 self._judge_runs(tx, new, now=now, report=report)
+            self.crashes.judge(tx, now=now, steady=self.stalls.steady.now, report=report)
             self.stalls.mark(tx, now, set(new.last_steps), report)
             if self.state.fresh:
                 tx.settle()
@@ -176,6 +182,7 @@ class Follower:
         tx.put_tails(kept + kept_tag_tails(tagged, tails) + sums.put)
         tx.drop_tails(sums.dropped)
         tx.advance_runs(moved, now=now)
+        self.crashes.moved(tx, moved, now=now, steady=self.stalls.steady.now, report=report)
 
     def _seen(self, runs: list[str], windows: list[dict[str, Points]], tails: Tails, points: dict[tuple[str, str], Points]) -> list[Seen]:
         """What earlier passes already judged of each run's windows: the points before its tails,

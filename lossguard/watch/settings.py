@@ -215,6 +215,7 @@ class Settings(BaseSettings):
     rescan_interval: float = Field(default=300.0, allow_inf_nan=False, gt=0, le=DAY, description="seconds between the safety-net rescans of roots that inotify watches")
     threads: int = Field(default=1, ge=1, le=1024, description="polars threads in the daemon: its passes work on small batches, where a pool costs more CPU than it saves; more only speeds up reading a large backlog at start")
     stall_after: float = Field(default=30.0, allow_inf_nan=False, ge=0, le=DAY / 60 * 7, description="minutes without a new step before a run is reported stalled (0: never)")
+    crash_after: float = Field(default=2.0, allow_inf_nan=False, gt=0, le=DAY / 60, description="minutes a run's output must stay quiet before an error at its end is reported as the crash that ended it")
     jsonl: Path | None = Field(default=None, description="also append every notification to this JSON-lines file")
     plots: bool = Field(default=True, description="draw the curves around each new incident (PNG under <state_dir>/plots): uploaded into its Slack thread with a bot token, named by the JSON-lines and console sinks")
     log_level: str = Field(default="info", pattern="^(debug|info|warning|error)$", description="daemon log level")

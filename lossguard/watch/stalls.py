@@ -12,7 +12,8 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from ..alerts.lifecycle import stalled
-from ..model import Notice
+from ..detection.crash import TailSays
+from ..model import Incident, Notice
 from ..state import RunRow, State, Transaction
 from .notices import Notices
 from .pass_report import PassReport
@@ -42,8 +43,12 @@ class Steady:
 class Stalls:
     """When each run last advanced while this process ran, and which runs are quiet for `stall_after`."""
 
-    def __init__(self, *, state: State, clock: Callable[[], float] | None, stall_after: float, notices: Notices) -> None:
+    def __init__(self, *, state: State, clock: Callable[[], float] | None, stall_after: float, notices: Notices,
+                 before: Callable[..., TailSays | Incident] | None = None) -> None:
         self.state = state
+        self.before = before
+        """What to say of a run about to be called stalled (watch.crashes.Crashes.before_stall): its
+        crash, said there instead, or what its logs' last lines say, which the notice carries."""
         self.steady = Steady(clock)
         """How long a run has been quiet, with the wall clock's steps taken out (the daemon passes
         time.monotonic; None: each pass's `now` is trusted, as the tests give it)."""
@@ -72,6 +77,10 @@ class Stalls:
         for row in self.state.runs() if self.stall_after > 0 else ():
             row = replace(row, advanced_at=self._advanced_at.get(row.run, row.advanced_at))
             if row.run not in active_runs and stalled(row, now=steady, stall_after=self.stall_after):
+                said = self.before(tx, row.run, now=now, report=report) if self.before is not None else TailSays(False, None)
                 tx.mark_stalled(row.run)
+                if isinstance(said, Incident):
+                    continue  # a crash supersedes the stall: it was said as the crash
                 minutes = round((steady - row.advanced_at) / 60, 1)
-                self.notices.send(tx, Notice("stalled", row.run, step=row.last_step, minutes=minutes), None, now, report)
+                notice = Notice("stalled", row.run, step=row.last_step, minutes=minutes, tail=said.last_line, finished=said.finished)
+                self.notices.send(tx, notice, None, now, report)
