@@ -31,19 +31,22 @@ from ..tomlio import load_toml, load_toml_text
 from ..validate import build
 
 
-KINDS: dict[str, type[Rule] | type[CrashRule]] = {**RULE_KINDS, "crash": CrashRule}
-"""Every kind a rules file may name: the metric kinds, and `crash` (read off a log's last lines)."""
+def kinds() -> dict[str, type[Rule] | type[CrashRule]]:
+    """Every kind a rules file may name: the metric kinds (those defined so far: a subclass of Rule
+    registers itself), and `crash` (read off a log's last lines)."""
+    return {**RULE_KINDS, CrashRule.kind: CrashRule}
 
 
 def rule_from(raw: object) -> Rule | CrashRule:
     """One rule from its TOML table; ValueError says what is wrong with it."""
     if not isinstance(raw, dict):
         raise ValueError("each [[rule]] must be a table")
+    known = kinds()
     if "kind" not in raw:
-        raise ValueError(f"missing `kind`; one of: {', '.join(KINDS)}")
-    cls = KINDS.get(raw["kind"]) if isinstance(raw["kind"], str) else None
+        raise ValueError(f"missing `kind`; one of: {', '.join(known)}")
+    cls = known.get(raw["kind"]) if isinstance(raw["kind"], str) else None
     if cls is None:
-        raise ValueError(f"unknown kind {raw['kind']!r}; one of: {', '.join(KINDS)}")
+        raise ValueError(f"unknown kind {raw['kind']!r}; one of: {', '.join(known)}")
     return build(cls, raw)
 
 
