@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import re
-from urllib.parse import SplitResult, urlsplit
+from urllib.parse import SplitResult, unquote, urlsplit
 
 from .escaping import printable
 
@@ -105,3 +105,41 @@ class Scrubbed(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         record.msg, record.args = scrub(record.getMessage()), None
         return True
+
+
+def mask_service_url(url: str) -> str:
+    """A notification service's URL (apprise's `scheme://...`) as it may be shown: its scheme, and
+    its host only where the host is a machine's name (holds a dot, or is localhost) with its port;
+    everything else masked. Such URLs keep secrets anywhere: in the user info, the path, the query,
+    and in the host itself (`pagerduty://key@apikey`, `discord://webhook_id/token`)."""
+    url = url.strip()
+    scheme, sep, rest = url.partition("://")
+    if not sep or not re.fullmatch(r"[A-Za-z][A-Za-z0-9+.-]{0,31}", scheme):
+        return MASK
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if not (("." in host or host == "localhost") and re.fullmatch(r"[A-Za-z0-9.:-]+", host)):
+        return f"{scheme.lower()}://{MASK}"
+    port = _port(parts)
+    return f"{scheme.lower()}://{host}{f':{port}' if port else ''}/{MASK}"
+
+
+def remember_service_url(url: str) -> None:
+    """Mask a notification service's URL in everything scrubbed from now on, and each piece of it
+    that may be a secret: its user info, its host where `mask_service_url` hides it, every path
+    segment and query value (an echo or a library's log line may quote any one of them)."""
+    url = url.strip()
+    remember(url)
+    parts = urlsplit(url)
+    shown = mask_service_url(url)
+    pieces = [parts.netloc.rpartition("@")[0], parts.username or "", parts.password or "", *parts.path.split("/"),
+              *(value for _, _, value in (pair.partition("=") for pair in parts.query.split("&")))]
+    if f"://{MASK}" in shown:  # (a bot's id:token, an API key: the pieces around its colons too)
+        host = parts.netloc.rpartition("@")[2]
+        pieces += [host, *host.split(":")]
+    for piece in pieces:
+        if len(piece.strip()) >= MIN_SECRET:
+            _known.add(piece.strip())
+            decoded = unquote(piece.strip())
+            if len(decoded) >= MIN_SECRET:
+                _known.add(decoded)

@@ -1,5 +1,5 @@
-"""`lossguard alert test`: a test message to Slack and a test alert to every Alertmanager replica,
-each said delivered or why not, so a sink is known to work before the first spike needs it."""
+"""`lossguard alert test`: a test message to Slack and to every notification URL, and a test alert
+to every Alertmanager replica, each said delivered or why not, so a sink is known to work before the first spike needs it."""
 
 from __future__ import annotations
 
@@ -18,12 +18,13 @@ from .help_text import Formatter
 def add(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "alert",
-        help="alert sinks: send a test message to Slack and a test alert to Alertmanager",
+        help="alert sinks: send a test message to Slack and the notification URLs, a test alert to Alertmanager",
         formatter_class=Formatter,
         description="`alert test` posts a test message with the configured Slack bot token (LOSSGUARD_SLACK_TOKEN +\n"
         "LOSSGUARD_SLACK_CHANNEL) or webhook (LOSSGUARD_SLACK_WEBHOOK_URL), and a test alert (alertname\n"
         "LossguardTest, severity info, resolved by itself after 5 minutes) to every configured Alertmanager\n"
-        "replica, and (with an app-level token) asks Slack for a Socket Mode connection, and says exactly what\n"
+        "replica, and a test message to every notification URL ([notify] urls, LOSSGUARD_NOTIFY_URLS), and\n"
+        "(with an app-level token) asks Slack for a Socket Mode connection, and says exactly what\n"
         "went wrong where it fails. Exit 0 when every one took it; 2 when one\n"
         "refused it or nothing is configured (exit 1 means \"spikes found\" everywhere in lossguard).",
         epilog="Example:\n  LOSSGUARD_SLACK_TOKEN=xoxb-... lossguard alert test --channel '#training'\n"
@@ -46,10 +47,10 @@ def _run(args: argparse.Namespace) -> int:
     if settings.slack_token is not None and not channel:
         raise UsageError("a bot token needs a channel: --channel or LOSSGUARD_SLACK_CHANNEL")
     sink = client_from(settings, channel=channel, retries=2)
-    if sink is None and not settings.alertmanager_urls:
+    if sink is None and not settings.alertmanager_urls and not settings.notify_urls:
         raise UsageError(
             "no alert sink is configured: set LOSSGUARD_SLACK_TOKEN and LOSSGUARD_SLACK_CHANNEL, or LOSSGUARD_SLACK_WEBHOOK_URL, "
-            "or [alertmanager] urls"
+            "or [alertmanager] urls, or [notify] urls"
         )
     failed = False
     if sink is not None:
@@ -71,6 +72,11 @@ def _run(args: argparse.Namespace) -> int:
         alert = test_alert(now=time.time(), host=settings.alertmanager_host or socket.gethostname(), extra=settings.alertmanager_extra_labels)
         for url in settings.alertmanager_urls:  # each replica on its own: one that refuses is named
             failed |= _said(alertmanager_client(settings, [url]).post([alert]), f"test alert to Alertmanager {shown(url)}")
+    if settings.notify_urls:
+        from ..alerts.notify import notify_sinks
+
+        for each in notify_sinks([u.get_secret_value() for u in settings.notify_urls], host=socket.gethostname()).values():
+            failed |= _said(each.test(), f"test message to {each.name} ({each.shown})")
     return EXIT_USAGE if failed else EXIT_OK
 
 

@@ -17,7 +17,8 @@ def add(sub: argparse._SubParsersAction) -> None:
         help="follow live runs and alert on spikes (the daemon)",
         formatter_class=Formatter,
         description="Follow every run under PATH as it grows and raise each spike once: to Slack when\n"
-        "configured (LOSSGUARD_SLACK_*), else to the log; --jsonl adds a JSON-lines file of notifications.\n"
+        "configured (LOSSGUARD_SLACK_*), to notification URLs ([notify] urls), else to the log; --jsonl adds a\n"
+        "JSON-lines file of notifications.\n"
         "History found at the first start is read for the windows but not alerted (use `scan` for it).\n"
         "SIGTERM/SIGINT stop it cleanly; SIGHUP reloads the rules.",
         epilog="Example:\n  lossguard watch /data/runs --state-dir /var/lib/lossguard\n  lossguard watch runs/ --polling --poll-interval 5   # NFS/Lustre",
@@ -88,6 +89,12 @@ def _run(args: argparse.Namespace) -> int:
                                    plot_button=not settings.plots)
     if settings.alertmanager_urls:
         sinks["alertmanager"] = alertmanager_sink(settings)
+    if settings.notify_urls:
+        import socket
+
+        from ..alerts.notify import notify_sinks
+
+        sinks.update(notify_sinks([u.get_secret_value() for u in settings.notify_urls], host=socket.gethostname()))
     if not sinks:
         sinks["console"] = ConsoleSink(logger.warning)
     if settings.jsonl:

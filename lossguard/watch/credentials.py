@@ -14,7 +14,7 @@ from ..tomlio import read_text
 
 CREDENTIAL_BYTES = 64 << 10
 """A token or a URL is a few hundred bytes: a credential file past 64 KiB is the wrong file."""
-SECRET_FILES = ("slack_token", "slack_app_token", "slack_webhook_url", "alertmanager_password", "alertmanager_bearer_token")
+SECRET_FILES = ("slack_token", "slack_app_token", "slack_webhook_url", "alertmanager_password", "alertmanager_bearer_token", "notify_urls")
 
 
 def broken_secret(value: str, *, spaces: bool) -> str | None:

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
 
+from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from ..alerts.pipeline import Dispatcher
@@ -118,7 +119,10 @@ class Daemon:
             **slack_app, state=self._link_states[0], status_state=self._link_states[1],
             rules=lambda: [(r.name, r.metric) for r in (*self.follower.rules.rules, *self.follower.rules.crashes)],
         )
-        self.scheduler = BackgroundScheduler(job_defaults={"max_instances": 1, "coalesce": True, "misfire_grace_time": None})
+        # A thread for every job that may run at once (a pass, each sink's round, the plots, the
+        # metrics file, spare): APScheduler's pool of 10 would let ten hanging sinks starve the passes.
+        self.scheduler = BackgroundScheduler(executors={"default": ThreadPoolExecutor(len(self.dispatchers) + 4)},
+                                             job_defaults={"max_instances": 1, "coalesce": True, "misfire_grace_time": None})
         self.lock = threading.Lock()
         self._wake_pending = False
         self._dirty: set[str] = set()

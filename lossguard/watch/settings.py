@@ -20,11 +20,12 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, V
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict, SettingsError
 
 from ..errors import ConfigError
-from ..redact import mask_token, mask_url, remember
+from ..redact import mask_service_url, mask_token, mask_url, remember
 from ..tomlio import key_line, load_toml
 from .credentials import SECRET_FILES, FileSecrets, broken_secret
+from .notify_settings import NotifySettings, comma_list
 
-TABLES = ("slack", "alertmanager")
+TABLES = ("slack", "alertmanager", "notify")
 """lossguard.toml's tables of settings: `[slack] token` is the setting slack_token."""
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
 """The only hosts a webhook may be reached at over plain http (a local relay, the tests' server)."""
@@ -178,19 +179,6 @@ def alertmanager_url_problem(url: str) -> str | None:
 DAY = 86400.0
 
 
-def _comma_list(value: object, what: str) -> object:
-    """A list setting the environment gives as text: items separated by commas, or a JSON list."""
-    if not isinstance(value, str):
-        return value
-    text = value.strip()
-    if text.startswith("["):
-        try:
-            return json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"not a JSON list of {what}: {exc.msg} at character {exc.pos}") from None
-    return [part.strip() for part in text.split(",") if part.strip()]
-
-
 class SlackRoute(BaseModel):
     """Where a notification goes: the first route whose severities and run glob match."""
 
@@ -204,7 +192,7 @@ class SlackRoute(BaseModel):
         return (severity is None or severity in self.severity) and fnmatchcase(run, self.runs)
 
 
-class Settings(BaseSettings):
+class Settings(NotifySettings):
     model_config = SettingsConfigDict(env_prefix="LOSSGUARD_", extra="ignore", frozen=True)
 
     paths: PathList = Field(default_factory=list, description="runs folders (or log files) to follow")
@@ -272,7 +260,7 @@ class Settings(BaseSettings):
     @classmethod
     def _id_list(cls, value: object) -> object:
         """One ID or several separated by commas (LOSSGUARD_SLACK_ACTORS=U012AB3CD,S0614TZR7), or a JSON list."""
-        return _comma_list(value, "IDs")
+        return comma_list(value, "IDs")
 
     @field_validator("slack_actors")
     @classmethod
@@ -343,7 +331,7 @@ class Settings(BaseSettings):
     def _url_list(cls, value: object) -> object:
         """One URL, several separated by commas (LOSSGUARD_ALERTMANAGER_URLS=http://a:9093,http://b:9093),
         or a JSON list."""
-        return _comma_list(value, "URLs")
+        return comma_list(value, "URLs")
 
     @field_validator("alertmanager_urls")
     @classmethod
@@ -411,6 +399,8 @@ class Settings(BaseSettings):
             value = getattr(self, name)
             if isinstance(value, SecretStr):
                 out[name] = "********** (set)"
+            elif name == "notify_urls":
+                out[name] = [mask_service_url(v.get_secret_value()) for v in value]
             elif value is None and name in SECRET_FILES:
                 out[name] = "(not set)"
             elif isinstance(value, Path):
@@ -460,7 +450,7 @@ def _reason(error: Any, *, given: dict[str, object], config: Path | None) -> str
     field, rest = str(error["loc"][0]), error["loc"][1:]
     detail = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in rest)
     why = error["msg"].removeprefix("Value error, ")
-    if "input" in error and not isinstance(error["input"], (dict, list)) and field not in (*SECRET_FILES, "alertmanager_urls", "slack_actors"):
+    if "input" in error and not isinstance(error["input"], (dict, list)) and field not in (*SECRET_FILES, "alertmanager_urls", "slack_actors", "notify_urls"):
         shown = repr(error["input"])
         why += f" (got {shown if len(shown) <= 40 else shown[:37] + '...'})"
     if field in given:
