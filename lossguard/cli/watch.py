@@ -18,7 +18,7 @@ def add(sub: argparse._SubParsersAction) -> None:
         formatter_class=Formatter,
         description="Follow every run under PATH as it grows and raise each spike once: to Slack when\n"
         "configured (LOSSGUARD_SLACK_*), to notification URLs ([notify] urls), else to the log; --jsonl adds a\n"
-        "JSON-lines file of notifications.\n"
+        "JSON-lines file of notifications; on_incident runs a command for each notice.\n"
         "History found at the first start is read for the windows but not alerted (use `scan` for it).\n"
         "SIGTERM/SIGINT stop it cleanly; SIGHUP reloads the rules.",
         epilog="Example:\n  lossguard watch /data/runs --state-dir /var/lib/lossguard\n  lossguard watch runs/ --polling --poll-interval 5   # NFS/Lustre",
@@ -99,6 +99,10 @@ def _run(args: argparse.Namespace) -> int:
         sinks["console"] = ConsoleSink(logger.warning)
     if settings.jsonl:
         sinks["jsonl"] = JsonlSink(settings.jsonl)
+    if settings.on_incident:  # (an action, not a channel people read: the console still speaks without one)
+        from ..alerts.on_incident import NAME, action_sink
+
+        sinks[NAME] = action_sink(settings)
     daemon = Daemon(
         list(settings.paths),
         rules_loader=lambda: load_rules(rules),
