@@ -47,11 +47,14 @@ class HookServer:
                     time.sleep(server.delay[pause])
                 code = server.status[match] if match is not None else 200
                 answer = json.dumps({"success": code < 300, "id": "1"}).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(answer)))
-                self.end_headers()
-                self.wfile.write(answer)
+                try:
+                    self.send_response(code)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(answer)))
+                    self.end_headers()
+                    self.wfile.write(answer)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # (the daemon was killed while it waited for the answer)
 
             do_POST = do_PUT = _any
 
