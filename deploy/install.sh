@@ -59,7 +59,7 @@ mkdir -p "$OPT" "$ETC" "$UNITS"
 if [ ! -x "$OPT/venv/bin/python" ]; then
     "$PYTHON" -m venv "$OPT/venv"
 fi
-"$OPT/venv/bin/python" -m pip install --quiet --upgrade "$SOURCE"
+"$OPT/venv/bin/python" -m pip install --quiet --upgrade "$SOURCE[notify]"  # (notification URLs: apprise)
 if ! live; then
     # A staged install: the scripts' shebangs must name where the venv will live, not the stage.
     grep -rlIF --null "$OPT/venv" "$OPT/venv/bin" | xargs -0 -r sed -i "s|$OPT/venv|/opt/lossguard/venv|g"
@@ -74,7 +74,7 @@ if [ ! -e "$ETC/lossguard.toml" ]; then
 fi
 # The units load these credentials; an empty one means "not set" (a webhook setup has no bot token,
 # most have no Alertmanager password), so they always exist and a start never fails for want of one.
-for credential in slack_token slack_app_token slack_webhook_url alertmanager_password alertmanager_bearer_token; do
+for credential in slack_token slack_app_token slack_webhook_url alertmanager_password alertmanager_bearer_token notify_urls; do
     if [ ! -e "$ETC/$credential" ]; then
         install -m 0600 /dev/null "$ETC/$credential"
     fi

@@ -46,7 +46,7 @@ def test_install_into_a_root_writes_program_config_credential_and_units(installe
     root, out = installed
     assert (root / "opt/lossguard/venv/bin/lossguard").exists()
     assert (root / "etc/lossguard/lossguard.toml").read_text() == (REPO / "deploy/lossguard.toml").read_text()
-    for credential in ("slack_token", "slack_app_token", "slack_webhook_url", "alertmanager_password", "alertmanager_bearer_token"):
+    for credential in ("slack_token", "slack_app_token", "slack_webhook_url", "alertmanager_password", "alertmanager_bearer_token", "notify_urls"):
         token = root / "etc/lossguard" / credential
         assert token.exists() and token.stat().st_size == 0 and oct(token.stat().st_mode & 0o777) == "0o600"
         assert f"LoadCredential={credential}:/etc/lossguard/{credential}" in (REPO / "systemd/lossguard.service").read_text()
@@ -89,7 +89,7 @@ def test_example_config_documents_every_setting_with_its_default():
     text = (REPO / "deploy/lossguard.toml").read_text()
     data = tomllib.loads(text)
     for name, field in Settings.model_fields.items():
-        table = next((t for t in ("slack", "alertmanager") if name.startswith(f"{t}_")), None)
+        table = next((t for t in ("slack", "alertmanager", "notify") if name.startswith(f"{t}_")), None)
         key = name.removeprefix(f"{table}_") if table else name
         documented = re.search(rf"^#? ?{re.escape(key)} =", text, re.M)
         assert documented, f"deploy/lossguard.toml does not mention {name}"
