@@ -7,9 +7,7 @@ classified and retried with backoff, URLs checked at start and their secrets nev
 from __future__ import annotations
 
 import base64
-import json
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
@@ -174,6 +172,12 @@ def test_urls_come_comma_separated_from_a_file_and_from_systemd_credentials(monk
     assert sink_names([u.get_secret_value() for u in load_settings().notify_urls]) == ["notify-ntfy", "notify-gotify"]
     monkeypatch.setenv("LOSSGUARD_NOTIFY_URLS_FILE", str(tmp_path / "notify_urls"))
     assert len(load_settings().notify_urls) == 2
+    monkeypatch.delenv("LOSSGUARD_NOTIFY_URLS_FILE")
+    monkeypatch.delenv("CREDENTIALS_DIRECTORY")
+    config = tmp_path / "lossguard.toml"
+    config.write_text('[notify]\nurls = ["json://localhost:1/a", "tgram://"]\n')
+    with pytest.raises(ConfigError, match=r"lossguard.toml:2: notify.urls: tgram://\*\*\* is missing"):
+        load_settings(config)
 
 
 def test_without_apprise_the_error_names_the_extra(monkeypatch):

@@ -147,6 +147,9 @@ class NotifySink:
         self.title_apart = plugin.title_maxlen > 0
         """The service shows a title of its own; else apprise puts it at the top of the body."""
         self.takes_plots = bool(plugin.attachment_support)
+        self._lock = threading.Lock()
+        """One send at a time: the sender's thread posts alerts, the plotter's pictures, through one
+        apprise object (whose pacing and connection state are its own)."""
 
     def __repr__(self) -> str:
         return f"NotifySink({self.name}, {self.shown})"
@@ -189,7 +192,7 @@ class NotifySink:
         return delivery
 
     def _once(self, title: str, body: str, kind, attach: str | None) -> Delivery:  # noqa: ANN001
-        with _HEARD.listen() as heard:
+        with self._lock, _HEARD.listen() as heard:
             try:
                 ok = self._plugin.notify(body=body, title=title, notify_type=kind, body_format=self.format, attach=attach)
             except Exception as exc:  # noqa: BLE001 - apprise's refusal of the message itself (a disabled service)

@@ -27,8 +27,10 @@ SERVICE_URLS = re.compile(r"[\n\r]+|,\s*(?=[A-Za-z][A-Za-z0-9+.-]{0,31}://)")
 """Between two notification URLs: a line break, or a comma before the next URL's scheme (a comma
 inside a URL, `mailto://...?to=a@x.org,b@x.org`, stays in it)."""
 
-def comma_list(value: object, what: str) -> object:
-    """A list setting the environment gives as text: items separated by commas, or a JSON list."""
+
+def comma_list(value: object, what: str, *, sep: str = ",") -> object:
+    """A list setting the environment gives as text: items separated by `sep` (a comma; a path
+    list's os.pathsep, whose items keep their spaces), or a JSON list."""
     if not isinstance(value, str):
         return value
     text = value.strip()
@@ -37,8 +39,9 @@ def comma_list(value: object, what: str) -> object:
             return json.loads(text)
         except json.JSONDecodeError as exc:
             raise ValueError(f"not a JSON list of {what}: {exc.msg} at character {exc.pos}") from None
+    if sep != ",":
+        return [part for part in text.split(sep) if part]
     return [part.strip() for part in text.split(",") if part.strip()]
-
 
 
 class NotifySettings(BaseSettings):

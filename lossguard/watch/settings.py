@@ -7,7 +7,6 @@ one would otherwise fail inside urllib with the whole URL in the traceback, on e
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from dataclasses import dataclass
@@ -234,15 +233,7 @@ class Settings(NotifySettings):
     def _path_list(cls, value: object) -> object:
         """One path (LOSSGUARD_PATHS=/data/runs, or `paths = "/data/runs"`), several as $PATH
         writes them (a:b), or a JSON list."""
-        if not isinstance(value, str):
-            return value
-        text = value.strip()
-        if text.startswith("["):
-            try:
-                return json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"not a JSON list of paths: {exc.msg} at character {exc.pos}") from None
-        return [part for part in text.split(os.pathsep) if part]
+        return comma_list(value, "paths", sep=os.pathsep)
 
     @field_validator("metrics_listen")
     @classmethod
