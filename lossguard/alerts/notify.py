@@ -82,7 +82,7 @@ def _apprise():  # noqa: ANN202 - the module, imported on first use (only with U
     return apprise
 
 
-def _reason(heard: list[str], url: str) -> str:
+def _reason(heard: list[str]) -> str:
     """What apprise said, as the rest of an error line naming the URL masked."""
     said = [line.replace(MASK, "").strip(" :.") for line in heard]
     specific = [line for line in said if line and not line.startswith(("Unparseable", "Could not load"))]
@@ -99,7 +99,7 @@ def url_problem(url: str) -> str | None:
     with _HEARD.listen() as heard:
         plugin = apprise.Apprise.instantiate(url)
     if plugin is None:
-        why = _reason(heard, url)
+        why = _reason(heard)
         return f"cannot be used: {why}" if why else "is missing what the service needs (see its URL form at https://github.com/caronc/apprise/wiki)"
     return None
 
@@ -132,7 +132,7 @@ class NotifySink:
             plugin = apprise.Apprise.instantiate(url)
         self.shown = mask_service_url(url)
         if plugin is None:
-            raise ConfigError(f"{self.shown} cannot be used: {_reason(heard, url) or 'apprise refused it'}")
+            raise ConfigError(f"{self.shown} cannot be used: {_reason(heard) or 'apprise refused it'}")
         self._plugin = plugin
         self._types = apprise.NotifyType
         self.name = name
