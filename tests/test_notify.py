@@ -115,6 +115,20 @@ def test_names_from_disk_are_escaped_for_the_markup_each_service_reads(hooks, fo
     assert "evil\n" not in body  # the name's newline forges no line
 
 
+def test_a_crash_is_told_by_its_error_and_its_log_lines_escaped_and_a_divergence_by_its_minimum(hooks):
+    crash = replace(SPIKE, run=HOSTILE, rule="crash-cuda-oom", kind="crash", error="CUDA out of memory",
+                    lines=("torch.OutOfMemoryError: CUDA out of memory. <img src=x onerror=alert(1)>",))
+    sink = _sink(f"rocket://tokena/tokenb@localhost:{hooks.port}/#training")
+    assert sink.send(_post("opened", crash)).ok
+    body = hooks.requests[-1].json()["text"]
+    assert "run crashed: CUDA out of memory" in body and "last step" in body
+    assert "torch.OutOfMemoryError" in body and "<img" not in body
+    diverged = replace(SPIKE, kind="divergence")
+    assert sink.send(_post("opened", diverged)).ok
+    body = hooks.requests[-1].json()["text"]
+    assert "loss divergence" in body and "vs its recent minimum" in body
+
+
 def test_500s_and_a_refused_connection_are_retried_with_backoff_then_left_to_the_next_round(hooks):
     hooks.status["/hook"] = 500
     waits: list[float] = []

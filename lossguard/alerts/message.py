@@ -112,10 +112,7 @@ def build(
     `silenced_by`: the silence that held this incident's notices back and just ended; `actions`:
     the buttons (alerts.actions), last, when Socket Mode takes their clicks."""
     sev = inc.severity.upper()
-    metric = inc.metric.replace("_", " ")
-    title = EVENT_TITLES.get(event, "{sev}: {metric} {what}").format(sev=sev, metric=metric, what=inc.trouble)
-    if inc.is_crash:
-        title = CRASH_TITLES.get(event, "{sev}: run crashed").format(sev=sev) + f": {inc.error}"
+    title = title_of(event, inc)
     emoji = ":white_check_mark:" if event == "resolved" else SEVERITY_EMOJI.get(inc.severity, "")
     header = printable(f"{emoji} {title} in {inc.run}".strip())
     ratio = f" ({inc.ratio:.1f}×)" if inc.ratio is not None else ""
@@ -164,6 +161,14 @@ def build(
     if silence:
         lines.append(f"to silence: {escape(silence)}")
     return Message(cut_lines("\n".join(lines), MAX_TEXT), tuple(blocks))
+
+
+def title_of(event: str, inc: Incident) -> str:
+    """An incident's notice in a few words, unescaped: what every channel titles it with."""
+    sev = inc.severity.upper()
+    if inc.is_crash:
+        return CRASH_TITLES.get(event, "{sev}: run crashed").format(sev=sev) + f": {inc.error}"
+    return EVENT_TITLES.get(event, "{sev}: {metric} {what}").format(sev=sev, metric=inc.metric.replace("_", " "), what=inc.trouble)
 
 
 def _crash_facts(inc: Incident) -> str:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from ..display import fmt
 from ..escaping import html_text, markdown, printable
 from ..model import Notice
-from .message import CAUSE_TITLES, EVENT_TITLES, describe
+from .message import CAUSE_TITLES, describe, title_of
 
 FORMATS = ("text", "markdown", "html")
 FOLLOW_UPS = ("updated", "relabelled", "resolved")
@@ -48,8 +48,7 @@ def headline(notice: Notice) -> str:
     inc = notice.incident
     if inc is None:
         return f"{notice.kind}: run {notice.run}"
-    words = EVENT_TITLES.get(notice.kind, "{sev}: {metric} spike").format(sev=inc.severity.upper(), metric=inc.metric.replace("_", " "))
-    return f"{words} in run {inc.run}"
+    return f"{title_of(notice.kind, inc)} in run {inc.run}"
 
 
 def when(stamp: float) -> str:
@@ -67,10 +66,13 @@ def render(notice: Notice, *, fmt_name: str, host: str, opened_at: float | None 
     inc = notice.incident
     if inc is None:
         lines.append(m.name(describe(notice)))
+    elif inc.is_crash:
+        lines.append(m.name(f"last step {inc.step}, rule {inc.rule}: {inc.error}"))
+        lines += [m.name(line) for line in inc.lines]  # (the log's own lines: data)
     else:
         ratio = f" ({inc.ratio:.1f}x)" if inc.ratio is not None else ""
         lines.append(m.name(f"step {inc.step} (peak at {inc.peak_step}, {inc.ending})"))
-        lines.append(m.name(f"{inc.metric} {fmt(inc.value)} vs baseline {fmt(inc.baseline)}{ratio}, rule {inc.rule}"))
+        lines.append(m.name(f"{inc.metric} {fmt(inc.value)} vs {inc.compared_with} {fmt(inc.baseline)}{ratio}, rule {inc.rule}"))
         if inc.causes:
             top = inc.causes[0]
             lines.append(m.name(f"Likely: {CAUSE_TITLES.get(top.cause, top.cause)} ({top.confidence:.0%}): {top.evidence}"))

@@ -113,12 +113,8 @@ class Daemon:
         self.follower.budget.wake = self.note  # a slow read, left running by a pass, is done
         if os.environ.get(KILL_AT) == "before-first-commit":
             self.follower.before_commit = lambda: self.follower.first_pass and os.kill(os.getpid(), signal.SIGKILL)
-        # Clicks are applied on a connection of their own, the link's status written on another.
-        self._link_states = [self.state.secondary(lock_wait=5.0), self.state.secondary(lock_wait=2.0)] if slack_app else []
-        self.link = None if slack_app is None else slack_link(
-            **slack_app, state=self._link_states[0], status_state=self._link_states[1],
-            rules=lambda: [(r.name, r.metric) for r in (*self.follower.rules.rules, *self.follower.rules.crashes)],
-        )
+        self._link_states: list[State] = []
+        self.link = None if slack_app is None else self._slack_link(slack_app)
         # A thread for every job that may run at once (a pass, each sink's round, the plots, the
         # metrics file, spare): APScheduler's pool of 10 would let ten hanging sinks starve the passes.
         self.scheduler = BackgroundScheduler(executors={"default": ThreadPoolExecutor(len(self.dispatchers) + 4)},
@@ -145,6 +141,15 @@ class Daemon:
         self._last_cpu = 0.0
         self._slow_said = -1e9
         self.every = poll_interval
+
+    def _slack_link(self, slack_app: dict):  # noqa: ANN202
+        """The Socket Mode link taking the clicks on alerts: they are applied on a connection of
+        their own, the link's status written on another."""
+        self._link_states = [self.state.secondary(lock_wait=5.0), self.state.secondary(lock_wait=2.0)]
+        return slack_link(
+            **slack_app, state=self._link_states[0], status_state=self._link_states[1],
+            rules=lambda: [(r.name, r.metric) for r in (*self.follower.rules.rules, *self.follower.rules.crashes)],
+        )
 
     def _pass(self) -> None:
         """The follow job: a pass, then at once another over the files it read only in part (a long
