@@ -7,6 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from ..ingest.sources import object_store
 from ..errors import LossguardError, UsageError
 from ..escaping import printable
 from ..redact import scrub
@@ -28,9 +29,10 @@ def add(sub: argparse._SubParsersAction) -> None:
         "that cannot be written, or (with --strict) a file that could not be read; 3 internal error\n"
         "(a bug: please report it, with --debug's traceback); 130 interrupted (Ctrl-C).",
         epilog="Example:\n  lossguard scan runs/\n  lossguard scan runs/ --format json --output report.json\n"
+        "  lossguard scan s3://bucket/runs   # pip install 'lossguard[s3]'\n"
         "  lossguard scan runs/ --rules olmo-core\n  lossguard scan runs/ --compare-rules rules/default.toml llm-foundry",
     )
-    p.add_argument("paths", nargs="*", type=Path, metavar="PATH", help="folder of runs, run folder or log file (default: `paths` in --config)")
+    p.add_argument("paths", nargs="*", type=object_store.root, metavar="PATH", help="folder of runs, run folder or log file, or an object store prefix: s3://bucket/prefix, gs://, az:// (default: `paths` in --config)")
     p.add_argument("--rules", action="append", type=Path, metavar="FILE_OR_DIR", help=Later(lambda: f"rules file, folder of them, or a preset: {presets()} (repeatable; default: default)"))
     p.add_argument("--format", choices=["table", "json", "markdown", "html"], default="table", help="report format (default: table)")
     p.add_argument("-o", "--output", type=Path, metavar="FILE", help="write the report to FILE instead of stdout")

@@ -1,0 +1,184 @@
+"""Runs on object storage: `scan s3://bucket/prefix` and `watch` with such a URL, against a real S3
+API on 127.0.0.1 (moto's server, through the real s3fs), with a proxy in front of it counting what
+lossguard asks and answering 503 SlowDown when told to (tests.s3_server)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from lossguard.cli import main
+
+from .s3_server import SECRET, S3Proxy
+from .test_hf_checkpoints import _checkpoint
+from .test_watch import _calm, _line
+
+pytest.importorskip("s3fs")
+pytest.importorskip("moto.server")
+
+
+class Store:
+    """The server, the proxy lossguard talks to, and a boto3 client that writes to moto directly."""
+
+    def __init__(self, proxy: S3Proxy, client) -> None:  # noqa: ANN001
+        self.proxy, self.client = proxy, client
+
+    def bucket(self, name: str) -> str:
+        self.client.create_bucket(Bucket=name)
+        return name
+
+    def put(self, bucket: str, key: str, body: bytes | str) -> None:
+        self.client.put_object(Bucket=bucket, Key=key, Body=body.encode() if isinstance(body, str) else body)
+
+    def put_many(self, bucket: str, objects: dict[str, bytes | str]) -> None:
+        """Uploaded a few at a time, as a team's boxes do (and moto answers each in a few ms)."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(lambda kv: self.put(bucket, *kv), objects.items()))
+
+    def put_tree(self, bucket: str, prefix: str, folder: Path) -> None:
+        self.put_many(bucket, {f"{prefix}/{p.relative_to(folder).as_posix()}": p.read_bytes() for p in folder.rglob("*") if p.is_file()})
+
+
+@pytest.fixture(scope="module")
+def s3():
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    proxy = S3Proxy((host, port))
+    env = {"AWS_ACCESS_KEY_ID": "lgtestkeyid", "AWS_SECRET_ACCESS_KEY": SECRET, "AWS_DEFAULT_REGION": "us-east-1",
+           "AWS_ENDPOINT_URL": proxy.url}
+    with pytest.MonkeyPatch.context() as mp:
+        for key, value in env.items():
+            mp.setenv(key, value)
+        for key in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "AWS_PROFILE", "AWS_ENDPOINT_URL_S3"):
+            mp.delenv(key, raising=False)
+        import boto3
+
+        client = boto3.client("s3", endpoint_url=f"http://{host}:{port}")
+        yield Store(proxy, client)
+    proxy.close()
+    server.stop()
+
+
+def _runs_of_several_formats(root: Path) -> None:
+    """Runs as their writers lay them out: JSON lines, CSV, TensorBoard (tensorboardX), a HF Trainer's
+    checkpoints, a console log; each with a loss spike, and one folder of two runs."""
+    from tensorboardX import SummaryWriter
+
+    (root / "jsonl").mkdir(parents=True)
+    (root / "jsonl" / "metrics.jsonl").write_text(_calm(range(1, 60)) + _line(60, 9.0) + _calm(range(61, 80)))
+    (root / "csv").mkdir()
+    (root / "csv" / "metrics.csv").write_text("step,loss\n" + "".join(f"{s},{9.0 if s == 50 else 2.0 + (s % 3) * 0.01}\n" for s in range(1, 90)))
+    with SummaryWriter(str(root / "tb" / "version_0")) as writer:
+        for step in range(1, 80):
+            writer.add_scalar("train/loss", 9.0 if step == 40 else 2.0 + 0.01 * math.sin(step), step)
+    _checkpoint(root / "hf", 100, spike=30)
+    (root / "console").mkdir()
+    (root / "console" / "train.log").write_text("".join(f"step {s} | loss {9.0 if s == 45 else 2.0 + (s % 4) * 0.01:.4f} | lr 1e-4\n" for s in range(1, 70)))
+    (root / "two" / "a").mkdir(parents=True)
+    (root / "two" / "a" / "metrics.jsonl").write_text(_calm(range(1, 40)))
+    (root / "two" / "b.jsonl").write_text(_calm(range(1, 40)))
+
+
+def _scan_json(capsys, *args: str) -> tuple[int, str]:
+    capsys.readouterr()
+    code = main(["scan", *args, "--format", "json", "--quiet"])
+    return code, capsys.readouterr().out
+
+
+def test_a_prefix_scans_as_the_same_files_on_disk_named_by_their_urls(tmp_path, s3, capsys):
+    root = tmp_path / "runs"
+    _runs_of_several_formats(root)
+    bucket = s3.bucket("lg-scan")
+    s3.put_tree(bucket, "team/runs", root)
+    disk_code, disk = _scan_json(capsys, str(root))
+    url_code, remote = _scan_json(capsys, f"s3://{bucket}/team/runs/")
+    assert url_code == disk_code == 1
+    report = json.loads(remote)
+    assert sorted(r["run"] for r in report["runs"]) == ["console", "csv", "hf", "jsonl", "tb/version_0", "two/a", "two/b"]
+    assert [r["run"] for r in report["runs"] if r["spikes"]] == ["console", "csv", "hf", "jsonl", "tb/version_0"]
+    assert "lossguard-mirror" not in remote  # (no path of the private copy is shown)
+    assert json.loads(disk.replace(str(root), f"s3://{bucket}/team/runs")) == report
+    # One object named, and the prefix among other roots: named as the same file or folder on disk.
+    _, one = _scan_json(capsys, f"s3://{bucket}/team/runs/console/train.log")
+    assert [r["run"] for r in json.loads(one)["runs"]] == ["train"]
+    _, both = _scan_json(capsys, f"s3://{bucket}/team/runs/two", str(root / "csv"))
+    assert sorted(r["run"] for r in json.loads(both)["runs"]) == ["csv", "two/a", "two/b"]
+
+
+def test_a_mirror_fetches_only_what_changed_and_an_idle_prefix_costs_its_listing(tmp_path, s3):
+    from lossguard.ingest.sources.object_store import Mirror
+
+    bucket = s3.bucket("lg-mirror")
+    s3.put_many(bucket, {f"idle/run{i:03d}/metrics.jsonl": _calm(range(1, 20)) for i in range(100)})
+    growing = _calm(range(1, 2000))  # (above WHOLE_BELOW: a smaller copy is fetched whole, in one request)
+    s3.put(bucket, "idle/live/metrics.jsonl", growing)
+    mirror = Mirror(f"s3://{bucket}/idle", cache=tmp_path / "cache", jobs=8)
+    first = mirror.sync()
+    assert first.fetched == 101 and not first.failed
+    copy = mirror.local() / "live" / "metrics.jsonl"
+    inode = copy.stat().st_ino
+
+    s3.proxy.reset()
+    assert mirror.sync().bytes == 0
+    assert sum(s3.proxy.counts.values()) == 1, s3.proxy.lines  # the listing, and no request per object
+
+    s3.proxy.reset()
+    s3.put(bucket, "idle/live/metrics.jsonl", growing + _line(2000, 2.0))  # (uploaded whole again, grown)
+    grown = mirror.sync()
+    assert (grown.appended, grown.rewritten, grown.fetched) == (1, 0, 0)
+    assert grown.bytes < 300  # its new line, its head and the few bytes before its end, not the object
+    assert sum(s3.proxy.counts.values()) == 3  # the listing and two ranged GETs (the head, the growth)
+    assert copy.read_text() == growing + _line(2000, 2.0) and copy.stat().st_ino == inode
+
+    s3.put(bucket, "idle/live/metrics.jsonl", _line(1, 5.0) + growing[len(_line(1, 2.0)):] + _line(2000, 2.0) + _line(2001, 2.0))
+    again = mirror.sync()  # earlier bytes changed: fetched whole, the copy rewritten in place
+    assert again.rewritten == 1 and copy.read_text().startswith(_line(1, 5.0)) and copy.stat().st_ino == inode
+    s3.put(bucket, "idle/live/metrics.jsonl", _line(1, 2.0))
+    assert mirror.sync().rewritten == 1 and copy.read_text() == _line(1, 2.0)  # shrank: rewritten too
+
+    s3.client.delete_object(Bucket=bucket, Key="idle/run000/metrics.jsonl")
+    s3.put(bucket, "idle/run001/metrics.jsonl/oops", "x")  # (a key below another key: no file a folder can hold)
+    changed = mirror.sync()
+    assert changed.removed == 1 and not (mirror.local() / "run000" / "metrics.jsonl").exists()
+    assert changed.skipped == [f"s3://{bucket}/idle/run001/metrics.jsonl/oops"]
+    assert (mirror.local() / "run001" / "metrics.jsonl").is_file()
+
+    # A new mirror of the same folder (a restart) fetches nothing it already holds.
+    s3.proxy.reset()
+    assert Mirror(f"s3://{bucket}/idle", cache=tmp_path / "cache").sync().bytes == 0
+    assert sum(s3.proxy.counts.values()) == 1
+
+
+@pytest.mark.parametrize("url, extra", [
+    pytest.param("gs://bucket/runs", "gcs", id="gcs"),
+    pytest.param("az://container/runs", "azure", id="azure"),
+    pytest.param("abfs://container/runs", "azure", id="abfs"),
+])
+def test_a_url_whose_extra_is_not_installed_is_one_line_naming_it(url, extra, capsys):
+    pytest.importorskip("fsspec")
+    if extra == "gcs" and _installed("gcsfs") or extra == "azure" and _installed("adlfs"):
+        pytest.skip("the store's library is installed here")
+    assert main(["scan", url]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"pip install 'lossguard[{extra}]'" in err[0], err
+
+
+def _installed(name: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(name) is not None
+
+
+def test_a_store_that_refuses_is_one_line_naming_the_url_and_no_secret(s3, capsys):
+    assert main(["scan", "s3://lg-no-such-bucket/runs"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "s3://lg-no-such-bucket/runs" in err[0] and "no such bucket" in err[0], err
+    assert SECRET not in err[0]
