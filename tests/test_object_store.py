@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import time
 from pathlib import Path
 
 import pytest
@@ -14,7 +16,7 @@ from lossguard.cli import main
 
 from .s3_server import SECRET, S3Proxy
 from .test_hf_checkpoints import _checkpoint
-from .test_watch import _calm, _line
+from .test_watch import NO_PLOTS, Watch, _calm, _line
 
 pytest.importorskip("s3fs")
 pytest.importorskip("moto.server")
@@ -182,3 +184,55 @@ def test_a_store_that_refuses_is_one_line_naming_the_url_and_no_secret(s3, capsy
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "s3://lg-no-such-bucket/runs" in err[0] and "no such bucket" in err[0], err
     assert SECRET not in err[0]
+
+
+def test_the_daemon_follows_a_prefix_alerts_once_through_503s_and_kill_9_and_idles_on_listings(tmp_path, s3):
+    bucket = s3.bucket("lg-live")
+    s3.put_many(bucket, {f"team/idle{i:03d}/metrics.jsonl": _calm(range(1, 20)) for i in range(100)})
+    history = _calm(range(1, 100))
+    s3.put(bucket, "team/exp/metrics.jsonl", history)
+    url = f"s3://{bucket}/team"
+    w = Watch(tmp_path, env={**NO_PLOTS, **{k: os.environ[k] for k in ("AWS_ENDPOINT_URL", "AWS_SECRET_ACCESS_KEY")}})
+    w.args[w.args.index(str(tmp_path / "runs"))] = url
+    w.start()
+    try:
+        w.wait_settled()
+        # Idle: a poll every 0.2 s costs the listing (one ListObjectsV2 page: 101 keys), no GET per object.
+        s3.proxy.reset()
+        time.sleep(1.5)
+        lists = sum(1 for line in s3.proxy.lines if "list-type=2" in line)
+        assert lists >= 3 and len(s3.proxy.lines) == lists, s3.proxy.lines
+
+        # The object rewritten whole as it grows: the spike is alerted, named by its URL.
+        history += _line(100, 9.0) + _calm(range(101, 105))
+        s3.put(bucket, "team/exp/metrics.jsonl", history)
+        ev = w.wait_for(lambda ev: any(e["event"] == "opened" and e["step"] == 100 for e in ev))
+        assert [e["source"] for e in ev if e["event"] == "opened"] == [f"{url}/exp/metrics.jsonl"]
+
+        # The store throttles for a while: said once, backed off, and the spike written meanwhile alerted.
+        s3.proxy.fail(3)
+        w.wait_logged("SlowDown")
+        history += _calm(range(105, 140)) + _line(140, 9.0) + _calm(range(141, 145))
+        s3.put(bucket, "team/exp/metrics.jsonl", history)
+        w.wait_for(lambda ev: any(e["event"] == "opened" and e["step"] == 140 for e in ev))
+        out = w.wait_logged("the store answers again")
+        assert out.count("SlowDown") == 1 and s3.proxy.failed == 3
+        w.kill9()
+
+        # Grown while the daemon was down; a restart fetches only that object and alerts nothing twice.
+        history += _calm(range(145, 160))
+        s3.put(bucket, "team/exp/metrics.jsonl", history)
+        s3.proxy.reset()
+        w.start()
+        s3.put(bucket, "team/zz/metrics.jsonl", _calm(range(1, 30)))
+        w.wait_logged("following")
+        w.wait_ready()
+        s3.put(bucket, "team/zz/metrics.jsonl", _calm(range(1, 30)) + _line(30, 9.0))
+        ev = w.wait_for(lambda ev: any(e["event"] == "opened" and e["run"] == "zz" for e in ev))
+        fetched = {line.split("?")[0] for line in s3.proxy.lines if "list-type=2" not in line}
+        assert fetched == {f"GET /{bucket}/team/exp/metrics.jsonl", f"GET /{bucket}/team/zz/metrics.jsonl"}, fetched
+    finally:
+        out = w.stop_and_read()
+    assert sorted((e["run"], e["step"]) for e in ev if e["event"] == "opened") == [("exp", 100), ("exp", 140), ("zz", 30)]
+    assert SECRET not in out and SECRET not in w.out.read_text()
+    assert "lossguard-mirror" not in out and str(tmp_path / "state") not in out, out

@@ -42,7 +42,7 @@ def _run(args: argparse.Namespace) -> int:
     for key, value in shown.items():
         print(f"{key:<{width}}  {printable(str(value))}")
     print(f"{'rules (loaded)':<{width}}  {len(rules.rules) + len(rules.crashes)} from {printable(rules.origin)}")
-    missing = [str(p) for p in settings.paths if not p.exists()]
+    missing = [str(p) for p in settings.paths if isinstance(p, Path) and not p.exists()]
     if missing:
         print(f"lossguard: warning: paths that do not exist (yet): {printable(', '.join(missing))}", file=sys.stderr)
     return EXIT_OK

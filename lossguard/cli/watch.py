@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ..ingest.sources import object_store
 from ..errors import UsageError
 from .help_text import Formatter, Later, presets
 from .state_access import state_dir
@@ -23,7 +24,7 @@ def add(sub: argparse._SubParsersAction) -> None:
         "SIGTERM/SIGINT stop it cleanly; SIGHUP reloads the rules.",
         epilog="Example:\n  lossguard watch /data/runs --state-dir /var/lib/lossguard\n  lossguard watch runs/ --polling --poll-interval 5   # NFS/Lustre",
     )
-    p.add_argument("paths", nargs="*", type=Path, metavar="PATH", help="runs folders (default: `paths` in the config)")
+    p.add_argument("paths", nargs="*", type=object_store.root, metavar="PATH", help="runs folders, or object store prefixes (s3://bucket/prefix, gs://, az://: polled every --poll-interval; default: `paths` in the config)")
     p.add_argument("--rules", action="append", type=Path, metavar="FILE_OR_DIR", help=Later(lambda: f"rules file, folder of them, or a preset: {presets()} (repeatable; default: `rules` in the config, else default)"))
     p.add_argument("--config", type=Path, help="lossguard.toml (see deploy/lossguard.toml)")
     p.add_argument("--state-dir", type=Path, help="default: $STATE_DIRECTORY, else the XDG state dir")
@@ -63,6 +64,8 @@ def _run(args: argparse.Namespace) -> int:
     if not settings.paths:
         raise UsageError("nothing to watch: give PATH arguments or `paths` in the config")
     for path in settings.paths:
+        if isinstance(path, str):
+            continue  # (an object store's URL: its extra and its name are checked as the daemon is built)
         if not path.exists():
             raise UsageError(f"{path}: no such folder to watch (create it first, or fix the path)")
         if not (path.is_dir() or path.is_file()):

@@ -30,6 +30,7 @@ from ..escaping import printable, printable_lines
 from .follow import Follower
 from .inotify import watch
 from .metrics import TEXTFILE_EVERY, Metrics
+from .mirrors import Mirrors, local_roots
 from .mounts import remote_roots
 from ..ingest.reader import ReadOptions
 from ..ingest.sources import sqlite_db
@@ -83,7 +84,8 @@ class Daemon:
     ) -> None:
         """`slack_app`: app_token, base_url, bot (a SlackBot of its own) and actors, when the
         buttons on alerts are on: their clicks come down a Socket Mode link on a thread of its own."""
-        self.roots = roots
+        self.mirrors = Mirrors.of(roots, state_dir=state_dir, poll_interval=poll_interval, log=log.info, warn=log.warning)
+        self.given, self.roots, self.watched = [str(r) for r in roots], *local_roots(roots, self.mirrors)
         self.rules_loader = rules_loader
         self.poll_interval = poll_interval
         self.polling = polling
@@ -107,8 +109,9 @@ class Daemon:
         # not something the next alert waits for; a picture goes out after its alert was delivered.
         self.plotter = Plotter(self.state.secondary(), sinks, directory=state_dir / "plots") if plot_sinks else None
         rules: RuleSet = rules_loader()
-        self.follower = Follower(roots, rules=rules, state=self.state, options=options, sinks=list(sinks), plot_sinks=plot_sinks,
+        self.follower = Follower(self.roots, rules=rules, state=self.state, options=options, sinks=list(sinks), plot_sinks=plot_sinks,
                                  stall_after=stall_after, crash_after=crash_after, log=log.info, warn=log.warning, clock=time.monotonic,
+                                 shown=self.mirrors.shown if self.mirrors else None,
                                  written=[state_dir, *(sink.path for sink in sinks.values() if isinstance(getattr(sink, "path", None), Path))])
         self.follower.budget.wake = self.note  # a slow read, left running by a pass, is done
         if os.environ.get(KILL_AT) == "before-first-commit":
@@ -188,6 +191,8 @@ class Daemon:
             self._retry_failed("reload")
         elif self._retry_due is not None:
             self._retry_failed(self._retry_due)
+        if walk and self.mirrors is not None:
+            self.mirrors.sync(time.monotonic())  # (outside the lock: a slow store holds up no delivery record)
         with self.lock:
             try:
                 report = self.follower.run_pass(time.time(), None if walk else changed)
@@ -317,12 +322,15 @@ class Daemon:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: self.stop.set())
         signal.signal(signal.SIGHUP, lambda *_: (self.reload.set(), self.note(None)))
-        remote = {} if self.polling else remote_roots(self.roots)
+        remote = {} if self.polling else remote_roots(self.watched)
         for root, fstype in remote.items():
             log.warning("%s is on %s: inotify cannot see other machines' writes there; rescanning every %.1fs", root, fstype, self.poll_interval)
-        # Polling (asked for, or a remote root) walks every poll interval; with inotify alone the
-        # walk is a rare safety net, and the passes inotify starts read only the files it named.
-        self.every = self.poll_interval if self.polling or remote else max(self.poll_interval, self.rescan_interval)
+        if self.mirrors is not None:
+            self.mirrors.show_in(logging.getLogger("lossguard"))
+        # Polling (asked for, a remote root, an object store) walks every poll interval; with inotify
+        # alone the walk is a rare safety net, and the passes inotify starts read only the files it named.
+        polled = self.polling or remote or self.mirrors is not None
+        self.every = self.poll_interval if polled else max(self.poll_interval, self.rescan_interval)
         self._retry_failed("start")
         if stale := sqlite_db.remove_stale_copies():
             log.info("removed %d private copy folder(s) of tracker databases that a process killed while reading left in %s", stale, tempfile.gettempdir())
@@ -338,12 +346,12 @@ class Daemon:
             self.metrics.start()  # (a port already taken stops the start here, exit 2)
             if self.metrics.textfile is not None:
                 self.scheduler.add_job(self.metrics.write_textfile, "interval", seconds=TEXTFILE_EVERY, id="textfile", next_run_time=datetime.now())
-        observer = None if self.polling else watch(self.roots, self.note)
+        observer = None if self.polling or not self.watched else watch(self.watched, self.note)
         self.scheduler.start()
         if self.link is not None:
             self.link.start()
-        mode = "polling" if self.polling else "inotify + polling" if remote else "inotify"
-        log.info("following %s (%s; full rescan every %.1fs)", ", ".join(map(str, self.roots)), mode, self.every)
+        mode = "polling" if self.polling or not self.watched else "inotify + polling" if polled else "inotify"
+        log.info("following %s (%s; full rescan every %.1fs)", ", ".join(self.given), mode, self.every)
         self.notifier.send("READY=1")
         ping = self.notifier.watchdog_interval or 1.0
         while not self.stop.wait(timeout=min(ping, 1.0)):

@@ -63,8 +63,11 @@ class Follower:
         warn: Callable[[str], None] | None = None,
         clock: Callable[[], float] | None = None,
         written: Sequence[Path] = (),
+        shown: Callable[[str], str] | None = None,
     ) -> None:
+        """`shown`: a file's path as an alert names its source (an object's URL for its mirror's copy)."""
         self.rules = rules
+        self.shown = shown or (lambda text: text)
         self.state = state
         self.first_pass = True
         self.budget = Budget(limit=read_limit, budget=pass_budget)
@@ -169,7 +172,7 @@ class Follower:
             incidents += tuple(replace(i, resumed_from=int(points[(run, i.metric)][0][0])) for i in seen[k].open
                                if restarts.get((run, i.metric), 0) > i.timeline and not i.over)
             if incidents:
-                source = _sources(new.frames[run])
+                source = self.shown(_sources(new.frames[run]))
                 loss_points = (tails[(run, "loss")].seen if (run, "loss") in tails else 0) + (points[(run, "loss")][0].size if (run, "loss") in points else 0)
                 for inc in incidents:
                     self.notices.incident(tx, inc, now=now, quiet=new.quiet[run], source=source, report=report, windows=windows[k], points=loss_points)

@@ -15,10 +15,11 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import SplitResult, urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, SecretStr, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict, SettingsError
 
 from ..errors import ConfigError
+from ..ingest.sources import object_store
 from ..redact import mask_service_url, mask_token, mask_url, remember
 from ..tomlio import key_line, load_toml
 from .credentials import SECRET_FILES, FileSecrets, broken_secret
@@ -147,6 +148,8 @@ def parse_listen(text: str) -> Endpoint:
 
 PathList = Annotated[list[Path], NoDecode]
 """A list of paths that the environment may give as one path, as PATH does (a:b), or as JSON."""
+RootList = Annotated[list[Annotated[Path | str, BeforeValidator(object_store.root)]], NoDecode]
+"""PathList where an object store's URL (s3://bucket/prefix) stays a string: a Path would make it s3:/bucket."""
 UrlList = Annotated[list[str], NoDecode]
 """A list of URLs that the environment may give as one URL, several separated by commas, or as JSON."""
 IdList = Annotated[list[str], NoDecode]
@@ -194,7 +197,7 @@ class SlackRoute(BaseModel):
 class Settings(NotifySettings):
     model_config = SettingsConfigDict(env_prefix="LOSSGUARD_", extra="ignore", frozen=True)
 
-    paths: PathList = Field(default_factory=list, description="runs folders (or log files) to follow")
+    paths: RootList = Field(default_factory=list, description="runs folders (or log files) to follow, or object store prefixes (s3://bucket/prefix, gs://, az://)")
     rules: PathList = Field(default_factory=list, description="rules files, folders or preset names; empty: the packaged defaults")
     state_dir: Path | None = Field(default=None, description="daemon state; default $STATE_DIRECTORY, else $XDG_STATE_HOME/lossguard")
     poll_interval: float = Field(default=10.0, allow_inf_nan=False, gt=0, le=DAY, description="seconds between rescans with --polling or of a root on a network filesystem (NFS, Lustre, CIFS, FUSE: found in /proc/self/mountinfo)")
@@ -233,6 +236,8 @@ class Settings(NotifySettings):
     def _path_list(cls, value: object) -> object:
         """One path (LOSSGUARD_PATHS=/data/runs, or `paths = "/data/runs"`), several as $PATH
         writes them (a:b), or a JSON list."""
+        if isinstance(value, str) and not value.strip().startswith("["):
+            return object_store.split_paths(value.strip())  # (s3://b: no separator)
         return comma_list(value, "paths", sep=os.pathsep)
 
     @field_validator("metrics_listen")
