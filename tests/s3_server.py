@@ -24,6 +24,7 @@ class S3Proxy:
         self.counts: Counter[str] = Counter()
         self.lines: list[str] = []
         self._failing = 0
+        self._passing = 0
         self.failed = 0
         self._lock = threading.Lock()
         proxy = self
@@ -39,7 +40,8 @@ class S3Proxy:
                 with proxy._lock:
                     proxy.counts[self.command] += 1
                     proxy.lines.append(f"{self.command} {self.path}")
-                    failing = proxy._failing > 0
+                    failing = proxy._failing > 0 and proxy._passing <= 0
+                    proxy._passing -= 1
                     if failing:
                         proxy._failing -= 1
                         proxy.failed += 1
@@ -72,9 +74,10 @@ class S3Proxy:
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
-    def fail(self, n: int) -> None:
+    def fail(self, n: int, *, after: int = 0) -> None:
+        """The next n requests answered 503 SlowDown, once `after` more have been forwarded."""
         with self._lock:
-            self._failing = n
+            self._failing, self._passing = n, after
 
     def reset(self) -> None:
         with self._lock:

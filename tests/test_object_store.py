@@ -159,6 +159,33 @@ def test_a_mirror_fetches_only_what_changed_and_an_idle_prefix_costs_its_listing
     assert sum(s3.proxy.counts.values()) == 1
 
 
+def test_a_large_object_is_fetched_in_pieces_and_a_fetch_cut_short_goes_on_from_where_it_stopped(tmp_path, s3, monkeypatch):
+    from lossguard.ingest.sources import object_store
+
+    monkeypatch.setattr(object_store, "CHUNK", 4096)  # (as 8 MiB pieces of a large event file, at a test's scale)
+    monkeypatch.setattr(object_store, "BATCH_BYTES", 16384)
+    bucket = s3.bucket("lg-pieces")
+    body = _calm(range(1, 1500))
+    s3.put(bucket, "big/train.jsonl", body)
+    mirror = object_store.Mirror(f"s3://{bucket}/big", cache=tmp_path / "cache", jobs=4, retries=1)
+    s3.proxy.reset()
+    assert mirror.sync().fetched == 1
+    copy = mirror.local() / "train.jsonl"
+    assert copy.read_text() == body and s3.proxy.counts["GET"] == 1 + -(-len(body) // 4096)
+    inode = copy.stat().st_ino
+
+    grown = body + _calm(range(1500, 2500))
+    s3.put(bucket, "big/train.jsonl", grown)
+    s3.proxy.fail(50, after=6)  # (the listing, the first batch: the head and four pieces; then the store fails)
+    cut = mirror.sync()
+    assert cut.failed and cut.appended == 0
+    assert grown.startswith(copy.read_text()) and len(copy.read_text()) > len(body)  # a prefix: a file still being written
+    s3.proxy.fail(0)
+    done = mirror.sync()
+    assert done.appended == 1 and not done.failed
+    assert copy.read_text() == grown and copy.stat().st_ino == inode
+
+
 @pytest.mark.parametrize("url, extra", [
     pytest.param("gs://bucket/runs", "gcs", id="gcs"),
     pytest.param("az://container/runs", "azure", id="azure"),
@@ -236,3 +263,33 @@ def test_the_daemon_follows_a_prefix_alerts_once_through_503s_and_kill_9_and_idl
     assert sorted((e["run"], e["step"]) for e in ev if e["event"] == "opened") == [("exp", 100), ("exp", 140), ("zz", 30)]
     assert SECRET not in out and SECRET not in w.out.read_text()
     assert "lossguard-mirror" not in out and str(tmp_path / "state") not in out, out
+
+
+def test_a_store_error_loses_a_presigned_urls_query_and_the_secrets_the_environment_holds(monkeypatch):
+    from botocore.exceptions import ClientError
+    from s3fs.errors import translate_boto_error
+
+    from lossguard.ingest.sources.object_store import _translate
+
+    monkeypatch.setenv("AWS_SESSION_TOKEN", "lg-session-token-0123456789")
+    said = ("Access Denied for https://lg.s3.amazonaws.com/runs/a?X-Amz-Credential=AKIA%2F20261206&X-Amz-Signature=deadbeef0123"
+            " (token lg-session-token-0123456789)")
+    boto = ClientError({"Error": {"Code": "AccessDenied", "Message": said}, "ResponseMetadata": {"HTTPStatusCode": 403}}, "GetObject")
+    err = _translate(translate_boto_error(boto), "s3://lg/runs")
+    text = str(err)
+    assert text.startswith("s3://lg/runs: access denied (403 AccessDenied: ") and not err.transient
+    assert "deadbeef" not in text and "AKIA" not in text and "lg-session-token" not in text
+    assert "https://lg.s3.amazonaws.com/runs/a?" in text  # (where it was, without what grants access)
+    slow = ClientError({"Error": {"Code": "SlowDown", "Message": "Please reduce your request rate."},
+                        "ResponseMetadata": {"HTTPStatusCode": 503}}, "ListObjectsV2")
+    assert _translate(translate_boto_error(slow), "s3://lg/runs").transient
+    throttled = ClientError({"Error": {"Code": "TooManyRequests", "Message": "Rate exceeded"},
+                             "ResponseMetadata": {"HTTPStatusCode": 429}}, "ListObjectsV2")
+    assert _translate(translate_boto_error(throttled), "s3://lg/runs").transient
+
+
+def test_paths_from_the_environment_keep_a_urls_scheme(monkeypatch):
+    from lossguard.watch.settings import load_settings
+
+    monkeypatch.setenv("LOSSGUARD_PATHS", "s3://lg/runs:/data/runs:gs://lg-b/p/")
+    assert load_settings(None).paths == ["s3://lg/runs", Path("/data/runs"), "gs://lg-b/p/"]

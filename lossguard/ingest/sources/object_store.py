@@ -55,6 +55,11 @@ OVERLAP = 64
 the same bytes at both ends say the object grew (appended to, then uploaded whole), as the readers
 tell a grown file on disk by its head and the bytes before their offset; other bytes say it was
 rewritten, and it is fetched whole."""
+CHUNK = 8 << 20
+"""An object is fetched in ranges of at most this many bytes (a large event file is no single request
+held in memory), and written to its copy piece after piece."""
+BATCH_BYTES = 64 << 20
+"""Bytes fetched concurrently at most: a sync's memory, whatever the prefix holds."""
 WHOLE_BELOW = 64 << 10
 """A changed object whose copy is smaller than this is fetched whole, in one request: two ranged
 requests (its head, its growth) would cost more round trips than its bytes."""
@@ -317,34 +322,55 @@ class Mirror:
 
     def _fetch(self, wanted: Sequence[tuple[Listed, str, Path, int]], report: SyncReport) -> None:
         """The objects' missing bytes, fetched concurrently (at most `jobs` requests at a time), then
-        a second, whole fetch of those whose ends said they were rewritten. `start` is where a
-        copy's growth is fetched from (its head is fetched beside it), 0 for an object fetched
-        whole, -1 for one fetched whole that is shorter than its copy."""
-        grows = [w for w in wanted if w[3] > 0]
-        asked = [(r, max(0, s), o.size) for o, r, _, s in wanted] + [(r, 0, OVERLAP) for _, r, _, _ in grows]
-        got = self._ranges(asked, report)
-        heads = dict(zip((w[2] for w in grows), got[len(wanted):]))
-        whole: list[tuple[Listed, str, Path, int]] = []
-        for (obj, remote, path, start), data in zip(wanted, got):
-            if data is None or (start > 0 and heads[path] is None):
+        fetched whole again where the bytes a copy holds turned out to have changed. `start` is
+        where a copy's growth is fetched from (its head is fetched beside it), 0 for an object
+        fetched whole, -1 for one fetched whole that is shorter than its copy."""
+        again = self._pieces(wanted, report)
+        if again:
+            self._pieces([(obj, remote, path, -1) for obj, remote, path, _ in again], report)
+
+    def _pieces(self, wanted: Sequence[tuple[Listed, str, Path, int]], report: SyncReport) -> list[tuple[Listed, str, Path, int]]:
+        """`wanted` fetched in pieces of at most CHUNK bytes, BATCH_BYTES at a time, so that memory
+        stays bounded whatever the objects' sizes; each copy written in order, piece after piece. A
+        copy whose fetch stops (a failed request) is left a prefix of its object, which the readers
+        take for a file still being written, and goes on from there at the next sync. Returns the
+        growths whose bytes before them were not the copy's: the objects were rewritten."""
+        pieces = [(n, at, min(obj.size, at + CHUNK)) for n, (obj, _, _, start) in enumerate(wanted) for at in range(max(0, start), obj.size, CHUNK)]
+        stopped: set[int] = set()
+        again: list[tuple[Listed, str, Path, int]] = []
+        batch: list[tuple[int, int, int]] = []
+        held = 0
+        for k, piece in enumerate(pieces):
+            batch.append(piece)
+            held += piece[2] - piece[1]
+            if k + 1 < len(pieces) and held + CHUNK <= BATCH_BYTES:
                 continue
-            if start > 0 and not self._append(path, start, data, heads[path]):
-                whole.append((obj, remote, path, 0))  # (its bytes changed where the copy has them: rewritten)
-                continue
-            if start <= 0:
-                self._rewrite(path, data)
-            report.appended += start > 0
-            report.fetched += start == 0
-            report.rewritten += start < 0
-            report.bytes += len(data) + (OVERLAP if start > 0 else 0)
-            self._manifest[obj.key] = [obj.version, obj.size]
-        for (obj, _remote, path, _), data in zip(whole, self._ranges([(r, 0, o.size) for o, r, _, _ in whole], report)):
-            if data is None:
-                continue
-            self._rewrite(path, data)
-            report.rewritten += 1
-            report.bytes += len(data)
-            self._manifest[obj.key] = [obj.version, obj.size]
+            batch = [p for p in batch if p[0] not in stopped]  # (the rest of a copy whose fetch stopped: not asked)
+            firsts = [(n, at) for n, at, _ in batch if at == max(0, wanted[n][3]) and wanted[n][3] > 0]
+            asked = [(wanted[n][1], at, end) for n, at, end in batch] + [(wanted[n][1], 0, OVERLAP) for n, _ in firsts]
+            got = self._ranges(asked, report)
+            heads = {n: data for (n, _), data in zip(firsts, got[len(batch):])}
+            for (n, at, end), data in zip(batch, got):
+                obj, _, path, start = wanted[n]
+                if n in stopped or data is None or heads.get(n, b"") is None:
+                    stopped.add(n)
+                    continue
+                if at == max(0, start):
+                    written = self._append(path, start, data, heads[n]) if start > 0 else self._rewrite(path, data)
+                else:
+                    written = self._extend(path, at, data)
+                if not written:
+                    stopped.add(n)
+                    again += [wanted[n]] if at == start else []
+                    continue
+                report.bytes += len(data)
+                if end == obj.size:
+                    report.appended += start > 0
+                    report.fetched += start == 0
+                    report.rewritten += start < 0
+                    self._manifest[obj.key] = [obj.version, obj.size]
+            batch, held = [], 0
+        return again
 
     def _ranges(self, asked: Sequence[tuple[str, int, int]], report: SyncReport) -> list[bytes | None]:
         if not asked:
@@ -379,12 +405,22 @@ class Mirror:
         return True
 
     @staticmethod
-    def _rewrite(path: Path, data: bytes) -> None:
-        """The copy made the object's bytes, in place (same inode): never replaced by another file."""
+    def _rewrite(path: Path, data: bytes) -> bool:
+        """The copy made the object's first bytes, in place (same inode): never replaced by another file."""
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path, "r+b" if path.is_file() else "wb") as fh:
             fh.write(data)
             fh.truncate()
+        return True
+
+    @staticmethod
+    def _extend(path: Path, at: int, data: bytes) -> bool:
+        """A piece after the first written where the copy ends; False if it ends elsewhere."""
+        with open(path, "r+b") as fh:
+            if fh.seek(0, os.SEEK_END) != at:
+                return False
+            fh.write(data)
+        return True
 
     def shown(self, text: str) -> str:
         """A text where the mirror's paths are the URL's."""
