@@ -213,7 +213,7 @@ def test_a_store_that_refuses_is_one_line_naming_the_url_and_no_secret(s3, capsy
     assert SECRET not in err[0]
 
 
-def test_the_daemon_follows_a_prefix_alerts_once_through_503s_and_kill_9_and_idles_on_listings(tmp_path, s3):
+def test_the_daemon_follows_a_prefix_alerts_once_through_503s_and_kill_9_and_idles_on_listings(tmp_path, s3, capsys):
     bucket = s3.bucket("lg-live")
     s3.put_many(bucket, {f"team/idle{i:03d}/metrics.jsonl": _calm(range(1, 20)) for i in range(100)})
     history = _calm(range(1, 100))
@@ -263,6 +263,11 @@ def test_the_daemon_follows_a_prefix_alerts_once_through_503s_and_kill_9_and_idl
     assert sorted((e["run"], e["step"]) for e in ev if e["event"] == "opened") == [("exp", 100), ("exp", 140), ("zz", 30)]
     assert SECRET not in out and SECRET not in w.out.read_text()
     assert "lossguard-mirror" not in out and str(tmp_path / "state") not in out, out
+    # `lossguard status` shows the followed copies as their objects' URLs too.
+    capsys.readouterr()
+    assert main(["status", "--state-dir", str(tmp_path / "state")]) == 0
+    status = capsys.readouterr().out
+    assert f"{url}/exp/metrics.jsonl" in status and str(tmp_path) not in status, status
 
 
 def test_a_store_error_loses_a_presigned_urls_query_and_the_secrets_the_environment_holds(monkeypatch):

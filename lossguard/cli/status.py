@@ -9,7 +9,9 @@ import time
 from ..alerts.link import HEARTBEAT
 from ..errors import UsageError
 from ..escaping import printable
+from ..ingest.sources import object_store
 from ..redact import scrub
+from ..watch.mirrors import OBJECTS
 from .exits import EXIT_OK
 from .help_text import Formatter
 from .silence import silence_line
@@ -48,8 +50,10 @@ def _run(args: argparse.Namespace) -> int:
     link = summary["slack_link"]
     if link is not None:
         link["silent_for"] = _silent_for(link, time.time())
+    objects = state_dir_of(args) / OBJECTS
     for f in summary["files"]:
         f["runs"] = _runs_of(f, f.pop("named", None))
+        f["path"] = object_store.shown_path(f["path"], objects)  # (an object's copy: its URL)
     if args.format == "json":
         print(json.dumps(summary, indent=2))
         return EXIT_OK

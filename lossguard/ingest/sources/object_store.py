@@ -65,6 +65,9 @@ WHOLE_BELOW = 64 << 10
 requests (its head, its growth) would cost more round trips than its bytes."""
 MANIFEST = ".lossguard-mirror.json"
 """What each key's copy was made from, beside the mirror's top folder (never under the root read)."""
+URL_FILE = ".lossguard-url"
+"""The URL a mirror's folder holds the objects of, for a process that reads the daemon's state and
+shows its files (`lossguard status`) as their URLs."""
 TRANSIENT_WORDS = ("SlowDown", "503", "429", "500", "502", "504", "Throttl", "TooManyRequests", "reduce your request rate",
                    "ServiceUnavailable", "InternalError", "RequestTimeout", "timed out", "Timeout", "Connection")
 _QUERY = re.compile(r"(https?://[^\s?'\"<>]*)\?[^\s'\"<>]*")
@@ -225,6 +228,9 @@ class Mirror:
         self.jobs = max(1, jobs)
         self._manifest_path = cache / MANIFEST
         self._manifest: dict[str, list[Any]] = self._load_manifest()
+        cache.mkdir(parents=True, exist_ok=True)
+        if not (cache / URL_FILE).is_file():
+            (cache / URL_FILE).write_text(self.url + "\n", encoding="utf-8")
         self.is_file = False
         """Whether the URL names one object rather than a prefix (set by the first listing)."""
 
@@ -426,6 +432,21 @@ class Mirror:
         """A text where the mirror's paths are the URL's."""
         local = str(self.local())
         return text.replace(local, self.url) if local in text else text
+
+
+def shown_path(path: str, objects: Path) -> str:
+    """A file of a mirror under `objects` (the folder cache_for was given) as its object's URL;
+    any other path as it is."""
+    rel = os.path.relpath(path, objects)
+    if rel.startswith(".."):
+        return path
+    digest, _, below = rel.partition(os.sep)
+    try:
+        url = (objects / digest / URL_FILE).read_text(encoding="utf-8").strip()
+    except OSError:
+        return path
+    prefix = url.partition("://")[2]
+    return url + below[len(prefix):] if below == prefix or below.startswith(prefix + "/") else path
 
 
 def cache_for(url: str, parent: Path) -> Path:
