@@ -29,10 +29,13 @@ class LossguardWarning(UserWarning):
     """A file that could not be read, or read only in part (what `scan` prints as a warning)."""
 
 
-def _paths(paths: Paths) -> list[Path]:
+def _paths(paths: Paths, *, urls: bool = False) -> list[Path | str]:
+    """Paths as given; with `urls`, an object store's URL (s3://bucket/prefix) kept as one."""
+    from .ingest.sources.object_store import root
+
     given = [paths] if isinstance(paths, (str, PathLike)) else list(paths)
-    out = [Path(p) for p in given]
-    missing = [str(p) for p in out if not p.exists()]
+    out = [root(p) if urls else Path(p) for p in given]
+    missing = [str(p) for p in out if isinstance(p, Path) and not p.exists()]
     if missing:
         raise UsageError(f"no such file or folder: {', '.join(missing)}")
     return out
@@ -92,14 +95,15 @@ class Report:
 
 
 def scan(paths: Paths, *, rules: Rules = None, run: str | None = None) -> Report:
-    """The audit `lossguard scan` makes: every run under `paths`, judged by `rules` (None: the
-    defaults; a preset name such as "olmo-core", a rules file or folder, or several), only the runs
-    whose name matches the glob `run` if given."""
+    """The audit `lossguard scan` makes: every run under `paths` (folders, files, or object store
+    URLs such as s3://bucket/prefix), judged by `rules` (None: the defaults; a preset name such as
+    "olmo-core", a rules file or folder, or several), only the runs whose name matches the glob
+    `run` if given."""
     from .report.audit import scan as audit
     from .ingest.config import read_options
     from .report.scan_report import document
 
-    result = audit(_paths(paths), rules=_rules(rules), options=read_options(None), run_glob=run, jobs=1)
+    result = audit(_paths(paths, urls=True), rules=_rules(rules), options=read_options(None), run_glob=run, jobs=1)
     _warn(result.all_problems)
     return Report(**document(result), result=result)
 

@@ -113,6 +113,10 @@ def test_a_prefix_scans_as_the_same_files_on_disk_named_by_their_urls(tmp_path, 
     assert [r["run"] for r in json.loads(one)["runs"]] == ["train"]
     _, both = _scan_json(capsys, f"s3://{bucket}/team/runs/two", str(root / "csv"))
     assert sorted(r["run"] for r in json.loads(both)["runs"]) == ["csv", "two/a", "two/b"]
+    from lossguard import api
+
+    assert [r["source"] for r in api.scan(f"s3://{bucket}/team/runs/two").runs] == [f"s3://{bucket}/team/runs/two/a/metrics.jsonl",
+                                                                                     f"s3://{bucket}/team/runs/two/b.jsonl"]
 
 
 def test_a_mirror_fetches_only_what_changed_and_an_idle_prefix_costs_its_listing(tmp_path, s3):
