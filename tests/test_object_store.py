@@ -195,13 +195,15 @@ def test_a_large_object_is_fetched_in_pieces_and_a_fetch_cut_short_goes_on_from_
     pytest.param("az://container/runs", "azure", id="azure"),
     pytest.param("abfs://container/runs", "azure", id="abfs"),
 ])
-def test_a_url_whose_extra_is_not_installed_is_one_line_naming_it(url, extra, capsys):
+def test_a_url_whose_extra_is_not_installed_is_one_line_naming_it(url, extra, tmp_path, capsys, monkeypatch):
     pytest.importorskip("fsspec")
     if extra == "gcs" and _installed("gcsfs") or extra == "azure" and _installed("adlfs"):
         pytest.skip("the store's library is installed here")
-    assert main(["scan", url]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and f"pip install 'lossguard[{extra}]'" in err[0], err
+    monkeypatch.setattr("lossguard.watch.daemon.setup_logging", lambda level: None)  # (the test's logging stays the test's)
+    for command in (["scan", url], ["watch", url, "--state-dir", str(tmp_path / "state")]):
+        assert main(command) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and f"pip install 'lossguard[{extra}]'" in err[0], (command, err)
 
 
 def _installed(name: str) -> bool:

@@ -221,6 +221,8 @@ class Mirror:
             raise UsageError(f"{url}: no bucket named")
         protocol, package, extra = SCHEMES[scheme]
         self.fs = filesystem(protocol, package, extra, retries=retries)
+        # The prefix as the store's listings name it (`abfs://c@account.dfs.core.windows.net/p` is `c/p`).
+        self.prefix = str(getattr(self.fs, "_strip_protocol", lambda u: self.prefix)(self.url)).strip("/") or self.prefix
         # The mirror's root has the prefix's own name: a run found at the root is named after it,
         # as the same folder on disk would be.
         self.top = cache
