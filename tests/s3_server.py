@@ -80,9 +80,11 @@ class S3Proxy:
             self._failing, self._passing = n, after
 
     def reset(self) -> None:
+        """The counts started again (the server is the module's: each test counts its own)."""
         with self._lock:
             self.counts.clear()
             self.lines.clear()
+            self.failed = 0
 
     def close(self) -> None:
         self.server.shutdown()
