@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import LossguardError, UsageError
+from ...redact import remember
 
 SCHEMES: Mapping[str, tuple[str, str, str]] = {
     "s3": ("s3", "s3fs", "s3"),
@@ -157,6 +158,9 @@ def _filesystem(protocol: str, package: str, extra: str, *, retries: int) -> Any
         cls = fsspec.get_filesystem_class(protocol)
     except (ImportError, ValueError):
         raise UsageError(f"reading {protocol}:// URLs needs {package}: pip install 'lossguard[{extra}]'") from None
+    for name in _SECRET_ENV:  # (scrubbed from every line lossguard writes, a traceback's too)
+        if os.environ.get(name):
+            remember(os.environ[name])
     options: dict[str, Any] = {"skip_instance_cache": True}
     if protocol == "s3":
         # botocore reads AWS_ENDPOINT_URL itself in recent versions; said here for the older ones.
