@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
@@ -24,6 +25,24 @@ def from_json_number(value: object) -> float | None:
     if value is None:
         return None
     return float(value)  # float("NaN"), float("Infinity") and float("-Infinity") are what they say
+
+
+RANKED = re.compile(r"^(?P<run>.+) \[rank (?P<rank>\d{1,6})\]$")
+"""The name a run's per-rank stream goes by inside lossguard (`job7 [rank 1]`): discovery gives each
+rank's files their own stream, so the daemon's state (streams, cursors, incidents keyed by run)
+needs nothing new and a run of one rank costs nothing; reports split it back into run and rank. It
+reads well wherever it is shown as it is (a status line, a metric's label, a daemon's alert)."""
+
+
+def ranked(run: str, rank: str) -> str:
+    """The internal name of one rank's stream of `run`."""
+    return f"{run} [rank {int(rank)}]"
+
+
+def split_rank(run: str) -> tuple[str, str | None]:
+    """(run, rank) of an internal run name; (run, None) for a run not written per rank."""
+    match = RANKED.match(run)
+    return (match["run"], match["rank"]) if match else (run, None)
 
 
 @dataclass(frozen=True)
@@ -78,6 +97,11 @@ class Incident:
     """A crash: the error that ended the run, in one line (`CUDA out of memory`)."""
     lines: tuple[str, ...] = ()
     """A crash: the lines of the log that say it (a few, each cut short; raw text, escaped where shown)."""
+    ranks: tuple[str, ...] = ()
+    """The ranks of a run written per rank that saw the incident (several: the same spike on data
+    parallel replicas, one incident); () where the run is one stream, or its name says the rank."""
+    host: str | None = None
+    """The host the incident happened on, where the log says it (torchrun's failure table)."""
     timeline: int = 0
     """Which of the stream's timelines the incident is on, as the daemon counts them from its first
     read: each time the steps go back (a resume, a log a new run rewrote from its start) a new one
@@ -120,11 +144,14 @@ class Incident:
     def trouble(self) -> str:
         """What reports and alerts call the incident: a divergence (a loss that kept rising, measured
         against its recent minimum, never far above the points just before it) or a spike."""
-        return "divergence" if self.kind == "divergence" else "spike"
+        return "divergence" if self.kind == "divergence" else "straggler" if self.kind == "straggler" else "spike"
 
     @property
     def compared_with(self) -> str:
-        """Its baseline, in words: a divergence's is the loss's recent minimum, not a recent mean."""
+        """Its baseline, in words: a divergence's is the loss's recent minimum, not a recent mean; a
+        straggler's the other ranks' median at the same steps."""
+        if self.kind == "straggler":
+            return "the other ranks' median"
         return "its recent minimum" if self.kind == "divergence" else "baseline"
 
     @property
@@ -136,6 +163,26 @@ class Incident:
         if self.baseline is None or self.baseline == 0 or not math.isfinite(self.value):
             return None
         return self.value / self.baseline
+
+    @property
+    def run_name(self) -> str:
+        """The run, without the rank its stream is of."""
+        return split_rank(self.run)[0]
+
+    @property
+    def rank_list(self) -> tuple[str, ...]:
+        """The ranks that saw it, as a report says them: its own, or the one its stream is of."""
+        own = split_rank(self.run)[1]
+        return self.ranks or ((own,) if own is not None else ())
+
+    @property
+    def where(self) -> str | None:
+        """Its ranks and host in words (`rank 1 on node-3`, `ranks 0, 1`); None where neither is known."""
+        ranks = self.rank_list
+        said = f"rank{'s' if len(ranks) > 1 else ''} {', '.join(ranks)}" if ranks else ""
+        if self.host:
+            said = f"{said} on {self.host}" if said else f"on {self.host}"
+        return said or None
 
     @property
     def key(self) -> tuple[str, str, int]:
@@ -167,6 +214,8 @@ class Incident:
             "follows": None if self.follows is None else list(self.follows),
             "timeline": self.timeline,
             **({"error": self.error, "lines": list(self.lines)} if self.error is not None else {}),
+            **({"ranks": list(self.ranks)} if self.ranks else {}),
+            **({"host": self.host} if self.host else {}),
         }
 
     @classmethod
@@ -190,6 +239,8 @@ class Incident:
             timeline=int(data.get("timeline", 0)),
             error=None if data.get("error") is None else str(data["error"]),
             lines=tuple(str(line) for line in data.get("lines") or ()),
+            ranks=tuple(str(r) for r in data.get("ranks") or ()),
+            host=None if data.get("host") is None else str(data["host"]),
         )
 
     def to_report(self) -> dict[str, object]:
@@ -212,6 +263,11 @@ class Incident:
             report["segment"] = self.later_timeline  # (as a too_short warning numbers them)
         if self.follows is not None:
             report["follows"] = {"rule": self.follows[0], "step": self.follows[1]}
+        ranks = self.rank_list
+        if ranks:  # (only for runs written per rank: a run of one stream has no rank to say)
+            report.update(run=self.run_name, rank=int(ranks[0]), ranks=[int(r) for r in ranks])
+        if self.host:
+            report["host"] = self.host
         return report
 
 @dataclass(frozen=True)

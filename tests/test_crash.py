@@ -101,11 +101,11 @@ CRASHES = [
                  "XLA resource exhausted (out of device memory)", id="XLA RESOURCE_EXHAUSTED"),
     pytest.param(hf_lines(range(1, 41)) + NCCL, "crash-nccl-timeout", "NCCL watchdog timeout", id="NCCL watchdog"),
     pytest.param(hf_lines(range(1, 41)) + child_failed(1, "To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html"),
-                 "crash-worker-failed", "torchrun worker failed (ChildFailedError)", id="ChildFailedError"),
+                 "crash-worker-failed", "torchrun worker failed (ChildFailedError) on rank 1 (gpu-node-007.cluster)", id="ChildFailedError"),
     pytest.param(hf_lines(range(1, 41)) + child_failed(-11, "Signal 11 (SIGSEGV) received by PID 102931"), "crash-segfault",
-                 "Segmentation fault", id="ChildFailedError exitcode -11"),
+                 "Segmentation fault on rank 1 (gpu-node-007.cluster)", id="ChildFailedError exitcode -11"),
     pytest.param(hf_lines(range(1, 41)) + child_failed(-9, "Signal 9 (SIGKILL) received by PID 102931"), "crash-killed",
-                 "Killed (SIGKILL)", id="ChildFailedError exitcode -9"),
+                 "Killed (SIGKILL) on rank 1 (gpu-node-007.cluster)", id="ChildFailedError exitcode -9"),
     pytest.param(hf_lines(range(1, 41)) + SLURM_OOM, "crash-slurm-oom", "killed by SLURM for host memory (oom_kill)", id="SLURM oom_kill"),
     pytest.param(hf_lines(range(1, 41)) + SLURM_TIME, "crash-slurm-time-limit", "SLURM time limit", id="SLURM time limit"),
     pytest.param(hf_lines(range(1, 41)) + BASH_KILLED, "crash-killed", "Killed (SIGKILL)", id="the shell's Killed"),
@@ -132,6 +132,7 @@ def test_torchruns_table_names_the_failing_rank_and_host():
     inc = crash_of(hf_lines(range(1, 41)) + child_failed(1, "To enable traceback see: ...")).incident
     assert "  host      : gpu-node-007.cluster" in inc.lines and "  rank      : 1 (local_rank: 1)" in inc.lines
     assert any(line.startswith("  exitcode  : 1") for line in inc.lines)
+    assert (inc.ranks, inc.host, inc.where) == (("1",), "gpu-node-007.cluster", "rank 1 on gpu-node-007.cluster")
 
 
 def test_the_root_cause_names_the_crash_rather_than_what_followed_it():

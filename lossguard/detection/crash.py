@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 
 from ..ingest.sources.texttail import Tail
-from ..model import Incident
+from ..model import Incident, split_rank
 from ..validate import spec
 from .crash_advice import ADVICE, causes_for
 from .kinds import SEVERITIES
@@ -55,6 +55,8 @@ optional `[rank0]:` prefix torchrun's `--tee` adds."""
 ROOT_CAUSE = re.compile(r"^\s*(?:\[[^\]]*\]:?\s*)?(?:host|rank|exitcode|error_file)\s*:\s*\S")
 """The fields of torchrun's ChildFailedError table (torch/distributed/elastic/multiprocessing/
 errors/__init__.py) that say where a worker failed."""
+FAILED_AT = re.compile(r"^\s*(?:\[[^\]]*\]:?\s*)?(?P<field>host|rank)\s*:\s*(?P<value>[^\s(]+)")
+"""The table's `host : node-3` and `rank : 9 (local_rank: 1)` (the global rank)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -91,7 +93,8 @@ class CrashRule:
         return None
 
     def applies_to(self, run: str) -> bool:
-        return fnmatchcase(run, self.runs)
+        """(A rank's stream is judged by its run's rules: a rules file names runs, not ranks.)"""
+        return fnmatchcase(split_rank(run)[0], self.runs)
 
     def matches(self, line: str) -> bool:
         return any(re.search(p, line[:MAX_MATCHED_CHARS]) for p in self.patterns)
@@ -207,8 +210,12 @@ def find_crash(logs: Sequence[Tail], rules: Sequence[CrashRule], *, run: str, la
 def _finding(found: _Match, *, run: str, last_step: int | None) -> Incident:
     rule, kept = found.rule, _kept(found)
     error = rule.error.replace("{exception}", found.exception or "exception")
-    if found.log.rank is not None:
-        error += f" on rank {found.log.rank}"
+    table = failed_at(found.log.lines)
+    rank = found.log.rank or table.get("rank")
+    if rank is not None:
+        error += f" on rank {rank}"
+    if "host" in table:
+        error += f" ({table['host']})"
     if last_step is None:
         error += ", before any step was logged"
     where = found.log.source
@@ -217,4 +224,21 @@ def _finding(found: _Match, *, run: str, last_step: int | None) -> Incident:
     return Incident(
         run=run, metric=rule.metric, rule=rule.name, kind=rule.kind, severity=rule.severity, step=step, peak_step=step,
         value=math.nan, baseline=None, threshold=None, causes=causes, error=error, lines=kept,
+        ranks=(rank,) if rank is not None and table.get("rank") == rank else (), host=table.get("host"),
     )
+
+
+def failed_at(lines: Sequence[str]) -> dict[str, str]:
+    """The rank and host torchrun's ChildFailedError table gives its root cause (the first failure
+    it observed; the `Failures:` above it are others), where the lines hold one."""
+    start = next((k for k in range(len(lines) - 1, -1, -1) if "Root Cause" in lines[k]), None)
+    out: dict[str, str] = {}
+    if start is None:
+        return out
+    for line in lines[start:]:
+        match = FAILED_AT.match(line)
+        if match and match["field"] not in out and match["value"].isprintable():
+            out[match["field"]] = match["value"]
+        if len(out) == 2:
+            break
+    return out

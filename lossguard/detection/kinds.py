@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, ClassVar
 import numpy as np
 import polars as pl
 
+from ..model import split_rank
 from ..ingest.table import CANONICAL_METRICS
 from ..validate import spec
 
@@ -118,7 +119,8 @@ class Rule:
         return None
 
     def applies_to(self, run: str) -> bool:
-        return fnmatchcase(run, self.runs)
+        """(A rank's stream is judged by its run's rules: a rules file names runs, not ranks.)"""
+        return fnmatchcase(split_rank(run)[0], self.runs)
 
     @property
     def history(self) -> int:

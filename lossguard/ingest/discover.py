@@ -31,7 +31,9 @@ from ..errors import UsageError
 from ..escaping import decodable
 from .problems import Problem
 from .sources import sqlite_db
+from .sources.ranks import per_rank
 from .sources.texttail import torchrun_rank
+from ..model import ranked
 
 CANNOT_ENTER, CANNOT_LIST = "cannot enter folder", "cannot list folder"
 """How a walk says it could not see into a folder (the daemon keeps following the files under it)."""
@@ -175,9 +177,9 @@ def _run_name(path: Path, root: Path) -> str:
     if root == path and not _says_nothing(path.name):
         return path.stem  # a file named on the command line (`train.log` -> train)
     if torchrun_rank(path) is not None and root not in (path, folder, folder.parent):
-        # torchrun's per-rank output (`<run_id>/attempt_<N>/<rank>/stderr.log`): every rank and
-        # every restart of one job is that job's run, named by its folder.
-        return Path(os.path.relpath(folder.parent.parent, root)).as_posix()
+        # torchrun's per-rank output (`<run_id>/attempt_<N>/<rank>/stderr.log`): every restart of
+        # one job is that job's run, named by its folder, and each rank a stream of it.
+        return ranked(Path(os.path.relpath(folder.parent.parent, root)).as_posix(), torchrun_rank(path))  # type: ignore[arg-type]
     if _names_its_run(path.name, folder.name):
         if folder.name and _CHECKPOINT.match(folder.name):
             folder = folder.parent
@@ -347,10 +349,9 @@ def discover(root: Path, *, extra_globs: Sequence[str] = (), problems: list[Prob
     files = _newest_trainer_states([Path(p) for p in paths if is_log(p, extra_globs)])
     # Rotated segments (train.log.1) belong to their live log's run and are read before it.
     live = {p: p.with_name(live_name(p.name)[0]) for p in files}
-    found = sorted(
-        (Found(decodable(run_name(live[p], root)), p) for p in files),  # (a name that is not UTF-8 as \xe9: it is stored and shown)
-        key=lambda f: (f.run, segment_order(str(f.path))),
-    )
+    named = [(decodable(run_name(live[p], root)), p) for p in files]  # (a name that is not UTF-8 as \xe9: it is stored and shown)
+    ranks = per_rank([(run, os.path.dirname(p)) for run, p in named])  # (files one job wrote per rank: its ranks' streams)
+    found = sorted((Found(ranks.get(run, run), p) for run, p in named), key=lambda f: (f.run, segment_order(str(f.path))))
     if listings is not None:
         listings.found[key] = (names, found)
     return found

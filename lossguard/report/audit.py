@@ -13,7 +13,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from fnmatch import fnmatchcase
 from pathlib import Path
 
@@ -25,7 +25,9 @@ from ..ingest.cursor import Cursor
 from ..detection.crash import find_crash
 from ..detection.engine import SCAN_NEEDS, RunAnalysis, analyse_runs
 from ..escaping import decodable
-from ..model import Incident
+from ..model import Incident, split_rank
+from .ranks import combined
+from .runs import Curve, RunReport
 from ..ingest.problems import Problem, summarised
 from ..ingest.sources import object_store, sqlite_db
 from ..ingest.sources.texttail import tails_of
@@ -40,36 +42,6 @@ from ..detection.streams import Points, context, context_points
 CURVE_POINTS = 1500
 PARALLEL_BYTES = 64 << 20
 SPARK_BEFORE, SPARK_AFTER = 24, 12
-
-
-@dataclass(frozen=True)
-class Curve:
-    steps: tuple[int, ...]
-    values: tuple[float, ...]
-
-
-@dataclass(frozen=True)
-class RunReport:
-    analysis: RunAnalysis
-    source: str
-    formats: tuple[str, ...]
-    files: int
-    problems: tuple[Problem, ...] = ()
-    curves: dict[str, Curve] = field(default_factory=dict)
-    sparks: dict[tuple[str, int], tuple[float, ...]] = field(default_factory=dict)
-    """Loss values around each incident, keyed by (rule, step)."""
-    ignored: int = 0
-    """Its files passed over in silence (databases no tracker wrote): no file of the scan's total."""
-    paths: tuple[str, ...] = ()
-    """Its files (`source` is their folder when they are several)."""
-
-    @property
-    def run(self) -> str:
-        return self.analysis.run
-
-    @property
-    def incidents(self) -> tuple[Incident, ...]:
-        return self.analysis.incidents
 
 
 @dataclass(frozen=True)
@@ -240,7 +212,7 @@ def _report(read: _Read, analysis: RunAnalysis, streams: dict[str, Points]) -> R
         c = context(read.frame, metric)
         contexts[metric] = (c.get_column("step").to_numpy(), c.get_column("value").to_numpy())
     curves = {}
-    for metric in ("loss", "lr", "grad_norm", "loss_scale", "eval_loss"):
+    for metric in ("loss", "lr", "grad_norm", "loss_scale", "eval_loss", "step_time"):
         steps, values = contexts[metric]
         if steps.size:
             curves[metric] = _decimate(steps, values)
@@ -416,9 +388,9 @@ def _scan_local(
     if run_glob:
         # A file naming its own runs is read for the filter below: its runs are known once read.
         named = [may_name_runs(f.path) for f in found]
-        names = {f.run for f, n in zip(found, named) if not n}
+        names = {split_rank(f.run)[0] for f, n in zip(found, named) if not n}
         naming = {str(f.path) for f, n in zip(found, named) if n}
-        found = [f for f, n in zip(found, named) if n or fnmatchcase(f.run, run_glob)]
+        found = [f for f, n in zip(found, named) if n or fnmatchcase(split_rank(f.run)[0], run_glob)]
     by_run: dict[str, list[str]] = {}
     sizes: dict[str, int] = {}
     file_sizes: dict[str, int] = {}
@@ -465,6 +437,7 @@ def _scan_local(
             done_bytes += sum(sizes.get(run, 0) for run in batch)
             if progress:
                 progress(len(reports), len(runs), done_bytes)
+    reports = combined(reports)  # (a run's ranks were read and judged each on its own)
     # A "run" in which no file was recognised is no run: only its warnings are kept.
     ordered = sorted((r for r in reports if not run_glob or fnmatchcase(r.run, run_glob)), key=lambda r: r.run)
     kept = tuple(r for r in ordered if r.formats or r.incidents)

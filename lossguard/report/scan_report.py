@@ -96,7 +96,15 @@ SEVERITY_COLOUR = {"critical": "1;31", "warning": "33", "info": "36"}
 
 def _incident_head(inc: Incident) -> str:
     if inc.is_crash:
-        return f"crashed: {inc.error}; the last step the run reached: {inc.step}"
+        # (the error names the rank that said it; the others that said the same are added)
+        also = f" (seen on {inc.where})" if len(inc.rank_list) > 1 and inc.where else ""
+        return f"crashed: {inc.error}{also}; the last step the run reached: {inc.step}"
+    if inc.where:
+        return f"{inc.where}: {_spike_head(inc)}"
+    return _spike_head(inc)
+
+
+def _spike_head(inc: Incident) -> str:
     ratio = f" ({inc.ratio:.1f}x)" if inc.ratio is not None else ""
     end = inc.ending if inc.over else "still open at the end of the log"
     follows = f"; it followed the {inc.follows[0]} incident at step {inc.follows[1]}" if inc.follows else ""
@@ -170,7 +178,7 @@ def to_markdown(result: ScanResult) -> str:
         for rep, inc in incidents:
             top = inc.causes[0] if inc.causes else None
             out.append(
-                f"| {md(rep.run)} | {inc.step}{f' ({md(inc.timeline_words)})' if inc.timeline_words else ''} | {md(inc.rule)} | {md(inc.severity)} | "
+                f"| {md(rep.run)} | {inc.step}{f' ({md(inc.timeline_words)})' if inc.timeline_words else ''}{f' ({md(inc.where)})' if inc.where else ''} | {md(inc.rule)} | {md(inc.severity)} | "
                 f"{md(inc.error) if inc.is_crash else fmt(inc.value)} | {fmt(inc.baseline)} | "
                 f"{f'{inc.ratio:.1f}x' if inc.ratio else '-'} | {inc.end_step if inc.end_step is not None else f'resumed from {inc.resumed_from}' if inc.resumed_from is not None else 'open'} | "
                 f"{md(top.cause) + f' ({top.confidence:.0%})' if top else '-'} | {md(top.evidence) if top else ''} |"
