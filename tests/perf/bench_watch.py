@@ -4,6 +4,9 @@ in-process) and a start on many runs' history (`first`).
 
     python tests/perf/bench_watch.py [--runs 1000] [--samples 20] [--rate 1000] [--seconds 60] [--many 100] [--only throughput]
 
+`busy`: the latency to Slack (a local stand-in answering each post after 150 ms) of a spike written
+while other runs' alerts keep Slack busy.
+
 Latency is measured from the write of a spike line to its line in the JSON-lines sink.
 CPU is the daemon's own utime+stime (from /proc) over the measured interval.
 """
@@ -91,6 +94,77 @@ def latency(samples: int, *extra: str) -> list[float]:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=20)
         shutil.rmtree(tmp, ignore_errors=True)
+    return got
+
+
+def busy_round(samples: int, *, others: int = 6, slack_delay: float = 0.1, every: float = 3.0) -> list[float]:
+    """The Slack latency of a spike written while Slack is busy with other runs' alerts: `others`
+    runs spike and recover every `every` s (each notice a post, each post answered after
+    `slack_delay` s by the local Slack stand-in: Slack busy 40% of the time), and the measured run's spike is timed from its
+    write to its post reaching the server, whatever round was in flight when it was recorded."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from tests.slack_server import SlackServer
+
+    tmp = Path(tempfile.mkdtemp())
+    logs = [tmp / "runs" / name / "metrics.jsonl" for name in ("exp", *(f"busy{i}" for i in range(others)))]
+    for log in logs:
+        log.parent.mkdir(parents=True)
+        log.write_text("".join(line(s, 2.0) for s in range(1, 20)))
+    stop = threading.Event()
+    got: list[float] = []
+    with SlackServer() as slack:
+        slack.slow["/api/chat.postMessage"] = slack.slow["/api/chat.update"] = slack_delay
+        env = {**os.environ, "LOSSGUARD_SLACK_BASE_URL": slack.base_url, "LOSSGUARD_SLACK_TOKEN": "xoxb-bench", "LOSSGUARD_SLACK_CHANNEL": "C0BENCH",
+               "LOSSGUARD_SLACK_MIN_INTERVAL": "0", "LOSSGUARD_PLOTS": "false"}
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "lossguard.cli", "watch", str(tmp / "runs"), "--state-dir", str(tmp / "state"), "--stall-after", "0",
+             "--log-level", "warning"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+        )
+
+        def noise() -> None:
+            step = 20
+            while not stop.is_set():
+                for log in logs[1:]:
+                    with open(log, "a") as fh:
+                        fh.write("".join(line(s, 2.0) for s in range(step, step + 10)) + line(step + 10, 9.0) + "".join(line(s, 2.0) for s in range(step + 11, step + 15)))
+                step += 15
+                stop.wait(every)
+
+        time.sleep(3)
+        threading.Thread(target=noise, daemon=True).start()
+        time.sleep(2)
+        step = 20
+        try:
+            for _ in range(samples):
+                with open(logs[0], "a") as fh:
+                    fh.write("".join(line(s, 2.0) for s in range(step, step + 12)))
+                step += 12
+                time.sleep(0.8)
+                since = len(slack.requests)
+                t0 = time.monotonic()
+                with open(logs[0], "a") as fh:
+                    fh.write(line(step, 9.0))
+                needle = f"step {step}"
+                deadline = t0 + 30
+                while time.monotonic() < deadline:
+                    hit = next((r for r in slack.requests[since:] if r.path == "/api/chat.postMessage" and "`exp`" in str(r.body) and needle in str(r.body)), None)
+                    if hit is not None:
+                        got.append(hit.at - t0)
+                        break
+                    time.sleep(0.002)
+                step += 1
+                with open(logs[0], "a") as fh:
+                    fh.write("".join(line(s, 2.0) for s in range(step, step + 5)))
+                step += 5
+                time.sleep(0.5)
+        finally:
+            stop.set()
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+            shutil.rmtree(tmp, ignore_errors=True)
     return got
 
 
@@ -393,15 +467,19 @@ def main() -> None:
     ap.add_argument("--history-mb", type=int, default=1024)
     ap.add_argument("--many", type=int, default=100, help="runs writing at once, for the 'many' part")
     ap.add_argument("--repeat", type=int, default=1, help="runs of the 'first' part (its min is printed)")
-    ap.add_argument("--only", choices=("latency", "idle", "history", "throughput", "many", "first", "pass"), action="append", help="run only these parts")
+    ap.add_argument("--only", choices=("latency", "busy", "idle", "history", "throughput", "many", "first", "pass"), action="append", help="run only these parts")
     args = ap.parse_args()
-    parts = set(args.only or ("latency", "idle", "history", "throughput", "many", "first", "pass"))
+    parts = set(args.only or ("latency", "busy", "idle", "history", "throughput", "many", "first", "pass"))
     print("lossguard watch benchmark")
     if "latency" in parts:
         ino = latency(args.samples, "--poll-interval", "2")
         print(f"  latency, inotify (poll 2 s as backstop): p50 {statistics.median(ino) * 1e3:6.0f} ms   p95 {pct(ino, 0.95) * 1e3:6.0f} ms")
         pol = latency(args.samples, "--polling", "--poll-interval", "1")
         print(f"  latency, polling every 1 s:              p50 {statistics.median(pol) * 1e3:6.0f} ms   p95 {pct(pol, 0.95) * 1e3:6.0f} ms")
+    if "busy" in parts:
+        busy = busy_round(args.samples)
+        print(f"  latency to Slack while it is busy (6 other runs spiking every 3 s, 100 ms a post): p50 {statistics.median(busy) * 1e3:6.0f} ms   "
+              f"p95 {pct(busy, 0.95) * 1e3:6.0f} ms   ({len(busy)} of {args.samples} seen)")
     if "idle" in parts:
         cpu, rss, peak = idle(args.runs, args.idle_seconds)
         print(f"  idle, following {args.runs} runs, inotify:          CPU {cpu:5.2f}% of a core   RSS {rss:.0f} MB (peak {peak:.0f} MB)")
