@@ -95,3 +95,14 @@ def test_a_divergence_alert_says_divergence_against_the_loss_minimum_and_a_grad_
     assert "vs its recent minimum" in json.dumps(msg.blocks, ensure_ascii=False)
     escalated = build(inc, event="escalated", host="h", source="s")
     assert "the loss followed the grad-norm spike" in escalated.blocks[0]["text"]["text"]
+
+
+def test_a_burst_summary_says_what_each_member_is():
+    from lossguard.alerts.message import summary
+    from lossguard.model import Notice
+
+    spike = _incident("a")
+    diverged = replace(_incident("b"), kind="divergence")
+    crashed = replace(_incident("c"), kind="crash", rule="crash-cuda-oom", error="CUDA out of memory")
+    text = summary(tuple(Notice("opened", i.run, incident=i) for i in (spike, diverged, crashed))).text
+    assert "`a`: loss spike at step" in text and "`b`: loss divergence at step" in text and "`c`: crashed (CUDA out of memory) at step" in text

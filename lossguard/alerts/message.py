@@ -243,7 +243,7 @@ def summary(notices: tuple[Notice, ...]) -> Message:
         inc = n.incident
         cause = inc.causes[0].cause.replace("_", " ") if inc.causes else "unknown"
         state = f":white_check_mark: resolved ({inc.ending})" if inc.over else "open"
-        what = f"crashed ({escape(str(inc.error))}) at step" if inc.is_crash else f"{escape(inc.metric)} spike at step"
+        what = f"crashed ({escape(str(inc.error))}) at step" if inc.is_crash else f"{escape(inc.metric)} {inc.trouble} at step"
         lines.append(f"• {code(inc.run)}: {what} {inc.step} ({inc.severity}), likely {escape(cause)}: {state}")
     resolved = sum(n.incident.over for n in notices)
     if resolved:  # (a rewrite as members recover: what it first said, new or still open, no longer holds)
