@@ -9,14 +9,21 @@ BARS = "▁▂▃▄▅▆▇█"
 
 
 def fmt(x: float | None) -> str:
-    """Four significant digits, scientific for the very large and small, words for non-finite."""
+    """Four significant digits, whole digits up to a million (12345, not 1.234e+04), scientific for the
+    very large and small, words for non-finite."""
     if x is None:
         return "-"
     if not math.isfinite(x):
         return "NaN" if math.isnan(x) else ("Inf" if x > 0 else "-Inf")
-    if x != 0 and (abs(x) >= 1e5 or abs(x) < 1e-3):
+    if x != 0 and (abs(x) >= 1e6 or abs(x) < 1e-3):
         return f"{x:.3e}"
-    return f"{x:.4g}"
+    return whole_digits(f"{x:.4g}", x)
+
+
+def whole_digits(text: str, x: float) -> str:
+    """`text` (`x` cut to significant digits) as the whole number `x` rounds to where the cut went
+    to an exponent for a number people read in full (below a million): 1002, not 1e+03."""
+    return f"{x:.0f}" if "e" in text and abs(x) < 1e6 else text
 
 
 def sparkline(values: tuple[float, ...] | list[float]) -> str:

@@ -332,3 +332,31 @@ def test_a_grad_norm_spike_the_loss_follows_is_an_explosion_to_rewind_and_the_lo
     assert loss.follows == ("grad-norm-spike", 3000) and loss.severity == "warning"
     assert grad.causes[0].confidence >= 0.9 and "the loss has followed" in grad.causes[0].evidence
     assert "resume from a checkpoint before step 3000" in grad.causes[0].suggestion
+
+
+def test_a_grad_norm_of_a_thousand_reads_as_its_digits_in_the_evidence():
+    loss, grad_norm, lr = healthy(1200)
+    grad_norm[699], loss[700] = 1002.0, 9.0
+    analysis = analyse_run(frame_of(loss=loss, grad_norm=grad_norm, lr=lr), default_rules(), run="r")
+    cause = next(i for i in analysis.incidents if i.metric == "loss").causes[0]
+    assert cause.cause == "gradient_explosion"
+    assert "grad_norm 1002 = " in cause.evidence and "e+0" not in cause.evidence
+
+
+@pytest.mark.parametrize(
+    ("x", "sentence", "table"),
+    [
+        pytest.param(1002.0, "1002", "1002", id="a thousand and two"),
+        pytest.param(999.6, "1000", "999.6", id="rounds up to a thousand"),
+        pytest.param(65536.0, "65536", "65536", id="an fp16 loss scale"),
+        pytest.param(-12345.6, "-12346", "-12346", id="negative"),
+        pytest.param(2.345, "2.35", "2.345", id="significant digits below a thousand"),
+        pytest.param(1.5e7, "1.5e+07", "1.500e+07", id="past a million: scientific"),
+        pytest.param(3e-4, "3.0e-04", "3.000e-04", id="an lr: scientific"),
+    ],
+)
+def test_numbers_people_read_keep_their_whole_digits_below_a_million(x, sentence, table):
+    from lossguard.detection.phrases import fmt_number
+    from lossguard.display import fmt
+
+    assert (fmt_number(x), fmt(x)) == (sentence, table)

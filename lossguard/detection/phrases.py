@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import math
 
+from ..display import whole_digits
+
 
 def fmt_number(x: float) -> str:
+    """Three significant digits for a sentence; a number from 1,000 to a million keeps its whole
+    digits (a loss scale of 65536, a grad norm of 1002), since `1e+03` reads as a different number."""
     if not math.isfinite(x):
         return "NaN" if math.isnan(x) else ("Inf" if x > 0 else "-Inf")
     if x == 0:
         return "0"
-    if abs(x) >= 1e4 or abs(x) < 1e-2:
+    if abs(x) >= 1e6 or abs(x) < 1e-2:
         return f"{x:.1e}"
-    return f"{x:.3g}"
+    return whole_digits(f"{x:.3g}", x)
 
 
 def steps_phrase(n: float) -> str:
