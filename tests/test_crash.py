@@ -111,6 +111,14 @@ CRASHES = [
     pytest.param(hf_lines(range(1, 41)) + BASH_KILLED, "crash-killed", "Killed (SIGKILL)", id="the shell's Killed"),
     pytest.param(hf_lines(range(1, 41)) + BASH_SEGV, "crash-segfault", "Segmentation fault", id="the shell's Segmentation fault"),
     pytest.param(hf_lines(range(1, 41)) + LOADER, "crash-exception", "uncaught KeyError", id="a data loader's traceback"),
+    # An error line carrying a step is an error, not progress: a logger's `[step N]` prefix, a job step's id.
+    pytest.param(hf_lines(range(1, 41)) + "[step 1200] " + OOM, "crash-cuda-oom", "CUDA out of memory", id="an OOM line prefixed by its step"),
+    pytest.param(hf_lines(range(1, 41)) + FRAMES + "[step 1200] " + OOM, "crash-cuda-oom", "CUDA out of memory",
+                 id="a traceback closed by an OOM prefixed by its step"),
+    pytest.param(hf_lines(range(1, 41)) + LOADER.replace("KeyError: Caught", "[step 1200] KeyError: Caught"), "crash-exception",
+                 "uncaught KeyError", id="a traceback closed by an exception prefixed by its step"),
+    pytest.param(hf_lines(range(1, 41)) + SLURM_TIME.replace("*** JOB 4242 ON", "*** STEP 4242.0 ON"), "crash-slurm-time-limit",
+                 "SLURM time limit", id="SLURM time limit of a job step"),
 ]
 
 

@@ -6,7 +6,8 @@ died of CUDA OOM just stops. Pure: the last lines of each log (`Tail`), the run'
 the `crash` rules in, at most one finding out; the files are read by ingest.sources.texttail.
 
 What counts as "ended": an error line after the last line that reports training progress (a loss,
-a step, an iteration, an epoch with a number). A traceback the run lived through has progress after
+a step, an iteration, an epoch with a number). An error line is never progress, whatever numbers it
+carries (`[step 1200] torch.OutOfMemoryError: ...`, slurmstepd's `*** STEP 4242.0 ... CANCELLED`). A traceback the run lived through has progress after
 it; an OOM a framework skipped says so (fairseq's `ran out of memory, skipping batch`, `attempting
 to recover from OOM`); a run that finished cleanly says that (HF's `Training completed`, Lightning's
 `Trainer.fit` stopped). The first rule (in the rules' order) that matches any log's ending names the
@@ -52,6 +53,9 @@ TRACEBACK = re.compile(r"^Traceback \(most recent call last\):")
 EXCEPTION = re.compile(r"^(?:\[[^\]]*\]:?\s*)?(?P<name>[A-Za-z_][\w.]*)(?::|$)")
 """The exception line that closes a traceback (`torch.OutOfMemoryError: CUDA out of ...`), after an
 optional `[rank0]:` prefix torchrun's `--tee` adds."""
+ERROR = re.compile(r"\b[A-Z]\w*(?:Error|Exception)\b:|^Traceback \(most recent call last\):")
+"""A line that names an exception (`RuntimeError: ...`, `[step 5] KeyError: 'x'`) besides those
+a crash rule names: an error, never progress, whatever step it carries."""
 ROOT_CAUSE = re.compile(r"^\s*(?:\[[^\]]*\]:?\s*)?(?:host|rank|exitcode|error_file)\s*:\s*\S")
 """The fields of torchrun's ChildFailedError table (torch/distributed/elastic/multiprocessing/
 errors/__init__.py) that say where a worker failed."""
@@ -110,14 +114,20 @@ class TailSays:
     """The last line with any text, cut short; None: the log ends in nothing."""
 
 
-def _progress(line: str) -> bool:
-    return bool(line) and not line[0].isspace() and PROGRESS.search(line[:MAX_MATCHED_CHARS]) is not None
+def _progress(line: str, rules: Sequence[CrashRule]) -> bool:
+    """A line reporting progress and saying no error: a logger's prefix (`[step 1200] `) or a job's
+    step id (`*** STEP 4242.0 ON ...`) on an error line must not hide the error behind it."""
+    head = line[:MAX_MATCHED_CHARS]
+    if not line or line[0].isspace() or PROGRESS.search(head) is None:
+        return False
+    return ERROR.search(head) is None and not any(rule.matches(line) for rule in rules)
 
 
-def ending_lines(lines: Sequence[str]) -> Sequence[str]:
-    """The lines after the last one that reports progress: what the run wrote once it stopped moving."""
+def ending_lines(lines: Sequence[str], rules: Sequence[CrashRule]) -> Sequence[str]:
+    """The lines after the last one that reports progress: what the run wrote once it stopped moving.
+    `rules`: the crash rules, whose lines are errors, never progress."""
     for k in range(len(lines) - 1, -1, -1):
-        if _progress(lines[k]):
+        if _progress(lines[k], rules):
             return lines[k + 1:]
     return lines
 
@@ -155,8 +165,7 @@ class _Match:
     exception: str | None
 
 
-def _match(rule: CrashRule, log: Tail) -> _Match | None:
-    ending = ending_lines(log.lines)
+def _match(rule: CrashRule, log: Tail, ending: Sequence[str]) -> _Match | None:
     if any(FINISHED.search(line[:MAX_MATCHED_CHARS]) for line in ending):
         return None
     for k, line in enumerate(ending):
@@ -197,11 +206,12 @@ class Crash:
 def find_crash(logs: Sequence[Tail], rules: Sequence[CrashRule], *, run: str, last_step: int | None) -> Crash | None:
     """The error that ended the run, if one of its logs ends in one; `last_step`: the last step the
     run reached (None: it logged none)."""
+    endings = [ending_lines(log.lines, rules) for log in logs]
     for rule in rules:
         if not rule.applies_to(run):
             continue
-        for log in logs:
-            found = _match(rule, log)
+        for log, ending in zip(logs, endings):
+            found = _match(rule, log, ending)
             if found is not None:
                 return Crash(_finding(found, run=run, last_step=last_step), log.source)
     return None
