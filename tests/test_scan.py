@@ -354,3 +354,26 @@ def test_table_columns_line_up_in_terminal_cells_for_wide_run_names(tmp_path, ca
         return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in line[:at])
 
     assert len({cell_of(line, "kv_lines" if not line.startswith("RUN") else "FORMAT") for line in table}) == 1, table
+
+
+def _loss_jsonl(path: Path, *, spike_at: int | None) -> None:
+    path.parent.mkdir(parents=True)
+    rows = ({"step": s, "loss": 9.0 if s == spike_at else 2.0 - s * 0.001 + (0.01 if s % 2 else -0.01)} for s in range(1, 301))
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_two_roots_of_one_name_given_relative_and_absolute_are_two_runs(tmp_path, monkeypatch, capsys):
+    _loss_jsonl(tmp_path / "a" / "runs" / "exp1" / "metrics.jsonl", spike_at=150)
+    _loss_jsonl(tmp_path / "b" / "runs" / "exp1" / "metrics.jsonl", spike_at=None)
+    monkeypatch.chdir(tmp_path)
+    code, doc = scan_json(capsys, "a/runs", str(tmp_path / "b" / "runs"))
+    assert code == 1
+    runs = {r["run"]: (r["source"], r["steps"], len(r["spikes"])) for r in doc["runs"]}
+    assert runs == {"a/runs/exp1": ("a/runs/exp1/metrics.jsonl", 300, 1), "b/runs/exp1": (f"{tmp_path}/b/runs/exp1/metrics.jsonl", 300, 0)}
+    assert main(["scan", "a/runs", str(tmp_path / "b" / "runs"), "--quiet"]) == 1
+    table = capsys.readouterr().out
+    assert "a/runs/exp1  jsonl   1..300     300" in table and "b/runs/exp1  jsonl   1..300     300" in table
+    # The same folder named both ways is one run, read once.
+    code, doc = scan_json(capsys, "a/runs", str(tmp_path / "a" / "runs"))
+    assert code == 1
+    assert [(r["run"], r["steps"]) for r in doc["runs"]] == [("runs/exp1", 300)]

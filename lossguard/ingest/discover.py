@@ -377,10 +377,29 @@ def _tracked_only_absolute(root: Path) -> bool:
     return False
 
 
+def root_labels(paths: Sequence[Path]) -> dict[str, str]:
+    """The name each root's runs go under when several are scanned, by its absolute path: its
+    folder's name, or as many of its last folders as tell it from another root of the same name
+    (`a/runs` and `/data/b/runs` hold `a/runs/exp1` and `b/runs/exp1`, two runs, not one merged)."""
+    wholes = sorted({os.path.abspath(p) for p in paths})
+    parts = {w: Path(w).parts[1:] or (w,) for w in wholes}
+    depth = dict.fromkeys(wholes, 1)
+    while True:
+        named: dict[tuple[str, ...], list[str]] = {}
+        for w in wholes:
+            named.setdefault(parts[w][-depth[w]:], []).append(w)
+        clashing = [w for same in named.values() if len(same) > 1 for w in same if depth[w] < len(parts[w])]
+        if not clashing:
+            return {w: decodable("/".join(parts[w][-depth[w]:])) for w in wholes}
+        for w in clashing:
+            depth[w] += 1
+
+
 def collect(paths: Sequence[Path], *, globs: Sequence[str] = (), listings: Listings | None = None) -> tuple[list[Found], list[Problem]]:
     """The runs under every root (`globs`: names the user's own formats claim)."""
     problems: list[Problem] = []
     found: list[Found] = []
+    labels = root_labels(paths)
     for root in paths:
         try:
             mode = os.stat(root).st_mode
@@ -398,7 +417,7 @@ def collect(paths: Sequence[Path], *, globs: Sequence[str] = (), listings: Listi
             # no part that says so, and its files would be no tracker's.
             root = Path(os.path.abspath(root))
         here = discover(root, extra_globs=globs, problems=problems, listings=listings)
-        label = decodable(Path(os.path.abspath(root)).name or str(root))
+        label = labels[os.path.abspath(root)]
         if len(paths) > 1:
             # Several roots: "." (or the same relative name) under two of them must not merge.
             here = [Found(label if f.run == "." else f"{label}/{f.run}", f.path) for f in here]

@@ -219,7 +219,10 @@ def _report(read: _Read, analysis: RunAnalysis, streams: dict[str, Points]) -> R
     sparks = {(inc.rule, inc.step): _spark(contexts[inc.metric], inc) for inc in analysis.incidents}
     paths = read.paths
     parents = {str(Path(p).parent) for p in paths}
-    source = paths[0] if len(paths) == 1 else (parents.pop() if len(parents) == 1 else os.path.commonpath(paths))
+    # A run's files named both ways (`scan runs /abs/runs`, one folder twice) share a folder only
+    # once resolved: commonpath refuses a mix of absolute and relative paths.
+    common = os.path.commonpath(paths if len({os.path.isabs(p) for p in paths}) == 1 else [os.path.abspath(p) for p in paths])
+    source = paths[0] if len(paths) == 1 else (parents.pop() if len(parents) == 1 else common)
     return RunReport(analysis, decodable(source), read.formats, len(paths), read.problems, curves, sparks, read.ignored, tuple(paths))
 
 
