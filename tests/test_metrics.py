@@ -461,3 +461,42 @@ def test_clients_trickling_a_request_byte_by_byte_keep_no_slot_past_the_deadline
             s.close()
         served.stop()
         state.close()
+
+
+def test_firings_folded_into_a_noisy_notice_are_no_open_alerts_in_a_scrape_nor_in_status(tmp_path, capsys):
+    # The real Lightning control run (its loss moves 2x from batch to batch) followed a chunk at a
+    # time: its firings within its own noise are folded into one noisy notice, never alerted.
+    import json
+
+    from lossguard.cli import main
+
+    from .test_real_trainers import REAL
+
+    lines = (REAL / "lightning_clean" / "csv" / "digits" / "version_0" / "metrics.csv").read_text().splitlines(keepends=True)
+    log = tmp_path / "runs" / "control" / "metrics.csv"
+    log.parent.mkdir(parents=True)
+    log.write_text("".join(lines[:200]))
+    state = State(tmp_path / "state")
+    follower = Follower([tmp_path / "runs"], rules=default_rules(), state=state, log=lambda _: None, pass_budget=WAIT_FOR_EVERY_READ)
+    follower.run_pass(1000.0)
+    open_folded = "SELECT count(*) FROM incidents WHERE status='open' AND folded=1"
+    for k, start in enumerate(range(200, len(lines), 20), 1):  # (until a folded firing is open: each recovers in a few steps)
+        with open(log, "a") as fh:
+            fh.write("".join(lines[start : start + 20]))
+        follower.run_pass(1000.0 + k)
+        if state.db.execute("SELECT count(*) FROM noisy").fetchone()[0] and state.db.execute(open_folded).fetchone()[0]:
+            break
+    folded, alerted = (state.db.execute(f"SELECT count(*) FROM incidents WHERE status='open' AND folded={f}").fetchone()[0] for f in (1, 0))
+    assert folded >= 1
+    got = scrape(state, now=1100.0)
+    assert got[("lossguard_run_folded_incidents", run_labels("control"))] == folded
+    assert sum(n for (name, _), n in got.items() if name == "lossguard_run_open_incidents") == alerted
+    state.close()
+    assert main(["status", "--state-dir", str(tmp_path / "state"), "--format", "json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert len(summary["open_incidents"]) == alerted
+    assert summary["folded_incidents"] == [{"run": "control", "rule": "loss-spike", "folded": folded}]
+    assert main(["status", "--state-dir", str(tmp_path / "state")]) == 0
+    table = capsys.readouterr().out
+    assert f"{alerted} open incident(s)" in table
+    assert f"control  loss-spike  {folded} folded into the noisy notice" in table

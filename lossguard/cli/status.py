@@ -58,7 +58,7 @@ def _run(args: argparse.Namespace) -> int:
         print(json.dumps(summary, indent=2))
         return EXIT_OK
     p = printable
-    files, incidents, undelivered, silences = (summary[k] for k in ("files", "open_incidents", "undelivered", "silences"))
+    files, incidents, folded, undelivered, silences = (summary[k] for k in ("files", "open_incidents", "folded_incidents", "undelivered", "silences"))
     _section(f"following {len(files)} file(s)", [
         f"{p(f['runs'])}  {p(f['path'])}  {p(f['format'] or '?')}  byte {f['offset']}{'  (unreadable)' if f['dead'] else ''}" for f in files
     ])
@@ -66,6 +66,11 @@ def _run(args: argparse.Namespace) -> int:
         f"{p(inc['run'])}  step {inc['step']}  {p(inc['rule'])}" + (f"  (acknowledged by {p(inc['acked_by'])})" if inc.get("acked_by") else "")
         for inc in incidents
     ])
+    if folded:
+        # Not alerts: the loss's own noise, said once in the run's noisy notice.
+        _section(f"{sum(f['folded'] for f in folded)} firing(s) folded into noisy notices, not alerted", [
+            f"{p(f['run'])}  {p(f['rule'])}  {f['folded']} folded into the noisy notice" for f in folded
+        ])
     _section(f"{len(undelivered)} undelivered notification(s)", [
         f"#{n['id']} {n['kind']}  attempts {n['attempts']}{'  PERMANENT' if n['permanent'] else ''}  {p(n['error'] or '')}" for n in undelivered
     ])

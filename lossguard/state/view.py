@@ -76,8 +76,16 @@ class StateReader:
         return {(run, metric): unpack(last)[0] for run, metric, last in rows}
 
     def open_incidents_by_severity(self, runs: Collection[str] | None = None) -> dict[tuple[str, str], int]:
-        rows = self._by_run("SELECT run, coalesce(json_extract(body, '$.severity'), ''), count(*) FROM incidents WHERE status='open' AND {runs}", (), runs, " GROUP BY 1, 2")
+        """Open incidents that were alerted: those folded into a run's noisy notice were not, and
+        are counted apart (`folded_incidents`)."""
+        rows = self._by_run(
+            "SELECT run, coalesce(json_extract(body, '$.severity'), ''), count(*) FROM incidents WHERE status='open' AND folded=0 AND {runs}", (), runs, " GROUP BY 1, 2",
+        )
         return {(run, severity): n for run, severity, n in rows}
+
+    def folded_incidents(self, runs: Collection[str] | None = None) -> dict[str, int]:
+        """run -> its open incidents folded into its noisy notice (recorded, never alerted)."""
+        return dict(self._by_run("SELECT run, count(*) FROM incidents WHERE status='open' AND folded=1 AND {runs}", (), runs, " GROUP BY run"))
 
     def incidents_by_rule(self, runs: Collection[str] | None = None) -> dict[tuple[str, str], int]:
         """Incidents ever raised per run and rule (history found at the first start included)."""
@@ -133,13 +141,18 @@ def _summary(db: sqlite3.Connection) -> dict[str, list[dict[str, object]]]:
     from ..ingest.cursor import Cursor
 
     q = db.execute
+    folded = column_or_null(db, "incidents", "folded")  # (NULL: a state from before layout 12 folded none)
+    not_folded = f"coalesce({folded}, 0)=0"
     return {
         "files": [
             {"path": decodable(path_of(p)), "run": r, "format": f, "offset": cur.offset, "dead": bool(d), "named": cur.name}
             for p, r, f, cur, d in ((p, r, f, Cursor.from_json(c), d) for p, r, f, c, d in q("SELECT path, run, format, cursor, dead FROM files ORDER BY path"))
         ],
         "open_incidents": [{"run": r, "rule": ru, "step": st, "acked_by": a} for r, ru, st, a in q(
-            f"SELECT run, rule, step, {column_or_null(db, 'incidents', 'acked_by')} FROM incidents WHERE status='open' ORDER BY run, step")],
+            f"SELECT run, rule, step, {column_or_null(db, 'incidents', 'acked_by')} FROM incidents WHERE status='open' AND {not_folded} ORDER BY run, step")],
+        # Firings within a run's own noise: recorded and said once in its noisy notice, never alerted.
+        "folded_incidents": [{"run": r, "rule": ru, "folded": n} for r, ru, n in q(
+            f"SELECT run, rule, count(*) FROM incidents WHERE status='open' AND NOT {not_folded} GROUP BY run, rule ORDER BY run, rule")],
         "undelivered": [
             {"id": i, "kind": k, "attempts": a, "error": e, "permanent": bool(p)}
             for i, k, a, e, p in q("SELECT id, kind, attempts, last_error, permanent FROM outbox WHERE sent_at IS NULL ORDER BY id")

@@ -172,7 +172,8 @@ class RunCollector(Collector):
             Family("lossguard_run_last_update_timestamp_seconds", "When the run last logged a new step (unix time).", "gauge", labels),
             Family("lossguard_run_stalled", "1 when the run was reported stalled (no new step for stall_after).", "gauge", labels),
             *(Family(f"lossguard_run_{name}", f"The run's latest {name.replace('_', ' ')}.", "gauge", labels) for name in VALUES.values()),
-            Family("lossguard_run_open_incidents", "Incidents still open, by severity.", "gauge", (*labels, "severity")),
+            Family("lossguard_run_open_incidents", "Incidents still open and alerted, by severity.", "gauge", (*labels, "severity")),
+            Family("lossguard_run_folded_incidents", "Open incidents folded into the run's noisy notice: recorded, not alerted.", "gauge", labels),
             Family("lossguard_run_spikes", "Incidents (spikes) raised, by rule.", "counter", (*labels, "rule")),
         ]
 
@@ -180,6 +181,7 @@ class RunCollector(Collector):
         r = self.reader
         runs, latest = self._live(), r.latest_values(list(VALUES))
         extra = _incidents_by_run(r.open_incidents_by_severity(), r.incidents_by_rule())
+        folded = r.folded_incidents()
         families = self._empty_families()
         host = self.host
         for row in runs:
@@ -188,7 +190,8 @@ class RunCollector(Collector):
             samples = (
                 [(key, row.last_step)] if row.last_step is not None else [], [(key, row.advanced_at)], [(key, float(row.stalled))],
                 *([(key, latest[(row.run, m)])] if (row.run, m) in latest else [] for m in VALUES),
-                [((row.run, host, severity), n) for severity, n in opened], [((row.run, host, rule), n) for rule, n in spiked],
+                [((row.run, host, severity), n) for severity, n in opened], [(key, folded[row.run])] if row.run in folded else [],
+                [((row.run, host, rule), n) for rule, n in spiked],
             )
             for family, some in zip(families, samples):
                 family.samples.extend(some)
@@ -205,7 +208,10 @@ class RunCollector(Collector):
             cache = self._lines
             need = {row.run for row in runs if row.run in changed or row.run not in cache}
             some = need if len(need) * 4 < len(runs) else None  # (most runs changed: one scan beats a long IN list)
-            data = (r.latest_values(list(VALUES), some), r.open_incidents_by_severity(some), r.incidents_by_rule(some)) if need else ({}, {}, {})
+            data = (
+                (r.latest_values(list(VALUES), some), r.open_incidents_by_severity(some), r.incidents_by_rule(some), r.folded_incidents(some))
+                if need else ({}, {}, {}, {})
+            )
         except LossguardError as exc:
             log.warning("metrics: %s", exc)
             self.expires = 0.0
@@ -216,7 +222,7 @@ class RunCollector(Collector):
         kept: dict[str, tuple[str, ...]] = {}
         columns: list[list[str]] = [[] for _ in families]
         for row in runs:
-            lines = cache[row.run] if row.run not in need else _run_lines(row, host, latest, *extra.get(row.run, ((), ())))
+            lines = cache[row.run] if row.run not in need else _run_lines(row, host, latest, *extra.get(row.run, ((), ())), folded=data[3].get(row.run))
             kept[row.run] = lines
             for column, text in zip(columns, lines):
                 column.append(text)
@@ -237,7 +243,7 @@ def _incidents_by_run(opened: dict[tuple[str, str], int], spikes: dict[tuple[str
 _VALUE_NAMES = tuple((m, f"lossguard_run_{name}") for m, name in VALUES.items())
 
 
-def _run_lines(row, host: str, latest: dict, opened, spiked) -> tuple[str, ...]:  # noqa: ANN001
+def _run_lines(row, host: str, latest: dict, opened, spiked, *, folded: int | None) -> tuple[str, ...]:  # noqa: ANN001
     """One run's lines, family by family, as text_format writes them (label names sorted: host, run
     and then rule or severity; a test holds the two byte-identical); written out by hand because a
     scrape after a pass over every run renders them all."""
@@ -250,6 +256,7 @@ def _run_lines(row, host: str, latest: dict, opened, spiked) -> tuple[str, ...]:
         f"lossguard_run_stalled{lab} {'1.0' if row.stalled else '0.0'}\n",
         *(f"{name}{lab} {go(latest[(row.run, m)])}\n" if (row.run, m) in latest else "" for m, name in _VALUE_NAMES),
         "".join(f'lossguard_run_open_incidents{{host="{host}",run="{run}",severity="{_label_value(sev)}"}} {go(n)}\n' for sev, n in opened),
+        f"lossguard_run_folded_incidents{lab} {go(folded)}\n" if folded else "",
         "".join(f'lossguard_run_spikes_total{{host="{host}",rule="{_label_value(rule)}",run="{run}"}} {go(n)}\n' for rule, n in spiked),
     )
 
