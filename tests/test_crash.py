@@ -226,7 +226,7 @@ def test_scan_finds_crashes_where_runs_write_their_output(tmp_path):
     # SLURM's output file, a run of its own.
     write(tmp_path / "slurm" / "slurm-4242.out", hf_lines(range(1, 31)) + SLURM_TIME)
     # torchrun --log-dir: one job's ranks and attempts are one run; rank 1's stderr holds only a traceback.
-    write(tmp_path / "tr" / "job7" / "attempt_0" / "0" / "stdout.log", "")
+    write(tmp_path / "tr" / "job7" / "attempt_0" / "0" / "stdout.log", "loading model\n")
     write(tmp_path / "tr" / "job7" / "attempt_0" / "1" / "stderr.log", FRAMES + OOM)
     result = scan([tmp_path], rules=default_rules())
     found = {r.run: [(i.rule, i.step, i.error) for i in r.incidents] for r in result.runs}
@@ -235,6 +235,10 @@ def test_scan_finds_crashes_where_runs_write_their_output(tmp_path):
         "slurm/slurm-4242": [("crash-slurm-time-limit", 30, "SLURM time limit")],
         "tr/job7": [("crash-cuda-oom", 0, "CUDA out of memory on rank 1, before any step was logged")],
     }
+    # The log whose ending is the crash was read for it: not called a file of no metrics. A log of
+    # the same run without metrics and without the crash still is.
+    unrecognised = [p.source for p in result.all_problems if p.message == "no training metrics recognised in this file"]
+    assert unrecognised == [str(tmp_path / "tr" / "job7" / "attempt_0" / "0" / "stdout.log")]
 
 
 def test_scan_json_of_a_crash_and_its_exit_code(tmp_path):

@@ -220,6 +220,9 @@ def said_if_nothing(res: FileResult) -> FileResult:
 
 
 WORTH_A_WARNING = {".jsonl", ".ndjson", ".csv", ".log"}
+UNRECOGNISED = "no training metrics recognised in this file"
+"""The warning of a file no format claimed (a console log whose ending names a crash is no such
+file: the crash finding says what it held)."""
 
 
 def unrecognised(path: Path, *, explicit: bool) -> Problem | None:
@@ -232,7 +235,7 @@ def unrecognised(path: Path, *, explicit: bool) -> Problem | None:
         if blocked is not None and not blocked.dead:
             return Problem(str(path), blocked.message)
     if explicit or path.suffix.lower() in WORTH_A_WARNING:
-        return Problem(str(path), "no training metrics recognised in this file")
+        return Problem(str(path), UNRECOGNISED)
     return None
 
 

@@ -32,7 +32,7 @@ from ..ingest.problems import Problem, summarised
 from ..ingest.sources import object_store, sqlite_db
 from ..ingest.sources.texttail import tails_of
 from ..ingest.readmany import Job
-from ..ingest.reader import FileResult, ReadOptions, read_found, said_if_nothing, unrecognised
+from ..ingest.reader import FileResult, ReadOptions, read_found, UNRECOGNISED, said_if_nothing, unrecognised
 from ..detection.rules import RuleSet
 from ..ingest.discover import Found, collect
 from ..ingest.formats.sniff import may_name_runs
@@ -246,7 +246,9 @@ def _with_crash(rep: RunReport, rules: RuleSet) -> RunReport:
     found = find_crash(tails_of(rep.paths, final=True), mine, run=rep.run, last_step=rep.analysis.last_step)
     if found is None:
         return rep
-    return replace(rep, analysis=replace(rep.analysis, incidents=(*rep.analysis.incidents, found.incident)))
+    # The log whose ending names the crash was read for it: no unrecognised file, whatever metrics it lacks.
+    problems = tuple(p for p in rep.problems if not (p.message == UNRECOGNISED and decodable(p.source) == found.source))
+    return replace(rep, analysis=replace(rep.analysis, incidents=(*rep.analysis.incidents, found.incident)), problems=problems)
 
 
 BATCH_RUNS, BATCH_BYTES = 64, 16 << 20
