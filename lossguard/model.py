@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 
@@ -63,6 +64,19 @@ class Cause:
     def to_report(self) -> dict[str, object]:
         """The scan report's form: the confidence rounded for people."""
         return {**self.to_json(), "confidence": round(self.confidence, 3)}
+
+
+TROUBLES = {"divergence": "divergence", "throughput": "slowdown", "overfitting": "overfitting", "straggler": "straggler"}
+"""Incident.trouble of the rule kinds that are no spike (a crash is a `crash`)."""
+PLURALS = {"spike": "spikes", "crash": "crashes", "divergence": "divergences", "slowdown": "slowdowns", "overfitting": "overfitting", "straggler": "stragglers"}
+ORDER = ("spike", "divergence", "slowdown", "straggler", "overfitting", "crash")
+
+
+def troubles_counted(incidents: Iterable[Incident]) -> str:
+    """The findings by their word, as a report or a digest says them: `1 spike, 2 crashes`."""
+    counts = Counter(inc.trouble for inc in incidents)
+    order = [*ORDER, *sorted(set(counts) - set(ORDER))]
+    return ", ".join(f"{counts[w]} {w if counts[w] == 1 else PLURALS.get(w, w)}" for w in order if counts[w])
 
 
 @dataclass(frozen=True)
@@ -142,9 +156,10 @@ class Incident:
 
     @property
     def trouble(self) -> str:
-        """What reports and alerts call the incident: a divergence (a loss that kept rising, measured
-        against its recent minimum, never far above the points just before it) or a spike."""
-        return "divergence" if self.kind == "divergence" else "straggler" if self.kind == "straggler" else "spike"
+        """What reports and alerts call the incident, in one word: a crash, a divergence (a loss that
+        kept rising, measured against its recent minimum, never far above the points just before
+        it), a slowdown (the throughput kind), overfitting, else a spike."""
+        return "crash" if self.is_crash else TROUBLES.get(self.kind, "spike")
 
     @property
     def compared_with(self) -> str:

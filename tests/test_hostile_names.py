@@ -141,7 +141,7 @@ def test_slack_messages_hold_no_raw_control_character_and_no_forged_line():
         build(inc, host="gpu-3", source=f"/runs/{HOSTILE}/train.log", spark=(1.0, 5.0)),
         for_notice(Notice(kind="stalled", run=HOSTILE, step=7, minutes=30), host="gpu-3"),
         summary(tuple(Notice(kind="opened", run=HOSTILE, incident=inc) for _ in range(3))),
-        digest(host="gpu-3", totals={"spikes": 1, "runs_with_spikes": 1, "runs": 1, "warnings": 0}, runs=[(HOSTILE, (inc,))]),
+        digest(host="gpu-3", totals={"spikes": 1, "findings": 1, "runs_with_spikes": 1, "runs": 1, "warnings": 0}, runs=[(HOSTILE, (inc,))]),
     ]
     for message in messages:
         for text in _texts(message):
@@ -163,7 +163,7 @@ def test_slack_summary_digest_and_stall_show_a_runs_mrkdwn_as_code_not_as_format
         build(inc, host="gpu-3", source=f"/runs/{MRKDWN}/train.log"),
         for_notice(Notice(kind="stalled", run=MRKDWN, step=7, minutes=30), host="gpu-3"),
         summary(tuple(Notice(kind="opened", run=MRKDWN, incident=inc) for _ in range(3))),
-        digest(host="gpu-3", totals={"spikes": 1, "runs_with_spikes": 1, "runs": 1, "warnings": 0}, runs=[(MRKDWN, (inc,))]),
+        digest(host="gpu-3", totals={"spikes": 1, "findings": 1, "runs_with_spikes": 1, "runs": 1, "warnings": 0}, runs=[(MRKDWN, (inc,))]),
     ]
     for message in messages:
         # The message's text (its notification's fallback) and its mrkdwn blocks; a header is plain_text.

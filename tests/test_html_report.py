@@ -57,7 +57,7 @@ def test_html_report_renders_in_a_headless_browser(tmp_path):
     )
     assert dom.returncode == 0, dom.stderr[-2000:]
     # What the browser built from the file: the summary, a plot per panel, and the evidence.
-    headline = re.search(r"<h1>(lossguard scan: \d+ spike\(s\) in \d+ of \d+ run\(s\))</h1>", report.read_text()).group(1)
+    headline = re.search(r"<h1>(lossguard scan: \d+ finding\(s\) in \d+ of \d+ run\(s\)[^<]*)</h1>", report.read_text()).group(1)
     assert headline in dom.stdout
     assert dom.stdout.count("<svg") >= 18
     subprocess.run(

@@ -60,6 +60,40 @@ def write_megatron(path: Path, times: np.ndarray) -> Path:
 # --- Slowdowns ----------------------------------------------------------------------------------
 
 
+def test_a_scan_of_mixed_findings_counts_each_by_its_own_word_and_keeps_the_json_keys(tmp_path, capsys):
+    from lossguard.alerts.message import title_of
+    from lossguard.alerts.picture import shown_trouble
+    from lossguard.report.audit import scan as scan_result
+
+    times = pace(120)
+    times[60:] *= 2.2
+    write_megatron(tmp_path / "slow" / "train.log", times)
+    loss = 2.0 + 0.01 * np.random.default_rng(1).normal(size=120)
+    loss[80] = 9.0
+    (tmp_path / "spiky").mkdir()
+    (tmp_path / "spiky" / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "loss": float(v)}) + "\n" for s, v in enumerate(loss, 1)))
+    (tmp_path / "dead").mkdir()
+    (tmp_path / "dead" / "stderr.log").write_text("Traceback (most recent call last):\n  File \"t.py\", line 3, in <module>\nKeyError: 'x'\n")
+    write_megatron(tmp_path / "calm" / "train.log", pace(120))
+    assert main(["scan", str(tmp_path), "--quiet"]) == 1
+    text = capsys.readouterr().out
+    assert text.splitlines()[-1] == "3 finding(s) in 3 of 4 run(s): 1 spike, 1 slowdown, 1 crash."
+    assert "FINDINGS" in text.splitlines()[2] and "SPIKES" not in text
+    assert main(["scan", str(tmp_path), "--quiet", "--format", "markdown"]) == 1
+    assert capsys.readouterr().out.startswith("## lossguard scan: 3 finding(s) in 3 of 4 run(s): 1 spike, 1 slowdown, 1 crash\n")
+    assert main(["scan", str(tmp_path), "--quiet", "--format", "json"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    # `spikes` keeps its name in the JSON and holds every finding, whatever its kind.
+    assert sorted(s["kind"] for r in doc["runs"] for s in r["spikes"]) == ["crash", "ratio", "throughput"]
+    assert {k: doc["summary"][k] for k in ("spikes", "crashes", "findings", "by_kind")} == {
+        "spikes": 2, "crashes": 1, "findings": 3, "by_kind": {"crash": 1, "slowdown": 1, "spike": 1}}
+    # Alerts and their pictures call each finding by the same word.
+    found = {i.trouble: i for i in scan_result([tmp_path], rules=default_rules()).incidents}
+    assert set(found) == {"spike", "slowdown", "crash"}
+    assert title_of("opened", found["slowdown"]) == "WARNING: step time slowdown"
+    assert shown_trouble(found["slowdown"]) == "slowdown" and shown_trouble(found["spike"]) == "spike"
+
+
 def test_a_megatron_step_time_that_doubles_and_stays_is_one_throughput_finding_at_its_first_slow_step(tmp_path, capsys):
     times = pace(120)
     times[60:] *= 2.2

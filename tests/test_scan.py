@@ -86,7 +86,7 @@ def test_table_on_a_pipe_has_no_colour_and_no_progress():
 
 def test_clean_runs_exit_zero(capsys):
     assert main(["scan", str(RUNS / "tb-clean"), str(RUNS / "nanogpt-clean"), "--quiet"]) == 0
-    assert "0 spike(s) in 0 of 2 run(s)." in capsys.readouterr().out
+    assert "0 finding(s) in 0 of 2 run(s)." in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(
@@ -194,7 +194,7 @@ def test_markdown_report_is_a_github_table(capsys):
     main(["scan", str(RUNS), "--format", "markdown", "--quiet"])
     out = capsys.readouterr().out
     assert out.startswith("## lossguard scan: ")
-    assert "| run | format | steps | last step | spikes | worst | top cause |" in out
+    assert "| run | format | steps | last step | findings | worst | top cause |" in out
     assert "| megatron-grad-explosion | 701 | loss-spike | warning |" in out
 
 
@@ -210,7 +210,7 @@ def test_a_report_written_to_a_file_says_where_it_went_on_stderr(tmp_path, capsy
     assert main(["scan", str(RUNS), "--format", "html", "-o", str(target)]) == 1
     said = capsys.readouterr()
     assert said.out == ""
-    assert said.err.splitlines()[-1] == f"lossguard: wrote the html report to {target} (8 run(s), 12 spike(s))"
+    assert said.err.splitlines()[-1] == f"lossguard: wrote the html report to {target} (8 run(s), 12 finding(s))"
     assert target.read_text().startswith("<!doctype html>")
 
 

@@ -150,7 +150,7 @@ def test_scan_posts_a_digest_to_slack(slack, monkeypatch, capsys):
     assert main(["scan", str(FIXTURES / "runs"), "--quiet", "--format", "markdown", "--slack-digest"]) == 1
     (req,) = slack.requests
     assert req.body["channel"] == "#nightly"
-    assert "spike(s) in 6 of 8 run(s)" in req.body["text"] and "megatron-grad-explosion" in req.body["text"]
+    assert "12 finding(s) in 6 of 8 run(s): 12 spikes" in req.body["text"] and "megatron-grad-explosion" in req.body["text"]
     assert TOKEN not in capsys.readouterr().err
 
 
@@ -170,8 +170,8 @@ def test_the_scan_digest_leaves_out_what_the_daemons_silences_cover(slack, monke
     state.close()
     assert main(["scan", str(FIXTURES / "runs"), "--quiet", "--format", "json", "--slack-digest"]) == 1
     (req,) = slack.requests
-    assert "megatron-grad-explosion" not in req.body["text"] and "spike(s) in 6 of 8 run(s)" in req.body["text"]
-    assert "spike(s) silenced, not listed" in req.body["text"]
+    assert "megatron-grad-explosion" not in req.body["text"] and "finding(s) in 6 of 8 run(s)" in req.body["text"]
+    assert "finding(s) silenced, not listed" in req.body["text"]
 
 
 def test_a_state_that_cannot_be_read_costs_the_digest_its_filter_not_the_digest(slack, monkeypatch, tmp_path, capsys):

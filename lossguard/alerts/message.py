@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from ..display import fmt, sparkline
 from ..escaping import printable
-from ..model import Cause, Incident, Notice
+from ..model import Cause, Incident, Notice, troubles_counted
 
 MAX_BLOCKS = 50
 MAX_SECTION = 3000
@@ -259,20 +259,22 @@ def summary(notices: tuple[Notice, ...]) -> Message:
 def summary_again(count: int) -> Message:
     """Stands for a summary lossguard was posting when it stopped: it may be above already, so
     its incidents are not listed a second time; their details follow in this message's thread."""
-    text = f"lossguard restarted while posting the summary of {count} spikes (it may be above); their details follow in this thread."
+    text = f"lossguard restarted while posting the summary of {count} findings (it may be above); their details follow in this thread."
     return _section_message(text)
 
 
 def digest(*, host: str, totals: dict, runs: list[tuple[str, tuple[Incident, ...]]], silenced: int = 0) -> Message:
-    """The nightly scan in one message: the runs with spikes and their top cause (`runs`: the
-    incidents no silence covers; `silenced`: how many were left out)."""
-    lines = [f"lossguard scan on {escape(host)}: {totals['spikes']} spike(s) in {totals['runs_with_spikes']} of {totals['runs']} run(s)"]
+    """The nightly scan in one message: the runs with findings, by kind, and their top cause
+    (`runs`: the incidents no silence covers; `silenced`: how many were left out)."""
+    kinds = troubles_counted(inc for _, incidents in runs for inc in incidents)
+    lines = [f"lossguard scan on {escape(host)}: {totals['findings']} finding(s) in {totals['runs_with_spikes']} of {totals['runs']} run(s)"
+             + (f": {kinds}" if kinds and not silenced else "")]
     for run, incidents in runs:
         if incidents:
             top = incidents[0].causes[0].cause.replace("_", " ") if incidents[0].causes else "unknown"
-            lines.append(f"• {code(run)}: {len(incidents)} spike(s), first at step {incidents[0].step}, likely {escape(top)}")
+            lines.append(f"• {code(run)}: {troubles_counted(incidents)}, first at step {incidents[0].step}, likely {escape(top)}")
     if silenced:
-        lines.append(f"{silenced} spike(s) silenced, not listed (`lossguard silence list`)")
+        lines.append(f"{silenced} finding(s) silenced, not listed (`lossguard silence list`)")
     if totals["warnings"]:
         lines.append(f"{totals['warnings']} file(s) could not be read completely (see the report)")
     return _section_message(cut_lines("\n".join(lines), MAX_SECTION))

@@ -103,6 +103,12 @@ def _last_segment(steps: np.ndarray, upto: int) -> int:
     return int(rewinds[-1]) if rewinds.size else 0
 
 
+def shown_trouble(inc: Incident) -> str:
+    """The incident's word in a picture's title: a non-finite value is drawn as such (it has no
+    height), every other as what reports call it (a spike, a slowdown, overfitting...)."""
+    return "non-finite" if inc.kind == "nonfinite" else inc.trouble
+
+
 def picture(incident: Incident, streams: Mapping[str, tuple[np.ndarray, np.ndarray]]) -> Picture | None:
     """The incident's picture from the streams the daemon holds ((steps, values) per metric, in
     the order written): up to BEFORE points before it and AFTER after it, the other PANELS over
@@ -224,7 +230,7 @@ def _draw(pic: Picture):  # noqa: ANN202 - a matplotlib Figure
         run = printable(inc.run)
         if len(run) > TITLE_CHARS:
             run = run[:TITLE_CHARS - 1] + "…"
-        kind = "non-finite" if inc.kind == "nonfinite" else "spike"
+        kind = shown_trouble(inc)
         figure.suptitle(f"{run}", usetex=False, parse_math=False, fontsize=12)
         axes[0].set_title(
             f"{TITLES.get(inc.metric, inc.metric)} {kind} at step {inc.step} ({printable(inc.rule)}, {inc.severity}; {inc.ending})",

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from ..escaping import printable
 from ..redact import scrub
-from .picture import Picture, PlotError, draw
+from .picture import Picture, PlotError, draw, shown_trouble
 from ..state import PlotRow, State
 from .delivery import Delivery, Sink
 
@@ -53,7 +53,7 @@ class Plot:
     @property
     def title(self) -> str:
         inc = self.picture.incident
-        return printable(f"{inc.run}: {inc.metric} {'non-finite' if inc.kind == 'nonfinite' else 'spike'} at step {inc.step}")
+        return printable(f"{inc.run}: {inc.metric} {shown_trouble(inc)} at step {inc.step}")
 
 
 def _what(row: PlotRow) -> str:

@@ -111,9 +111,9 @@ def _run(args: argparse.Namespace) -> int:
     if args.output:
         write_file(args.output, text)
         if not args.quiet:
-            spikes = sum(len(r.incidents) for r in result.runs)
+            findings = sum(len(r.incidents) for r in result.runs)
             print(f"lossguard: wrote the {args.format} report to {printable(str(args.output))} "
-                  f"({len(result.runs)} run(s), {spikes} spike(s))", file=sys.stderr)
+                  f"({len(result.runs)} run(s), {findings} finding(s))", file=sys.stderr)
     else:
         sys.stdout.write(text)
     if args.slack_digest:

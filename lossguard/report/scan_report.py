@@ -13,7 +13,7 @@ from ..version import __version__
 from . import svg
 from ..display import fmt, sparkline, table_lines
 from ..escaping import html_text, markdown, markdown_code, printable
-from ..model import Incident, json_number
+from ..model import Incident, json_number, troubles_counted
 from .audit import RunReport, ScanResult
 
 
@@ -44,6 +44,8 @@ def summary(result: ScanResult) -> dict[str, object]:
         "runs_with_spikes": sum(1 for r in result.runs if r.incidents),
         "spikes": sum(1 for i in incidents if not i.is_crash),
         "crashes": sum(1 for i in incidents if i.is_crash),
+        "findings": len(incidents),
+        "by_kind": dict(Counter(i.trouble for i in incidents)),
         "by_severity": dict(Counter(i.severity for i in incidents)),
         "by_cause": dict(Counter(i.causes[0].cause for i in incidents if i.causes)),
         "files": result.files,
@@ -111,9 +113,12 @@ def _spike_head(inc: Incident) -> str:
     return f"{inc.metric} {fmt(inc.value)} vs {inc.compared_with} {fmt(inc.baseline)}{ratio}, peak at step {inc.peak_step}, {end}{follows}"
 
 
-def _counted(s: dict[str, object]) -> str:
-    """The findings in words: the spikes, and the crashes where there are any."""
-    return f"{s['spikes']} spike(s)" + (f", {s['crashes']} crash(es)" if s["crashes"] else "")
+def _counted(result: ScanResult) -> str:
+    """The findings in words, by kind where there are any: `3 finding(s) in 2 of 4 run(s): 1 spike,
+    1 crash, 1 slowdown` (findings are spikes, crashes, divergences, slowdowns, overfitting)."""
+    s = summary(result)
+    kinds = troubles_counted(result.incidents)
+    return f"{s['findings']} finding(s) in {s['runs_with_spikes']} of {s['runs']} run(s)" + (f": {kinds}" if kinds else "")
 
 
 def _span(rep: RunReport) -> str:
@@ -135,7 +140,7 @@ def to_text(result: ScanResult, *, colour: bool = False) -> str:
         for rep in result.runs
     ]
     # STEPS is the span the run covers; POINTS the loss values logged in it (one every 500 steps...).
-    out += table_lines(rows, ["RUN", "FORMAT", "STEPS", "POINTS", "SPIKES", "WORST", "TOP CAUSE"], {2, 3, 4, 5}, ruled=True)
+    out += table_lines(rows, ["RUN", "FORMAT", "STEPS", "POINTS", "FINDINGS", "WORST", "TOP CAUSE"], {2, 3, 4, 5}, ruled=True)
     for rep in result.runs:
         for inc in rep.incidents:
             out.append("")
@@ -153,8 +158,7 @@ def to_text(result: ScanResult, *, colour: bool = False) -> str:
     if problems:
         out += ["", st(f"{len(problems)} warning(s):", "33")]
         out += [f"  {p(problem)}" for problem in problems]
-    s = summary(result)
-    out += ["", f"{_counted(s)} in {s['runs_with_spikes']} of {s['runs']} run(s)."]
+    out += ["", f"{_counted(result)}."]
     return "\n".join(out) + "\n"
 
 
@@ -163,9 +167,8 @@ def to_markdown(result: ScanResult) -> str:
     so a run named `"><img src=x onerror=...>`, `[x](javascript:...)` or `a|b` shows as written and
     cannot add a tag, a link or a table cell."""
     md = markdown
-    s = summary(result)
-    out = [f"## lossguard scan: {_counted(s)} in {s['runs_with_spikes']} of {s['runs']} run(s)", ""]
-    out += ["| run | format | steps | last step | spikes | worst | top cause |", "|---|---|--:|--:|--:|--:|---|"]
+    out = [f"## lossguard scan: {_counted(result)}", ""]
+    out += ["| run | format | steps | last step | findings | worst | top cause |", "|---|---|--:|--:|--:|--:|---|"]
     for rep in result.runs:
         worst = _worst(rep)
         out.append(
@@ -174,7 +177,7 @@ def to_markdown(result: ScanResult) -> str:
         )
     incidents = [(rep, inc) for rep in result.runs for inc in rep.incidents]
     if incidents:
-        out += ["", "### Spikes", "", "| run | step | rule | severity | value | baseline | ratio | end | likely cause | evidence |", "|---|--:|---|---|--:|--:|--:|--:|---|---|"]
+        out += ["", "### Findings", "", "| run | step | rule | severity | value | baseline | ratio | end | likely cause | evidence |", "|---|--:|---|---|--:|--:|--:|--:|---|---|"]
         for rep, inc in incidents:
             top = inc.causes[0] if inc.causes else None
             out.append(
@@ -291,8 +294,7 @@ def _run_html(rep: RunReport, anchor: str) -> str:
 
 
 def to_html(result: ScanResult) -> str:
-    s = summary(result)
-    # Only runs with spikes get a section: only they are linked (ids from their place, not their
+    # Only runs with findings get a section: only they are linked (ids from their place, not their
     # names, which may hold anything).
     anchors = {rep.run: f"run-{k}" for k, rep in enumerate(r for r in result.runs if r.incidents)}
 
@@ -312,10 +314,10 @@ def to_html(result: ScanResult) -> str:
     return (
         "<!doctype html><html lang=en><head><meta charset=utf-8><title>lossguard scan</title>"
         f"<style>{_CSS}</style></head><body>"
-        f"<h1>lossguard scan: {html_text(_counted(s))} in {s['runs_with_spikes']} of {s['runs']} run(s)</h1>"
+        f"<h1>lossguard scan: {html_text(_counted(result))}</h1>"
         f'<div class="muted">lossguard {__version__} · rules: {html_text(result.rules.origin)} · '
         f'<label><input type="checkbox" id="logscale" onchange="document.body.classList.toggle(\'logscale\', this.checked)"> log-scale loss</label></div>'
-        f"<table><tr><th>run</th><th>format</th><th>steps</th><th>spikes</th><th>worst</th><th>top cause</th></tr>{rows}</table>"
+        f"<table><tr><th>run</th><th>format</th><th>steps</th><th>findings</th><th>worst</th><th>top cause</th></tr>{rows}</table>"
         f"{runs}"
         + (f"<h2>Warnings</h2><ul>{problems}</ul>" if problems else "")
         + "</body></html>\n"
