@@ -69,29 +69,44 @@ def test_the_clean_control_run_has_no_lr_event_named(scanned):
             assert all(c["cause"] != "lr_schedule" for s in run["spikes"] for c in s["causes"]), fmt
 
 
-def test_a_real_hf_output_folder_is_announced_once_as_its_checkpoints_appear(tmp_path):
+def test_a_real_hf_output_folder_and_its_console_are_announced_once_as_they_are_written(tmp_path):
     # The Trainer's checkpoints, copied in as it wrote them (200, 400, 600, 700): each holds the whole
-    # history again, and the spike at 401 is announced once, every incident once.
+    # history again, and the spike at 401 is announced once, every incident once. Its console
+    # (stdout and stderr, tqdm's redraws and the logged dicts) grows beside them a few KB at a time,
+    # from a head of W&B's banner and the bar alone (no dict yet: no format to tell): its rows are
+    # read as they come, and the same spike is announced once for it too.
     output = tmp_path / "runs" / "hf" / "output"
     output.mkdir(parents=True)
     source = REAL / "hf_lr_jump" / "output"
     shutil.copytree(source / "checkpoint-200", output / "checkpoint-200")
+    console = (REAL / "hf_lr_jump" / "hf_console.log").read_bytes()
+    log = output.parent / "hf_console.log"
+    head = console.index(b"{'loss'")
+    log.write_bytes(console[:head])
+    pieces = iter(range(head, len(console), 4096))
     w = Watch(tmp_path, env=NO_PLOTS).start()
     try:
         w.wait_ready()
         w.wait_settled()
         for n in (400, 600, 700):
+            for at in [next(pieces, None) for _ in range(12)]:
+                if at is not None:
+                    with open(log, "ab") as fh:
+                        fh.write(console[at : at + 4096])
+                    time.sleep(0.02)
             shutil.copytree(source / f"checkpoint-{n}", output / f"checkpoint-{n}.tmp")
             (output / f"checkpoint-{n}.tmp").rename(output / f"checkpoint-{n}")
             if n == 600:  # (checkpoint-400 ends at step 400: the spike is in 600's history)
                 w.wait_for(lambda ev: any(e["event"] == "opened" and e["step"] == 401 and e["rule"] == "loss-spike" for e in ev))
+        with open(log, "ab") as fh:
+            fh.write(console[next(pieces, len(console)) :])
         ev = w.settle()
     finally:
         w.kill9()
-    opened = [(e["rule"], e["step"]) for e in ev if e["event"] == "opened"]
-    assert opened.count(("loss-spike", 401)) == 1
+    opened = [(e["run"], e["rule"], e["step"]) for e in ev if e["event"] == "opened"]
+    assert opened.count(("hf/output", "loss-spike", 401)) == 1 and opened.count(("hf/hf_console", "loss-spike", 401)) == 1, opened
     assert len(opened) == len(set(opened)), opened
-    assert all(step > 200 for _, step in opened)  # the first checkpoint was history
+    assert all(step > 200 for run, _, step in opened if run == "hf/output")  # the first checkpoint was history
 
 
 def test_transformers_5_console_places_every_dict_at_the_bars_step_as_its_checkpoint_holds_it():
