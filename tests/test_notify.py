@@ -124,6 +124,8 @@ def test_a_crash_is_told_by_its_error_and_its_log_lines_escaped_and_a_divergence
     assert "run crashed: CUDA out of memory" in body and "last step" in body
     assert "torch.OutOfMemoryError" in body and "<img" not in body
     diverged = replace(SPIKE, kind="divergence")
+    # (A URL of its own: apprise spaces two messages to one Rocket.Chat URL 5.5 s apart.)
+    sink = _sink(f"rocket://tokenc/tokend@localhost:{hooks.port}/#training")
     assert sink.send(_post("opened", diverged)).ok
     body = hooks.requests[-1].json()["text"]
     assert "loss divergence" in body and "vs its recent minimum" in body
