@@ -197,7 +197,7 @@ def _table(values: list[float], deltas: list[int], extra: list[float], tagged: b
     return pl.DataFrame(rows, schema={"step": pl.Int64, "metric": pl.String, "tag": pl.String, "value": pl.Float64}, orient="row")
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=30, deadline=None)  # (each example judges up to 5 runs twice with every default rule: ~0.15 s)
 @given(runs=st.lists(st.tuples(stream, st.lists(st.floats(0.5, 80.0), max_size=12), st.booleans()), min_size=1, max_size=5))
 def test_runs_analysed_together_are_what_each_run_analysed_alone_gives(runs):
     from lossguard.detection.engine import analyse_runs
