@@ -114,11 +114,12 @@ def test_a_run_glob_matching_nothing_says_so_and_names_the_runs_found():
 
 
 def test_a_metric_no_run_logs_is_a_usage_error_naming_the_metrics_found():
-    from .conftest import assert_one_error_line, run_lossguard
+    # (In this process: scan's one-line error in a real one is the run glob's case above.)
+    from .conftest import assert_one_error_line, run_lossguard_in_process
 
-    line = assert_one_error_line(run_lossguard("scan", _sample_runs(), "--metric", "gradnorm"), "'gradnorm'")
+    line = assert_one_error_line(run_lossguard_in_process("scan", _sample_runs(), "--metric", "gradnorm"), "'gradnorm'")
     assert "metrics found: eval_loss, grad_norm, loss" in line
-    assert run_lossguard("scan", _sample_runs(), "--metric", "grad_norm", "--quiet").returncode == 1
+    assert run_lossguard_in_process("scan", _sample_runs(), "--metric", "grad_norm", "--quiet").returncode == 1
 
 
 def test_rules_default_by_name_the_presets_in_help_and_o_for_output(tmp_path):
@@ -142,11 +143,11 @@ def test_read_of_a_folder_with_nothing_readable_exits_2(tmp_path):
 
 def test_read_of_a_folder_holding_no_log_at_all_exits_2_as_scan_does(tmp_path):
     # `read` printed a CSV header and exited 0, where `scan` of the same folder exits 2.
-    from .conftest import run_lossguard
+    from .conftest import run_lossguard, run_lossguard_in_process
 
     (tmp_path / "empty").mkdir()
-    for command in ("read", "scan"):
-        res = run_lossguard(command, str(tmp_path / "empty"))
+    for command, run in (("read", run_lossguard), ("scan", run_lossguard_in_process)):  # (scan's real process: the run glob's case)
+        res = run(command, str(tmp_path / "empty"))
         assert res.returncode == 2 and res.stderr.splitlines()[-1].endswith(f"no training logs found under {tmp_path / 'empty'}"), res.stderr
     csv = run_lossguard("read", str(tmp_path / "empty"), "--format", "csv")
     assert csv.returncode == 2 and csv.stdout == ""  # (no header before the error)

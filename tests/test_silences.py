@@ -22,7 +22,7 @@ from lossguard.model import Cause, Incident, Notice
 from lossguard.silences import Silence, command_for, covering, literal_glob, parse_duration, parse_until
 from lossguard.state import VERSION, State
 
-from .conftest import assert_one_error_line, run_lossguard
+from .conftest import assert_one_error_line, run_lossguard, run_lossguard_in_process
 
 INC = Incident(run="gpt-7b-a", metric="loss", rule="loss-spike", kind="ratio", severity="warning", step=20, peak_step=20,
                value=9.0, baseline=2.0, threshold=4.0, causes=(Cause("bad_batch", 0.6, "one step", "skip it"),))
@@ -447,7 +447,8 @@ def test_silence_cli_adds_lists_expires_and_status_shows_it(tmp_path):
     (["--for", "1h", "--cause", "lr"], "matches no cause"),
 ])
 def test_a_silence_that_could_never_hold_anything_is_refused_in_one_line(tmp_path, args, says):
-    res = run_lossguard("silence", "add", "--state-dir", str(tmp_path / "s"), "--run", "x", "--comment", "c", *args)
+    run = run_lossguard if says == "not a duration" else run_lossguard_in_process  # (one in a real process)
+    res = run("silence", "add", "--state-dir", str(tmp_path / "s"), "--run", "x", "--comment", "c", *args)
     assert res.returncode == 2 and says in assert_one_error_line(res)
 
 
