@@ -15,13 +15,13 @@ import pytest
 from lossguard.alerts import sinks
 from lossguard.alerts.delivery import Post
 from lossguard.alerts.picture import Picture
-from lossguard.alerts.pipeline import BATCH, Dispatcher
+from lossguard.alerts.pipeline import BATCH, Dispatcher, news_first
 from lossguard.alerts.plots import Plot
 from lossguard.alerts.sinks import JsonlSink, SlackSink
 from lossguard.alerts.slack import SlackBot, SlackWebhook
 from lossguard.model import Incident, Notice
 from lossguard.watch.settings import SlackRoute
-from lossguard.state import State
+from lossguard.state import OutboxEntry, State
 
 from .slack_server import Answer
 
@@ -129,6 +129,50 @@ def test_a_burst_is_one_summary_and_a_crash_after_it_replies_in_its_thread_inste
     assert sum(p["text"].startswith("4 new spikes") for p in sent) == 1
     assert [p.get("thread_ts") for p in sent[1:]] == ["1700000000.000001"] * 5  # 4 replies + the failed one retried
     assert state.pending() == []
+
+
+def test_a_new_spikes_alert_overtakes_the_replies_a_posted_burst_still_has_to_send(slack, state):
+    """A burst's replies take a second or more of a busy Slack: an alert recorded meanwhile goes out
+    next, at the top of the channel; a new incident of a run whose reply is still waiting stays
+    behind that reply."""
+    raise_(state, *[replace(BASE, run=f"exp{i}") for i in range(4)])
+    sink = bot_sink(slack, min_interval=0)
+    send = sink.send
+
+    def send_then_spike(post):  # noqa: ANN001, ANN202
+        delivery = send(post)
+        if len(posts(slack)) == 2:  # the summary and its first reply are out when a pass records two spikes
+            raise_(state, replace(BASE, run="late"), replace(BASE, run="exp3", step=900))
+        return delivery
+
+    sink.send = send_then_spike
+    assert Dispatcher(state, {"slack": sink}).round() == 6
+    sent = posts(slack)
+    heads = [(p["text"].split()[0], p.get("thread_ts")) for p in sent]
+    summary = "1700000000.000001"
+    assert sent[0]["text"].startswith("4 new spikes") and "thread_ts" not in sent[0]
+    assert "late" in sent[2]["text"] and "thread_ts" not in sent[2], heads
+    assert [p.get("thread_ts") for p in sent[3:]] == [summary] * 4, heads  # (exp3's second spike: the run alerted a moment ago)
+    exp3 = [i for i, p in enumerate(sent) if "exp3" in p["text"] and not p["text"].startswith("4 new")]
+    assert len(exp3) == 2 and "900" in sent[exp3[1]]["text"] and "900" not in sent[exp3[0]]["text"], heads
+    assert state.pending() == []
+
+
+def entry(ident: int, kind: str, run: str, incident: int | None = None) -> OutboxEntry:
+    return OutboxEntry(ident, incident, "slack", Notice(kind, run, BASE if incident is not None else None), 0)
+
+
+@pytest.mark.parametrize("entries, listed, order", [
+    pytest.param([entry(1, "resolved", "a", 1), entry(2, "opened", "b", 2)], (), [2, 1], id="an alert ahead of another run's resolution"),
+    pytest.param([entry(1, "opened", "a", 1), entry(2, "opened", "b", 2)], (1,), [2, 1], id="an alert ahead of a posted summary's reply"),
+    pytest.param([entry(1, "opened", "b", 1), entry(2, "escalated", "a", 2)], (), [1, 2], id="alerts keep their order"),
+    pytest.param([entry(1, "opened", "a", 1), entry(2, "escalated", "a", 2)], (1,), [1, 2], id="an escalation behind its run's reply"),
+    pytest.param([entry(1, "stalled", "a"), entry(2, "opened", "a", 2)], (), [1, 2], id="an alert behind its run's stall"),
+    pytest.param([entry(1, "opened", "a", 1), entry(2, "resolved", "a", 1), entry(3, "unsilenced", "b", 3)], (), [1, 3, 2],
+                 id="an incident's alert still before its resolution"),
+])
+def test_news_goes_ahead_of_follow_ups_and_never_ahead_of_its_own_runs_earlier_entries(entries, listed, order):
+    assert [e.id for e in news_first(entries, listed=lambda ident: ident in listed)] == order
 
 
 def test_each_post_is_recorded_as_it_is_accepted(slack, state):

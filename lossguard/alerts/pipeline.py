@@ -27,10 +27,32 @@ SEVERITY_RANK = {"info": 0, "warning": 1, "critical": 2}
 STARTS_THREAD = ("opened", "escalated", "unsilenced")
 """Kinds whose post is the message an incident's follow-ups reply to (an incident whose alert a
 silence held back is first posted when the silence ends)."""
+ANNOUNCES = ("opened", "unsilenced")
+"""Kinds a burst's summary lists (an escalation is posted on its own, in its first alert's thread)."""
 TAKEN_QUIET = ("updated", "relabelled")
 """What is no longer posted of an incident someone acknowledged: news of it that needs no one to act."""
 BATCH = 100
 """Outbox entries taken at a time; a round goes on while entries are waiting."""
+
+
+def news_first(entries: Iterable[OutboxEntry], *, listed: Callable[[int], bool]) -> list[OutboxEntry]:
+    """The entries with the news (an incident's alert: opened, escalated, unsilenced) ahead of
+    follow-ups and of a posted summary's details: a burst's replies take a second or more of a busy
+    Slack, and a new spike must not wait behind them. News never overtakes an earlier entry of its
+    own run (an escalation stays behind its first alert, an alert behind its run's stall notice), nor
+    other news; `listed`: the incident is in a summary already posted (its post is that summary's
+    reply, a detail like the others)."""
+    news: list[OutboxEntry] = []
+    rest: list[OutboxEntry] = []
+    behind: set[str] = set()  # (runs with an entry that stays in place: their later entries stay behind it)
+    for e in entries:
+        ident, kind = e.incident_id, e.notice.kind
+        if ident is not None and kind in STARTS_THREAD and e.notice.run not in behind and not (kind in ANNOUNCES and listed(ident)):
+            news.append(e)
+        else:
+            rest.append(e)
+            behind.add(e.notice.run)
+    return news + rest
 
 
 def route(manners: Manners) -> Stage:
@@ -95,7 +117,7 @@ def group(threshold: int, *, channels: bool, in_doubt: Callable[[], Mapping[int,
                 yield replace(post, in_summary=True)
 
     def announces(post: Post) -> bool:
-        return post.notice.kind in ("opened", "unsilenced") and post.notice.incident is not None and post.thread is None
+        return post.notice.kind in ANNOUNCES and post.notice.incident is not None and post.thread is None
 
     def route_of(burst: list[Post]) -> str | None:
         return max(burst, key=lambda p: SEVERITY_RANK.get(p.notice.severity or "", 0)).channel
@@ -197,12 +219,16 @@ class Dispatcher:
                 self._locked(sink)
                 return 0
             while entries := self.state.pending(limit=BATCH, sink=sink.name):
+                taken = max(e.id for e in entries)
+                full = len(entries) == BATCH
                 entries = self._hold(sink, self._taken(sink, entries))
                 if not entries:
                     continue  # (all held: the next batch)
-                done, ok = self._deliver(sink, entries)
+                if sink.manners.channels:
+                    entries = news_first(entries, listed=lambda ident: self.state.thread(ident) is not None)
+                done, ok, cut = self._deliver(sink, entries, taken=taken)
                 sent += done
-                if not ok or len(entries) < BATCH:
+                if not ok or not (full or cut):
                     break
         except StateBusy:
             self._locked(sink)
@@ -230,12 +256,18 @@ class Dispatcher:
             self._locked(sink)
             return False
 
-    def _deliver(self, sink: Sink, entries: list[OutboxEntry]) -> tuple[int, bool]:
+    def _deliver(self, sink: Sink, entries: list[OutboxEntry], *, taken: int) -> tuple[int, bool, bool]:
+        """The batch's posts, each recorded as it is accepted: how many entries they settled, whether
+        the sink took them all (False: a temporary failure or a locked state ends its round), and
+        whether the batch was cut short for news recorded since it was `taken` (the next batch
+        carries that news ahead of the rest: see news_first)."""
         posts: Iterable[Post] = (Post((e,)) for e in entries)
         for stage in chain(sink, self.state, self._recent[sink.name], self.clock):
             posts = stage(posts)
         sent = 0
-        for post in posts:
+        for n, post in enumerate(posts):
+            if n and sink.manners.channels and self._news_since(sink, taken):
+                return sent, True, True  # (between two posts: what is delivered is recorded, as at a batch's end)
             if sink.manners.channels:
                 post = self._at_delivery(sink, post)
             self._pace(sink, post.channel)
@@ -248,7 +280,7 @@ class Dispatcher:
                     self.state.forget_message(intent)  # (refused: it did not go out)
                 self._failed(sink, post.entries, delivery)
                 if not delivery.permanent:
-                    return sent, False
+                    return sent, False, False
                 continue
             done, recorded = self._record(sink, post, delivery, intent)
             if sink.name != "console":  # (the console sink's delivery is itself this line)
@@ -256,8 +288,12 @@ class Dispatcher:
                     log.info("sent to %s: %s", sink.name, describe(notice))
             sent += done
             if not recorded:
-                return sent, False
-        return sent, True
+                return sent, False, False
+        return sent, True, False
+
+    def _news_since(self, sink: Sink, taken: int) -> bool:
+        """An incident's alert recorded for the sink after its batch was taken (outbox ids grow)."""
+        return any(e.notice.kind in STARTS_THREAD for e in self.state.pending(limit=BATCH, sink=sink.name, after=taken))
 
     def _at_delivery(self, sink: Sink, post: Post) -> Post:
         """What only the moment of sending knows, since earlier posts of this very round may have

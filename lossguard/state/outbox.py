@@ -26,11 +26,12 @@ def _outbox_entry(r: tuple, state_id: str) -> OutboxEntry:
 class Outbox(Connected):
     """State's reads and writes of the `outbox` table, for the sender and the operator."""
 
-    def pending(self, limit: int = 100, *, sink: str | None = None, kind: str | None = None) -> list[OutboxEntry]:
-        """Undelivered entries, oldest first (permanently failed ones wait for the operator)."""
-        query, args = _OUTBOX, []
+    def pending(self, limit: int = 100, *, sink: str | None = None, kind: str | None = None, after: int = 0) -> list[OutboxEntry]:
+        """Undelivered entries, oldest first (permanently failed ones wait for the operator);
+        `after`: only those recorded after that entry."""
+        query, args = _OUTBOX + " AND o.id > ?", [after]
         if sink is not None:
-            query, args = query + " AND o.sink=?", [sink]
+            query, args = query + " AND o.sink=?", [*args, sink]
         if kind is not None:
             query, args = query + " AND o.kind=?", [*args, kind]
         return [_outbox_entry(r, self.id) for r in self.db.execute(f"{query} ORDER BY o.id LIMIT ?", (*args, limit))]
