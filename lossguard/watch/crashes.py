@@ -15,14 +15,14 @@ in an error is said as the crash, never as a bare `stalled`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
 
 from ..detection.crash import TailSays, find_crash, tail_says
 from ..detection.rules import RuleSet
 from ..ingest.sources.texttail import is_console, tails_of
 from ..model import Incident
-from ..state import State, Transaction
+from ..state import IncidentRow, State, Transaction
 from .followed import Sighting
 from .notices import Notices
 from .pass_report import PassReport
@@ -50,15 +50,16 @@ class Crashes:
                 self._sizes[path] = seen.size
                 self._pending[seen.row.run] = (now, history)
 
-    def moved(self, tx: Transaction, runs: Collection[tuple[str, int]], *, now: float, steady: float, report: PassReport) -> None:
+    def moved(self, tx: Transaction, runs: Collection[tuple[str, int]], open_rows: Mapping[str, Sequence[IncidentRow]], *,
+              now: float, steady: float, report: PassReport) -> None:
         """Runs that logged a new step (run, last step): their quiet starts again, and a crash said of
-        one is over (the run was restarted)."""
+        one is over (the run was restarted). `open_rows`: the runs' incidents open before the pass
+        (the pass's own judge read them; a crash is never opened by it)."""
         for run, _ in runs:
             if run in self._pending:
                 self._pending[run] = (steady, self._pending[run][1])
-        open_crashes = self.state.open_incidents_of([run for run, _ in runs]) if runs else {}
         for run, step in runs:
-            for row in open_crashes.get(run, ()):
+            for row in open_rows.get(run, ()):
                 if row.incident.is_crash and step > row.incident.step:
                     self.notices.incident(tx, replace(row.incident, end_step=step), now=now, quiet=False, source=row.source, report=report, windows={})
 

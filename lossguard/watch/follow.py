@@ -11,7 +11,7 @@ went quiet (lossguard.watch.stalls), and commits. This module only says which wi
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -24,7 +24,7 @@ from ..detection.rules import RuleSet
 from ..detection.streams import Points, by_run, by_run_and_metric
 from ..ingest.reader import ReadOptions
 from ..model import Incident
-from ..state import State, Transaction
+from ..state import IncidentRow, State, Transaction
 from .budget import PASS_BUDGET, Budget
 from .crashes import Crashes
 from .followed import Sighting, Tracker, warned_through
@@ -158,13 +158,15 @@ class Follower:
         if restarts:
             tails = {key: tail for key, tail in tails.items() if key not in restarts}
         windows = [windows_of(run, tails, points) for run in runs]
-        seen = self._seen(runs, windows, tails, points)
+        open_rows = self.state.open_incidents_of(runs)  # (what the judge holds open, and the crashes a new step ends)
+        seen = self._seen(runs, windows, tails, points, open_rows)
         active = [self.rules.for_run(run) for run in runs]
         tagged = frame.filter(pl.col("tag").is_in(list(CONTEXT_TAGS)))
         found = self._judge(runs, windows, seen, active, tagged, tails, [run in new.later_write_wins for run in runs])
         positions = self.state.runs_of(runs)
         kept = []
         moved: list[tuple[str, int]] = []
+        said: set = set()
         for k, run in enumerate(runs):
             timelines = {**timelines_before(run, tails), **{m: t for (r, m), t in restarts.items() if r == run}}
             incidents = tuple(replace(i, timeline=timelines.get(i.metric, 0) + i.segment) for i in found.get(k, ()))
@@ -177,6 +179,7 @@ class Follower:
                 for inc in incidents:
                     self.notices.incident(tx, inc, now=now, quiet=new.quiet[run], source=source, report=report, windows=windows[k], points=loss_points)
             judged = {i.key for i in incidents}
+            said |= judged
             still_open = [i.step for i in seen[k].open if i.key not in judged] + [i.step for i in incidents if not i.over]
             fresh = {m: points[(run, m)][0].size for m in JUDGED if (run, m) in points}
             kept += kept_tails(run, windows[k], fresh, tails, active[k], still_open, timelines)
@@ -185,14 +188,17 @@ class Follower:
         tx.put_tails(kept + kept_tag_tails(tagged, tails) + sums.put)
         tx.drop_tails(sums.dropped)
         tx.advance_runs(moved, now=now)
-        self.crashes.moved(tx, moved, now=now, steady=self.stalls.steady.now, report=report)
+        # (Still open after the pass: what it judged anew, a resume's end among them, is no longer as read.)
+        still = {run: [r for r in rows if r.incident.key not in said] for run, rows in open_rows.items()}
+        self.crashes.moved(tx, moved, still, now=now, steady=self.stalls.steady.now, report=report)
 
-    def _seen(self, runs: list[str], windows: list[dict[str, Points]], tails: Tails, points: dict[tuple[str, str], Points]) -> list[Seen]:
+    def _seen(self, runs: list[str], windows: list[dict[str, Points]], tails: Tails, points: dict[tuple[str, str], Points],
+              open_rows: Mapping[str, Sequence[IncidentRow]]) -> list[Seen]:
         """What earlier passes already judged of each run's windows: the points before its tails,
-        where its new points start, and the incidents the state knows of and holds open."""
+        where its new points start, and the incidents the state knows of and holds open (`open_rows`)."""
         firsts = {run: min(int(w[0].min()) for w in mine.values() if w[0].size) for run, mine in zip(runs, windows) if any(w[0].size for w in mine.values())}
         known = self.state.incident_keys_of(firsts)
-        open_before = {run: tuple(r.incident for r in rows) for run, rows in self.state.open_incidents_of(runs).items()}
+        open_before = {run: tuple(r.incident for r in rows) for run, rows in open_rows.items()}
         return [
             Seen(
                 before=points_before(run, tails),
