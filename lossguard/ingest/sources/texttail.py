@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...escaping import decodable
+from ..formats.base import ANSI
 
 TAIL_BYTES = 64 << 10
 """About 400 lines of ordinary output: a traceback with its chained causes and torchrun's table."""
@@ -23,7 +24,7 @@ CONSOLE_SUFFIXES = (".log", ".out", ".err", ".txt", ".stdout", ".stderr")
 TORCHRUN_RANK = re.compile(r"^attempt_\d+$")
 """torchrun's `--log-dir` layout (torch/distributed/elastic/multiprocessing/api.py):
 `<log_dir>/<run_id>/attempt_<N>/<local_rank>/{stdout,stderr}.log`."""
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+_ANSI = re.compile(ANSI)
 
 
 def is_console(path: str) -> bool:
