@@ -191,6 +191,12 @@ class Incident:
         return self.ranks or ((own,) if own is not None else ())
 
     @property
+    def shown_run(self) -> str:
+        """The run as an alert names it: one seen on several ranks names them all (`job [ranks 0, 1]`)."""
+        ranks = self.rank_list
+        return f"{self.run_name} [ranks {', '.join(ranks)}]" if len(ranks) > 1 else self.run
+
+    @property
     def where(self) -> str | None:
         """Its ranks and host in words (`rank 1 on node-3`, `ranks 0, 1`); None where neither is known."""
         ranks = self.rank_list
@@ -422,6 +428,8 @@ class Notice:
     none to read, or it ends in nothing."""
     finished: bool = False
     """stalled: the log ends in a clean finish (the run ended, it did not stop)."""
+    also: str | None = None
+    """updated: the rank the incident was seen on too, since its alert (its ranks name it now)."""
 
     @property
     def severity(self) -> str | None:
@@ -438,6 +446,7 @@ class Notice:
             **({"silenced_by": self.silenced_by} if self.silenced_by is not None else {}),
             **({"tail": self.tail} if self.tail is not None else {}),
             **({"finished": True} if self.finished else {}),
+            **({"also": self.also} if self.also is not None else {}),
             **({"spark": [v if math.isfinite(v) else None for v in self.spark]} if self.spark else {}),
             **({"noisy": self.noisy.to_json()} if self.noisy is not None else {}),
         }
@@ -457,6 +466,7 @@ class Notice:
             minutes=None if data.get("minutes") is None else float(data["minutes"]),
             silenced_by=None if data.get("silenced_by") is None else str(data["silenced_by"]),
             tail=None if data.get("tail") is None else str(data["tail"]), finished=bool(data.get("finished", False)),
+            also=None if data.get("also") is None else str(data["also"]),
             spark=tuple(math.nan if v is None else float(v) for v in data.get("spark") or ()),
             noisy=NoisyRun.from_json(data["noisy"]) if data.get("noisy") else None,
         )

@@ -158,7 +158,7 @@ def test_a_layout_10_state_keeps_its_incidents_and_ids_and_then_holds_one_step_o
     db.commit()
     db.close()
     s = State(tmp_path / "state")
-    assert s.db.execute("PRAGMA user_version").fetchone()[0] == VERSION == 12
+    assert s.db.execute("PRAGMA user_version").fetchone()[0] == VERSION == 13
     assert s.incident("exp/7b", "loss-spike", 700).id == first and s.tail("exp/7b", "loss").timeline == 0
     with s.transaction() as tx:
         again = tx.add_incident(replace(INC, timeline=1), source="a.log", quiet=False, now=2.0)

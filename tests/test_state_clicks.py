@@ -68,7 +68,7 @@ def test_a_layout_8_state_gains_the_envelopes_acks_and_silences_until_recovery(t
     db.commit()
     db.close()
     state = State(tmp_path / "state")
-    assert state.db.execute("PRAGMA user_version").fetchone()[0] == VERSION == 12
+    assert state.db.execute("PRAGMA user_version").fetchone()[0] == VERSION == 13
     assert state.silences()[0].recovers is None and state.envelope_reply("nope") is None
     assert state.acknowledge("e-4", 1, by="@ana", reply="", now=1.0) and state.acked([1]) == {1: "@ana"}
     state.close()

@@ -67,10 +67,10 @@ def annotations(notice: Notice) -> dict[str, str]:
     top = inc.causes[0] if inc.causes else None
     ratio = inc.ratio
     if inc.is_crash:
-        said = {"summary": f"run {inc.run} crashed at step {inc.step}: {inc.error}", "error": str(inc.error), "lines": "\n".join(inc.lines)}
+        said = {"summary": f"run {inc.shown_run} crashed at step {inc.step}: {inc.error}", "error": str(inc.error), "lines": "\n".join(inc.lines)}
     out = {
         "summary": (
-            f"{inc.metric} {'non-finite' if inc.kind == 'nonfinite' else 'spike'} in run {inc.run} at step {inc.step}: "
+            f"{inc.metric} {'non-finite' if inc.kind == 'nonfinite' else 'spike'} in run {inc.shown_run} at step {inc.step}: "
             f"{_number(inc.value)} against a baseline of {_number(inc.baseline)}"
             + (f" ({ratio:.3g}x)" if ratio is not None else "") + (f"; likely {top.cause}" if top else "")
         ),

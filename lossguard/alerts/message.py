@@ -107,18 +107,19 @@ def build(
     silence: str | None = None,
     silenced_by: str | None = None,
     actions: dict | None = None,
+    also: str | None = None,
 ) -> Message:
     """`silence`: the command that silences alerts like this one (shown with a new alert);
     `silenced_by`: the silence that held this incident's notices back and just ended; `actions`:
     the buttons (alerts.actions), last, when Socket Mode takes their clicks."""
     sev = inc.severity.upper()
-    title = title_of(event, inc)
+    title = title_of(event, inc, also=also)
     emoji = ":white_check_mark:" if event == "resolved" else SEVERITY_EMOJI.get(inc.severity, "")
-    header = printable(f"{emoji} {title} in {inc.run}".strip())
+    header = printable(f"{emoji} {title} in {inc.shown_run}".strip())
     ratio = f" ({inc.ratio:.1f}×)" if inc.ratio is not None else ""
     end = inc.ending
     facts = _crash_facts(inc) if inc.is_crash else (
-        f"*Run* {code(inc.run)}  ·  *step {inc.step}* (peak at {inc.peak_step}, {end}{f'; {inc.timeline_words}' if inc.timeline_words else ''})\n"
+        f"*Run* {code(inc.shown_run)}  ·  *step {inc.step}* (peak at {inc.peak_step}, {end}{f'; {inc.timeline_words}' if inc.timeline_words else ''})\n"
         f"*{escape(inc.metric)}* {fmt(inc.value)} vs {inc.compared_with} {fmt(inc.baseline)}{ratio}  ·  rule {code(inc.rule)}"
     )
     blocks: list[dict] = [
@@ -141,11 +142,11 @@ def build(
 
     top = inc.causes[0] if inc.causes else None
     lines = [
-        f"[{sev}] {code(inc.run)}: crashed ({escape(str(inc.error))}); the last step it reached: {inc.step}"
+        f"[{sev}] {code(inc.shown_run)}: crashed ({escape(str(inc.error))}); the last step it reached: {inc.step}"
         + (" - resolved" if event == "resolved" else ""),
         f"rule {escape(inc.rule)}; " + "; ".join(code(line) for line in inc.lines),
     ] if inc.is_crash else [
-        f"[{sev}] {code(inc.run)}: {escape(inc.metric)} {inc.trouble} at step {inc.step}"
+        f"[{sev}] {code(inc.shown_run)}: {escape(inc.metric)} {inc.trouble} at step {inc.step}"
         + (f" ({fmt(inc.value)} vs {inc.compared_with} {fmt(inc.baseline)}{ratio})" if inc.baseline is not None else f" ({fmt(inc.value)})")
         + (" - resolved" if event == "resolved" else ""),
         f"rule {escape(inc.rule)}; peak at step {inc.peak_step}; {end}",
@@ -163,9 +164,12 @@ def build(
     return Message(cut_lines("\n".join(lines), MAX_TEXT), tuple(blocks))
 
 
-def title_of(event: str, inc: Incident) -> str:
-    """An incident's notice in a few words, unescaped: what every channel titles it with."""
+def title_of(event: str, inc: Incident, *, also: str | None = None) -> str:
+    """An incident's notice in a few words, unescaped: what every channel titles it with (`also`:
+    an update saying the incident was seen on that rank too)."""
     sev = inc.severity.upper()
+    if also is not None:
+        return f"{title_of('opened', inc)}, also on rank {also}"
     if inc.is_crash:
         return CRASH_TITLES.get(event, "{sev}: run crashed").format(sev=sev) + f": {inc.error}"
     return EVENT_TITLES.get(event, "{sev}: {metric} {what}").format(sev=sev, metric=inc.metric.replace("_", " "), what=inc.trouble)
@@ -176,7 +180,7 @@ def _crash_facts(inc: Incident) -> str:
     a log line is data, never mrkdwn)."""
     end = f" ({inc.ending})" if inc.over else ""
     said = "\n".join(code(line) for line in inc.lines)
-    return f"*Run* {code(inc.run)}  ·  *last step {inc.step}*{end}  ·  rule {code(inc.rule)}\n*{escape(str(inc.error))}*" + (f"\n{said}" if said else "")
+    return f"*Run* {code(inc.shown_run)}  ·  *last step {inc.step}*{end}  ·  rule {code(inc.rule)}\n*{escape(str(inc.error))}*" + (f"\n{said}" if said else "")
 
 
 def build_test(*, host: str, channel: str | None) -> Message:
@@ -212,11 +216,11 @@ def describe(notice: Notice) -> str:
         return f"{before}{notice.run}{after}"
     inc = notice.incident
     cause = inc.causes[0].cause if inc.causes else "unknown"
-    still = " still open" if notice.kind == "unsilenced" else ""
+    still = " still open" if notice.kind == "unsilenced" else f" also on rank {notice.also}" if notice.also is not None else ""
     if inc.is_crash:
-        return f"{kind} [{inc.severity}] run {inc.run}: crashed ({inc.error}) at step {inc.step}{still} (rule {inc.rule}); likely {cause}{ended}"
+        return f"{kind} [{inc.severity}] run {inc.shown_run}: crashed ({inc.error}) at step {inc.step}{still} (rule {inc.rule}); likely {cause}{ended}"
     return (
-        f"{kind} [{inc.severity}] run {inc.run}: {inc.metric} {inc.trouble} at step {inc.step}{still} "
+        f"{kind} [{inc.severity}] run {inc.shown_run}: {inc.metric} {inc.trouble} at step {inc.step}{still} "
         f"(peak {fmt(inc.value)} at {inc.peak_step}, {inc.compared_with} {fmt(inc.baseline)}, rule {inc.rule}); likely {cause}{ended}"
     )
 
@@ -232,7 +236,7 @@ def for_notice(notice: Notice, *, host: str, version: str = "", silence: str | N
         return _section_message(text)
     shown = silence if notice.kind in ("opened", "escalated", "unsilenced") else None
     return build(notice.incident, event=notice.kind, host=host, source=notice.source, version=version, silence=shown,
-                 silenced_by=notice.silenced_by, spark=notice.spark, actions=actions if notice.kind in NEWS else None)
+                 silenced_by=notice.silenced_by, spark=notice.spark, actions=actions if notice.kind in NEWS else None, also=notice.also)
 
 
 def summary(notices: tuple[Notice, ...]) -> Message:
@@ -244,7 +248,7 @@ def summary(notices: tuple[Notice, ...]) -> Message:
         cause = inc.causes[0].cause.replace("_", " ") if inc.causes else "unknown"
         state = f":white_check_mark: resolved ({inc.ending})" if inc.over else "open"
         what = f"crashed ({escape(str(inc.error))}) at step" if inc.is_crash else f"{escape(inc.metric)} {inc.trouble} at step"
-        lines.append(f"• {code(inc.run)}: {what} {inc.step} ({inc.severity}), likely {escape(cause)}: {state}")
+        lines.append(f"• {code(inc.shown_run)}: {what} {inc.step} ({inc.severity}), likely {escape(cause)}: {state}")
     resolved = sum(n.incident.over for n in notices)
     if resolved:  # (a rewrite as members recover: what it first said, new or still open, no longer holds)
         title = f"{len(notices)} spikes, all resolved" if resolved == len(notices) else f"{len(notices)} spikes, {resolved} resolved"

@@ -48,7 +48,7 @@ def headline(notice: Notice) -> str:
     inc = notice.incident
     if inc is None:
         return f"{notice.kind}: run {notice.run}"
-    return f"{title_of(notice.kind, inc)} in run {inc.run}"
+    return f"{title_of(notice.kind, inc, also=notice.also)} in run {inc.shown_run}"
 
 
 def when(stamp: float) -> str:

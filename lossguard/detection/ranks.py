@@ -12,7 +12,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from ..model import Incident
+from ..model import Incident, split_rank
 
 SLOWER = 1.5
 """A straggler's step time, against the median of the other ranks' at the same steps."""
@@ -26,26 +26,84 @@ Series = tuple[np.ndarray, np.ndarray]
 """(steps, values) of one rank's stream."""
 
 
-def _span(inc: Incident) -> tuple[int, int]:
+def span(inc: Incident) -> tuple[int, int]:
+    """The steps an incident covers: its first to its last flagged (or its peak)."""
     return inc.step, max(inc.step, inc.peak_step, inc.last_flagged_step or inc.step)
 
 
+def same_event(a: Incident, b: Incident) -> bool:
+    """Two ranks' incidents are one event of their run: crashes while both are open (a rank that
+    fails takes the others down, each logging its own error, at the steps each had reached), else
+    one rule on one timeline over steps that overlap."""
+    if a.later_timeline != b.later_timeline:
+        return False
+    if a.is_crash or b.is_crash:
+        return a.is_crash and b.is_crash and (not (a.over or b.over) or _overlap(a, b))
+    return a.rule == b.rule and _overlap(a, b)
+
+
+def _overlap(a: Incident, b: Incident) -> bool:
+    (lo, hi), (first, last) = span(a), span(b)
+    return first <= hi and lo <= last
+
+
+def with_ranks(inc: Incident, *ranks: str, host: str | None = None) -> Incident:
+    """`inc` naming `ranks` too (in rank order), and `host` where it had none."""
+    named = tuple(sorted(dict.fromkeys((*inc.rank_list, *ranks)), key=int))
+    return replace(inc, ranks=named, host=inc.host or host)
+
+
 def merged(per_rank: Sequence[tuple[str, Sequence[Incident]]], *, run: str) -> tuple[Incident, ...]:
-    """The run's incidents from its ranks' (rank, incidents): each names its rank, and those of one
-    rule on one timeline whose steps overlap are one incident, the earliest rank's, naming all."""
+    """The run's incidents from its ranks' (rank, incidents): each names its rank, and one event
+    seen on several ranks (same_event) is one incident, the earliest rank's, naming all."""
     out: list[Incident] = []
     for rank, incidents in sorted(per_rank, key=lambda p: int(p[0])):
         for inc in incidents:
             inc = replace(inc, run=run, ranks=inc.ranks or (rank,))
-            first, last = _span(inc)
             for k, seen in enumerate(out):
-                lo, hi = _span(seen)
-                if seen.rule == inc.rule and seen.later_timeline == inc.later_timeline and first <= hi and lo <= last:
-                    out[k] = replace(seen, ranks=tuple(dict.fromkeys((*seen.ranks, *inc.ranks))), host=seen.host or inc.host)
+                if same_event(seen, inc):
+                    out[k] = with_ranks(seen, *inc.ranks, host=inc.host)
                     break
             else:
                 out.append(inc)
     return tuple(sorted(out, key=lambda i: (i.step, i.rule)))
+
+
+AFTERMATH = ("crash-nccl-timeout", "crash-killed", "crash-worker-failed")
+"""What the other ranks die of when one fails: a collective that waits on it times out, the launcher
+kills them, the launcher says a worker failed. The rank's own error is the one to name."""
+
+
+def causes_first(crashes: Sequence[Incident]) -> list[int]:
+    """The order to raise ranks' crashes in (indexes into `crashes`): the ranks' own errors before
+    the aftermath of another rank's, so the alert of the run's crash names what went wrong."""
+    return sorted(range(len(crashes)), key=lambda k: crashes[k].rule in AFTERMATH)
+
+
+def together(found: Sequence[Incident]) -> list[Incident]:
+    """The incidents one pass of the daemon found, each naming the ranks of its run that saw the
+    same event in that pass (its rank streams are runs of their own there: `job [rank 1]`), so the
+    alert of the first one raised names them all and the others join it. Compared within a run's
+    rule and timeline only, in step order (a first start reads thousands of history incidents)."""
+    out = list(found)
+    groups: dict[tuple[str, int, str], list[int]] = {}
+    for k, inc in enumerate(found):
+        run, rank = split_rank(inc.run)
+        if rank is not None:
+            groups.setdefault((run, inc.later_timeline, "" if inc.is_crash else inc.rule), []).append(k)
+    for members in groups.values():
+        if len({found[k].run for k in members}) < 2:
+            continue
+        members.sort(key=lambda k: span(found[k]))
+        for i, k in enumerate(members):
+            for j in members[i + 1:]:
+                a, b = found[k], found[j]
+                if span(b)[0] > span(a)[1] and not a.is_crash:
+                    break  # (in step order: no later one overlaps `a`)
+                if a.run != b.run and same_event(a, b):
+                    out[k] = with_ranks(out[k], *b.rank_list, host=b.host)
+                    out[j] = with_ranks(out[j], *a.rank_list, host=a.host)
+    return out
 
 
 def stragglers(series: Mapping[str, Series], *, run: str, metric: str) -> tuple[Incident, ...]:

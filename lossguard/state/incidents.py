@@ -67,14 +67,33 @@ class RunsAndIncidents(Connected):
         """What is wrong right now and was said (not history found at the first start): the open
         incidents and the stalled runs, which a sink whose receiver forgets (Alertmanager) is told
         again and again."""
-        incidents = [incident_row(r) for r in self.db.execute(f"{INCIDENT} WHERE status='open' AND quiet=0 AND folded=0 ORDER BY id")]
+        incidents = [incident_row(r) for r in self.db.execute(f"{INCIDENT} WHERE status='open' AND quiet=0 AND folded=0 AND joined IS NULL ORDER BY id")]
         runs = [run_row(r) for r in self.db.execute(f"{RUN} WHERE stalled=1 ORDER BY run")]
         return incidents, runs
 
-    def folded(self, incident_id: int) -> bool:
-        """The incident was folded into its run's noisy notice (and not alerted since)."""
-        row = self.db.execute("SELECT folded FROM incidents WHERE id=?", (incident_id,)).fetchone()
-        return bool(row and row[0])
+    def recorded_as(self, incident_id: int) -> tuple[bool, int | None]:
+        """(folded, joined) of an incident: folded into its run's noisy notice (and not alerted
+        since); the incident of another rank it joined (said by that one, never on its own)."""
+        row = self.db.execute("SELECT folded, joined FROM incidents WHERE id=?", (incident_id,)).fetchone()
+        return (bool(row[0]), row[1]) if row else (False, None)
+
+    def rank_event(self, run: str, rule: str, *, timeline: int, upto: int, crash: bool) -> list[IncidentRow]:
+        """The incidents of `run`'s other rank streams (`run` is a stream's base name, as
+        model.split_rank gives it) that no other incident joined, of `rule` (any crash, with
+        `crash`; at any step: each rank dies at the step it had reached), else starting at or before
+        step `upto`, on `timeline`: the latest first, those a new incident of one rank may be the
+        same event as (detection.ranks.same_event tells)."""
+        prefix = f"{run} [rank "
+        which = ("json_extract(body, '$.error') IS NOT NULL", ()) if crash else ("rule=? AND step<=?", (rule, upto))
+        rows = self.db.execute(
+            f"{INCIDENT} WHERE substr(run, 1, ?)=? AND joined IS NULL AND timeline=? AND {which[0]} ORDER BY step DESC, id DESC LIMIT 16",
+            (len(prefix), prefix, timeline, *which[1]),
+        )
+        return [incident_row(r) for r in rows]
+
+    def incident_of(self, incident_id: int) -> IncidentRow | None:
+        row = self.db.execute(f"{INCIDENT} WHERE id=?", (incident_id,)).fetchone()
+        return None if row is None else incident_row(row)
 
     def firings(self, run: str, rule: str, *, before: int, limit: int = 50) -> list[Incident]:
         """The rule's last `limit` firings on the run that start before step `before` (on any

@@ -12,6 +12,7 @@ CREATE TABLE IF NOT EXISTS incidents (
     status TEXT NOT NULL, body TEXT NOT NULL, quiet INTEGER NOT NULL DEFAULT 0,
     notified_value REAL, notified_at REAL, top_cause TEXT, thread TEXT, source TEXT NOT NULL DEFAULT '', parent INTEGER,
     opened_at REAL, acked_by TEXT, acked_at REAL, timeline INTEGER NOT NULL DEFAULT 0, folded INTEGER NOT NULL DEFAULT 0,
+    joined INTEGER,
     UNIQUE (run, rule, step, timeline)
 );
 """
@@ -75,7 +76,7 @@ CREATE TABLE IF NOT EXISTS noisy (
 """
 
 
-VERSION = 12
+VERSION = 13
 """The layout of state.db, kept in SQLite's user_version. A later layout adds a step to MIGRATIONS
 (the statements that take version N - 1 to N), run in one transaction when an older file is opened.
 Version 0 is a file from before versions were kept: its layout is version 1's. Version 2 writes
@@ -111,7 +112,9 @@ folder) spikes at steps an earlier timeline spiked at, and those are incidents o
 table is rebuilt for its new UNIQUE, its ids kept. Version 12 folds a noisy run's firings
 (`incidents.folded`: recorded, not alerted, their resolution not posted: the loss's own noise,
 detection.noise) and keeps the runs and rules whose `noisy` notice was sent (`noisy`), so a restart
-sends it no second time. An older lossguard refuses a newer file rather than misread it."""
+sends it no second time. Version 13 keeps which incident of a run's rank stream is the same event
+as another rank's incident recorded before it (`incidents.joined`: recorded, never said on its own;
+the incident it joined names its rank). An older lossguard refuses a newer file rather than misread it."""
 _KEPT = "id, run, rule, step, status, body, quiet, notified_value, notified_at, top_cause, thread, source, parent, opened_at, acked_by, acked_at"
 """The incidents' columns before layout 11, copied into the table it makes again."""
 MIGRATIONS: dict[int, tuple[str, ...]] = {
@@ -150,6 +153,7 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "DROP TABLE incidents_10",
     ),
     12: ("ALTER TABLE incidents ADD COLUMN folded INTEGER NOT NULL DEFAULT 0",),  # (and the `noisy` table, which SCHEMA creates)
+    13: ("ALTER TABLE incidents ADD COLUMN joined INTEGER",),
 }
 """(An ADD COLUMN whose column exists is skipped: the step may meet a file that already has it.)"""
 

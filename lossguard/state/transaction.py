@@ -84,16 +84,18 @@ class Transaction:
         self.db.executemany("INSERT OR REPLACE INTO runs (run, last_step, advanced_at, stalled) VALUES (?,?,?,0)", [(run, step, now) for run, step in runs])
         self.touched.update(run for run, _ in runs)
 
-    def add_incident(self, incident: Incident, *, source: str, quiet: bool, now: float, parent: int | None = None, folded: bool = False) -> int:
+    def add_incident(self, incident: Incident, *, source: str, quiet: bool, now: float, parent: int | None = None, folded: bool = False,
+                     joined: int | None = None) -> int:
         """`parent`: the incident this one escalates (its alert thread is this one's too); `folded`:
-        into its run's noisy notice, not alerted (detection.noise)."""
+        into its run's noisy notice, not alerted (detection.noise); `joined`: another rank's incident
+        of the same event, which says it (detection.ranks)."""
         status = "resolved" if incident.over else "open"
         top = incident.causes[0].cause if incident.causes else None
         cur = self.db.execute(
-            "INSERT INTO incidents (run, rule, step, timeline, status, body, source, quiet, notified_value, notified_at, top_cause, parent, opened_at, folded) "
-            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            "INSERT INTO incidents (run, rule, step, timeline, status, body, source, quiet, notified_value, notified_at, top_cause, parent, opened_at, folded, joined) "
+            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (incident.run, incident.rule, incident.step, incident.timeline, status, json.dumps(incident.to_json()), source, int(quiet), incident.value, now,
-             top, parent, now, int(folded)),
+             top, parent, now, int(folded), joined),
         )
         self.touched.add(incident.run)
         return int(cur.lastrowid)

@@ -18,7 +18,8 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
 
-from ..detection.crash import TailSays, find_crash, tail_says
+from ..detection.crash import Crash, TailSays, find_crash, tail_says
+from ..detection.ranks import causes_first, together
 from ..detection.rules import RuleSet
 from ..ingest.sources.texttail import is_console, tails_of
 from ..model import Incident
@@ -64,27 +65,41 @@ class Crashes:
                     self.notices.incident(tx, replace(row.incident, end_step=step), now=now, quiet=False, source=row.source, report=report, windows={})
 
     def judge(self, tx: Transaction, *, now: float, steady: float, report: PassReport) -> None:
-        """The runs quiet for `crash_after` since their output last moved, judged (each once)."""
+        """The runs quiet for `crash_after` since their output last moved, judged (each once); the
+        ranks of one run that crashed together are one crash naming them (detection.ranks.together)."""
         due = [run for run, (at, _) in self._pending.items() if steady - at >= self.crash_after]
+        found = []
         for run in due:
             _, history = self._pending.pop(run)
-            self.crash_of(tx, run, now=now, quiet=history, report=report)
+            crash = self._find(run)
+            if crash is not None:
+                found.append((run, crash, history))
+        named = together([crash.incident for _, crash, _ in found])
+        for k in causes_first(named):
+            run, crash, history = found[k]
+            self._record(tx, run, named[k], source=crash.source, now=now, quiet=history, report=report)
 
     def crash_of(self, tx: Transaction, run: str, *, now: float, quiet: bool, report: PassReport) -> Incident | None:
         """The run's crash, if its console logs end in one: recorded, said (unless `quiet`), and the
         run marked stalled without a notice of its own."""
+        crash = self._find(run)
+        if crash is None:
+            return None
+        self._record(tx, run, crash.incident, source=crash.source, now=now, quiet=quiet, report=report)
+        return crash.incident
+
+    def _find(self, run: str) -> Crash | None:
         mine = self.rules().crashes_for(run)
         if not mine:
             return None
         known = self.state.runs_of([run]).get(run)
-        last_step = known.last_step if known is not None else None
-        found = find_crash(tails_of(self._console_files(run), final=True), mine, run=run, last_step=last_step)
-        if found is None:
-            return None
-        self.notices.incident(tx, found.incident, now=now, quiet=quiet, source=found.source, report=report, windows={})
+        return find_crash(tails_of(self._console_files(run), final=True), mine, run=run, last_step=known.last_step if known is not None else None)
+
+    def _record(self, tx: Transaction, run: str, inc: Incident, *, source: str, now: float, quiet: bool, report: PassReport) -> None:
+        self.notices.incident(tx, inc, now=now, quiet=quiet, source=source, report=report, windows={})
+        known = self.state.runs_of([run]).get(run)
         if known is not None and not known.stalled:
             tx.mark_stalled(run)
-        return found.incident
 
     def before_stall(self, tx: Transaction, run: str, *, now: float, report: PassReport) -> TailSays | Incident:
         """What to say of a run quiet for the stall window: its crash (said here), or what its logs'

@@ -20,6 +20,7 @@ import polars as pl
 from ..detection.causes import RunContext
 from ..detection.engine import CONTEXT_TAGS, JUDGED, Seen, judge_runs
 from ..detection.kinds import Rule
+from ..detection.ranks import together
 from ..detection.rules import RuleSet
 from ..detection.streams import Points, by_run, by_run_and_metric
 from ..ingest.reader import ReadOptions
@@ -167,12 +168,18 @@ class Follower:
         kept = []
         moved: list[tuple[str, int]] = []
         said: set = set()
-        for k, run in enumerate(runs):
-            timelines = {**timelines_before(run, tails), **{m: t for (r, m), t in restarts.items() if r == run}}
-            incidents = tuple(replace(i, timeline=timelines.get(i.metric, 0) + i.segment) for i in found.get(k, ()))
+        timelines_of = [{**timelines_before(run, tails), **{m: t for (r, m), t in restarts.items() if r == run}} for run in runs]
+        judged_now = [
+            tuple(replace(i, timeline=timelines_of[k].get(i.metric, 0) + i.segment) for i in found.get(k, ()))
             # An incident the restarted run's predecessor left open ends where the new one began.
-            incidents += tuple(replace(i, resumed_from=int(points[(run, i.metric)][0][0])) for i in seen[k].open
-                               if restarts.get((run, i.metric), 0) > i.timeline and not i.over)
+            + tuple(replace(i, resumed_from=int(points[(run, i.metric)][0][0])) for i in seen[k].open
+                    if restarts.get((run, i.metric), 0) > i.timeline and not i.over)
+            for k, run in enumerate(runs)
+        ]
+        named = iter(together([i for incidents in judged_now for i in incidents]))  # (the ranks that saw each, this pass)
+        judged_now = [tuple(next(named) for _ in incidents) for incidents in judged_now]
+        for k, run in enumerate(runs):
+            timelines, incidents = timelines_of[k], judged_now[k]
             if incidents:
                 source = self.shown(_sources(new.frames[run]))
                 loss_points = (tails[(run, "loss")].seen if (run, "loss") in tails else 0) + (points[(run, "loss")][0].size if (run, "loss") in points else 0)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 
@@ -16,8 +17,9 @@ from ..alerts.lifecycle import decide
 from ..alerts.picture import Picture, picture
 from ..detection.noise import fold, foldable, is_noisy, noise_ceiling, spread_before
 from ..detection.streams import NO_POINTS, Points
-from ..model import Incident, NoisyRun, Notice
-from ..state import State, Transaction
+from ..detection.ranks import same_event, span, with_ranks
+from ..model import Incident, NoisyRun, Notice, split_rank
+from ..state import IncidentRow, State, Transaction
 from .pass_report import PassReport
 
 ANNOUNCING = ("opened", "escalated")
@@ -47,8 +49,16 @@ class Notices:
         in the history read at the first start, recorded without a word; `points`: the run's loss
         points read so far, for the rate its noisy notice says)."""
         sent = self.state.incident(inc.run, inc.rule, inc.step, inc.timeline)
-        parent = self.state.incident(inc.run, *inc.follows) if sent is None and inc.follows else None
-        was_folded = sent is not None and self.state.folded(sent.id)
+        was_folded, joined = self.state.recorded_as(sent.id) if sent is not None else (False, None)
+        if sent is not None and joined is not None:
+            tx.update_incident(replace(sent, incident=inc))  # (said by the rank's incident it joined)
+            return
+        if sent is None and (lead := self._same_event(inc)) is not None:
+            self._join(tx, inc, lead, now=now, quiet=quiet, source=source, report=report)
+            return
+        if sent is not None and len(sent.incident.rank_list) > len(inc.rank_list):
+            inc = with_ranks(inc, *sent.incident.rank_list, host=sent.incident.host)  # (ranks that joined it since)
+        parent = self._parent(inc) if sent is None and inc.follows else None
         spread = None
         if not quiet and foldable(inc) and (sent is None or was_folded):
             steps, values, _ = windows.get("loss", NO_POINTS)
@@ -74,6 +84,37 @@ class Notices:
             self.send(tx, Notice(kind, inc.run, inc, source=source, previous_cause=previous, spark=spark), ident, now, report)
         if self.plot_sinks and pic is not None:
             tx.add_plot(ident, json.dumps(pic.to_json()), sinks=self.plot_sinks, now=now)
+
+    def _same_event(self, inc: Incident) -> IncidentRow | None:
+        """The incident another rank of the run raised first for the same event, if `inc` is a rank
+        stream's (data parallel replicas all see a bad batch's spike; a failing rank takes the
+        others down with errors of their own): the alert is that one's, naming every rank."""
+        run, rank = split_rank(inc.run)
+        if rank is None:
+            return None
+        rows = self.state.rank_event(run, inc.rule, timeline=inc.timeline, upto=span(inc)[1], crash=inc.is_crash)
+        return next((row for row in rows if row.incident.run != inc.run and same_event(row.incident, inc)), None)
+
+    def _join(self, tx: Transaction, inc: Incident, lead: IncidentRow, *, now: float, quiet: bool, source: str, report: PassReport) -> None:
+        """Record `inc` as part of `lead`, another rank's incident of the same event, and have the
+        lead name its rank: at once in the lead's alert when both were found in one pass
+        (detection.ranks.together), else in an update of that alert while it is open."""
+        folded, _ = self.state.recorded_as(lead.id)
+        tx.add_incident(inc, source=source, quiet=quiet or lead.quiet, now=now, joined=lead.id, folded=folded)
+        rank = split_rank(inc.run)[1]
+        if rank in lead.incident.rank_list and (lead.incident.host or not inc.host):
+            return
+        widened = with_ranks(lead.incident, *inc.rank_list, host=inc.host)
+        tx.update_incident(replace(lead, incident=widened))
+        if not (quiet or lead.quiet or folded) and lead.status == "open":
+            self.send(tx, Notice("updated", widened.run, widened, source=lead.source, also=rank), lead.id, now, report)
+
+    def _parent(self, inc: Incident) -> IncidentRow | None:
+        """The announced incident `inc` escalates: the grad-norm spike it follows, or, where that
+        spike joined another rank's, the one that was announced."""
+        parent = self.state.incident(inc.run, *inc.follows) if inc.follows else None
+        joined = self.state.recorded_as(parent.id)[1] if parent is not None else None
+        return parent if joined is None else self.state.incident_of(joined)
 
     def _noisy(self, tx: Transaction, inc: Incident, *, points: int, ceiling: float, source: str, now: float, report: PassReport) -> None:
         """The run's noisy notice for the rule, once the firings it folded make it noisy as `scan`

@@ -1,0 +1,117 @@
+"""The daemon on a run written per rank: each rank's files are a stream of their own (`job [rank 1]`),
+judged on its own, but one event seen on several ranks (the same bad batch's spike on every data
+parallel replica, a failing rank taking the others down) is one alert naming the ranks: at once
+when the ranks' files show it in the same pass, as an update of the open alert when a rank's file
+shows it later; never a second alert, and nothing again after a restart on the same state. The
+passes run in-process with the clock given (test_watch_crash.follower)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from lossguard.alerts.message import describe, for_notice
+from lossguard.alerts.notify_text import headline
+
+from .test_crash import NCCL, OOM
+from .test_ranks import torchrun_log
+from .test_watch_crash import follower
+
+
+def lines(steps: range, *, spike_at: int | None = None) -> str:
+    """transformers' Trainer console (trainer.py, `self.log`), a small wobble on a falling loss."""
+    def loss(s: int) -> str:
+        return "9.0" if s == spike_at else f"{2.5 - s * 0.002 + 0.01 * math.sin(s):.4f}"
+    return "".join(f"{{'loss': {loss(s)}, 'grad_norm': 1.2, 'learning_rate': 5e-05, 'epoch': {s / 100:.2f}}}\n" for s in steps)
+
+
+def append(log_dir: Path, rank: int, text: str) -> None:
+    with open(log_dir / "none_k3j2x9ab" / "attempt_0" / str(rank) / "stdout.log", "a") as fh:
+        fh.write(text)
+
+
+def said(report) -> list[tuple]:  # noqa: ANN001
+    return [(n.kind, n.run, n.incident.rule if n.incident else None, n.incident.rank_list if n.incident else None, n.also)
+            for n in report.notices]
+
+
+def test_the_same_spike_on_every_data_parallel_rank_is_one_alert_naming_them_and_nothing_again_after_a_restart(tmp_path):
+    runs = tmp_path / "runs"
+    for rank in range(4):
+        torchrun_log(runs, rank, lines(range(1, 61)))
+    state, f = follower(tmp_path)
+    assert said(f.run_pass(1.0)) == []  # (history)
+    for rank in range(4):
+        append(runs, rank, lines(range(61, 91), spike_at=80))
+    report = f.run_pass(2.0)
+    assert said(report) == [("opened", "none_k3j2x9ab [rank 0]", "loss-spike", ("0", "1", "2", "3"), None),
+                            ("resolved", "none_k3j2x9ab [rank 0]", "loss-spike", ("0", "1", "2", "3"), None)]
+    opened = report.notices[0]
+    assert describe(opened).startswith("OPENED [warning] run none_k3j2x9ab [ranks 0, 1, 2, 3]: loss spike at step 80")
+    assert "none_k3j2x9ab [ranks 0, 1, 2, 3]" in for_notice(opened, host="h").blocks[0]["text"]["text"]
+    # Every rank's incident is recorded (its stream's state is its own), the others as joined.
+    joined = state.db.execute("SELECT run, joined FROM incidents ORDER BY run").fetchall()
+    lead = state.db.execute("SELECT id FROM incidents WHERE run='none_k3j2x9ab [rank 0]'").fetchone()[0]
+    assert joined == [("none_k3j2x9ab [rank 0]", None)] + [(f"none_k3j2x9ab [rank {r}]", lead) for r in (1, 2, 3)]
+    assert state.firing()[0] == []  # (resolved: nothing for Alertmanager to repeat, the joined ones neither)
+    state.close()
+    state, f = follower(tmp_path)  # restarted on the same state, as after kill -9
+    for rank in range(4):
+        append(runs, rank, lines(range(91, 101)))
+    assert said(f.run_pass(3.0)) == [] and said(f.run_pass(4.0)) == []
+    state.close()
+
+
+def test_a_rank_whose_file_shows_the_spike_a_pass_later_updates_the_open_alert_and_its_recovery_is_said_once(tmp_path):
+    runs = tmp_path / "runs"
+    for rank in range(2):
+        torchrun_log(runs, rank, lines(range(1, 61)))
+    state, f = follower(tmp_path)
+    f.run_pass(1.0)
+    append(runs, 0, lines(range(61, 82), spike_at=80))
+    assert said(f.run_pass(2.0)) == [("opened", "none_k3j2x9ab [rank 0]", "loss-spike", ("0",), None)]
+    append(runs, 1, lines(range(61, 82), spike_at=80))
+    report = f.run_pass(3.0)
+    assert said(report) == [("updated", "none_k3j2x9ab [rank 0]", "loss-spike", ("0", "1"), "1")]
+    assert describe(report.notices[0]).startswith("UPDATED [warning] run none_k3j2x9ab [ranks 0, 1]: loss spike at step 80 also on rank 1")
+    assert headline(report.notices[0]) == "WARNING: loss spike, also on rank 1 in run none_k3j2x9ab [ranks 0, 1]"
+    # Both recover: one resolution, the alert's, naming both ranks.
+    for rank in range(2):
+        append(runs, rank, lines(range(82, 100)))
+    assert said(f.run_pass(4.0)) == [("resolved", "none_k3j2x9ab [rank 0]", "loss-spike", ("0", "1"), None)]
+    state.close()
+
+
+def test_a_spike_on_one_rank_alone_is_that_ranks_alert(tmp_path):
+    runs = tmp_path / "runs"
+    for rank in range(2):
+        torchrun_log(runs, rank, lines(range(1, 61)))
+    state, f = follower(tmp_path)
+    f.run_pass(1.0)
+    append(runs, 0, lines(range(61, 91)))
+    append(runs, 1, lines(range(61, 91), spike_at=70))
+    report = f.run_pass(2.0)
+    assert [n[:4] for n in said(report)] == [("opened", "none_k3j2x9ab [rank 1]", "loss-spike", ("1",)),
+                                             ("resolved", "none_k3j2x9ab [rank 1]", "loss-spike", ("1",))]
+    assert describe(report.notices[0]).startswith("OPENED [warning] run none_k3j2x9ab [rank 1]: loss spike at step 70")
+    state.close()
+
+
+def test_ranks_that_crash_together_are_one_crash_naming_them(tmp_path):
+    # Rank 1 runs out of memory; rank 0, waiting on it in an all-reduce, dies of the NCCL watchdog.
+    runs = tmp_path / "runs"
+    for rank in range(2):
+        torchrun_log(runs, rank, lines(range(1, 41)))
+    state, f = follower(tmp_path, crash_after=60, stall_after=600)
+    f.run_pass(1000.0)
+    append(runs, 0, lines(range(41, 51)) + NCCL)
+    append(runs, 1, lines(range(41, 50)) + OOM)
+    assert said(f.run_pass(1010.0)) == []
+    report = f.run_pass(1100.0)
+    # One alert, naming both ranks, and the error of the rank that failed, not its aftermath.
+    assert [(n.kind, n.run, n.incident.shown_run, n.incident.error) for n in report.notices] == [
+        ("opened", "none_k3j2x9ab [rank 1]", "none_k3j2x9ab [ranks 0, 1]", "CUDA out of memory on rank 1")]
+    state.close()
+    state, f = follower(tmp_path, crash_after=60, stall_after=600)
+    assert said(f.run_pass(2000.0)) == [] and said(f.run_pass(2100.0)) == [] and said(f.run_pass(9000.0)) == []
+    state.close()
