@@ -119,7 +119,15 @@ def test_a_rank_slower_than_the_others_is_a_straggler_and_one_slow_step_is_not(t
     slow = [i for i in job.incidents if i.kind == "straggler"]
     assert [(i.rule, i.metric, i.step, i.rank_list, i.points) for i in slow] == [("straggler", "step_time", 30, ("2",), 30)]
     assert slow[0].value >= 450 and 150 <= slow[0].baseline <= 152
+    assert [i.rule for i in job.incidents] == ["straggler"]  # (its own slowdown too, said once: as the straggler)
     assert [i for r in result.runs if r.run == "blip/worker" for i in r.incidents] == []
+
+
+def test_two_ranks_of_one_slow_node_are_one_straggler_finding_naming_both(tmp_path):
+    for rank in range(4):
+        write(tmp_path / "job" / f"worker-rank{rank}.log", nanogpt_lines(ms=150, slow_from=30 if rank in (2, 3) else None))
+    (job,) = scan([tmp_path], rules=default_rules()).runs
+    assert [(i.rule, i.step, i.rank_list) for i in job.incidents] == [("straggler", 30, ("2", "3"))]
 
 
 def test_a_replica_whose_loss_leaves_the_others_is_said(tmp_path):

@@ -115,3 +115,50 @@ def test_ranks_that_crash_together_are_one_crash_naming_them(tmp_path):
     state, f = follower(tmp_path, crash_after=60, stall_after=600)
     assert said(f.run_pass(2000.0)) == [] and said(f.run_pass(2100.0)) == [] and said(f.run_pass(9000.0)) == []
     state.close()
+
+
+def nanogpt(steps: range, *, slow: range = range(0)) -> str:
+    """nanoGPT's train.py console: `iter 10: loss 2.3100, time 151.20ms, mfu 30.00%`; 3x the time in `slow`."""
+    return "".join(f"iter {s}: loss {2.5 - s * 0.002:.4f}, time {150.0 * (3 if s in slow else 1) + (s % 3) * 0.5:.2f}ms, mfu 30.00%\n"
+                   for s in steps)
+
+
+def test_a_rank_that_falls_behind_the_others_is_one_straggler_alert_until_it_catches_up(tmp_path):
+    runs = tmp_path / "runs"
+    for rank in range(4):
+        torchrun_log(runs, rank, nanogpt(range(0, 30)))
+    state, f = follower(tmp_path)
+    assert said(f.run_pass(1.0)) == []
+    slow = range(40, 80)
+    # The ranks' files are read in passes of their own (the slow rank's last), as inotify hands them over.
+    for rank in (0, 1, 3):
+        append(runs, rank, nanogpt(range(30, 60)))
+    assert said(f.run_pass(2.0)) == []
+    append(runs, 2, nanogpt(range(30, 60), slow=slow))
+    report = f.run_pass(3.0)
+    assert said(report) == [("opened", "none_k3j2x9ab [rank 2]", "straggler", ("2",), None)]
+    assert describe(report.notices[0]).startswith("OPENED [warning] run none_k3j2x9ab [rank 2]: step_time straggler at step 40 (peak 450.5 at 40, the other ranks' median 150.5")
+    for rank in range(4):
+        append(runs, rank, nanogpt(range(60, 75), slow=slow if rank == 2 else range(0)))
+    assert said(f.run_pass(4.0)) == []  # still behind: the same alert, not another
+    state.close()
+    state, f = follower(tmp_path)  # restarted, as after kill -9
+    for rank in range(4):
+        append(runs, rank, nanogpt(range(75, 100), slow=slow if rank == 2 else range(0)))
+    assert said(f.run_pass(5.0)) == [("resolved", "none_k3j2x9ab [rank 2]", "straggler", ("2",), None)]
+    for rank in range(4):
+        append(runs, rank, nanogpt(range(100, 130)))
+    assert said(f.run_pass(6.0)) == []
+    state.close()
+
+
+def test_two_ranks_of_one_slow_node_are_one_straggler_alert_and_one_slow_step_is_none(tmp_path):
+    runs = tmp_path / "runs"
+    for rank in range(4):
+        torchrun_log(runs, rank, nanogpt(range(0, 30)))
+    state, f = follower(tmp_path)
+    f.run_pass(1.0)
+    for rank in range(4):
+        append(runs, rank, nanogpt(range(30, 60), slow=range(40, 60) if rank in (2, 3) else range(35, 36) if rank == 0 else range(0)))
+    assert said(f.run_pass(2.0)) == [("opened", "none_k3j2x9ab [rank 2]", "straggler", ("2", "3"), None)]
+    state.close()

@@ -85,8 +85,8 @@ def is_noisy(within: int, points: int) -> bool:
 
 def foldable(inc: Incident) -> bool:
     """A loss rule's spike with a ratio: what noise can explain (a NaN, a threshold crossed, a grad
-    norm cannot be folded)."""
-    return inc.metric == "loss" and inc.kind != "nonfinite" and inc.ratio is not None
+    norm, a replica apart from the others cannot be folded)."""
+    return inc.metric == "loss" and inc.kind not in ("nonfinite", "straggler") and inc.ratio is not None
 
 
 def fold(inc: Incident, *, earlier: Sequence[Incident], spread: float | None) -> bool:

@@ -21,6 +21,8 @@ APART = 0.5
 PATIENCE = 5
 """Consecutive points a rank must stay apart: one slow step (a checkpoint save on rank 0) is no straggler."""
 STRAGGLER = "straggler"
+COMPARED = ("step_time", "loss")
+"""The metrics whose ranks are compared: a straggler's pace, a diverging replica's loss."""
 
 Series = tuple[np.ndarray, np.ndarray]
 """(steps, values) of one rank's stream."""
@@ -40,6 +42,22 @@ def same_event(a: Incident, b: Incident) -> bool:
     if a.is_crash or b.is_crash:
         return a.is_crash and b.is_crash and (not (a.over or b.over) or _overlap(a, b))
     return a.rule == b.rule and _overlap(a, b)
+
+
+def same_slowness(a: Incident, b: Incident) -> bool:
+    """A rank's slowdown against its own past (kind `throughput`) and its straggling behind the
+    other ranks, over overlapping steps: one slow rank, told once."""
+    kinds = {a.kind, b.kind}
+    return (a.run == b.run and kinds == {"throughput", STRAGGLER} and STRAGGLER in (a.rule, b.rule)
+            and a.later_timeline == b.later_timeline and _overlap(a, b))
+
+
+def one_slowness(found: Sequence[Incident]) -> tuple[Incident, ...]:
+    """A run's findings less the slowdowns (kind `throughput`) of ranks that a straggler finding
+    over the same steps already names: a rank behind the others is said as that, once."""
+    behind = [i for i in found if i.rule == STRAGGLER]
+    return tuple(i for i in found if not (
+        i.kind == "throughput" and any(set(i.rank_list) <= set(s.rank_list) and _overlap(i, s) for s in behind)))
 
 
 def _overlap(a: Incident, b: Incident) -> bool:
@@ -106,6 +124,11 @@ def together(found: Sequence[Incident]) -> list[Incident]:
     return out
 
 
+def rule_for(metric: str) -> str:
+    """The finding's rule name for a rank apart in `metric`."""
+    return STRAGGLER if metric == "step_time" else "diverging-replica"
+
+
 def stragglers(series: Mapping[str, Series], *, run: str, metric: str) -> tuple[Incident, ...]:
     """The ranks whose `metric` stays apart from the other ranks' median at the same steps for
     PATIENCE points: slower (`step_time`, SLOWER times), or a loss APART from the replicas'. A loss
@@ -159,7 +182,7 @@ def _first_streak(apart: np.ndarray, steps: np.ndarray, values: np.ndarray, medi
         span = slice(start, stop)
         peak = start + int(np.argmax(np.abs(values[span] - median[span])))
         return Incident(
-            run=run, metric=metric, rule=STRAGGLER if metric == "step_time" else "diverging-replica", kind=STRAGGLER,
+            run=run, metric=metric, rule=rule_for(metric), kind=STRAGGLER,
             severity="warning", step=int(steps[start]), peak_step=int(steps[peak]), value=float(values[peak]),
             baseline=float(median[peak]), threshold=float(median[peak] * (SLOWER if metric == "step_time" else 1 + APART)),
             end_step=int(steps[stop]) if stop < steps.size else None, last_flagged_step=int(steps[stop - 1]),

@@ -12,10 +12,9 @@ from dataclasses import replace
 import numpy as np
 
 from ..detection import ranks
-from ..model import split_rank
+from ..model import Incident, split_rank
 from .runs import Curve, RunReport
 
-COMPARED = ("step_time", "loss")
 
 
 def combined(reports: Sequence[RunReport]) -> list[RunReport]:
@@ -36,10 +35,13 @@ def combined(reports: Sequence[RunReport]) -> list[RunReport]:
 def _one(run: str, per_rank: list[tuple[str, RunReport]]) -> RunReport:
     # The rank that logs the loss speaks for the run (the most loss points; the lowest rank of equals).
     speaker = max(per_rank, key=lambda p: (p[1].analysis.steps, -int(p[0])))[1]
-    found = ranks.merged([(rank, rep.incidents) for rank, rep in per_rank], run=run)
-    for metric in COMPARED:
+    apart: dict[str, list[Incident]] = {}
+    for metric in ranks.COMPARED:
         series = {rank: _series(rep.curves.get(metric)) for rank, rep in per_rank if metric in rep.curves}
-        found += ranks.stragglers(series, run=run, metric=metric)
+        for inc in ranks.stragglers(series, run=run, metric=metric):
+            apart.setdefault(inc.ranks[0], []).append(inc)
+    # (Ranks apart over the same steps, one slow node, are one finding, as the same spike on several is.)
+    found = ranks.one_slowness(ranks.merged([(rank, (*rep.incidents, *apart.get(rank, ()))) for rank, rep in per_rank], run=run))
     firsts = [r.analysis.first_step for _, r in per_rank if r.analysis.first_step is not None]
     lasts = [r.analysis.last_step for _, r in per_rank if r.analysis.last_step is not None]
     analysis = replace(

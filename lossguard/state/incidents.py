@@ -78,18 +78,37 @@ class RunsAndIncidents(Connected):
         return (bool(row[0]), row[1]) if row else (False, None)
 
     def rank_event(self, run: str, rule: str, *, timeline: int, upto: int, crash: bool) -> list[IncidentRow]:
-        """The incidents of `run`'s other rank streams (`run` is a stream's base name, as
-        model.split_rank gives it) that no other incident joined, of `rule` (any crash, with
+        """The incidents of `run`'s rank streams (`run` is a stream's base name, as model.split_rank
+        gives it), of `rule` (any crash, with
         `crash`; at any step: each rank dies at the step it had reached), else starting at or before
         step `upto`, on `timeline`: the latest first, those a new incident of one rank may be the
         same event as (detection.ranks.same_event tells)."""
         prefix = f"{run} [rank "
         which = ("json_extract(body, '$.error') IS NOT NULL", ()) if crash else ("rule=? AND step<=?", (rule, upto))
         rows = self.db.execute(
-            f"{INCIDENT} WHERE substr(run, 1, ?)=? AND joined IS NULL AND timeline=? AND {which[0]} ORDER BY step DESC, id DESC LIMIT 16",
+            f"{INCIDENT} WHERE substr(run, 1, ?)=? AND timeline=? AND {which[0]} ORDER BY step DESC, id DESC LIMIT 16",
             (len(prefix), prefix, timeline, *which[1]),
         )
         return [incident_row(r) for r in rows]
+
+    def paced(self, run: str, *, upto: int) -> list[IncidentRow]:
+        """The run's slowdowns and stragglers (kinds `throughput`, `straggler`) starting at or before
+        step `upto`: the latest first."""
+        rows = self.db.execute(
+            f"{INCIDENT} WHERE run=? AND step<=? AND json_extract(body, '$.kind') IN ('throughput', 'straggler') "
+            "ORDER BY step DESC, id DESC LIMIT 16", (run, upto),
+        )
+        return [incident_row(r) for r in rows]
+
+    def latest_incident(self, run: str, rule: str) -> IncidentRow | None:
+        """The run's incident of `rule` that starts last."""
+        row = self.db.execute(f"{INCIDENT} WHERE run=? AND rule=? ORDER BY step DESC, id DESC LIMIT 1", (run, rule)).fetchone()
+        return None if row is None else incident_row(row)
+
+    def rank_streams(self, run: str) -> list[str]:
+        """The rank streams of `run` (model.ranked names them) the state keeps tails of."""
+        prefix = f"{run} [rank "
+        return [r for (r,) in self.db.execute("SELECT DISTINCT run FROM streams WHERE substr(run, 1, ?)=?", (len(prefix), prefix))]
 
     def incident_of(self, incident_id: int) -> IncidentRow | None:
         row = self.db.execute(f"{INCIDENT} WHERE id=?", (incident_id,)).fetchone()

@@ -24,7 +24,7 @@ from ..detection.ranks import together
 from ..detection.rules import RuleSet
 from ..detection.streams import Points, by_run, by_run_and_metric
 from ..ingest.reader import ReadOptions
-from ..model import Incident
+from ..model import Incident, split_rank
 from ..state import IncidentRow, State, Transaction
 from .budget import PASS_BUDGET, Budget
 from .crashes import Crashes
@@ -33,6 +33,7 @@ from .notices import Notices
 from .parts import LossParts
 from .pass_report import PassReport
 from .reads import READ_LIMIT, FileWrites, NewRows, Reads
+from .replicas import Replicas
 from .stalls import Stalls
 from .tails import TAIL_KEYS, Tails, context_of, kept_tag_tails, kept_tails, points_before, restarted, timelines_before, windows_of
 
@@ -78,6 +79,8 @@ class Follower:
         warn = warn or warned_through(log)
         self.reads = Reads(options=options, budget=self.budget, warn=warn)
         self.notices = Notices(state=state, sinks=sinks, plot_sinks=plot_sinks, update_every=update_every)
+        self.replicas = Replicas(state=state, notices=self.notices)
+        """The ranks of a run whose pace or loss stays apart from the others' (lossguard.watch.replicas)."""
         self.crashes = Crashes(state=state, notices=self.notices, rules=lambda: self.rules, crash_after=crash_after)
         """The runs whose console output moved, judged for a crash once quiet (lossguard.watch.crashes)."""
         self.stalls = Stalls(state=state, clock=clock, stall_after=stall_after, notices=self.notices, before=self.crashes.before_stall)
@@ -178,6 +181,10 @@ class Follower:
         ]
         named = iter(together([i for incidents in judged_now for i in incidents]))  # (the ranks that saw each, this pass)
         judged_now = [tuple(next(named) for _ in incidents) for incidents in judged_now]
+        ranked_runs = [run for run in runs if split_rank(run)[1] is not None]
+        if ranked_runs:  # (a rank apart from the others, raised ahead of its own slowdown: told as the straggler)
+            self.replicas.judge(tx, runs, windows, now=now, quiet=new.quiet, report=report,
+                                sources={run: self.shown(_sources(new.frames[run])) for run in ranked_runs})
         for k, run in enumerate(runs):
             timelines, incidents = timelines_of[k], judged_now[k]
             if incidents:

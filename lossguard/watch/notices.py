@@ -17,7 +17,7 @@ from ..alerts.lifecycle import decide
 from ..alerts.picture import Picture, picture
 from ..detection.noise import fold, foldable, is_noisy, noise_ceiling, spread_before
 from ..detection.streams import NO_POINTS, Points
-from ..detection.ranks import same_event, span, with_ranks
+from ..detection.ranks import same_event, same_slowness, span, with_ranks
 from ..model import Incident, NoisyRun, Notice, split_rank
 from ..state import IncidentRow, State, Transaction
 from .pass_report import PassReport
@@ -88,12 +88,18 @@ class Notices:
     def _same_event(self, inc: Incident) -> IncidentRow | None:
         """The incident another rank of the run raised first for the same event, if `inc` is a rank
         stream's (data parallel replicas all see a bad batch's spike; a failing rank takes the
-        others down with errors of their own): the alert is that one's, naming every rank."""
+        others down with errors of their own): the alert is that one's, naming every rank. Or the
+        rank's own slowdown its straggling overlaps (or the reverse): one slow rank, one alert."""
         run, rank = split_rank(inc.run)
         if rank is None:
             return None
         rows = self.state.rank_event(run, inc.rule, timeline=inc.timeline, upto=span(inc)[1], crash=inc.is_crash)
-        return next((row for row in rows if row.incident.run != inc.run and same_event(row.incident, inc)), None)
+        lead = next((row for row in rows if row.incident.run != inc.run and same_event(row.incident, inc)), None)
+        if lead is None and inc.kind in ("throughput", "straggler"):
+            # A rank slower than its past and than the other ranks is one slow rank: told by the first raised.
+            lead = next((row for row in self.state.paced(inc.run, upto=span(inc)[1]) if same_slowness(row.incident, inc)), None)
+        joined = self.state.recorded_as(lead.id)[1] if lead is not None else None
+        return lead if joined is None else self.state.incident_of(joined)  # (one that joined another: the one it joined)
 
     def _join(self, tx: Transaction, inc: Incident, lead: IncidentRow, *, now: float, quiet: bool, source: str, report: PassReport) -> None:
         """Record `inc` as part of `lead`, another rank's incident of the same event, and have the

@@ -1,0 +1,61 @@
+"""The daemon's stragglers: a rank of a run written per rank whose step time stays above the other
+ranks' (or, among three or more data parallel replicas, whose loss leaves theirs), judged as scan
+judges it (detection.ranks.stragglers) each time the rank's own points arrive, over its window and
+the other ranks' tails (their files may be read in other passes). One incident per streak, on the
+rank's stream: updated while the rank stays apart, resolved when its points come back among the
+others', never raised again for the same streak once the window has moved on."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+
+from ..detection.ranks import COMPARED, rule_for, stragglers, together
+from ..detection.streams import Points
+from ..model import Incident, ranked, split_rank
+from ..state import State, Transaction
+from .notices import Notices
+from .pass_report import PassReport
+
+
+class Replicas:
+    def __init__(self, *, state: State, notices: Notices) -> None:
+        self.state = state
+        self.notices = notices
+
+    def judge(self, tx: Transaction, runs: Sequence[str], windows: Sequence[Mapping[str, Points]], *, now: float,
+              quiet: Mapping[str, bool], sources: Mapping[str, str], report: PassReport) -> None:
+        """The rank streams among `runs` (the pass's runs with new rows, `windows` theirs), each
+        compared with every rank of its run."""
+        bases: dict[str, dict[str, Mapping[str, Points]]] = {}
+        for run, window in zip(runs, windows):
+            base, rank = split_rank(run)
+            if rank is not None:
+                bases.setdefault(base, {})[rank] = window
+        for base, mine in bases.items():
+            others = [r for r in self.state.rank_streams(base) if split_rank(r)[1] not in mine]
+            tails = self.state.tails_of(others, COMPARED)
+            for metric in COMPARED:
+                series = {rank: (w[metric][0], w[metric][1]) for rank, w in mine.items() if metric in w and w[metric][0].size}
+                series |= {split_rank(r)[1]: (t.steps, t.values) for (r, m), t in tails.items() if m == metric and t.steps.size}
+                if len(series) < 2 or not any(rank in series for rank in mine):
+                    continue
+                # (On the ranks' streams, and each naming the ranks apart with it: one slow node, one alert.)
+                found = together([replace(inc, run=ranked(base, inc.ranks[0]), ranks=()) for inc in stragglers(series, run=base, metric=metric)])
+                for rank in mine:
+                    stream = ranked(base, rank)
+                    inc = next((i for i in found if i.run == stream), None)
+                    self._one(tx, stream, inc, rule_for(metric), now=now, quiet=quiet.get(stream, False), source=sources.get(stream, ""), report=report)
+
+    def _one(self, tx: Transaction, stream: str, inc: Incident | None, rule: str, *, now: float, quiet: bool, source: str,
+             report: PassReport) -> None:
+        known = self.state.latest_incident(stream, rule)
+        if known is not None and known.status == "open":
+            if inc is None:
+                return  # (nothing to compare the rank's new points with yet: it stays open)
+            # The same streak, seen again: kept under the step it was raised at, over once it ended.
+            ended = inc.end_step is not None and inc.step > known.incident.step
+            inc = replace(known.incident, end_step=inc.end_step or inc.step) if ended else replace(inc, step=known.incident.step)
+        elif inc is None or (known is not None and inc.step <= (known.incident.end_step or known.incident.step)):
+            return  # (no streak, or the one already told, its start moved as the window moved on)
+        self.notices.incident(tx, inc, now=now, quiet=quiet, source=source, report=report, windows={})
