@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fnmatch import fnmatchcase
 
 from ..ingest.sources.texttail import Tail
@@ -61,6 +61,14 @@ ROOT_CAUSE = re.compile(r"^\s*(?:\[[^\]]*\]:?\s*)?(?:host|rank|exitcode|error_fi
 errors/__init__.py) that say where a worker failed."""
 FAILED_AT = re.compile(r"^\s*(?:\[[^\]]*\]:?\s*)?(?P<field>host|rank)\s*:\s*(?P<value>[^\s(]+)")
 """The table's `host : node-3` and `rank : 9 (local_rank: 1)` (the global rank)."""
+
+
+WORKER_PREFIX = re.compile(r"^(?:\[[A-Za-z_]*\d+\]: ?)+")
+"""What torch puts before a worker's lines: torchrun's `--tee` `[default1]:` (its role and local
+rank, torch/distributed/elastic/multiprocessing/subprocess_handler and tail_log.py) and the
+`[rank1]: ` torch.distributed's excepthook writes before an uncaught exception's lines
+(distributed_c10d.py, `excepthook_prefix`); often both, `[default1]:[rank1]: Traceback ...`.
+Taken off before the rules read a line: a traceback is one whatever the launcher wrapped it in."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -201,11 +209,16 @@ class Crash:
     incident: Incident
     source: str
     """The log whose ending says it."""
+    failed_at: float | None = None
+    """When torch recorded the failure (Tail.failed_at): of several ranks' crashes, the first is the cause."""
 
 
 def find_crash(logs: Sequence[Tail], rules: Sequence[CrashRule], *, run: str, last_step: int | None) -> Crash | None:
     """The error that ended the run, if one of its logs ends in one; `last_step`: the last step the
     run reached (None: it logged none)."""
+    # The log of the first failure torch recorded goes first (its error files' times: the table's
+    # `Root Cause` is chosen so, errors/__init__.py): the others' errors followed from it.
+    logs = sorted((_unwrapped(log) for log in logs), key=lambda log: math.inf if log.failed_at is None else log.failed_at)
     endings = [ending_lines(log.lines, rules) for log in logs]
     for rule in rules:
         if not rule.applies_to(run):
@@ -213,8 +226,15 @@ def find_crash(logs: Sequence[Tail], rules: Sequence[CrashRule], *, run: str, la
         for log, ending in zip(logs, endings):
             found = _match(rule, log, ending)
             if found is not None:
-                return Crash(_finding(found, run=run, last_step=last_step), log.source)
+                return Crash(_finding(found, run=run, last_step=last_step), log.source, log.failed_at)
     return None
+
+
+def _unwrapped(log: Tail) -> Tail:
+    """The log with torch's worker prefixes (WORKER_PREFIX) taken off its lines."""
+    if not any(line.startswith("[") for line in log.lines):
+        return log
+    return replace(log, lines=tuple(WORKER_PREFIX.sub("", line) for line in log.lines))
 
 
 def _finding(found: _Match, *, run: str, last_step: int | None) -> Incident:

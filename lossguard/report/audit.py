@@ -248,7 +248,7 @@ def _with_crash(rep: RunReport, rules: RuleSet) -> RunReport:
         return rep
     # The log whose ending names the crash was read for it: no unrecognised file, whatever metrics it lacks.
     problems = tuple(p for p in rep.problems if not (p.message == UNRECOGNISED and decodable(p.source) == found.source))
-    return replace(rep, analysis=replace(rep.analysis, incidents=(*rep.analysis.incidents, found.incident)), problems=problems)
+    return replace(rep, analysis=replace(rep.analysis, incidents=(*rep.analysis.incidents, found.incident)), problems=problems, failed_at=found.failed_at)
 
 
 BATCH_RUNS, BATCH_BYTES = 64, 16 << 20
@@ -442,7 +442,7 @@ def _scan_local(
             done_bytes += sum(sizes.get(run, 0) for run in batch)
             if progress:
                 progress(len(reports), len(runs), done_bytes)
-    reports = combined(reports)  # (a run's ranks were read and judged each on its own)
+    reports = combined(reports, judged=lambda rep: _with_crash(rep, rules))  # (a run's ranks were read and judged each on its own)
     # A "run" in which no file was recognised is no run: only its warnings are kept.
     ordered = sorted((r for r in reports if not run_glob or fnmatchcase(r.run, run_glob)), key=lambda r: r.run)
     kept = tuple(r for r in ordered if r.formats or r.incidents)

@@ -30,6 +30,8 @@ class RunReport:
     """Its files passed over in silence (databases no tracker wrote): no file of the scan's total."""
     paths: tuple[str, ...] = ()
     """Its files (`source` is their folder when they are several)."""
+    failed_at: float | None = None
+    """When torch recorded its crash's failure (texttail.error_time), to tell a run's ranks' first failure."""
 
     @property
     def run(self) -> str:

@@ -8,6 +8,7 @@ of metrics never hold a traceback.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from dataclasses import dataclass
@@ -41,6 +42,28 @@ def torchrun_rank(path: Path) -> str | None:
     return None
 
 
+ERROR_FILE = "error.json"
+MAX_ERROR_FILE = 1 << 20
+"""An error file holds one traceback: a larger one is no error file of torch's, and is not read."""
+
+
+def error_time(path: Path) -> float | None:
+    """When the worker whose output `path` is (torchrun's per-rank layout) failed, as torch's
+    `@record` wrote it in `error.json` beside it (torch/distributed/elastic/multiprocessing/errors/
+    error_handler.py: `{"message": {"message": ..., "extraInfo": {"timestamp": "<seconds>"}}}`);
+    None for a worker that wrote none (it did not fail, or its script has no `@record`) or a file
+    not of that shape."""
+    if torchrun_rank(path) is None:
+        return None
+    try:
+        with open(path.with_name(ERROR_FILE), "rb") as f:
+            data = json.loads(f.read(MAX_ERROR_FILE + 1)[:MAX_ERROR_FILE])
+        stamp = data["message"]["extraInfo"]["timestamp"]
+        return float(stamp)
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
+
+
 def tail_lines(path: Path, *, final: bool, size: int | None = None) -> tuple[str, ...]:
     """The file's last complete lines (`final`: the last one even without its newline: the file is
     done). The first line of the tail is dropped when the tail starts inside it; a progress bar's
@@ -71,6 +94,8 @@ class Tail:
     lines: tuple[str, ...]
     rank: str | None = None
     """The rank whose output this is (torchrun's `--log-dir` layout names it by folder)."""
+    failed_at: float | None = None
+    """When the process failed, by the error file torch wrote beside its output (error_time)."""
 
 
 def tails_of(paths: list[str] | tuple[str, ...], *, final: bool) -> list[Tail]:
@@ -84,5 +109,5 @@ def tails_of(paths: list[str] | tuple[str, ...], *, final: bool) -> list[Tail]:
             lines = tail_lines(Path(path), final=final)
         except OSError:
             continue
-        out.append(Tail(decodable(path), lines, torchrun_rank(Path(path))))
+        out.append(Tail(decodable(path), lines, torchrun_rank(Path(path)), error_time(Path(path))))
     return out
