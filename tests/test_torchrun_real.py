@@ -2,15 +2,18 @@
 `--log-dir --redirects 3 --tee 3`, the launcher's output beside it; see make_torchrun_runs.py):
 one job's ranks are one run, a NaN, a spike or a crash on one rank is the run's finding naming
 that rank, the crash is the first failure's with the host torchrun's table gives, and the
-launcher's own output is no run of its own."""
+launcher's own output is no run of its own (nor, in the daemon, an alert of its own)."""
 
 from __future__ import annotations
 
 import shutil
 from pathlib import Path
 
+from lossguard.alerts.message import describe
 from lossguard.detection.rules import default_rules
 from lossguard.report.audit import scan
+
+from .test_watch_crash import follower
 
 FIXTURES = Path(__file__).parent / "fixtures" / "torchrun"
 
@@ -84,3 +87,19 @@ def test_two_agents_sharing_a_log_dir_keep_each_nodes_local_rank_0_apart():
     spikes = {r.run: [f for f in findings(r) if f[0] == "loss-spike"] for r in runs}
     assert sorted(spikes.values()) == [[], [("loss-spike", 150, ("0",))]]
     assert all(r.analysis.last_step == 300 for r in runs)
+
+
+def test_the_daemon_says_a_real_torchrun_crash_once_as_the_failed_ranks_error_naming_the_ranks_and_not_the_launchers(tmp_path):
+    # Followed live (the files appear after the daemon's first start), judged once quiet, then restarted.
+    (tmp_path / "runs").mkdir()
+    state, f = follower(tmp_path, crash_after=60, stall_after=600)
+    f.run_pass(900.0)
+    shutil.copytree(FIXTURES / "crash_rank1", tmp_path / "runs" / "job")
+    said = [describe(n) for t in (1000.0, 1100.0, 1200.0) for n in f.run_pass(t).notices]
+    folder = run_folders(FIXTURES / "crash_rank1")[0]
+    assert said == [f"OPENED [critical] run job/{folder} [ranks 0, 1]: crashed (uncaught RuntimeError on rank 1) at step 149 "
+                    "(rule crash-exception); likely the training script raised an exception"]
+    state.close()
+    state, f = follower(tmp_path, crash_after=60, stall_after=600)
+    assert [n for t in (2000.0, 2100.0, 9000.0) for n in f.run_pass(t).notices] == []
+    state.close()

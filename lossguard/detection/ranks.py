@@ -7,6 +7,8 @@ a `straggler` finding of its own. Pure: series and findings in, findings out.
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
@@ -87,15 +89,28 @@ def merged(per_rank: Sequence[tuple[str, Sequence[Incident]]], *, run: str) -> t
     return tuple(sorted(out, key=lambda i: (i.step, i.rule)))
 
 
+ERROR_FILE = re.compile(r"error_file\s*:\s*(?P<path>\S+/attempt_\d+/\d+/error\.json)")
+"""A ChildFailedError table's `error_file:` line (torch/distributed/elastic/multiprocessing/errors/
+__init__.py), which names the run folder torchrun made under `--log-dir` (`<run_id>_<random>`)."""
+
+
+def launched(inc: Incident) -> str | None:
+    """The torchrun run folder (`<run_id>_<random>`, made by mkdtemp: one job's attempt) whose
+    failure a launcher's crash is: the folder its table's error files are in, where they name one."""
+    named = {m["path"].split("/")[-4] for line in inc.lines for m in [ERROR_FILE.search(line)] if m} if inc.is_crash else set()
+    return next(iter(named)) if len(named) == 1 else None
+
+
 AFTERMATH = ("crash-nccl-timeout", "crash-killed", "crash-worker-failed")
 """What the other ranks die of when one fails: a collective that waits on it times out, the launcher
 kills them, the launcher says a worker failed. The rank's own error is the one to name."""
 
 
-def causes_first(crashes: Sequence[Incident]) -> list[int]:
-    """The order to raise ranks' crashes in (indexes into `crashes`): the ranks' own errors before
-    the aftermath of another rank's, so the alert of the run's crash names what went wrong."""
-    return sorted(range(len(crashes)), key=lambda k: crashes[k].rule in AFTERMATH)
+def causes_first(crashes: Sequence[Incident], failed_at: Sequence[float | None]) -> list[int]:
+    """The order to raise ranks' crashes in (indexes into `crashes`; `failed_at`: when torch
+    recorded each failure, texttail.error_time): the ranks' own errors before the aftermath of
+    another rank's, the first to fail first, so the alert of the run's crash names what went wrong."""
+    return sorted(range(len(crashes)), key=lambda k: (crashes[k].rule in AFTERMATH, math.inf if failed_at[k] is None else failed_at[k]))
 
 
 def together(found: Sequence[Incident]) -> list[Incident]:

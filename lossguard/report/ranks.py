@@ -22,9 +22,6 @@ from ..ingest.sources.texttail import torchrun_rank
 from ..model import Incident, split_rank
 from .runs import Curve, RunReport
 
-ERROR_FILE = re.compile(r"error_file\s*:\s*(?P<path>\S+/attempt_\d+/\d+/error\.json)")
-"""A ChildFailedError table's `error_file:` line (torch/distributed/elastic/multiprocessing/errors/
-__init__.py), which names the run folder torchrun made under `--log-dir` (`<run_id>_<random>`)."""
 
 
 def combined(reports: Sequence[RunReport], *, judged: Callable[[RunReport], RunReport]) -> list[RunReport]:
@@ -56,8 +53,8 @@ def _launchers_folded(reports: list[RunReport], *, judged: Callable[[RunReport],
     for k, rep in enumerate(reports):
         if rep.formats or not rep.incidents or any(i.kind != "crash" for i in rep.incidents):
             continue
-        named = {m["path"].split("/")[-4] for i in rep.incidents for line in i.lines for m in [ERROR_FILE.search(line)] if m}
-        target = by_folder.get(next(iter(named))) if len(named) == 1 else None
+        named = {ranks.launched(i) for i in rep.incidents} - {None}
+        target = by_folder.get(next(iter(named))) if len(named) == 1 else None  # type: ignore[arg-type]
         if target is None or target == k:
             continue
         into = out[target]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 
-from ..model import Incident
+from ..model import Incident, split_rank
 
 from .columns import INCIDENT, INCIDENT_RUN, RUN, chunks, incident_row, marks, run_row
 from .rows import IncidentRow, RunRow
@@ -109,6 +109,15 @@ class RunsAndIncidents(Connected):
         """The rank streams of `run` (model.ranked names them) the state keeps tails of."""
         prefix = f"{run} [rank "
         return [r for (r,) in self.db.execute("SELECT DISTINCT run FROM streams WHERE substr(run, 1, ?)=?", (len(prefix), prefix))]
+
+    def launched_crashes(self, folder: str) -> list[IncidentRow]:
+        """The crashes of the rank streams of a torchrun run folder (`.../<folder> [rank N]`): those
+        a launcher's crash, its table naming that folder, is the same failure as. The latest first."""
+        rows = self.db.execute(
+            f"{INCIDENT} WHERE instr(run, ?) > 0 AND json_extract(body, '$.error') IS NOT NULL ORDER BY id DESC LIMIT 16", (f"{folder} [rank ",),
+        )
+        found = [incident_row(r) for r in rows]
+        return [row for row in found if split_rank(row.incident.run)[0].rsplit("/", 1)[-1] == folder]
 
     def incident_of(self, incident_id: int) -> IncidentRow | None:
         row = self.db.execute(f"{INCIDENT} WHERE id=?", (incident_id,)).fetchone()

@@ -75,7 +75,7 @@ class Crashes:
             if crash is not None:
                 found.append((run, crash, history))
         named = together([crash.incident for _, crash, _ in found])
-        for k in causes_first(named):
+        for k in causes_first(named, [crash.failed_at for _, crash, _ in found]):
             run, crash, history = found[k]
             self._record(tx, run, named[k], source=crash.source, now=now, quiet=history, report=report)
 

@@ -17,7 +17,7 @@ from ..alerts.lifecycle import decide
 from ..alerts.picture import Picture, picture
 from ..detection.noise import fold, foldable, is_noisy, noise_ceiling, spread_before
 from ..detection.streams import NO_POINTS, Points
-from ..detection.ranks import same_event, same_slowness, span, with_ranks
+from ..detection.ranks import launched, same_event, same_slowness, span, with_ranks
 from ..model import Incident, NoisyRun, Notice, split_rank
 from ..state import IncidentRow, State, Transaction
 from .pass_report import PassReport
@@ -92,7 +92,9 @@ class Notices:
         rank's own slowdown its straggling overlaps (or the reverse): one slow rank, one alert."""
         run, rank = split_rank(inc.run)
         if rank is None:
-            return None
+            # A launcher's own output (`torchrun ... > launcher.log`) ends in its table of the ranks' failure.
+            folder = launched(inc)
+            return next((row for row in self.state.launched_crashes(folder) if row.status == "open"), None) if folder else None
         rows = self.state.rank_event(run, inc.rule, timeline=inc.timeline, upto=span(inc)[1], crash=inc.is_crash)
         lead = next((row for row in rows if row.incident.run != inc.run and same_event(row.incident, inc)), None)
         if lead is None and inc.kind in ("throughput", "straggler"):
@@ -108,6 +110,10 @@ class Notices:
         folded, _ = self.state.recorded_as(lead.id)
         tx.add_incident(inc, source=source, quiet=quiet or lead.quiet, now=now, joined=lead.id, folded=folded)
         rank = split_rank(inc.run)[1]
+        if rank is None:  # (a launcher's table: the host of the rank it names, where the lead has none)
+            if inc.host and not lead.incident.host and set(inc.rank_list) <= set(lead.incident.rank_list):
+                tx.update_incident(replace(lead, incident=replace(lead.incident, host=inc.host)))
+            return
         if rank in lead.incident.rank_list and (lead.incident.host or not inc.host):
             return
         widened = with_ranks(lead.incident, *inc.rank_list, host=inc.host)
