@@ -73,11 +73,11 @@ class Watch:
             fh.seek(self._since)
             return fh.read().decode(errors="replace")
 
-    def wait_logged(self, text: str, timeout: float = PATIENCE) -> str:
-        """Until this start of the daemon has written `text` (a step it logs, such as a reload)."""
+    def wait_logged(self, text: str, timeout: float = PATIENCE, *, times: int = 1) -> str:
+        """Until this start of the daemon has written `text` (a step it logs, such as a reload), `times` times."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if text in (out := self.output()):
+            if (out := self.output()).count(text) >= times:
                 return out
             assert self.proc.poll() is None, out
             time.sleep(0.05)

@@ -6,7 +6,8 @@ nothing lost.
 
 The package, by what each module keeps: `schema` the layout and its migrations; `store` State
 itself (opening, locking, the damaged file); `transaction` a pass's writes and the commit; `files`,
-`incidents`, `outbox`, `messages`, `plots`, `silences` and `clicks` (what was done from Slack) the parts State is composed of (one a
+`incidents`, `outbox`, `messages`, `plots`, `silences`, `clicks` (what was done from Slack) and `owed` (roots whose history is still owed a
+first reading) the parts State is composed of (one a
 kind of row); `rows` the typed rows and `columns` how their values are stored; `view` the
 read-only readers; `errors` why the state cannot be used. Import from here."""
 

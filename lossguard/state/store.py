@@ -21,6 +21,7 @@ from .files import FilesAndTails
 from .incidents import RunsAndIncidents
 from .messages import Messages
 from .outbox import Outbox
+from .owed import OwedHistory
 from .plots import Plots
 from .rows import Tail
 from .schema import VERSION, lay_out
@@ -62,7 +63,7 @@ def _claim(directory: Path) -> int:
     return fd
 
 
-class State(FilesAndTails, RunsAndIncidents, Outbox, Messages, Plots, Silences, Clicks):
+class State(FilesAndTails, RunsAndIncidents, Outbox, Messages, Plots, Silences, Clicks, OwedHistory):
     """The daemon's state directory, locked for this process (or, `attach` and `secondary`, a
     connection of its own beside it): opened, checked, laid out and, when damaged, moved aside here;
     what it keeps is read and written through its parts, each the owner of its tables."""

@@ -18,6 +18,8 @@ from .columns import chunks, marks, pack_tail, stored
 from .errors import BUSY, StateBusy
 from .rows import FileRow, IncidentRow, Tail
 
+OWED = "history-owed:"
+"""The `meta` key prefix of a root whose first complete listing is still owed (state.owed)."""
 TAIL_CACHE = 512
 """Streams whose committed tails stay in memory: a busy run's pass need not decode them again."""
 
@@ -143,6 +145,14 @@ class Transaction:
     def settle(self) -> None:
         """The first pass commits: from now on what the logs hold beyond their offsets is news."""
         self.db.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('settled', ?)", (repr(time.time()),))
+
+    def owe_history(self, roots: Sequence[str]) -> None:
+        """Roots the first start could not read whole: what they hold when first read is history."""
+        self.db.executemany("INSERT OR IGNORE INTO meta (key, value) VALUES (?, ?)", [(OWED + r, repr(time.time())) for r in roots])
+
+    def history_read(self, roots: Sequence[str]) -> None:
+        """The roots' history was read (quietly), in the pass this commits: what comes next is news."""
+        self.db.executemany("DELETE FROM meta WHERE key=?", [(OWED + r,) for r in roots])
 
 
 class Connected:

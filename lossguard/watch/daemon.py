@@ -112,6 +112,7 @@ class Daemon:
         self.follower = Follower(self.roots, rules=rules, state=self.state, options=options, sinks=list(sinks), plot_sinks=plot_sinks,
                                  stall_after=stall_after, crash_after=crash_after, log=log.info, warn=log.warning, clock=time.monotonic,
                                  shown=self.mirrors.shown if self.mirrors else None,
+                                 answered=self.mirrors.answered if self.mirrors else None,
                                  written=[state_dir, *(sink.path for sink in sinks.values() if isinstance(getattr(sink, "path", None), Path))])
         self.follower.budget.wake = self.note  # a slow read, left running by a pass, is done
         if os.environ.get(KILL_AT) == "before-first-commit":

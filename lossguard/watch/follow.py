@@ -28,8 +28,9 @@ from ..model import Incident, split_rank
 from ..state import IncidentRow, State, Transaction
 from .budget import PASS_BUDGET, Budget
 from .crashes import Crashes
-from .followed import Sighting, Tracker, warned_through
+from .followed import Sighting, Tracker, warned_through, within
 from .notices import Notices
+from .owed import OwedHistory
 from .parts import LossParts
 from .pass_report import PassReport
 from .reads import READ_LIMIT, FileWrites, NewRows, Reads
@@ -66,8 +67,11 @@ class Follower:
         clock: Callable[[], float] | None = None,
         written: Sequence[Path] = (),
         shown: Callable[[str], str] | None = None,
+        answered: Callable[[Path], bool] | None = None,
     ) -> None:
-        """`shown`: a file's path as an alert names its source (an object's URL for its mirror's copy)."""
+        """`shown`: a file's path as an alert names its source (an object's URL for its mirror's copy).
+        `answered`: whether a root was read whole in this process (an object store's mirror: one
+        complete sync); None: every root is, as a local folder is."""
         self.rules = rules
         self.shown = shown or (lambda text: text)
         self.state = state
@@ -95,6 +99,7 @@ class Follower:
         """Called as a pass is about to commit (the daemon's crash hook for tests)."""
         self.tracker = Tracker(list(roots), options.globs, log, written, warn=warn)
         """(`written`: what the daemon writes itself, never read as a log: followed.own_files.)"""
+        self.owed = OwedHistory(state, self.tracker.roots, answered or (lambda root: True), log)
 
     def run_pass(self, now: float, changed: Collection[str] | None = None) -> PassReport:
         """One pass: over every file under the roots, or (`changed`, from inotify) over just those
@@ -105,11 +110,18 @@ class Follower:
         # read holds up no other writer (the sender recording a delivered alert, a `silence add`);
         # the lock is held only while judging and committing, a few ms.
         files = FileWrites()
-        sightings = self._sightings(files, changed, report)
-        self.crashes.saw(sightings, now=self.stalls.steady.now, history=self.first_pass and self.state.fresh)
+        first = self.first_pass and self.state.fresh
+        held, paying = self.owed.due(first=first)
+        sightings = self._sightings(files, changed, report, held=held, history=paying)
+        if not report.walked:
+            paying = []
+        late = {p for p in sightings if within(p, paying)}
+        self.crashes.saw({p: sightings[p] for p in late}, now=self.stalls.steady.now, history=True)
+        self.crashes.saw({p: s for p, s in sightings.items() if p not in late}, now=self.stalls.steady.now, history=first)
         new = self.reads.read(files, sightings, report)
         with self.state.transaction() as tx:
             files.apply(tx)
+            self.owed.record(tx, first=first, held=held, paid=paying)
             if new.last_steps:
                 self._judge_runs(tx, new, now=now, report=report)
             self.crashes.judge(tx, now=now, steady=self.stalls.steady.now, report=report)
@@ -118,9 +130,13 @@ class Follower:
                 tx.settle()
             self.before_commit()
         self.state.fresh = self.first_pass = False
+        self.owed.committed(held=held, paid=paying)
         return report
 
-    def _sightings(self, tx: FileWrites, changed: Collection[str] | None, report: PassReport) -> dict[str, Sighting]:
+    def _sightings(self, tx: FileWrites, changed: Collection[str] | None, report: PassReport, *,
+                   held: Sequence[str] = (), history: Sequence[str] = ()) -> dict[str, Sighting]:
+        """`held`, `history`: roots whose files are not followed yet, and roots whose files are read
+        as history (OwedHistory.due), when the pass walks."""
         current = None
         if changed is not None and not self.first_pass:
             changed = self.tracker.named(changed)
@@ -132,7 +148,7 @@ class Follower:
             current = self.tracker.recheck(set(tracked) | changed, tracked)
         if current is None:
             tracked = self.state.files()
-            current, gone = self.tracker.walk(tracked, quiet=self.first_pass and self.state.fresh)
+            current, gone = self.tracker.walk(tracked, quiet=self.first_pass and self.state.fresh, held=held, history=history)
             for path in gone:
                 tx.forget_file(path)
                 self.budget.forget(path)

@@ -112,6 +112,11 @@ def own_files(written: Sequence[Path]) -> frozenset[tuple[int, int]]:
     return frozenset(ids)
 
 
+def within(path: str, roots: Sequence[str]) -> bool:
+    """Whether a path is one of the roots (one object's copy) or lies below one."""
+    return any(path == r or path.startswith(os.path.join(r, "")) for r in roots)
+
+
 def warned_through(log: Callable[[str], None]) -> Callable[[str], None]:
     """Warnings about input said through a plain `log`, after the words scan prints them with
     (`lossguard watch` on a console, a caller that passes no `warn`)."""
@@ -151,14 +156,20 @@ class Tracker:
     _warned: set[str] = field(default_factory=set)
     _own: frozenset[tuple[int, int]] = frozenset()
 
-    def walk(self, tracked: Mapping[str, FileRow], *, quiet: bool) -> tuple[dict[str, Sighting], list[str]]:
+    def walk(self, tracked: Mapping[str, FileRow], *, quiet: bool, held: Sequence[str] = (),
+             history: Sequence[str] = ()) -> tuple[dict[str, Sighting], list[str]]:
         """Every log under the roots, and the followed paths that are gone. `quiet`: files met now
-        are history (the first start): read for the windows, not alerted on."""
+        are history (the first start): read for the windows, not alerted on. `history`: roots whose
+        new files are history all the same; `held`: roots whose files are not followed yet (an
+        object store whose history is owed and that has not answered: followed.py is told by the
+        pass). Roots are listed all the same: run names depend on the set of roots given."""
         try:
             found, problems = collect(self.roots, globs=self.globs, listings=self._listings)
         except UsageError as exc:
             self._warn_once(str(exc))
             found, problems = [], []
+        if held:
+            found = [f for f in found if not within(str(f.path), held)]
         for p in problems:
             self._warn_once(str(p))
         by_ident = {(r.device, r.inode): r for r in tracked.values()}
@@ -168,14 +179,14 @@ class Tracker:
             path = str(f.path)
             if not path.isascii() and decodable(path) != path:
                 self._warn_once(f"{decodable(path)}: the name is not valid UTF-8; read all the same, and shown with the bytes escaped")
-            seen = self._identify(path, f.run, tracked.get(path), by_ident, quiet)
+            seen = self._identify(path, f.run, tracked.get(path), by_ident, quiet or within(path, history))
             if seen is not None:
                 current[path] = seen
         listed = {str(f.path) for f in found}
         idents = {(s.row.device, s.row.inode) for s in current.values()}
         unread = _unread_folders(problems)
         gone = [p for p, r in tracked.items() if p not in current and (p not in listed or (r.device, r.inode) in self._own)
-                and (r.device, r.inode) not in idents and not p.startswith(unread)]
+                and (r.device, r.inode) not in idents and not p.startswith(unread) and not within(p, held)]
         _carry_checkpoints(current, tracked, gone, self.log)
         for path in gone:
             self.log(f"{path}: file is gone; no longer followed")

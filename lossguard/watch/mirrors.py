@@ -37,6 +37,8 @@ class _Health:
     """What the store said when it began failing (said once), None while it answers."""
     delay: float = 0.0
     next_try: float = 0.0
+    answered: bool = False
+    """Whether one sync of this process listed the store and fetched every object it listed."""
 
 
 class Mirrors:
@@ -66,6 +68,12 @@ class Mirrors:
         """The folder (or file) the follower reads for a URL root."""
         return next(m.local() for m in self.mirrors if m.url == object_store.normal(url))
 
+    def answered(self, root: Path) -> bool:
+        """Whether a root the daemon reads was read whole in this process: a mirror once one sync
+        listed its store and fetched all it listed (until then its copy may hold nothing, or part,
+        of what the store holds); any other root, always."""
+        return all(health.answered for mirror, health in zip(self.mirrors, self._health) if mirror.local() == root)
+
     def shown(self, text: str) -> str:
         for mirror in self.mirrors:
             text = mirror.shown(text)
@@ -92,7 +100,7 @@ class Mirrors:
                 continue
             if health.failing is not None:
                 self.log(f"{mirror.url}: the store answers again")
-            health.failing, health.delay, health.next_try = None, 0.0, 0.0
+            health.failing, health.delay, health.next_try, health.answered = None, 0.0, 0.0, True
             if report.fetched or report.appended or report.rewritten or report.removed:
                 logging.getLogger(__name__).debug("%s: %d new, %d grown, %d rewritten, %d removed object(s), %d bytes",
                                                   mirror.url, report.fetched, report.appended, report.rewritten, report.removed, report.bytes)
