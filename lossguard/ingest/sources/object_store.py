@@ -168,6 +168,13 @@ def _filesystem(protocol: str, package: str, extra: str, *, retries: int) -> Any
         if endpoint:
             options["endpoint_url"] = endpoint
         options["config_kwargs"] = {"retries": {"max_attempts": retries, "mode": "standard"}}
+    if protocol == "gcs" and os.environ.get("STORAGE_EMULATOR_HOST"):
+        # An emulator (gcsfs reads STORAGE_EMULATOR_HOST itself) takes no credentials and speaks the
+        # JSON API only: gcsfs' own class, not the one that first asks a bucket's layout over gRPC
+        # (a minute's timeout against an emulator).
+        from gcsfs.core import GCSFileSystem
+
+        cls, options["token"] = GCSFileSystem, "anon"
     fs = cls(**options)
     if protocol == "s3":
         fs.retries = retries  # (s3fs' own retries, around botocore's)
