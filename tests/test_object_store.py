@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -15,6 +16,7 @@ import pytest
 from lossguard.cli import main
 
 from .s3_server import SECRET, S3Proxy
+from .store_servers import AZURE_KEY, Uploads, azurite, azurite_blob, gcs_emulator
 from .test_hf_checkpoints import _checkpoint
 from .test_watch import NO_PLOTS, Watch, _calm, _line
 
@@ -22,7 +24,7 @@ pytest.importorskip("s3fs")
 pytest.importorskip("moto.server")
 
 
-class Store:
+class Store(Uploads):
     """The server, the proxy lossguard talks to, and a boto3 client that writes to moto directly."""
 
     def __init__(self, proxy: S3Proxy, client) -> None:  # noqa: ANN001
@@ -34,16 +36,6 @@ class Store:
 
     def put(self, bucket: str, key: str, body: bytes | str) -> None:
         self.client.put_object(Bucket=bucket, Key=key, Body=body.encode() if isinstance(body, str) else body)
-
-    def put_many(self, bucket: str, objects: dict[str, bytes | str]) -> None:
-        """Uploaded a few at a time, as a team's boxes do (and moto answers each in a few ms)."""
-        from concurrent.futures import ThreadPoolExecutor
-
-        with ThreadPoolExecutor(8) as pool:
-            list(pool.map(lambda kv: self.put(bucket, *kv), objects.items()))
-
-    def put_tree(self, bucket: str, prefix: str, folder: Path) -> None:
-        self.put_many(bucket, {f"{prefix}/{p.relative_to(folder).as_posix()}": p.read_bytes() for p in folder.rglob("*") if p.is_file()})
 
 
 @pytest.fixture(scope="module")
@@ -69,6 +61,39 @@ def s3():
     server.stop()
 
 
+@pytest.fixture(scope="module")
+def azure(tmp_path_factory):
+    """Azurite's blob service, and adlfs pointed at it through AZURE_STORAGE_CONNECTION_STRING."""
+    pytest.importorskip("adlfs")
+    binary = azurite_blob()
+    if binary is None:
+        pytest.skip("azurite-blob is not installed (.ci/run installs it: npm install --prefix ~/.cache/lossguard/azurite azurite)")
+    with azurite(binary, tmp_path_factory.mktemp("azurite")) as (store, env), pytest.MonkeyPatch.context() as mp:
+        for key in ("AZURE_STORAGE_ACCOUNT_NAME", "AZURE_STORAGE_ACCOUNT_KEY", "AZURE_STORAGE_SAS_TOKEN", "AZURE_STORAGE_ANON"):
+            mp.delenv(key, raising=False)
+        for key, value in env.items():
+            mp.setenv(key, value)
+        yield store
+
+
+@pytest.fixture(scope="module")
+def gcs():
+    """A GCS JSON API on 127.0.0.1 (gcp-storage-emulator), gcsfs pointed at it by STORAGE_EMULATOR_HOST."""
+    pytest.importorskip("gcsfs")
+    pytest.importorskip("gcp_storage_emulator")
+    with gcs_emulator() as (store, env), pytest.MonkeyPatch.context() as mp:
+        for key, value in env.items():
+            mp.setenv(key, value)
+        yield store
+
+
+@pytest.fixture(scope="module")
+def several_formats(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("formats") / "runs"
+    _runs_of_several_formats(root)
+    return root
+
+
 def _runs_of_several_formats(root: Path) -> None:
     """Runs as their writers lay them out: JSON lines, CSV, TensorBoard (tensorboardX), a HF Trainer's
     checkpoints, a console log; each with a loss spike, and one folder of two runs."""
@@ -90,24 +115,35 @@ def _runs_of_several_formats(root: Path) -> None:
 
 
 def _scan_json(capsys, *args: str) -> tuple[int, str]:
+    """A scan's exit code and JSON report; no store's secret in what it printed."""
     capsys.readouterr()
     code = main(["scan", *args, "--format", "json", "--quiet"])
-    return code, capsys.readouterr().out
+    said = capsys.readouterr()
+    assert all(secret not in said.out + said.err for secret in (SECRET, AZURE_KEY))
+    return code, said.out
 
 
-def test_a_prefix_scans_as_the_same_files_on_disk_named_by_their_urls(tmp_path, s3, capsys):
-    root = tmp_path / "runs"
-    _runs_of_several_formats(root)
-    bucket = s3.bucket("lg-scan")
-    s3.put_tree(bucket, "team/runs", root)
+@pytest.mark.parametrize("scheme, server", [
+    pytest.param("s3", "s3", id="s3"),
+    pytest.param("az", "azure", id="azure"),
+    pytest.param("abfs", "azure", id="abfs"),
+    pytest.param("gs", "gcs", id="gcs"),
+])
+def test_a_prefix_scans_as_the_same_files_on_disk_named_by_their_urls(scheme, server, several_formats, request, capsys):
+    store = request.getfixturevalue(server)
+    root = several_formats
+    bucket = store.bucket(f"lg-scan-{scheme}")
+    store.put_tree(bucket, "team/runs", root)
     disk_code, disk = _scan_json(capsys, str(root))
-    url_code, remote = _scan_json(capsys, f"s3://{bucket}/team/runs/")
+    url_code, remote = _scan_json(capsys, f"{scheme}://{bucket}/team/runs/")
     assert url_code == disk_code == 1
     report = json.loads(remote)
     assert sorted(r["run"] for r in report["runs"]) == ["console", "csv", "hf", "jsonl", "tb/version_0", "two/a", "two/b"]
     assert [r["run"] for r in report["runs"] if r["spikes"]] == ["console", "csv", "hf", "jsonl", "tb/version_0"]
     assert "lossguard-mirror" not in remote  # (no path of the private copy is shown)
-    assert json.loads(disk.replace(str(root), f"s3://{bucket}/team/runs")) == report
+    assert json.loads(disk.replace(str(root), f"{scheme}://{bucket}/team/runs")) == report
+    if scheme != "s3":
+        return
     # One object named, and the prefix among other roots: named as the same file or folder on disk.
     _, one = _scan_json(capsys, f"s3://{bucket}/team/runs/console/train.log")
     assert [r["run"] for r in json.loads(one)["runs"]] == ["train"]
@@ -197,19 +233,17 @@ def test_a_large_object_is_fetched_in_pieces_and_a_fetch_cut_short_goes_on_from_
 ])
 def test_a_url_whose_extra_is_not_installed_is_one_line_naming_it(url, extra, tmp_path, capsys, monkeypatch):
     pytest.importorskip("fsspec")
-    if extra == "gcs" and _installed("gcsfs") or extra == "azure" and _installed("adlfs"):
-        pytest.skip("the store's library is installed here")
+    # The store's library made absent, as on a machine without the extra: its import fails.
+    package, protocol = {"gcs": ("gcsfs", "gcs"), "azure": ("adlfs", "abfs")}[extra]
+    monkeypatch.setitem(sys.modules, package, None)
+    for name in (protocol, "gs", "az", "abfs", "abfss"):
+        monkeypatch.delitem(sys.modules["fsspec.registry"]._registry, name, raising=False)  # (a class imported before, forgotten)
+    monkeypatch.delenv("STORAGE_EMULATOR_HOST", raising=False)
     monkeypatch.setattr("lossguard.watch.daemon.setup_logging", lambda level: None)  # (the test's logging stays the test's)
     for command in (["scan", url], ["watch", url, "--state-dir", str(tmp_path / "state")]):
         assert main(command) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and f"pip install 'lossguard[{extra}]'" in err[0], (command, err)
-
-
-def _installed(name: str) -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec(name) is not None
 
 
 def test_a_store_that_refuses_is_one_line_naming_the_url_and_no_secret(s3, capsys):
