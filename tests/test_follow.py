@@ -379,3 +379,40 @@ def test_files_under_a_folder_that_cannot_be_listed_for_now_are_kept_not_dropped
     report = follower.run_pass(3.0)
     assert [(n.kind, n.run) for n in report.notices] == [("opened", "b")]  # read on from where it was, not from the start
     state.close()
+
+
+def test_a_root_not_read_whole_at_the_first_start_owes_its_history_through_a_restart(tmp_path):
+    """An object store down at a fresh daemon's first start (here a folder `answered` says was not
+    read whole): its files are not followed until it is, then read as history, the debt kept in
+    the state across a restart; the other root is followed meanwhile, and what comes later is news."""
+    store, local = tmp_path / "store", tmp_path / "local"
+    (store / "exp").mkdir(parents=True)
+    (store / "exp" / "metrics.jsonl").write_text(_calm(range(1, 50)) + _line(50, 9.0) + _calm(range(51, 100)))
+    (local / "mine").mkdir(parents=True)
+    (local / "mine" / "metrics.jsonl").write_text(_calm(range(1, 40)))
+    up, said = {"yes": False}, []
+
+    def follower(state: State) -> Follower:
+        return Follower([store, local], rules=default_rules(), state=state, answered=lambda root: root != store or up["yes"], log=said.append)
+
+    def opened(report) -> list[tuple[str, int]]:  # noqa: ANN001
+        return [(n.run, n.incident.step) for n in report.notices if n.kind == "opened"]
+
+    state = State(tmp_path / "state")
+    assert opened(follower(state).run_pass(1.0)) == []
+    assert state.history_owed() == {str(store)} and not any(p.startswith(str(store)) for p in state.files())
+    state.close()
+
+    state = State(tmp_path / "state")  # (a restart: the state is no longer fresh; the debt is its)
+    again = follower(state)
+    (local / "mine" / "metrics.jsonl").write_text(_calm(range(1, 40)) + _line(40, 9.0))
+    assert opened(again.run_pass(2.0)) == [("local/mine", 40)]  # (the other root is followed meanwhile)
+    assert state.history_owed() == {str(store)}
+    up["yes"] = True
+    assert opened(again.run_pass(3.0)) == []  # the store's past spike (step 50): history
+    assert state.history_owed() == set() and f"{store}/exp/metrics.jsonl" in state.files()
+    assert any("read as history, not alerted" in text for text in said), said
+    with open(store / "exp" / "metrics.jsonl", "a") as fh:
+        fh.write(_calm(range(100, 130)) + _line(130, 9.0))
+    assert opened(again.run_pass(4.0)) == [("store/exp", 130)]
+    state.close()
