@@ -24,7 +24,7 @@ from ..detection.ranks import together
 from ..detection.rules import RuleSet
 from ..detection.streams import Points, by_run, by_run_and_metric
 from ..ingest.reader import ReadOptions
-from ..model import Incident, split_rank
+from ..model import Incident
 from ..state import IncidentRow, State, Transaction
 from .budget import PASS_BUDGET, Budget
 from .crashes import Crashes
@@ -197,10 +197,8 @@ class Follower:
         ]
         named = iter(together([i for incidents in judged_now for i in incidents]))  # (the ranks that saw each, this pass)
         judged_now = [tuple(next(named) for _ in incidents) for incidents in judged_now]
-        ranked_runs = [run for run in runs if split_rank(run)[1] is not None]
-        if ranked_runs:  # (a rank apart from the others, raised ahead of its own slowdown: told as the straggler)
-            self.replicas.judge(tx, runs, windows, now=now, quiet=new.quiet, report=report,
-                                sources={run: self.shown(_sources(new.frames[run])) for run in ranked_runs})
+        # (A rank apart from the others, raised ahead of its own slowdown: told as the straggler.)
+        self.replicas.judge(tx, runs, windows, now=now, quiet=new.quiet, report=report, source=lambda run: self.shown(_sources(new.frames[run])))
         for k, run in enumerate(runs):
             timelines, incidents = timelines_of[k], judged_now[k]
             if incidents:

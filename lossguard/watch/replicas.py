@@ -7,7 +7,7 @@ others', never raised again for the same streak once the window has moved on."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
 from ..detection.ranks import COMPARED, rule_for, stragglers, together
@@ -24,9 +24,9 @@ class Replicas:
         self.notices = notices
 
     def judge(self, tx: Transaction, runs: Sequence[str], windows: Sequence[Mapping[str, Points]], *, now: float,
-              quiet: Mapping[str, bool], sources: Mapping[str, str], report: PassReport) -> None:
+              quiet: Mapping[str, bool], source: Callable[[str], str], report: PassReport) -> None:
         """The rank streams among `runs` (the pass's runs with new rows, `windows` theirs), each
-        compared with every rank of its run."""
+        compared with every rank of its run; `source`: what a run's alert names as its source."""
         bases: dict[str, dict[str, Mapping[str, Points]]] = {}
         for run, window in zip(runs, windows):
             base, rank = split_rank(run)
@@ -45,7 +45,7 @@ class Replicas:
                 for rank in mine:
                     stream = ranked(base, rank)
                     inc = next((i for i in found if i.run == stream), None)
-                    self._one(tx, stream, inc, rule_for(metric), now=now, quiet=quiet.get(stream, False), source=sources.get(stream, ""), report=report)
+                    self._one(tx, stream, inc, rule_for(metric), now=now, quiet=quiet.get(stream, False), source=source(stream), report=report)
 
     def _one(self, tx: Transaction, stream: str, inc: Incident | None, rule: str, *, now: float, quiet: bool, source: str,
              report: PassReport) -> None:
