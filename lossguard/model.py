@@ -66,10 +66,12 @@ class Cause:
         return {**self.to_json(), "confidence": round(self.confidence, 3)}
 
 
-TROUBLES = {"divergence": "divergence", "throughput": "slowdown", "overfitting": "overfitting", "straggler": "straggler"}
-"""Incident.trouble of the rule kinds that are no spike (a crash is a `crash`)."""
-PLURALS = {"spike": "spikes", "crash": "crashes", "divergence": "divergences", "slowdown": "slowdowns", "overfitting": "overfitting", "straggler": "stragglers"}
-ORDER = ("spike", "divergence", "slowdown", "straggler", "overfitting", "crash")
+TROUBLES = {"divergence": "divergence", "throughput": "slowdown", "overfitting": "overfitting", "straggler": "straggler", "nonfinite": "NaN"}
+"""Incident.trouble of the rule kinds that are no spike (a crash is a `crash`; a non-finite value that
+is infinite an `Inf`, a replica's loss apart from the others' a `diverging replica`)."""
+PLURALS = {"spike": "spikes", "crash": "crashes", "divergence": "divergences", "slowdown": "slowdowns", "overfitting": "overfitting",
+           "straggler": "stragglers", "NaN": "NaNs", "Inf": "Infs", "diverging replica": "diverging replicas"}
+ORDER = ("spike", "NaN", "Inf", "divergence", "slowdown", "straggler", "diverging replica", "overfitting", "crash")
 
 
 def troubles_counted(incidents: Iterable[Incident]) -> str:
@@ -158,8 +160,15 @@ class Incident:
     def trouble(self) -> str:
         """What reports and alerts call the incident, in one word: a crash, a divergence (a loss that
         kept rising, measured against its recent minimum, never far above the points just before
-        it), a slowdown (the throughput kind), overfitting, else a spike."""
-        return "crash" if self.is_crash else TROUBLES.get(self.kind, "spike")
+        it), a slowdown (the throughput kind), overfitting, a NaN (or Inf: a non-finite value; "spike"
+        said of a NaN read as a large number), a straggler or a diverging replica, else a spike."""
+        if self.is_crash:
+            return "crash"
+        if self.kind == "nonfinite" and math.isinf(self.value):
+            return "Inf"
+        if self.kind == "straggler" and self.metric != "step_time":
+            return "diverging replica"
+        return TROUBLES.get(self.kind, "spike")
 
     @property
     def compared_with(self) -> str:

@@ -89,7 +89,7 @@ def test_with_stdout_closed_what_it_would_print_lands_in_no_file_it_opens(tmp_pa
 def test_a_report_written_with_o_needs_no_stdout(log, tmp_path):
     res = _lossguard("scan", str(log.parent), "-o", str(tmp_path / "report.txt"), stdout=subprocess.DEVNULL, preexec_fn=lambda: os.close(1))
     assert res.returncode == 1, res.stderr  # (the sample's spikes found)
-    assert "2 finding(s) in 1 of 1 run(s): 2 spikes." in (tmp_path / "report.txt").read_text()
+    assert "2 finding(s) in 1 of 1 run(s): 1 NaN, 1 Inf." in (tmp_path / "report.txt").read_text()
 
 
 @pytest.mark.parametrize("target, why", [
@@ -154,7 +154,7 @@ def test_without_home_or_passwd_entry_watch_asks_for_the_state_dir(stranger_env,
 def test_without_home_or_passwd_entry_scan_runs_as_anywhere(stranger_env, log):
     res = _as_stranger("scan", str(log.parent), env=stranger_env)
     assert (res.returncode, res.stderr) == (1, "")
-    assert "2 finding(s) in 1 of 1 run(s): 2 spikes." in res.stdout
+    assert "2 finding(s) in 1 of 1 run(s): 1 NaN, 1 Inf." in res.stdout
 
 
 @needs_root

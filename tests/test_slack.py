@@ -150,7 +150,7 @@ def test_scan_posts_a_digest_to_slack(slack, monkeypatch, capsys):
     assert main(["scan", str(FIXTURES / "runs"), "--quiet", "--format", "markdown", "--slack-digest"]) == 1
     (req,) = slack.requests
     assert req.body["channel"] == "#nightly"
-    assert "12 finding(s) in 6 of 8 run(s): 12 spikes" in req.body["text"] and "megatron-grad-explosion" in req.body["text"]
+    assert "12 finding(s) in 6 of 8 run(s): 10 spikes, 1 NaN, 1 Inf" in req.body["text"] and "megatron-grad-explosion" in req.body["text"]
     assert TOKEN not in capsys.readouterr().err
 
 
