@@ -12,6 +12,7 @@ from pathlib import Path
 
 from lossguard.alerts.message import describe, for_notice
 from lossguard.alerts.notify_text import headline
+from lossguard.cli import main
 
 from .test_crash import NCCL, OOM
 from .test_ranks import torchrun_log
@@ -162,3 +163,21 @@ def test_two_ranks_of_one_slow_node_are_one_straggler_alert_and_one_slow_step_is
         append(runs, rank, nanogpt(range(30, 60), slow=range(40, 60) if rank in (2, 3) else range(35, 36) if rank == 0 else range(0)))
     assert said(f.run_pass(2.0)) == [("opened", "none_k3j2x9ab [rank 2]", "straggler", ("2", "3"), None)]
     state.close()
+
+
+def test_status_lists_the_alerts_open_with_their_ranks_and_the_history_apart(tmp_path, capsys):
+    runs = tmp_path / "runs"
+    for rank in range(2):
+        torchrun_log(runs, rank, lines(range(1, 61)))
+    (runs / "old").mkdir()
+    (runs / "old" / "train.log").write_text(lines(range(1, 41), spike_at=40))  # (its spike is history: open, never alerted)
+    state, f = follower(tmp_path)
+    f.run_pass(1.0)
+    for rank in range(2):
+        append(runs, rank, lines(range(61, 81), spike_at=80))  # (still open: nothing after it yet)
+    f.run_pass(2.0)
+    state.close()
+    assert main(["status", "--state-dir", str(tmp_path / "state")]) == 0
+    out = capsys.readouterr().out
+    assert "1 open incident(s):\n  none_k3j2x9ab [rank 0]  step 80  loss-spike  (ranks 0, 1)\n" in out
+    assert "1 open in the history read at the first start, not alerted:\n  old  loss-spike  1\n" in out

@@ -63,9 +63,16 @@ def _run(args: argparse.Namespace) -> int:
         f"{p(f['runs'])}  {p(f['path'])}  {p(f['format'] or '?')}  byte {f['offset']}{'  (unreadable)' if f['dead'] else ''}" for f in files
     ])
     _section(f"{len(incidents)} open incident(s)", [
-        f"{p(inc['run'])}  step {inc['step']}  {p(inc['rule'])}" + (f"  (acknowledged by {p(inc['acked_by'])})" if inc.get("acked_by") else "")
+        f"{p(inc['run'])}  step {inc['step']}  {p(inc['rule'])}" + (f"  (ranks {p(', '.join(map(str, inc['ranks'])))})" if inc.get("ranks") else "")
+        + (f"  (acknowledged by {p(inc['acked_by'])})" if inc.get("acked_by") else "")
         for inc in incidents
     ])
+    if summary["history_incidents"]:
+        # Not alerts: found in what the logs held when the daemon first started.
+        history = summary["history_incidents"]
+        _section(f"{sum(h['open'] for h in history)} open in the history read at the first start, not alerted", [
+            f"{p(h['run'])}  {p(h['rule'])}  {h['open']}" for h in history
+        ])
     if folded:
         # Not alerts: the loss's own noise, said once in the run's noisy notice.
         _section(f"{sum(f['folded'] for f in folded)} firing(s) folded into noisy notices, not alerted", [

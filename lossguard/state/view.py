@@ -5,6 +5,7 @@ reader never delays a pass, and a file that is no state is a StateError naming i
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import struct
 import threading
@@ -77,9 +78,11 @@ class StateReader:
 
     def open_incidents_by_severity(self, runs: Collection[str] | None = None) -> dict[tuple[str, str], int]:
         """Open incidents that were alerted: those folded into a run's noisy notice were not, and
-        are counted apart (`folded_incidents`)."""
+        are counted apart (`folded_incidents`); history found at the first start was not either,
+        and another rank's incident that joined one is counted as that one."""
         rows = self._by_run(
-            "SELECT run, coalesce(json_extract(body, '$.severity'), ''), count(*) FROM incidents WHERE status='open' AND folded=0 AND {runs}", (), runs, " GROUP BY 1, 2",
+            "SELECT run, coalesce(json_extract(body, '$.severity'), ''), count(*) FROM incidents "
+            "WHERE status='open' AND folded=0 AND quiet=0 AND joined IS NULL AND {runs}", (), runs, " GROUP BY 1, 2",
         )
         return {(run, severity): n for run, severity, n in rows}
 
@@ -143,13 +146,19 @@ def _summary(db: sqlite3.Connection) -> dict[str, list[dict[str, object]]]:
     q = db.execute
     folded = column_or_null(db, "incidents", "folded")  # (NULL: a state from before layout 12 folded none)
     not_folded = f"coalesce({folded}, 0)=0"
+    # Alerted: not history found at the first start (recorded without a word), nor a rank's incident
+    # that joined another rank's (said by that one, which names its ranks).
+    alerted = f"{not_folded} AND quiet=0 AND {column_or_null(db, 'incidents', 'joined')} IS NULL"
     return {
         "files": [
             {"path": decodable(path_of(p)), "run": r, "format": f, "offset": cur.offset, "dead": bool(d), "named": cur.name}
             for p, r, f, cur, d in ((p, r, f, Cursor.from_json(c), d) for p, r, f, c, d in q("SELECT path, run, format, cursor, dead FROM files ORDER BY path"))
         ],
-        "open_incidents": [{"run": r, "rule": ru, "step": st, "acked_by": a} for r, ru, st, a in q(
-            f"SELECT run, rule, step, {column_or_null(db, 'incidents', 'acked_by')} FROM incidents WHERE status='open' AND {not_folded} ORDER BY run, step")],
+        "open_incidents": [{"run": r, "rule": ru, "step": st, "acked_by": a, **({"ranks": json.loads(rk)} if rk else {})} for r, ru, st, a, rk in q(
+            f"SELECT run, rule, step, {column_or_null(db, 'incidents', 'acked_by')}, json_extract(body, '$.ranks') FROM incidents "
+            f"WHERE status='open' AND {alerted} ORDER BY run, step")],
+        "history_incidents": [{"run": r, "rule": ru, "open": n} for r, ru, n in q(
+            "SELECT run, rule, count(*) FROM incidents WHERE status='open' AND quiet=1 GROUP BY run, rule ORDER BY run, rule")],
         # Firings within a run's own noise: recorded and said once in its noisy notice, never alerted.
         "folded_incidents": [{"run": r, "rule": ru, "folded": n} for r, ru, n in q(
             f"SELECT run, rule, count(*) FROM incidents WHERE status='open' AND NOT {not_folded} GROUP BY run, rule ORDER BY run, rule")],
@@ -165,8 +174,6 @@ def _summary(db: sqlite3.Connection) -> dict[str, list[dict[str, object]]]:
 def _link(db: sqlite3.Connection) -> dict[str, object] | None:
     """How the daemon's Socket Mode link stood when it last changed (None: no app token, or a
     daemon from before layout 9)."""
-    import json
-
     row = db.execute("SELECT value FROM meta WHERE key='slack_link'").fetchone()
     return None if row is None else json.loads(row[0])
 
