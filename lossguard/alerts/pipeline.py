@@ -293,7 +293,7 @@ class Dispatcher:
 
     def _news_since(self, sink: Sink, taken: int) -> bool:
         """An incident's alert recorded for the sink after its batch was taken (outbox ids grow)."""
-        return any(e.notice.kind in STARTS_THREAD for e in self.state.pending(limit=BATCH, sink=sink.name, after=taken))
+        return self.state.waiting(sink=sink.name, kinds=STARTS_THREAD, after=taken)
 
     def _at_delivery(self, sink: Sink, post: Post) -> Post:
         """What only the moment of sending knows, since earlier posts of this very round may have

@@ -9,6 +9,7 @@ import json
 from collections.abc import Collection, Sequence
 
 from ..model import Notice
+from .columns import marks
 from .messages import list_in, record_alert
 from .rows import OutboxEntry, Undelivered
 from .transaction import Connected
@@ -35,6 +36,15 @@ class Outbox(Connected):
         if kind is not None:
             query, args = query + " AND o.kind=?", [*args, kind]
         return [_outbox_entry(r, self.id) for r in self.db.execute(f"{query} ORDER BY o.id LIMIT ?", (*args, limit))]
+
+    def waiting(self, *, sink: str, kinds: Sequence[str], after: int) -> bool:
+        """An undelivered entry of one of `kinds` for `sink` recorded after entry `after`: one
+        indexed look, where pending would decode every payload."""
+        row = self.db.execute(
+            f"SELECT 1 FROM outbox WHERE sent_at IS NULL AND permanent=0 AND id > ? AND sink=? AND kind IN ({marks(kinds)}) LIMIT 1",
+            (after, sink, *kinds),
+        ).fetchone()
+        return row is not None
 
     def pending_sinks(self) -> list[str]:
         return [r[0] for r in self.db.execute("SELECT DISTINCT sink FROM outbox WHERE sent_at IS NULL AND permanent=0 ORDER BY sink")]
