@@ -12,12 +12,13 @@ from dataclasses import replace
 import pytest
 
 from lossguard.alerts.delivery import Post
+from lossguard.alerts.pipeline import Dispatcher
 from lossguard.alerts.notify import NotifySink, sink_names
 from lossguard.alerts.plots import Plot
 from lossguard.alerts.picture import Picture
 from lossguard.errors import ConfigError
 from lossguard.model import Cause, Incident, Notice
-from lossguard.state import OutboxEntry
+from lossguard.state import OutboxEntry, State
 from lossguard.watch.settings import load_settings
 
 from .conftest import assert_one_error_line, run_lossguard
@@ -226,3 +227,21 @@ def test_alert_test_posts_to_each_url_and_config_check_masks_them(hooks, monkeyp
         assert secret not in res.stdout + res.stderr + shown
     bad = run_lossguard("config", "check", env={"LOSSGUARD_NOTIFY_URLS": "discord://98765432100/"})
     assert "98765432100" not in assert_one_error_line(bad, "LOSSGUARD_NOTIFY_URLS", "discord://***")
+
+
+def test_a_burst_of_new_incidents_is_one_message_listing_them(hooks, tmp_path):
+    state = State(tmp_path / "state")
+    sink = _sink(f"json://localhost:{hooks.port}/hook")
+    runs = [f"exp{k}" for k in range(4)]
+    with state.transaction() as tx:  # (four runs spiking at once, then one more later: as the daemon records them)
+        for run in runs:
+            inc = replace(SPIKE, run=run)
+            tx.enqueue(Notice("opened", run, inc, source="x"), incident_id=tx.add_incident(inc, source="x", quiet=False, now=1.0),
+                       sinks=[sink.name], now=1.0)
+    Dispatcher(state, {sink.name: sink}).round()
+    (burst,) = hooks.to("/hook")
+    text = TEXT_OF["json"](burst)
+    assert "4 new incidents: 4 spikes" in text and all(f"run {run}: loss spike at step 20" in text for run in runs)
+    assert burst.json()["type"] == "failure"  # (the worst of them: critical)
+    assert state.pending(sink=sink.name) == []
+    state.close()

@@ -30,9 +30,14 @@ from ..escaping import printable
 from ..redact import MASK, Scrubbed, mask_service_url, remember_service_url, scrub
 from . import notify_text
 from .delivery import Delivery, Manners, Post
+from .pipeline import SEVERITY_RANK
 from .plots import Plot
 
 ATTEMPTS = 3
+BURST = 3
+"""New incidents waiting at once for a URL that go out as one message (Slack's default group size):
+a push service rings once, and apprise spaces one URL's messages 5.5 s apart for the services that
+name no pace of their own."""
 BACKOFF = 0.5
 """Seconds before the second attempt; doubled before each next one (0.5 s, 1 s)."""
 EXTRA = "pip install 'lossguard[notify]'"
@@ -122,7 +127,7 @@ class NotifySink:
     in the service's markup, the incident's picture attached after its alert where the service takes
     attachments."""
 
-    manners = Manners()
+    manners = Manners(group_threshold=BURST)
 
     def __init__(self, url: str, *, name: str, host: str, attempts: int = ATTEMPTS, backoff: float = BACKOFF,
                  sleep: Callable[[float], None] = time.sleep) -> None:
@@ -155,6 +160,11 @@ class NotifySink:
         return f"NotifySink({self.name}, {self.shown})"
 
     def send(self, post: Post) -> Delivery:
+        if post.summary and len(post.entries) > 1:
+            notices = [e.notice for e in post.entries]
+            title, body = notify_text.burst(notices, fmt_name=self.format, host=self.host, title_apart=self.title_apart)
+            worst = max(notices, key=lambda n: SEVERITY_RANK.get(n.severity or "", 0))
+            return self._notify(title, body, self._type_of(worst.kind, worst.severity))
         for entry in post.entries:
             title, body = notify_text.render(entry.notice, fmt_name=self.format, host=self.host, opened_at=entry.opened_at,
                                              title_apart=self.title_apart)

@@ -12,12 +12,12 @@ Pure: a notice and a few facts in, text out; no clock, no I/O.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ..display import fmt
 from ..escaping import html_text, markdown, printable
-from ..model import Notice
+from ..model import Notice, troubles_counted
 from .message import CAUSE_TITLES, describe, title_of
 
 FORMATS = ("text", "markdown", "html")
@@ -88,6 +88,16 @@ def render(notice: Notice, *, fmt_name: str, host: str, opened_at: float | None 
         lines.append(m.name(f"Silence {notice.silenced_by} has ended"))
     lines.append(m.name(f"host {host}"))
     return shown_title, m.newline.join(lines)
+
+
+def burst(notices: Sequence[Notice], *, fmt_name: str, host: str, title_apart: bool = True) -> tuple[str, str]:
+    """(title, body) of a burst of new incidents told in one message (a push service's phone would
+    ring once per message; apprise spaces one URL's messages seconds apart): a line each."""
+    m = MARKUPS[fmt_name]
+    head = f"{len(notices)} new incidents: {troubles_counted(n.incident for n in notices if n.incident is not None)}"
+    title = "lossguard " + head
+    lines = [m.strong(m.name(head)), *(m.name(describe(n)) for n in notices), m.name(f"host {host}")]
+    return (printable(title) if title_apart else m.name(title)), m.newline.join(lines)
 
 
 def greeting(*, fmt_name: str, host: str) -> tuple[str, str]:
