@@ -116,8 +116,9 @@ def causes_first(crashes: Sequence[Incident], failed_at: Sequence[float | None])
 def together(found: Sequence[Incident]) -> list[Incident]:
     """The incidents one pass of the daemon found, each naming the ranks of its run that saw the
     same event in that pass (its rank streams are runs of their own there: `job [rank 1]`), so the
-    alert of the first one raised names them all and the others join it. Compared within a run's
-    rule and timeline only, in step order (a first start reads thousands of history incidents)."""
+    alert of the first one raised names them all and the others join it. Within a run's rule and
+    timeline, the incidents over overlapping steps (or crashes still open) are one event, found in
+    one sweep in step order (a job of 512 ranks spiking at once, a first start's history)."""
     out = list(found)
     groups: dict[tuple[str, int, str], list[int]] = {}
     for k, inc in enumerate(found):
@@ -127,16 +128,30 @@ def together(found: Sequence[Incident]) -> list[Incident]:
     for members in groups.values():
         if len({found[k].run for k in members}) < 2:
             continue
-        members.sort(key=lambda k: span(found[k]))
-        for i, k in enumerate(members):
-            for j in members[i + 1:]:
-                a, b = found[k], found[j]
-                if span(b)[0] > span(a)[1] and not a.is_crash:
-                    break  # (in step order: no later one overlaps `a`)
-                if a.run != b.run and same_event(a, b):
-                    out[k] = with_ranks(out[k], *b.rank_list, host=b.host)
-                    out[j] = with_ranks(out[j], *a.rank_list, host=a.host)
+        for event in _events(found, sorted(members, key=lambda k: span(found[k]))):
+            if len({found[k].run for k in event}) > 1:
+                named = tuple(sorted({r for k in event for r in found[k].rank_list}, key=int))
+                host = next((found[k].host for k in event if found[k].host), None)
+                for k in event:
+                    out[k] = replace(found[k], ranks=named, host=found[k].host or host)
     return out
+
+
+def _events(found: Sequence[Incident], members: list[int]) -> list[list[int]]:
+    """`members` (in step order, of one rule or all crashes) as events: runs of incidents each
+    overlapping the steps covered so far; crashes still open are one event whatever their steps."""
+    events: list[list[int]] = []
+    reach = None
+    for k in members:
+        inc = found[k]
+        first, last = span(inc)
+        if events and ((reach is not None and first <= reach) or (inc.is_crash and not inc.over and any(not found[j].over for j in events[-1]))):
+            events[-1].append(k)
+            reach = max(reach or last, last)
+        else:
+            events.append([k])
+            reach = last
+    return events
 
 
 def rule_for(metric: str) -> str:
@@ -154,9 +169,13 @@ def stragglers(series: Mapping[str, Series], *, run: str, metric: str) -> tuple[
     if len(ranks) < (2 if metric == "step_time" else 3):
         return ()
     found = []
-    for rank, (steps, values) in sorted(ranks.items(), key=lambda p: int(p[0])):
-        others = [np.interp(steps, s, v, left=np.nan, right=np.nan) for r, (s, v) in ranks.items() if r != rank]
-        median = _median_where_any(others)
+    order = sorted(ranks, key=int)
+    # Every rank on the steps any rank logged, once (a job of 512 ranks: 512 interpolations, not 512²).
+    grid = np.unique(np.concatenate([ranks[r][0] for r in order]))
+    on_grid = np.vstack([np.interp(grid, *ranks[r], left=np.nan, right=np.nan) for r in order])
+    for i, rank in enumerate(order):
+        steps, values = ranks[rank]
+        median = _median_where_any(np.delete(on_grid, i, axis=0)[:, np.searchsorted(grid, steps)])
         if metric == "step_time":
             apart = values > SLOWER * median
         else:
@@ -173,9 +192,10 @@ def _finite(s: Series) -> Series:
     return steps[keep], values[keep]
 
 
-def _median_where_any(others: list[np.ndarray]) -> np.ndarray:
-    """The median of the others' values at each step, NaN where none of them covers the step."""
-    stack = np.vstack(others)
+def _median_where_any(stack: np.ndarray) -> np.ndarray:
+    """The median of the others' values at each step (a row each), NaN where none of them covers it."""
+    if not np.isnan(stack).any():
+        return np.median(stack, axis=0)  # (every rank at every step, as usual: nanmedian costs 10x)
     out = np.full(stack.shape[1], np.nan)
     covered = ~np.isnan(stack).all(axis=0)
     out[covered] = np.nanmedian(stack[:, covered], axis=0)

@@ -14,6 +14,13 @@ from .rows import IncidentRow, RunRow
 from .transaction import Connected
 
 
+def rank_range(run: str) -> tuple[str, str]:
+    """The bounds of the names of `run`'s rank streams (`run [rank N]`, model.ranked), as a range
+    the tables' indexes on `run` answer (a job of 512 ranks asks once per rank's incident)."""
+    prefix = f"{run} [rank "
+    return prefix, prefix[:-1] + chr(ord(prefix[-1]) + 1)
+
+
 class RunsAndIncidents(Connected):
     """State's reads of the `runs` and `incidents` tables (a pass writes them through Transaction)."""
 
@@ -83,11 +90,10 @@ class RunsAndIncidents(Connected):
         `crash`; at any step: each rank dies at the step it had reached), else starting at or before
         step `upto`, on `timeline`: the latest first, those a new incident of one rank may be the
         same event as (detection.ranks.same_event tells)."""
-        prefix = f"{run} [rank "
         which = ("json_extract(body, '$.error') IS NOT NULL", ()) if crash else ("rule=? AND step<=?", (rule, upto))
         rows = self.db.execute(
-            f"{INCIDENT} WHERE substr(run, 1, ?)=? AND timeline=? AND {which[0]} ORDER BY step DESC, id DESC LIMIT 16",
-            (len(prefix), prefix, timeline, *which[1]),
+            f"{INCIDENT} WHERE run >= ? AND run < ? AND timeline=? AND {which[0]} ORDER BY step DESC, id DESC LIMIT 16",
+            (*rank_range(run), timeline, *which[1]),
         )
         return [incident_row(r) for r in rows]
 
@@ -107,8 +113,7 @@ class RunsAndIncidents(Connected):
 
     def rank_streams(self, run: str) -> list[str]:
         """The rank streams of `run` (model.ranked names them) the state keeps tails of."""
-        prefix = f"{run} [rank "
-        return [r for (r,) in self.db.execute("SELECT DISTINCT run FROM streams WHERE substr(run, 1, ?)=?", (len(prefix), prefix))]
+        return [r for (r,) in self.db.execute("SELECT DISTINCT run FROM streams WHERE run >= ? AND run < ?", rank_range(run))]
 
     def launched_crashes(self, folder: str) -> list[IncidentRow]:
         """The crashes of the rank streams of a torchrun run folder (`.../<folder> [rank N]`): those

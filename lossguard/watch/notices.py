@@ -51,7 +51,7 @@ class Notices:
         sent = self.state.incident(inc.run, inc.rule, inc.step, inc.timeline)
         was_folded, joined = self.state.recorded_as(sent.id) if sent is not None else (False, None)
         if sent is not None and joined is not None:
-            tx.update_incident(replace(sent, incident=inc))  # (said by the rank's incident it joined)
+            tx.update_incident(replace(sent, incident=replace(inc, ranks=())))  # (said by the incident it joined, which names the ranks)
             return
         if sent is None and (lead := self._same_event(inc)) is not None:
             self._join(tx, inc, lead, now=now, quiet=quiet, source=source, report=report)
@@ -108,7 +108,7 @@ class Notices:
         lead name its rank: at once in the lead's alert when both were found in one pass
         (detection.ranks.together), else in an update of that alert while it is open."""
         folded, _ = self.state.recorded_as(lead.id)
-        tx.add_incident(inc, source=source, quiet=quiet or lead.quiet, now=now, joined=lead.id, folded=folded)
+        tx.add_incident(replace(inc, ranks=()), source=source, quiet=quiet or lead.quiet, now=now, joined=lead.id, folded=folded)
         rank = split_rank(inc.run)[1]
         if rank is None:  # (a launcher's table: the host of the rank it names, where the lead has none)
             if inc.host and not lead.incident.host and set(inc.rank_list) <= set(lead.incident.rank_list):
