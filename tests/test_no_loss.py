@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from .conftest import run_lossguard
+from .conftest import run_lossguard, run_lossguard_in_process
 
 
 YOLO_KEYS = ("train/box_loss", "train/cls_loss", "train/dfl_loss", "metrics/precision(B)", "metrics/recall(B)", "metrics/mAP50(B)",
@@ -42,12 +42,12 @@ def test_a_run_with_no_metric_read_as_the_loss_says_its_loss_rules_judged_nothin
     run = tmp_path / "runs" / "detect" / "train"
     run.mkdir(parents=True)
     (run / "results.csv").write_text(yolo_results(keys=VALIDATION_ONLY))  # (validation losses are never summed into it)
-    res = run_lossguard("scan", str(tmp_path / "runs"), "--format", "json")
+    res = run_lossguard_in_process("scan", str(tmp_path / "runs"), "--format", "json")
     assert res.returncode == 0, res.stderr
     (report,) = json.loads(res.stdout)["runs"]
     assert report["spikes"] == []
     assert [w["kind"] for w in report["warnings"] if w["kind"] != "read"] == ["no_loss"]
-    table = run_lossguard("scan", str(tmp_path / "runs"))
+    table = run_lossguard_in_process("scan", str(tmp_path / "runs"))
     assert "no loss to judge" in table.stdout and "no loss in this run" in table.stdout
 
 
@@ -57,7 +57,7 @@ def test_the_alias_the_warning_names_judges_the_part_it_names(tmp_path):
     (run / "results.csv").write_text(yolo_results())
     config = tmp_path / "lossguard.toml"
     config.write_text('[aliases]\nloss = ["train/box_loss"]\n')
-    res = run_lossguard("scan", str(tmp_path / "runs"), "--config", str(config), "--format", "json")
+    res = run_lossguard_in_process("scan", str(tmp_path / "runs"), "--config", str(config), "--format", "json")
     assert res.returncode == 1, res.stderr
     (report,) = json.loads(res.stdout)["runs"]
     assert [(s["metric"], s["step"]) for s in report["spikes"]] == [("loss", 20)]
@@ -68,7 +68,7 @@ def test_a_run_with_no_loss_to_judge_is_said_on_stderr_and_fails_strict_as_an_un
     run = tmp_path / "runs" / "detect" / "train"
     run.mkdir(parents=True)
     (run / "results.csv").write_text(yolo_results(keys=VALIDATION_ONLY))
-    res = run_lossguard("scan", str(tmp_path / "runs"), "--format", "json")
+    res = run_lossguard_in_process("scan", str(tmp_path / "runs"), "--format", "json")
     assert res.returncode == 0
     assert "warning: detect/train/results: no loss in this run" in res.stderr
     strict = run_lossguard("scan", str(tmp_path / "runs"), "--strict", "--quiet")
@@ -77,5 +77,5 @@ def test_a_run_with_no_loss_to_judge_is_said_on_stderr_and_fails_strict_as_an_un
     other = tmp_path / "runs" / "lm"
     other.mkdir()
     (other / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "loss": 9.0 if s == 15 else 2.0}) + "\n" for s in range(1, 30)))
-    assert run_lossguard("scan", str(tmp_path / "runs"), "--quiet").returncode == 1
-    assert run_lossguard("scan", str(tmp_path / "runs"), "--quiet", "--strict").returncode == 2
+    assert run_lossguard_in_process("scan", str(tmp_path / "runs"), "--quiet").returncode == 1
+    assert run_lossguard_in_process("scan", str(tmp_path / "runs"), "--quiet", "--strict").returncode == 2

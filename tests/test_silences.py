@@ -417,9 +417,9 @@ def test_silence_list_all_shows_the_last_ended_ones_and_says_how_many_more(tmp_p
     lines = res.stdout.splitlines()
     assert lines[0] == "101 silence(s) (ended ones too):" and lines[1].startswith("  #51  run=r50") and "#151  run=live" in lines[-2]
     assert lines[-1] == "  ... and 50 older ended silence(s) not shown (`--limit 0` lists every one)"
-    res = run_lossguard("silence", "list", "--all", "--limit", "0", "--format", "json", "--state-dir", str(tmp_path / "state"))
+    res = run_lossguard_in_process("silence", "list", "--all", "--limit", "0", "--format", "json", "--state-dir", str(tmp_path / "state"))
     assert len(json.loads(res.stdout)) == 151 and res.stderr == ""
-    res = run_lossguard("silence", "list", "--state-dir", str(tmp_path / "state"))
+    res = run_lossguard_in_process("silence", "list", "--state-dir", str(tmp_path / "state"))
     assert res.stdout.splitlines()[0] == "1 silence(s) in force:"
 
 
@@ -427,16 +427,16 @@ def test_silence_list_all_shows_the_last_ended_ones_and_says_how_many_more(tmp_p
 
 def test_silence_cli_adds_lists_expires_and_status_shows_it(tmp_path):
     d = str(tmp_path / "state")
-    added = run_lossguard("silence", "add", "--state-dir", d, "--run", "gpt-*", "--metric", "loss", "--for", "2h", "--comment", "restarting from 41k")
+    added = run_lossguard_in_process("silence", "add", "--state-dir", d, "--run", "gpt-*", "--metric", "loss", "--for", "2h", "--comment", "restarting from 41k")
     assert added.returncode == 0 and "#1  run=gpt-* metric=loss" in added.stdout
-    listed = json.loads(run_lossguard("silence", "list", "--state-dir", d, "--format", "json").stdout)
+    listed = json.loads(run_lossguard_in_process("silence", "list", "--state-dir", d, "--format", "json").stdout)
     assert [(s["id"], s["run"], s["metric"], s["comment"]) for s in listed] == [(1, "gpt-*", "loss", "restarting from 41k")]
     assert listed[0]["ends"] - listed[0]["starts"] == pytest.approx(7200)
-    assert "1 silence(s) in force:" in run_lossguard("status", "--state-dir", d).stdout
-    assert run_lossguard("silence", "expire", "1", "--state-dir", d).returncode == 0
-    assert json.loads(run_lossguard("silence", "list", "--state-dir", d, "--format", "json").stdout) == []
-    assert len(json.loads(run_lossguard("silence", "list", "--all", "--state-dir", d, "--format", "json").stdout)) == 1
-    assert "0 silence(s) in force" in run_lossguard("status", "--state-dir", d).stdout
+    assert "1 silence(s) in force:" in run_lossguard_in_process("status", "--state-dir", d).stdout
+    assert run_lossguard_in_process("silence", "expire", "1", "--state-dir", d).returncode == 0
+    assert json.loads(run_lossguard_in_process("silence", "list", "--state-dir", d, "--format", "json").stdout) == []
+    assert len(json.loads(run_lossguard_in_process("silence", "list", "--all", "--state-dir", d, "--format", "json").stdout)) == 1
+    assert "0 silence(s) in force" in run_lossguard_in_process("status", "--state-dir", d).stdout
 
 
 @pytest.mark.parametrize(("args", "says"), [
@@ -487,7 +487,7 @@ def test_the_running_daemon_honours_a_silence_at_once_and_reports_what_is_open_w
     w = Watch(tmp_path, env=NO_PLOTS).start()
     try:
         w.wait_ready(files=2)
-        res = run_lossguard("silence", "add", "--state-dir", str(tmp_path / "state"), "--run", "gpt-*", "--for", "1h", "--comment", "restarting")
+        res = run_lossguard_in_process("silence", "add", "--state-dir", str(tmp_path / "state"), "--run", "gpt-*", "--for", "1h", "--comment", "restarting")
         assert res.returncode == 0, res.stderr
         for run in ("gpt-a", "other"):
             with open(tmp_path / "runs" / run / "metrics.jsonl", "a") as fh:
@@ -500,7 +500,7 @@ def test_the_running_daemon_honours_a_silence_at_once_and_reports_what_is_open_w
         assert "held back by silence #1 (run=gpt-*, by " in w.output()
         w.start()
         w.wait_settled()
-        assert run_lossguard("silence", "expire", "1", "--state-dir", str(tmp_path / "state")).returncode == 0
+        assert run_lossguard_in_process("silence", "expire", "1", "--state-dir", str(tmp_path / "state")).returncode == 0
         ev = w.wait_for(lambda ev: any(e["event"] == "unsilenced" for e in ev))
         time_to_repeat = w.settle()
         unsilenced = [e for e in time_to_repeat if e["event"] == "unsilenced"]
@@ -545,7 +545,7 @@ def test_the_daemon_sends_the_resolution_of_an_alert_that_recovers_under_a_silen
         with open(log, "a") as fh:
             fh.write(_line(20, 9.0))
         w.wait_for(lambda ev: any(e["event"] == "opened" and e["run"] == "gpt-a" for e in ev))
-        res = run_lossguard("silence", "add", "--state-dir", str(tmp_path / "state"), "--run", "gpt-*", "--for", "1h", "--comment", "I know")
+        res = run_lossguard_in_process("silence", "add", "--state-dir", str(tmp_path / "state"), "--run", "gpt-*", "--for", "1h", "--comment", "I know")
         assert res.returncode == 0, res.stderr
         with open(log, "a") as fh:
             fh.write(_calm(range(21, 40)))
