@@ -117,7 +117,7 @@ class SlackServer:
                 self.wfile.write(data)
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
 
     def _default(self, path: str, body: dict, data: bytes) -> dict | str:
         if path.startswith("/hooks/"):
