@@ -123,12 +123,12 @@ def test_a_metric_no_run_logs_is_a_usage_error_naming_the_metrics_found():
 
 
 def test_rules_default_by_name_the_presets_in_help_and_o_for_output(tmp_path):
-    from .conftest import run_lossguard
+    from .conftest import run_lossguard_in_process
 
     out = tmp_path / "r.txt"
-    done = run_lossguard("scan", _sample_runs(), "--rules", "default", "-o", str(out), "--quiet")
+    done = run_lossguard_in_process("scan", _sample_runs(), "--rules", "default", "-o", str(out), "--quiet")
     assert done.returncode == 1 and out.read_text().startswith("lossguard") and "rules: default (" in out.read_text()
-    helped = run_lossguard("scan", "--help").stdout
+    helped = run_lossguard_in_process("scan", "--help").stdout
     for preset in ("default", "lightning", "llm-foundry", "megatron", "metaseq", "olmo-core"):
         assert preset in helped
 
@@ -149,7 +149,7 @@ def test_read_of_a_folder_holding_no_log_at_all_exits_2_as_scan_does(tmp_path):
     for command, run in (("read", run_lossguard), ("scan", run_lossguard_in_process)):  # (scan's real process: the run glob's case)
         res = run(command, str(tmp_path / "empty"))
         assert res.returncode == 2 and res.stderr.splitlines()[-1].endswith(f"no training logs found under {tmp_path / 'empty'}"), res.stderr
-    csv = run_lossguard("read", str(tmp_path / "empty"), "--format", "csv")
+    csv = run_lossguard_in_process("read", str(tmp_path / "empty"), "--format", "csv")
     assert csv.returncode == 2 and csv.stdout == ""  # (no header before the error)
 
 
@@ -196,7 +196,7 @@ def test_shell_completion_completes_commands_and_each_commands_options_in_a_real
     import shutil
     import subprocess
 
-    from .conftest import run_lossguard
+    from .conftest import run_lossguard, run_lossguard_in_process
 
     script = tmp_path / "lossguard.bash"
     script.write_text(run_lossguard("completion", "bash").stdout)
@@ -212,7 +212,7 @@ def test_shell_completion_completes_commands_and_each_commands_options_in_a_real
     assert complete("lossguard", "o") == ["outbox"]
     assert complete("lossguard", "scan", "--fo") == ["--format"]
     assert complete("lossguard", "watch", "--st") == ["--stall-after", "--state-dir"]
-    zsh = run_lossguard("completion", "zsh").stdout
+    zsh = run_lossguard_in_process("completion", "zsh").stdout
     assert zsh.startswith("#compdef lossguard") and "bashcompinit" in zsh and "_lossguard()" in zsh
 
 

@@ -29,7 +29,7 @@ from lossguard.report.audit import scan
 from lossguard.state import State
 from lossguard.watch.follow import Follower
 
-from .conftest import WAIT_FOR_EVERY_READ, run_lossguard
+from .conftest import WAIT_FOR_EVERY_READ, run_lossguard, run_lossguard_in_process
 from .test_watch import alerted_once_across_a_kill
 
 mlflow = pytest.importorskip("mlflow")
@@ -316,7 +316,7 @@ def test_a_store_whose_writer_died_mid_commit_is_read_as_committed_and_says_so(s
     expected = _written(store)
     _killed_mid_commit(store)
     journal = (store.parent / "mlflow.db-journal").stat().st_size
-    res = run_lossguard("scan", str(store.parent), "--format", "json")
+    res = run_lossguard_in_process("scan", str(store.parent), "--format", "json")
     runs = {r["run"]: r for r in json.loads(res.stdout)["runs"]}
     # Every run as committed (pretrain/r1's NaN is found); the spike at 120 was never committed.
     assert sorted(runs) == sorted(r.removeprefix("exp1/") for r in expected) and runs["pretrain/r1"]["last_step"] == 19
@@ -641,7 +641,7 @@ def test_scan_of_a_store_whose_run_logged_no_metric_yet_says_so_not_that_there_a
     client = _client(store)
     run = client.create_run(client.get_experiment_by_name("Default").experiment_id, run_name="fresh")
     client.log_param(run.info.run_id, "lr", 0.1)
-    res = run_lossguard("scan", str(store.parent))
+    res = run_lossguard_in_process("scan", str(store.parent))
     assert res.returncode == 2
     assert res.stderr.strip().splitlines()[-1] == f"lossguard: error: no metric logged yet under {store.parent}: 1 log file(s) found, none holding a training metric"
 

@@ -18,7 +18,7 @@ from lossguard.ingest.cursor import Cursor
 from lossguard.ingest.reader import ReadOptions, read, read_paths
 
 from . import bar_samples, synth
-from .conftest import FIXTURES, run_lossguard
+from .conftest import FIXTURES, run_lossguard, run_lossguard_in_process
 from .test_incremental import _grow_and_read
 from .test_watch import NO_PLOTS, Watch
 
@@ -71,7 +71,7 @@ def test_a_loss_spike_drawn_by_a_progress_bar_is_found_by_scan(tmp_path, name):
     run = tmp_path / name
     run.mkdir()
     (run / "train.log").write_text(WRITERS[name](synth.curves("bad_batch")))
-    res = run_lossguard("scan", str(run), "--format", "json", timeout=120)
+    res = run_lossguard_in_process("scan", str(run), "--format", "json")
     assert res.returncode == 1, res.stderr
     (report,) = json.loads(res.stdout)["runs"]
     assert ("loss", 701) in [(s["metric"], s["step"]) for s in report["spikes"]]  # synth's bad batch
@@ -269,7 +269,7 @@ def test_nemos_bar_puts_each_value_at_the_global_step_it_was_logged_with(tmp_pat
     assert problems == []
     assert [s for s, _ in _points(frame, "loss")] == list(range(0, 1200))  # (global_step from 0: the curve's steps less one)
     assert "train_step_timing in s" in set(frame.get_column("tag").to_list())
-    res = run_lossguard("scan", str(tmp_path / "nemo_experiments"), "--format", "json", timeout=120)
+    res = run_lossguard_in_process("scan", str(tmp_path / "nemo_experiments"), "--format", "json")
     assert res.returncode == 1, res.stderr
     (report,) = json.loads(res.stdout)["runs"]
     assert ("loss", 700) in [(s["metric"], s["step"]) for s in report["spikes"]]  # synth's step 701, global_step 700

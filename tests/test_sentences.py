@@ -10,7 +10,7 @@ import pytest
 
 from lossguard.ingest.reader import ReadOptions, read_paths
 
-from .conftest import run_lossguard
+from .conftest import run_lossguard, run_lossguard_in_process
 
 BIGDL = (
     "2017-09-26 10:13:05 INFO  DistriOptimizer$:337 - [Epoch 1 {seen}/60000][Iteration {i}][Wall Clock {clock:.3f}s] "
@@ -52,7 +52,7 @@ def test_a_spike_in_a_bigdl_log_is_found_and_its_loss_named_loss(tmp_path):
 def test_a_bigdl_log_with_no_loss_lists_only_real_metric_names(tmp_path):
     (tmp_path / "bigdl").mkdir()
     bigdl_log(tmp_path / "bigdl" / "train.log", loss=False)
-    scanned = run_lossguard("scan", str(tmp_path / "bigdl"))
+    scanned = run_lossguard_in_process("scan", str(tmp_path / "bigdl"))
     assert "no loss in this run" in scanned.stderr + scanned.stdout
     frame, _, _ = read_paths([tmp_path / "bigdl" / "train.log"], ReadOptions())
     assert set(frame.get_column("tag").unique()) == {"Epoch", "Wall Clock", "Throughput", "Critic_loss", "Current learning rate"}

@@ -28,7 +28,7 @@ from lossguard.ingest.sources.mlruns import scalars
 from lossguard.state import State
 from lossguard.watch.follow import Follower
 
-from .conftest import WAIT_FOR_EVERY_READ, run_lossguard
+from .conftest import WAIT_FOR_EVERY_READ, run_lossguard, run_lossguard_in_process
 from .test_watch import Watch
 
 SPIKE, JUMP, STEPS = 45, 43, 60
@@ -175,7 +175,7 @@ def test_dvclive_micro_batches_logged_at_one_step_are_said_once_a_file_not_dropp
     path.write_bytes(text)
     second = read(path, first.cursor, run="exp1", fmt="dvclive", final=False, options=ReadOptions())
     assert _repeats_said(first.problems) == ["loss.tsv"] and second.problems == ()
-    res = run_lossguard("scan", str(tmp_path / "runs"))
+    res = run_lossguard_in_process("scan", str(tmp_path / "runs"))
     assert "loss.tsv: rows at the step of the row before them" in res.stdout, res.stdout
 
 
@@ -188,7 +188,7 @@ def test_dvclive_metric_logged_without_next_step_is_said_not_only_too_short(tmp_
     with Live(dir=str(tmp_path / "exp2" / "dvclive"), save_dvc_exp=False) as live:
         for i in range(40):
             live.log_metric("train/loss", 10.0 if i == 30 else 2.0)
-    res = run_lossguard("scan", str(tmp_path / "exp2" / "dvclive"))
+    res = run_lossguard_in_process("scan", str(tmp_path / "exp2" / "dvclive"))
     assert res.returncode == 0 and "loss.tsv: rows at the step of the row before them" in res.stdout, res.stdout
     assert "Live.next_step()" in res.stdout
 

@@ -24,7 +24,7 @@ from lossguard.ingest.discover import discover
 from lossguard.ingest.reader import ReadOptions, read, read_paths
 from lossguard.ingest.sources.wandb_log import BLOCK, frame
 
-from .conftest import run_lossguard
+from .conftest import run_lossguard, run_lossguard_in_process
 from .test_incremental import _grow_and_read
 from .test_watch import NO_PLOTS, Watch
 
@@ -137,7 +137,7 @@ def test_scan_finds_the_spike_logged_at_its_step_and_read_says_where_the_steps_c
     hf = next(r for r in report["runs"] if r["run"].endswith(ids["hf"]))
     assert [s["step"] for s in hf["spikes"] if s["metric"] == "loss" and s["kind"] != "nonfinite"] == [2500]
     assert hf["format"] == "wandb"
-    said = run_lossguard("read", str(_file(root, ids["twin"])))
+    said = run_lossguard_in_process("read", str(_file(root, ids["twin"])))
     assert said.returncode == 0, said.stderr
     assert f"steps of run-{ids['twin']}.wandb: the trainer's train/global_step" in said.stdout.splitlines()[0]
 
@@ -534,7 +534,7 @@ def test_wandb_latest_run_named_on_the_command_line_reads_the_run_it_points_to(b
     target = Path(os.path.realpath(link))
     res = run_lossguard("read", str(link), "--format", "csv")
     assert res.returncode == 0, res.stderr
-    assert res.stdout == run_lossguard("read", str(target), "--format", "csv").stdout and res.stdout.count("\n") > 10
+    assert res.stdout == run_lossguard_in_process("read", str(target), "--format", "csv").stdout and res.stdout.count("\n") > 10
 
 
 @contextmanager
@@ -589,7 +589,7 @@ def test_a_run_resumed_by_id_that_logs_its_history_again_is_one_timeline_the_dae
         w.wait_for(lambda ev: any(e["event"] == "opened" and e["step"] == 150 for e in ev))
         ev = again_after_kill_9(w)
     opened = [(e["run"], e["rule"], e["step"]) for e in ev if e["event"] == "opened"]
-    report = json.loads(run_lossguard("scan", str(tmp_path / "runs"), "--format", "json").stdout)
+    report = json.loads(run_lossguard_in_process("scan", str(tmp_path / "runs"), "--format", "json").stdout)
     (mine,) = [r for r in report["runs"] if r["run"] == run]
     assert mine["steps"] == 180  # (the replay is the history the run held, not a second timeline of it)
     assert [(run, s["rule"], s["step"]) for s in mine["spikes"]] == opened == [(run, "loss-spike", 60), (run, "loss-spike", 100), (run, "loss-spike", 150)]
