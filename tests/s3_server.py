@@ -72,7 +72,7 @@ class S3Proxy:
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()  # (a close waits one poll)
 
     def fail(self, n: int, *, after: int = 0) -> None:
         """The next n requests answered 503 SlowDown, once `after` more have been forwarded."""
