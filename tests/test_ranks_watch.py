@@ -19,10 +19,10 @@ from .test_ranks import torchrun_log
 from .test_watch_crash import follower
 
 
-def lines(steps: range, *, spike_at: int | None = None) -> str:
+def lines(steps: range, *, spike_at: int | None = None, nan: range = range(0)) -> str:
     """transformers' Trainer console (trainer.py, `self.log`), a small wobble on a falling loss."""
     def loss(s: int) -> str:
-        return "9.0" if s == spike_at else f"{2.5 - s * 0.002 + 0.01 * math.sin(s):.4f}"
+        return "9.0" if s == spike_at else "nan" if s in nan else f"{2.5 - s * 0.002 + 0.01 * math.sin(s):.4f}"
     return "".join(f"{{'loss': {loss(s)}, 'grad_norm': 1.2, 'learning_rate': 5e-05, 'epoch': {s / 100:.2f}}}\n" for s in steps)
 
 
@@ -181,3 +181,38 @@ def test_status_lists_the_alerts_open_with_their_ranks_and_the_history_apart(tmp
     out = capsys.readouterr().out
     assert "1 open incident(s):\n  none_k3j2x9ab [rank 0]  step 80  loss-spike  (ranks 0, 1)\n" in out
     assert "1 open in the history read at the first start, not alerted:\n  old  loss-spike  1\n" in out
+
+
+def test_the_alert_of_ranks_resolves_when_the_last_of_them_recovers_and_firing_holds_till_then(tmp_path):
+    runs = tmp_path / "runs"
+    for rank in range(2):
+        torchrun_log(runs, rank, lines(range(1, 61)))
+    state, f = follower(tmp_path)
+    f.run_pass(1.0)
+    for rank in range(2):
+        append(runs, rank, lines(range(61, 83), nan=range(80, 100)))
+    assert [n[:4] for n in said(f.run_pass(2.0))] == [("opened", "none_k3j2x9ab [rank 0]", "loss-nonfinite", ("0", "1"))]
+    append(runs, 0, lines(range(83, 90)))  # rank 0 is back; rank 1 still logs NaN
+    append(runs, 1, lines(range(83, 90), nan=range(80, 100)))
+    assert said(f.run_pass(3.0)) == []
+    (firing,), _ = state.firing()  # (Alertmanager is still told it fires)
+    assert firing.incident.run == "none_k3j2x9ab [rank 0]" and not firing.incident.over
+    append(runs, 0, lines(range(90, 105)))
+    append(runs, 1, lines(range(90, 105), nan=range(80, 100)))
+    assert [n[:4] for n in said(f.run_pass(4.0))] == [("resolved", "none_k3j2x9ab [rank 0]", "loss-nonfinite", ("0", "1"))]
+    assert state.firing()[0] == [] and said(f.run_pass(5.0)) == []
+    state.close()
+
+
+def test_a_rank_still_in_trouble_when_the_others_recovered_is_an_alert_of_its_own(tmp_path):
+    runs = tmp_path / "runs"
+    for rank in range(2):
+        torchrun_log(runs, rank, lines(range(1, 61)))
+    state, f = follower(tmp_path)
+    f.run_pass(1.0)
+    append(runs, 0, lines(range(61, 90), nan=range(80, 81)))
+    append(runs, 1, lines(range(61, 90), nan=range(80, 100)))
+    assert [n[:4] for n in said(f.run_pass(2.0))] == [
+        ("opened", "none_k3j2x9ab [rank 0]", "loss-nonfinite", ("0",)), ("resolved", "none_k3j2x9ab [rank 0]", "loss-nonfinite", ("0",)),
+        ("opened", "none_k3j2x9ab [rank 1]", "loss-nonfinite", ("1",))]
+    state.close()

@@ -120,11 +120,12 @@ def together(found: Sequence[Incident]) -> list[Incident]:
     timeline, the incidents over overlapping steps (or crashes still open) are one event, found in
     one sweep in step order (a job of 512 ranks spiking at once, a first start's history)."""
     out = list(found)
-    groups: dict[tuple[str, int, str], list[int]] = {}
+    groups: dict[tuple[str, int, str, bool], list[int]] = {}
     for k, inc in enumerate(found):
         run, rank = split_rank(inc.run)
         if rank is not None:
-            groups.setdefault((run, inc.later_timeline, "" if inc.is_crash else inc.rule), []).append(k)
+            # (Over, or still open, apart: an alert that resolves names no rank still in trouble.)
+            groups.setdefault((run, inc.later_timeline, "" if inc.is_crash else inc.rule, inc.over), []).append(k)
     for members in groups.values():
         if len({found[k].run for k in members}) < 2:
             continue

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 from ..model import Incident, split_rank
 
@@ -74,7 +75,10 @@ class RunsAndIncidents(Connected):
         """What is wrong right now and was said (not history found at the first start): the open
         incidents and the stalled runs, which a sink whose receiver forgets (Alertmanager) is told
         again and again."""
-        incidents = [incident_row(r) for r in self.db.execute(f"{INCIDENT} WHERE status='open' AND quiet=0 AND folded=0 AND joined IS NULL ORDER BY id")]
+        # (An incident whose own stream recovered is still firing while a rank that joined it is not.)
+        held = "(status='open' OR EXISTS (SELECT 1 FROM incidents j WHERE j.joined=incidents.id AND j.status='open'))"
+        incidents = [incident_row(r) for r in self.db.execute(f"{INCIDENT} WHERE {held} AND quiet=0 AND folded=0 AND joined IS NULL ORDER BY id")]
+        incidents = [r if r.status == "open" else replace(r, status="open", incident=replace(r.incident, end_step=None)) for r in incidents]
         runs = [run_row(r) for r in self.db.execute(f"{RUN} WHERE stalled=1 ORDER BY run")]
         return incidents, runs
 
@@ -123,6 +127,10 @@ class RunsAndIncidents(Connected):
         )
         found = [incident_row(r) for r in rows]
         return [row for row in found if split_rank(row.incident.run)[0].rsplit("/", 1)[-1] == folder]
+
+    def open_joined(self, incident_id: int) -> int:
+        """How many incidents that joined this one (other ranks' of the same event) are still open."""
+        return int(self.db.execute("SELECT count(*) FROM incidents WHERE joined=? AND status='open'", (incident_id,)).fetchone()[0])
 
     def incident_of(self, incident_id: int) -> IncidentRow | None:
         row = self.db.execute(f"{INCIDENT} WHERE id=?", (incident_id,)).fetchone()

@@ -158,12 +158,19 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
 """(An ADD COLUMN whose column exists is skipped: the step may meet a file that already has it.)"""
 
 
+INDEXES = """
+CREATE INDEX IF NOT EXISTS incidents_joined ON incidents (joined) WHERE joined IS NOT NULL;
+"""
+"""Indexes on columns a migration adds (made once the file has them: SCHEMA runs before MIGRATIONS)."""
+
+
 def lay_out(db: sqlite3.Connection, version: int) -> None:
     """Creates the tables a file lacks, then takes a file of layout `version` to VERSION in one
     transaction (a file without tables is new: it has every column already)."""
     empty = db.execute("SELECT count(*) FROM sqlite_master WHERE type='table' AND name='files'").fetchone()[0] == 0
     db.executescript(SCHEMA)
     if version >= VERSION:
+        db.executescript(INDEXES)
         return
     db.execute("BEGIN IMMEDIATE")
     try:
@@ -176,6 +183,7 @@ def lay_out(db: sqlite3.Connection, version: int) -> None:
         db.execute("ROLLBACK")
         raise
     db.execute("COMMIT")
+    db.executescript(INDEXES)
 
 
 def _has_column(db: sqlite3.Connection, statement: str) -> bool:

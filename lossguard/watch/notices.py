@@ -52,6 +52,8 @@ class Notices:
         was_folded, joined = self.state.recorded_as(sent.id) if sent is not None else (False, None)
         if sent is not None and joined is not None:
             tx.update_incident(replace(sent, incident=replace(inc, ranks=())))  # (said by the incident it joined, which names the ranks)
+            if sent.status == "open" and inc.over:
+                self._last_rank_over(tx, joined, now=now, report=report)
             return
         if sent is None and (lead := self._same_event(inc)) is not None:
             self._join(tx, inc, lead, now=now, quiet=quiet, source=source, report=report)
@@ -65,6 +67,9 @@ class Notices:
             spread = spread_before(steps, values, inc.step)
         folds = spread is not None and fold(inc, earlier=self.state.firings(inc.run, inc.rule, before=inc.step), spread=spread)
         decision = decide(sent, inc, now=now, quiet=quiet, update_every=self.update_every, parent=parent, folds=folds, was_folded=was_folded)
+        if "resolved" in decision.kinds and sent is not None and self.state.open_joined(sent.id):
+            # Its own rank recovered, not every rank that saw it: resolved when the last one is (_last_rank_over).
+            decision = replace(decision, kinds=tuple(k for k in decision.kinds if k != "resolved"))
         if decision.row is None:
             ident = tx.add_incident(inc, source=source, quiet=quiet, now=now, parent=parent.id if parent else None, folded=decision.folded)
             if decision.folded and spread is not None:
@@ -101,7 +106,10 @@ class Notices:
             # A rank slower than its past and than the other ranks is one slow rank: told by the first raised.
             lead = next((row for row in self.state.paced(inc.run, upto=span(inc)[1]) if same_slowness(row.incident, inc)), None)
         joined = self.state.recorded_as(lead.id)[1] if lead is not None else None
-        return lead if joined is None else self.state.incident_of(joined)  # (one that joined another: the one it joined)
+        lead = lead if joined is None else self.state.incident_of(joined)  # (one that joined another: the one it joined)
+        if lead is not None and lead.status == "resolved" and not inc.over and not self.state.open_joined(lead.id):
+            return None  # (said resolved already: a rank still in trouble is an alert of its own, not hidden behind it)
+        return lead
 
     def _join(self, tx: Transaction, inc: Incident, lead: IncidentRow, *, now: float, quiet: bool, source: str, report: PassReport) -> None:
         """Record `inc` as part of `lead`, another rank's incident of the same event, and have the
@@ -120,6 +128,14 @@ class Notices:
         tx.update_incident(replace(lead, incident=widened))
         if not (quiet or lead.quiet or folded) and lead.status == "open":
             self.send(tx, Notice("updated", widened.run, widened, source=lead.source, also=rank), lead.id, now, report)
+
+    def _last_rank_over(self, tx: Transaction, lead_id: int, *, now: float, report: PassReport) -> None:
+        """A rank's incident that joined another rank's just recovered: if it was the last one open
+        and the incident it joined recovered before it, that incident's resolution, held until now."""
+        lead = self.state.incident_of(lead_id)
+        if lead is None or lead.status != "resolved" or lead.quiet or self.state.recorded_as(lead_id)[0] or self.state.open_joined(lead_id):
+            return
+        self.send(tx, Notice("resolved", lead.incident.run, lead.incident, source=lead.source), lead_id, now, report)
 
     def _parent(self, inc: Incident) -> IncidentRow | None:
         """The announced incident `inc` escalates: the grad-norm spike it follows, or, where that
