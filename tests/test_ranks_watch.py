@@ -31,17 +31,23 @@ def append(log_dir: Path, rank: int, text: str) -> None:
         fh.write(text)
 
 
+def started(tmp_path: Path, ranks: int, **options):  # noqa: ANN003, ANN201
+    """A job's ranks with 60 steps of history each, and a daemon that read them at its first start."""
+    runs = tmp_path / "runs"
+    for rank in range(ranks):
+        torchrun_log(runs, rank, lines(range(1, 61)))
+    state, f = follower(tmp_path, **options)
+    f.run_pass(1.0)
+    return runs, state, f
+
+
 def said(report) -> list[tuple]:  # noqa: ANN001
     return [(n.kind, n.run, n.incident.rule if n.incident else None, n.incident.rank_list if n.incident else None, n.also)
             for n in report.notices]
 
 
 def test_the_same_spike_on_every_data_parallel_rank_is_one_alert_naming_them_and_nothing_again_after_a_restart(tmp_path):
-    runs = tmp_path / "runs"
-    for rank in range(4):
-        torchrun_log(runs, rank, lines(range(1, 61)))
-    state, f = follower(tmp_path)
-    assert said(f.run_pass(1.0)) == []  # (history)
+    runs, state, f = started(tmp_path, 4)
     for rank in range(4):
         append(runs, rank, lines(range(61, 91), spike_at=80))
     report = f.run_pass(2.0)
@@ -64,11 +70,7 @@ def test_the_same_spike_on_every_data_parallel_rank_is_one_alert_naming_them_and
 
 
 def test_a_rank_whose_file_shows_the_spike_a_pass_later_updates_the_open_alert_and_its_recovery_is_said_once(tmp_path):
-    runs = tmp_path / "runs"
-    for rank in range(2):
-        torchrun_log(runs, rank, lines(range(1, 61)))
-    state, f = follower(tmp_path)
-    f.run_pass(1.0)
+    runs, state, f = started(tmp_path, 2)
     append(runs, 0, lines(range(61, 82), spike_at=80))
     assert said(f.run_pass(2.0)) == [("opened", "none_k3j2x9ab [rank 0]", "loss-spike", ("0",), None)]
     append(runs, 1, lines(range(61, 82), spike_at=80))
@@ -84,11 +86,7 @@ def test_a_rank_whose_file_shows_the_spike_a_pass_later_updates_the_open_alert_a
 
 
 def test_a_spike_on_one_rank_alone_is_that_ranks_alert(tmp_path):
-    runs = tmp_path / "runs"
-    for rank in range(2):
-        torchrun_log(runs, rank, lines(range(1, 61)))
-    state, f = follower(tmp_path)
-    f.run_pass(1.0)
+    runs, state, f = started(tmp_path, 2)
     append(runs, 0, lines(range(61, 91)))
     append(runs, 1, lines(range(61, 91), spike_at=70))
     report = f.run_pass(2.0)
@@ -184,11 +182,7 @@ def test_status_lists_the_alerts_open_with_their_ranks_and_the_history_apart(tmp
 
 
 def test_the_alert_of_ranks_resolves_when_the_last_of_them_recovers_and_firing_holds_till_then(tmp_path):
-    runs = tmp_path / "runs"
-    for rank in range(2):
-        torchrun_log(runs, rank, lines(range(1, 61)))
-    state, f = follower(tmp_path)
-    f.run_pass(1.0)
+    runs, state, f = started(tmp_path, 2)
     for rank in range(2):
         append(runs, rank, lines(range(61, 83), nan=range(80, 100)))
     assert [n[:4] for n in said(f.run_pass(2.0))] == [("opened", "none_k3j2x9ab [rank 0]", "loss-nonfinite", ("0", "1"))]
@@ -205,11 +199,7 @@ def test_the_alert_of_ranks_resolves_when_the_last_of_them_recovers_and_firing_h
 
 
 def test_a_rank_still_in_trouble_when_the_others_recovered_is_an_alert_of_its_own(tmp_path):
-    runs = tmp_path / "runs"
-    for rank in range(2):
-        torchrun_log(runs, rank, lines(range(1, 61)))
-    state, f = follower(tmp_path)
-    f.run_pass(1.0)
+    runs, state, f = started(tmp_path, 2)
     append(runs, 0, lines(range(61, 90), nan=range(80, 81)))
     append(runs, 1, lines(range(61, 90), nan=range(80, 100)))
     assert [n[:4] for n in said(f.run_pass(2.0))] == [
