@@ -362,6 +362,16 @@ def _loss_jsonl(path: Path, *, spike_at: int | None) -> None:
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
+def test_files_among_several_roots_are_named_as_alone_under_the_folders_that_tell_them_apart(tmp_path, monkeypatch, capsys):
+    for folder in ("a", "b"):
+        _loss_jsonl(tmp_path / folder / "train.jsonl", spike_at=None)
+    _loss_jsonl(tmp_path / "c" / "exp2" / "metrics.jsonl", spike_at=None)
+    _loss_jsonl(tmp_path / "s" / "solo.jsonl", spike_at=None)
+    monkeypatch.chdir(tmp_path)
+    _, doc = scan_json(capsys, "a/train.jsonl", "b/train.jsonl", "c", "s/solo.jsonl")
+    assert sorted(r["run"] for r in doc["runs"]) == ["a/train", "b/train", "c/exp2", "solo"]
+
+
 def test_two_roots_of_one_name_given_relative_and_absolute_are_two_runs(tmp_path, monkeypatch, capsys):
     _loss_jsonl(tmp_path / "a" / "runs" / "exp1" / "metrics.jsonl", spike_at=150)
     _loss_jsonl(tmp_path / "b" / "runs" / "exp1" / "metrics.jsonl", spike_at=None)

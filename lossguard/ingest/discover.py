@@ -418,7 +418,12 @@ def collect(paths: Sequence[Path], *, globs: Sequence[str] = (), listings: Listi
             root = Path(os.path.abspath(root))
         here = discover(root, extra_globs=globs, problems=problems, listings=listings)
         label = labels[os.path.abspath(root)]
-        if len(paths) > 1:
+        if len(paths) > 1 and stat.S_ISREG(mode):
+            # A file among several roots: its run as named alone, under the folders that tell it
+            # from the others' (`a/train.log`, `b/train.log` -> a/train, b/train).
+            folders = label.rpartition("/")[0]
+            here = [Found(f"{folders}/{f.run}" if folders and f.run != "." else (folders or f.run), f.path) for f in here]
+        elif len(paths) > 1:
             # Several roots: "." (or the same relative name) under two of them must not merge.
             here = [Found(label if f.run == "." else f"{label}/{f.run}", f.path) for f in here]
         else:
