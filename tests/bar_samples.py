@@ -222,3 +222,23 @@ def keras1(epochs: list[list[float]], *, samples: int, batch_size: int, validate
             out.write("\b" * prev + "\r" + state + ("\n" if last else ""))
             prev = len(bar + info)
     return out.getvalue()
+
+
+def keras2_verbose2(losses: list[float], *, samples: int | None = 60000, validate: int | None = 10000) -> str:
+    """Keras 2.0-2.2's model.fit(..., verbose=2) with stdout sent to a file: a line an epoch that
+    counts nothing. keras/engine/training_arrays.py prints `Train on %d samples, validate on %d
+    samples` (arrays with validation data); keras/callbacks.py's ProgbarLogger `Epoch %d/%d`, then
+    at the epoch's end Progbar.update with verbose=2 (keras/utils/generic_utils.py) writes
+    `' - %.0fs'` and, for each value, `' - %s:'` and `' %.4f'` (`' %.4e'` at or under 1e-3), then a
+    newline. `losses`: each epoch's mean loss."""
+    def value(v: float) -> str:
+        return f" {v:.4f}" if abs(v) > 1e-3 else f" {v:.4e}"
+
+    out = io.StringIO()
+    if samples is not None and validate is not None:
+        out.write(f"Train on {samples} samples, validate on {validate} samples\n")
+    for e, loss in enumerate(losses, start=1):
+        out.write(f"Epoch {e}/{len(losses)}\n")
+        out.write(f" - {3 + e % 2}s - loss:{value(loss)} - acc:{value(0.9)}"
+                  + (f" - val_loss:{value(loss * 1.1)} - val_acc:{value(0.88)}" if validate is not None else "") + "\n")
+    return out.getvalue()

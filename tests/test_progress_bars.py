@@ -316,6 +316,22 @@ def test_a_keras_1_bar_counting_samples_is_read_at_its_epochs_and_the_read_says_
     assert "counts samples, not batches" in said and "its epochs are the steps" in said
 
 
+@pytest.mark.parametrize("validate", [10000, None], ids=["with its Train on line", "no validation"])
+def test_keras_2_verbose_2_lines_that_count_nothing_are_read_at_their_epochs(tmp_path, validate):
+    """Keras 2.0-2.2's ` - 3s - loss: 0.4948 - acc: ...` line an epoch (no count: it was unread, the
+    file "no training metrics recognised"): each epoch is its step, its spike found there."""
+    losses = [0.5 - 0.01 * e for e in range(30)]
+    losses[19] = 3.0
+    path = tmp_path / "train.log"
+    path.write_text(bar_samples.keras2_verbose2(losses, validate=validate))
+    frame, _ = _read(path)
+    assert _points(frame, "loss") == [(e, pytest.approx(v, abs=1e-4)) for e, v in enumerate(losses, start=1)]
+    assert len(_points(frame, "eval_loss")) == (30 if validate else 0)
+    res = run_lossguard_in_process("scan", str(path), "--format", "json")
+    (spike,) = json.loads(res.stdout)["runs"][0]["spikes"]
+    assert (spike["rule"], spike["step"]) == ("loss-spike", 20)
+
+
 def test_a_keras_3_bar_counting_batches_is_not_taken_for_samples():
     frame, problems = _read(KERAS / "keras3_fit_verbose2.log")
     assert problems == [] and [s for s, _ in _points(frame, "loss")] == [40, 80, 120]

@@ -68,6 +68,10 @@ KERAS_BAR = (
 )
 """A Keras bar's state: its count (`i/Unknown` in a first epoch of unknown length), its bar, or its
 time a step, ETA or time (verbose=2 draws no bar), then ` - name: value` pairs."""
+COUNTLESS = r"^\s*- (\d+s - [A-Za-z_])"
+"""Keras 2.0-2.2's verbose=2 epoch line, which counts no batch (`Epoch 3/10` then ` - 3s - loss: 0.4948
+- acc: 0.9100`, keras/callbacks.py ProgbarLogger with verbose=2): read as the epoch's one full bar
+(`1/1 [=] - 3s - ...`), so the epoch is its step, as a bar counting samples makes it."""
 KERAS_PAIR = r"- (?P<key>[A-Za-z_][\w./@-]*): (?P<value>" + NUMBER + r")(?:\s|$)"
 TQDM_BAR = r"^Epoch (?P<e>\d+):(?: :)? +(?:\d+%)?\|[^|]*\| *(?P<i>\d+)/(?P<n>\d+|\?) \[(?P<inside>[^\]]*)\]"
 """Lightning's training bar: `i/N`, or `i/?` with no percentage for a loader of unknown length;
@@ -82,7 +86,7 @@ its values: they go at it, whatever the bar's count)."""
 NOT_METRICS = ("v_num",)
 VALIDATION_BAR = r"^Validation(?: DataLoader \d+)?: "
 """Lightning's validation bar (init_validation_tqdm: `Validation DataLoader {i}`, or `Validation`)."""
-PREFILTER = r"Epoch \d|\d/(?:\d+ (?:\[|━|- )|Unknown )|Train on \d"
+PREFILTER = r"Epoch \d|\d/(?:\d+ (?:\[|━|- )|Unknown )|Train on \d|^\s*- \d+s - "
 
 
 def parse(lines: pl.DataFrame, cursor: Cursor, raw: bytes | None = None) -> tuple[pl.DataFrame, Cursor]:
@@ -92,7 +96,7 @@ def parse(lines: pl.DataFrame, cursor: Cursor, raw: bytes | None = None) -> tupl
         .select("line_no", text.str.replace_all("\x08", "", literal=True).str.split("\r").alias("text"))
         .explode("text")
         .with_row_index("state")
-        .select("state", "line_no", text.str.strip_chars_end())
+        .select("state", "line_no", text.str.strip_chars_end().str.replace(COUNTLESS, "1/1 [=] - ${1}"))
         .filter(text.str.contains(PREFILTER))
         .with_columns(
             text.str.extract(EPOCH_LINE, 1).cast(pl.Int64, strict=False).alias("epoch"),
@@ -358,12 +362,13 @@ def _no_rows() -> pl.DataFrame:
 PROGRESS_BARS = LineFormat("progress_bars", parse, prefilter=PREFILTER, carriage=True)
 
 _KERAS = re.compile(KERAS_BAR)
+_COUNTLESS = re.compile(COUNTLESS)
 _TQDM = re.compile(TQDM_BAR)
 
 
 def _bar_line(line: str) -> bool:
     """A bar's state (sniffing cuts lines at carriage returns: one state a line)."""
-    line = line.replace("\b", "")
+    line = _COUNTLESS.sub(r"1/1 [=] - \1", line.replace("\b", ""))
     return bool(_TQDM.search(line) and "=" in line) or bool(_KERAS.search(line))
 
 
