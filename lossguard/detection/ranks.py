@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 
 import numpy as np
@@ -160,11 +160,12 @@ def rule_for(metric: str) -> str:
     return STRAGGLER if metric == "step_time" else "diverging-replica"
 
 
-def stragglers(series: Mapping[str, Series], *, run: str, metric: str) -> tuple[Incident, ...]:
+def stragglers(series: Mapping[str, Series], *, run: str, metric: str, judged: Collection[str] | None = None) -> tuple[Incident, ...]:
     """The ranks whose `metric` stays apart from the other ranks' median at the same steps for
     PATIENCE points: slower (`step_time`, SLOWER times), or a loss APART from the replicas'. A loss
     needs three ranks logging it (of two replicas apart, neither is the odd one); a step time two
-    (the slower one is)."""
+    (the slower one is). `judged`: the ranks to judge (the daemon's pass: those it read), each
+    against all the others; None: every rank."""
     ranks = {r: _finite(s) for r, s in series.items()}
     ranks = {r: s for r, s in ranks.items() if s[0].size >= PATIENCE}
     if len(ranks) < (2 if metric == "step_time" else 3):
@@ -175,6 +176,8 @@ def stragglers(series: Mapping[str, Series], *, run: str, metric: str) -> tuple[
     grid = np.unique(np.concatenate([ranks[r][0] for r in order]))
     on_grid = np.vstack([np.interp(grid, *ranks[r], left=np.nan, right=np.nan) for r in order])
     for i, rank in enumerate(order):
+        if judged is not None and rank not in judged:
+            continue
         steps, values = ranks[rank]
         median = _median_where_any(np.delete(on_grid, i, axis=0)[:, np.searchsorted(grid, steps)])
         if metric == "step_time":

@@ -41,7 +41,7 @@ class Replicas:
                 if len(series) < 2 or not any(rank in series for rank in mine):
                     continue
                 # (On the ranks' streams, and each naming the ranks apart with it: one slow node, one alert.)
-                found = together([replace(inc, run=ranked(base, inc.ranks[0]), ranks=()) for inc in stragglers(series, run=base, metric=metric)])
+                found = together([replace(inc, run=ranked(base, inc.ranks[0]), ranks=()) for inc in stragglers(series, run=base, metric=metric, judged=mine)])
                 for rank in mine:
                     stream = ranked(base, rank)
                     inc = next((i for i in found if i.run == stream), None)
