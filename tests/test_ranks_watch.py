@@ -206,3 +206,55 @@ def test_a_rank_still_in_trouble_when_the_others_recovered_is_an_alert_of_its_ow
         ("opened", "none_k3j2x9ab [rank 0]", "loss-nonfinite", ("0",)), ("resolved", "none_k3j2x9ab [rank 0]", "loss-nonfinite", ("0",)),
         ("opened", "none_k3j2x9ab [rank 1]", "loss-nonfinite", ("1",))]
     state.close()
+
+
+def test_a_job_whose_ranks_all_hang_is_one_stalled_notice_and_one_resumed(tmp_path):
+    runs, state, f = started(tmp_path, 8, stall_after=600)
+    for rank in range(8):
+        append(runs, rank, lines(range(61, 70)))
+    f.run_pass(1000.0)
+    assert [(n.kind, n.run) for n in f.run_pass(1700.0).notices] == [("stalled", "none_k3j2x9ab [rank 0]")]  # (an NCCL hang)
+    assert said(f.run_pass(2400.0)) == []
+    for rank in range(8):
+        append(runs, rank, lines(range(70, 75)))
+    assert [(n.kind, n.run) for n in f.run_pass(2500.0).notices] == [("resumed", "none_k3j2x9ab [rank 0]")]
+    state.close()
+
+
+def test_a_job_restarted_after_its_crash_and_crashing_again_is_alerted_again(tmp_path):
+    # torchrun restarts the job from a checkpoint (attempt_1) before the first crash's step; it dies again.
+    runs, state, f = started(tmp_path, 2, crash_after=60, stall_after=6000)
+    for rank in range(2):
+        append(runs, rank, lines(range(61, 80)) + (OOM if rank == 1 else NCCL))
+    f.run_pass(1000.0)
+    assert [(n.kind, n.incident.step) for n in f.run_pass(1100.0).notices] == [("opened", 79)]
+    for rank in range(2):
+        torchrun_log(runs, rank, lines(range(50, 70)), attempt=1)
+    # (The Trainer's console counts its steps from each file's start: the restart's file logs from step 1.)
+    assert [(n.kind, n.incident.ending if n.incident else None) for n in f.run_pass(1200.0).notices] == [
+        ("resumed", None), ("resolved", "ended when the run resumed from step 1")]
+    for rank in range(2):
+        with open(runs / "none_k3j2x9ab" / "attempt_1" / str(rank) / "stdout.log", "a") as fh:
+            fh.write(lines(range(70, 75)) + (OOM if rank == 1 else NCCL))
+    f.run_pass(1210.0)
+    assert [(n.kind, n.incident.shown_run, n.incident.step) for n in f.run_pass(1300.0).notices] == [("opened", "none_k3j2x9ab [ranks 0, 1]", 25)]
+    state.close()
+
+
+def test_a_clean_ranks_spike_is_alerted_though_a_noisy_rank_folded_its_own_at_that_step(tmp_path):
+    def hf(steps: range, value) -> str:  # noqa: ANN001
+        return "".join(f"{{'loss': {value(s):.4f}, 'grad_norm': 1.2, 'learning_rate': 5e-05, 'epoch': {s / 100:.2f}}}\n" for s in steps)
+
+    noisy = lambda s: 3.0 if s == 80 else (1.0 if s % 2 else 1.6) * (1 + 0.05 * math.sin(s))  # noqa: E731 - (a batch-to-batch 1.6x)
+    clean = lambda s: 9.0 if s == 80 else 2.5 - s * 0.002 + 0.01 * math.sin(s)  # noqa: E731
+    runs = tmp_path / "runs"
+    torchrun_log(runs, 0, hf(range(1, 61), noisy))
+    torchrun_log(runs, 1, hf(range(1, 61), clean))
+    state, f = follower(tmp_path)
+    f.run_pass(1.0)
+    append(runs, 0, hf(range(61, 100), noisy))
+    assert said(f.run_pass(2.0)) == []  # (within rank 0's own noise: folded)
+    append(runs, 1, hf(range(61, 100), clean))
+    assert [n[:4] for n in said(f.run_pass(3.0))] == [("opened", "none_k3j2x9ab [rank 1]", "loss-spike", ("1",)),
+                                                      ("resolved", "none_k3j2x9ab [rank 1]", "loss-spike", ("1",))]
+    state.close()

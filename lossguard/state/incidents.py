@@ -115,6 +115,11 @@ class RunsAndIncidents(Connected):
         row = self.db.execute(f"{INCIDENT} WHERE run=? AND rule=? ORDER BY step DESC, id DESC LIMIT 1", (run, rule)).fetchone()
         return None if row is None else incident_row(row)
 
+    def ranks_running(self, run: str, *, but: str) -> int:
+        """How many of `run`'s rank streams other than `but` are not marked stalled."""
+        lo, hi = rank_range(run)
+        return int(self.db.execute("SELECT count(*) FROM runs WHERE run >= ? AND run < ? AND run != ? AND stalled=0", (lo, hi, but)).fetchone()[0])
+
     def rank_streams(self, run: str) -> list[str]:
         """The rank streams of `run` (model.ranked names them) the state keeps tails of."""
         return [r for (r,) in self.db.execute("SELECT DISTINCT run FROM streams WHERE run >= ? AND run < ?", rank_range(run))]

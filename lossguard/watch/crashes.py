@@ -18,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
 
+import polars as pl
+
 from ..detection.crash import Crash, TailSays, find_crash, tail_says
 from ..detection.ranks import causes_first, together
 from ..detection.rules import RuleSet
@@ -52,17 +54,19 @@ class Crashes:
                 self._pending[seen.row.run] = (now, history)
 
     def moved(self, tx: Transaction, runs: Collection[tuple[str, int]], open_rows: Mapping[str, Sequence[IncidentRow]], *,
-              now: float, steady: float, report: PassReport) -> None:
+              now: float, steady: float, report: PassReport, frames: Mapping[str, Sequence[pl.DataFrame]]) -> None:
         """Runs that logged a new step (run, last step): their quiet starts again, and a crash said of
-        one is over (the run was restarted). `open_rows`: the runs' incidents open before the pass
-        (the pass's own judge read them; a crash is never opened by it)."""
+        one is over (the run was restarted: past it, or from a checkpoint before it, the first step
+        of its new rows, `frames`). `open_rows`: the runs' incidents open before the pass (the pass's own judge
+        read them; a crash is never opened by it)."""
         for run, _ in runs:
             if run in self._pending:
                 self._pending[run] = (steady, self._pending[run][1])
         for run, step in runs:
             for row in open_rows.get(run, ()):
-                if row.incident.is_crash and step > row.incident.step:
-                    self.notices.incident(tx, replace(row.incident, end_step=step), now=now, quiet=False, source=row.source, report=report, windows={})
+                if row.incident.is_crash:
+                    ended = replace(row.incident, end_step=step) if step > row.incident.step else replace(row.incident, resumed_from=min(int(f.get_column("step").min()) for f in frames[run]))
+                    self.notices.incident(tx, ended, now=now, quiet=False, source=row.source, report=report, windows={})
 
     def judge(self, tx: Transaction, *, now: float, steady: float, report: PassReport) -> None:
         """The runs quiet for `crash_after` since their output last moved, judged (each once); the

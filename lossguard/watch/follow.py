@@ -218,7 +218,7 @@ class Follower:
         tx.advance_runs(moved, now=now)
         # (Still open after the pass: what it judged anew, a resume's end among them, is no longer as read.)
         still = {run: [r for r in rows if r.incident.key not in said] for run, rows in open_rows.items()}
-        self.crashes.moved(tx, moved, still, now=now, steady=self.stalls.steady.now, report=report)
+        self.crashes.moved(tx, moved, still, now=now, steady=self.stalls.steady.now, report=report, frames=new.frames)
 
     def _seen(self, runs: list[str], windows: list[dict[str, Points]], tails: Tails, points: dict[tuple[str, str], Points],
               open_rows: Mapping[str, Sequence[IncidentRow]]) -> list[Seen]:

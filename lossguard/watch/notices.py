@@ -105,8 +105,10 @@ class Notices:
         if lead is None and inc.kind in ("throughput", "straggler"):
             # A rank slower than its past and than the other ranks is one slow rank: told by the first raised.
             lead = next((row for row in self.state.paced(inc.run, upto=span(inc)[1]) if same_slowness(row.incident, inc)), None)
-        joined = self.state.recorded_as(lead.id)[1] if lead is not None else None
+        folded, joined = self.state.recorded_as(lead.id) if lead is not None else (False, None)
         lead = lead if joined is None else self.state.incident_of(joined)  # (one that joined another: the one it joined)
+        if lead is not None and (folded or self.state.recorded_as(lead.id)[0]):
+            return None  # (one rank's noise: another rank's firing is judged against its own noise, alerted if outside it)
         if lead is not None and lead.status == "resolved" and not inc.over and not self.state.open_joined(lead.id):
             return None  # (said resolved already: a rank still in trouble is an alert of its own, not hidden behind it)
         return lead
@@ -126,7 +128,7 @@ class Notices:
             return
         widened = with_ranks(lead.incident, *inc.rank_list, host=inc.host)
         tx.update_incident(replace(lead, incident=widened))
-        if not (quiet or lead.quiet or folded) and lead.status == "open":
+        if not (quiet or lead.quiet or folded) and (lead.status == "open" or self.state.open_joined(lead.id)):  # (open, or its resolution held)
             self.send(tx, Notice("updated", widened.run, widened, source=lead.source, also=rank), lead.id, now, report)
 
     def _last_rank_over(self, tx: Transaction, lead_id: int, *, now: float, report: PassReport) -> None:

@@ -13,7 +13,7 @@ from dataclasses import replace
 
 from ..alerts.lifecycle import stalled
 from ..detection.crash import TailSays
-from ..model import Incident, Notice
+from ..model import Incident, Notice, split_rank
 from ..state import RunRow, State, Transaction
 from .notices import Notices
 from .pass_report import PassReport
@@ -56,31 +56,51 @@ class Stalls:
         self.notices = notices
         self._advanced_at: dict[str, float] = {}
         """Runs that logged a new step while this process ran: when (steady time)."""
+        self._resumed_jobs: set[str] = set()
+        """Jobs written per rank whose resume this pass said (by their first rank to move)."""
 
     def tick(self, now: float) -> None:
         """A pass begins at wall time `now`."""
         self.steady.tick(now)
+        self._resumed_jobs = set()
 
     def advanced(self, tx: Transaction, known: RunRow | None, run: str, last_step: int, *, now: float, report: PassReport) -> bool:
-        """Whether the run's last step moved (a stalled run that moves has resumed: said here)."""
+        """Whether the run's last step moved (a stalled run that moves has resumed: said here, once
+        for a job written per rank: by its first rank to move again)."""
         if known is None or known.last_step is None or last_step != known.last_step:
             self._advanced_at[run] = self.steady.now
-            if known is not None and known.stalled:
+            if known is not None and known.stalled and self._first_of_its_job(run):
                 self.notices.send(tx, Notice("resumed", run, step=last_step), None, now, report)
             return True
         return False
+
+    def _first_of_its_job(self, run: str) -> bool:
+        """Not a rank stream, or the first of its job's ranks to resume (in this pass, and none of
+        the others running already)."""
+        job, rank = split_rank(run)
+        if rank is None:
+            return True
+        first = job not in self._resumed_jobs and not self.state.ranks_running(job, but=run)
+        self._resumed_jobs.add(job)
+        return first
 
     def mark(self, tx: Transaction, now: float, active_runs: set[str], report: PassReport) -> None:
         """Mark and say the runs quiet for `stall_after`, measured on the steady clock (`active_runs`
         moved in this pass)."""
         steady = self.steady.now
-        for row in self.state.runs() if self.stall_after > 0 else ():
+        rows = self.state.runs() if self.stall_after > 0 else []
+        # (A job written per rank stalls as one: said by its first rank to go quiet, the others marked.)
+        told = {split_rank(row.run)[0] for row in rows if row.stalled and split_rank(row.run)[1] is not None}
+        for row in rows:
             row = replace(row, advanced_at=self._advanced_at.get(row.run, row.advanced_at))
             if row.run not in active_runs and stalled(row, now=steady, stall_after=self.stall_after):
                 said = self.before(tx, row.run, now=now, report=report) if self.before is not None else TailSays(False, None)
                 tx.mark_stalled(row.run)
-                if isinstance(said, Incident):
-                    continue  # a crash supersedes the stall: it was said as the crash
+                job, rank = split_rank(row.run)
+                if isinstance(said, Incident) or (rank is not None and job in told):
+                    told.add(job)
+                    continue  # a crash supersedes the stall: it was said as the crash; a rank of a job said stalled
+                told.add(job)
                 minutes = round((steady - row.advanced_at) / 60, 1)
                 notice = Notice("stalled", row.run, step=row.last_step, minutes=minutes, tail=said.last_line, finished=said.finished)
                 self.notices.send(tx, notice, None, now, report)
