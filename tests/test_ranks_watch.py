@@ -41,6 +41,14 @@ def started(tmp_path: Path, ranks: int, **options):  # noqa: ANN003, ANN201
     return runs, state, f
 
 
+ILLEGAL_ACCESS = (
+    "Traceback (most recent call last):\n"
+    '  File "/home/u/train.py", line 88, in <module>\n'
+    "    loss.backward()\n"
+    "RuntimeError: CUDA error: an illegal memory access was encountered\n"
+)
+
+
 def said(report) -> list[tuple]:  # noqa: ANN001
     return [(n.kind, n.run, n.incident.rule if n.incident else None, n.incident.rank_list if n.incident else None, n.also)
             for n in report.notices]
@@ -235,9 +243,11 @@ def test_a_job_restarted_after_its_crash_and_crashing_again_is_alerted_again(tmp
         ("resumed", None), ("resolved", "ended when the run resumed from step 1")]
     for rank in range(2):
         with open(runs / "none_k3j2x9ab" / "attempt_1" / str(rank) / "stdout.log", "a") as fh:
-            fh.write(lines(range(70, 75)) + (OOM if rank == 1 else NCCL))
+            fh.write(lines(range(70, 75)) + (ILLEGAL_ACCESS if rank == 1 else NCCL))
     f.run_pass(1210.0)
-    assert [(n.kind, n.incident.shown_run, n.incident.step) for n in f.run_pass(1300.0).notices] == [("opened", "none_k3j2x9ab [ranks 0, 1]", 25)]
+    # (Named by the latest attempt's error, not by the first attempt's OOM its files still end in.)
+    assert [(n.kind, n.incident.shown_run, n.incident.step, n.incident.error) for n in f.run_pass(1300.0).notices] == [
+        ("opened", "none_k3j2x9ab [ranks 0, 1]", 25, "uncaught RuntimeError on rank 1")]
     state.close()
 
 

@@ -98,11 +98,22 @@ class Tail:
     """When the process failed, by the error file torch wrote beside its output (error_time)."""
 
 
-def tails_of(paths: list[str] | tuple[str, ...], *, final: bool) -> list[Tail]:
-    """The tails of the console logs among `paths`; a file that cannot be read now is left out (its
-    reader says why)."""
-    out = []
+def latest_attempts(paths: list[str] | tuple[str, ...]) -> list[str]:
+    """`paths` less the output of torchrun's earlier attempts of a job (`attempt_0/` once
+    `attempt_1/` is there): a restarted job ended, or not, as its latest attempt did."""
+    latest: dict[Path, int] = {}
     for path in paths:
+        if torchrun_rank(Path(path)) is not None:
+            attempt = Path(path).parent.parent
+            latest[attempt.parent] = max(latest.get(attempt.parent, 0), int(attempt.name.split("_")[1]))
+    return [p for p in paths if torchrun_rank(Path(p)) is None or int(Path(p).parent.parent.name.split("_")[1]) == latest[Path(p).parent.parent.parent]]
+
+
+def tails_of(paths: list[str] | tuple[str, ...], *, final: bool) -> list[Tail]:
+    """The tails of the console logs among `paths` (of a torchrun job, its latest attempt's); a
+    file that cannot be read now is left out (its reader says why)."""
+    out = []
+    for path in latest_attempts(paths):
         if not is_console(path):
             continue
         try:
