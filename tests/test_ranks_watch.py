@@ -268,3 +268,21 @@ def test_a_clean_ranks_spike_is_alerted_though_a_noisy_rank_folded_its_own_at_th
     assert [n[:4] for n in said(f.run_pass(3.0))] == [("opened", "none_k3j2x9ab [rank 1]", "loss-spike", ("1",)),
                                                       ("resolved", "none_k3j2x9ab [rank 1]", "loss-spike", ("1",))]
     state.close()
+
+
+def test_a_straggler_whose_streak_left_the_others_tails_resolves_when_it_is_among_them_again(tmp_path):
+    runs = tmp_path / "runs"
+    for rank in range(4):
+        torchrun_log(runs, rank, nanogpt(range(0, 30)))
+    state, f = follower(tmp_path)
+    f.run_pass(1.0)
+    for rank in range(4):
+        append(runs, rank, nanogpt(range(30, 60), slow=range(40, 80) if rank == 2 else range(0)))
+    assert [n[:3] for n in said(f.run_pass(2.0))] == [("opened", "none_k3j2x9ab [rank 2]", "straggler")]
+    for rank in (0, 1, 3):  # (their tails now hold only steps past the slow streak)
+        append(runs, rank, nanogpt(range(60, 600)))
+    f.run_pass(3.0)
+    append(runs, 2, nanogpt(range(60, 600), slow=range(40, 80)))
+    assert [n[:3] for n in said(f.run_pass(4.0))] == [("resolved", "none_k3j2x9ab [rank 2]", "straggler")]
+    assert state.firing()[0] == []
+    state.close()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import replace
 
 import numpy as np
@@ -166,11 +166,34 @@ def stragglers(series: Mapping[str, Series], *, run: str, metric: str, judged: C
     needs three ranks logging it (of two replicas apart, neither is the odd one); a step time two
     (the slower one is). `judged`: the ranks to judge (the daemon's pass: those it read), each
     against all the others; None: every rank."""
+    found = []
+    for rank, steps, values, median, apart in _compared(series, metric=metric, judged=judged):
+        inc = _first_streak(apart, steps, values, median, run=run, rank=rank, metric=metric)
+        if inc is not None:
+            found.append(inc)
+    return tuple(found)
+
+
+def back_among(series: Mapping[str, Series], rank: str, *, metric: str, after: int) -> int | None:
+    """The step from which `rank`, apart until step `after`, is among the others again: the first of
+    its last points after `after`, PATIENCE or more, compared with the others' and none apart
+    (None: too few such points yet, or the last is still apart). What ends a straggler the daemon
+    raised when the window no longer holds its whole streak."""
+    for _, steps, _, median, apart in _compared(series, metric=metric, judged={rank}):
+        keep = (steps > after) & ~np.isnan(median)
+        steps, apart = steps[keep], apart[keep]
+        last = int(np.flatnonzero(apart)[-1]) + 1 if apart.any() else 0
+        return int(steps[last]) if steps.size - last >= PATIENCE else None
+    return None
+
+
+def _compared(series: Mapping[str, Series], *, metric: str, judged: Collection[str] | None) -> Iterator[tuple[str, np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+    """(rank, steps, values, the others' median at those steps, apart) of each judged rank with
+    PATIENCE finite points, when enough ranks log `metric` to compare (two step times, three losses)."""
     ranks = {r: _finite(s) for r, s in series.items()}
     ranks = {r: s for r, s in ranks.items() if s[0].size >= PATIENCE}
     if len(ranks) < (2 if metric == "step_time" else 3):
-        return ()
-    found = []
+        return
     order = sorted(ranks, key=int)
     # Every rank on the steps any rank logged, once (a job of 512 ranks: 512 interpolations, not 512²).
     grid = np.unique(np.concatenate([ranks[r][0] for r in order]))
@@ -180,14 +203,8 @@ def stragglers(series: Mapping[str, Series], *, run: str, metric: str, judged: C
             continue
         steps, values = ranks[rank]
         median = _median_where_any(np.delete(on_grid, i, axis=0)[:, np.searchsorted(grid, steps)])
-        if metric == "step_time":
-            apart = values > SLOWER * median
-        else:
-            apart = np.abs(values - median) > APART * np.abs(median)
-        inc = _first_streak(apart, steps, values, median, run=run, rank=rank, metric=metric)
-        if inc is not None:
-            found.append(inc)
-    return tuple(found)
+        apart = values > SLOWER * median if metric == "step_time" else np.abs(values - median) > APART * np.abs(median)
+        yield rank, steps, values, median, apart
 
 
 def _finite(s: Series) -> Series:

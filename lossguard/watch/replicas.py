@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
-from ..detection.ranks import COMPARED, rule_for, stragglers, together
+from ..detection.ranks import COMPARED, Series, back_among, rule_for, stragglers, together
 from ..detection.streams import Points
 from ..model import Incident, ranked, split_rank
 from ..state import State, Transaction
@@ -45,14 +45,18 @@ class Replicas:
                 for rank in mine:
                     stream = ranked(base, rank)
                     inc = next((i for i in found if i.run == stream), None)
-                    self._one(tx, stream, inc, rule_for(metric), now=now, quiet=quiet.get(stream, False), source=source(stream), report=report)
+                    self._one(tx, stream, inc, series, metric=metric, now=now, quiet=quiet.get(stream, False), source=source(stream), report=report)
 
-    def _one(self, tx: Transaction, stream: str, inc: Incident | None, rule: str, *, now: float, quiet: bool, source: str,
-             report: PassReport) -> None:
-        known = self.state.latest_incident(stream, rule)
+    def _one(self, tx: Transaction, stream: str, inc: Incident | None, series: Mapping[str, Series], *, metric: str, now: float,
+             quiet: bool, source: str, report: PassReport) -> None:
+        known = self.state.latest_incident(stream, rule_for(metric))
         if known is not None and known.status == "open":
             if inc is None:
-                return  # (nothing to compare the rank's new points with yet: it stays open)
+                # The window no longer holds its streak: over once the rank's points are among the others' again.
+                back = back_among(series, split_rank(stream)[1] or "", metric=metric, after=known.incident.last_flagged_step or known.incident.step)
+                if back is not None:
+                    self.notices.incident(tx, replace(known.incident, end_step=back), now=now, quiet=quiet, source=source, report=report, windows={})
+                return
             # The same streak, seen again: kept under the step it was raised at, over once it ended.
             ended = inc.end_step is not None and inc.step > known.incident.step
             inc = replace(known.incident, end_step=inc.end_step or inc.step) if ended else replace(inc, step=known.incident.step)
