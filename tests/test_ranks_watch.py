@@ -31,11 +31,12 @@ def append(log_dir: Path, rank: int, text: str) -> None:
         fh.write(text)
 
 
-def started(tmp_path: Path, ranks: int, **options):  # noqa: ANN003, ANN201
-    """A job's ranks with 60 steps of history each, and a daemon that read them at its first start."""
+def started(tmp_path: Path, ranks: int, *, history: str | None = None, **options):  # noqa: ANN003, ANN201
+    """A job's ranks with `history` each (60 steps of the Trainer's console), and a daemon that read
+    them at its first start."""
     runs = tmp_path / "runs"
     for rank in range(ranks):
-        torchrun_log(runs, rank, lines(range(1, 61)))
+        torchrun_log(runs, rank, history or lines(range(1, 61)))
     state, f = follower(tmp_path, **options)
     f.run_pass(1.0)
     return runs, state, f
@@ -131,11 +132,7 @@ def nanogpt(steps: range, *, slow: range = range(0)) -> str:
 
 
 def test_a_rank_that_falls_behind_the_others_is_one_straggler_alert_until_it_catches_up(tmp_path):
-    runs = tmp_path / "runs"
-    for rank in range(4):
-        torchrun_log(runs, rank, nanogpt(range(0, 30)))
-    state, f = follower(tmp_path)
-    assert said(f.run_pass(1.0)) == []
+    runs, state, f = started(tmp_path, 4, history=nanogpt(range(0, 30)))
     slow = range(40, 80)
     # The ranks' files are read in passes of their own (the slow rank's last), as inotify hands them over.
     for rank in (0, 1, 3):
@@ -160,11 +157,7 @@ def test_a_rank_that_falls_behind_the_others_is_one_straggler_alert_until_it_cat
 
 
 def test_two_ranks_of_one_slow_node_are_one_straggler_alert_and_one_slow_step_is_none(tmp_path):
-    runs = tmp_path / "runs"
-    for rank in range(4):
-        torchrun_log(runs, rank, nanogpt(range(0, 30)))
-    state, f = follower(tmp_path)
-    f.run_pass(1.0)
+    runs, state, f = started(tmp_path, 4, history=nanogpt(range(0, 30)))
     for rank in range(4):
         append(runs, rank, nanogpt(range(30, 60), slow=range(40, 60) if rank in (2, 3) else range(35, 36) if rank == 0 else range(0)))
     assert said(f.run_pass(2.0)) == [("opened", "none_k3j2x9ab [rank 2]", "straggler", ("2", "3"), None)]
@@ -271,11 +264,7 @@ def test_a_clean_ranks_spike_is_alerted_though_a_noisy_rank_folded_its_own_at_th
 
 
 def test_a_straggler_whose_streak_left_the_others_tails_resolves_when_it_is_among_them_again(tmp_path):
-    runs = tmp_path / "runs"
-    for rank in range(4):
-        torchrun_log(runs, rank, nanogpt(range(0, 30)))
-    state, f = follower(tmp_path)
-    f.run_pass(1.0)
+    runs, state, f = started(tmp_path, 4, history=nanogpt(range(0, 30)))
     for rank in range(4):
         append(runs, rank, nanogpt(range(30, 60), slow=range(40, 80) if rank == 2 else range(0)))
     assert [n[:3] for n in said(f.run_pass(2.0))] == [("opened", "none_k3j2x9ab [rank 2]", "straggler")]
