@@ -160,8 +160,12 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
 
 INDEXES = """
 CREATE INDEX IF NOT EXISTS incidents_joined ON incidents (joined) WHERE joined IS NOT NULL;
+CREATE INDEX IF NOT EXISTS incidents_rule_step ON incidents (rule, timeline, step);
+CREATE INDEX IF NOT EXISTS incidents_crashes ON incidents (run) WHERE json_extract(body, '$.error') IS NOT NULL;
 """
-"""Indexes on columns a migration adds (made once the file has them: SCHEMA runs before MIGRATIONS)."""
+"""Indexes on columns a migration adds (made once the file has them: SCHEMA runs before MIGRATIONS):
+what joined an incident; a rule's incidents by step and a run's crashes, which an incident of one
+rank of a job looks among for the same event on another (State.rank_event)."""
 
 
 def lay_out(db: sqlite3.Connection, version: int) -> None:
