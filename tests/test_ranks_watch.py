@@ -275,3 +275,19 @@ def test_a_straggler_whose_streak_left_the_others_tails_resolves_when_it_is_amon
     assert [n[:3] for n in said(f.run_pass(4.0))] == [("resolved", "none_k3j2x9ab [rank 2]", "straggler")]
     assert state.firing()[0] == []
     state.close()
+
+
+def test_a_rank_behind_again_after_the_job_restarted_from_a_checkpoint_is_a_straggler_of_the_new_timeline(tmp_path):
+    def ng(steps: range, slow: range = range(0)) -> str:  # (2x slower: a straggler, not a slowdown of its own)
+        return "".join(f"iter {s}: loss {2.5 - s * 0.002:.4f}, time {150.0 * (2 if s in slow else 1) + (s % 3) * 0.5:.2f}ms, mfu 30.00%\n" for s in steps)
+
+    runs, state, f = started(tmp_path, 4, history=ng(range(0, 30)))
+    for rank in range(4):
+        append(runs, rank, ng(range(30, 100), slow=range(40, 60) if rank == 2 else range(0)))
+    assert [(n.kind, n.incident.step) for n in f.run_pass(2.0).notices] == [("opened", 40), ("resolved", 40)]
+    for rank in range(4):  # (restarted from step 20: the steps go back)
+        append(runs, rank, ng(range(20, 100), slow=range(30, 50) if rank == 2 else range(0)))
+    report = f.run_pass(3.0)
+    assert [(n.kind, n.run, n.incident.step, n.incident.timeline) for n in report.notices] == [
+        ("opened", "none_k3j2x9ab [rank 2]", 30, 1), ("resolved", "none_k3j2x9ab [rank 2]", 30, 1)]
+    state.close()

@@ -110,9 +110,9 @@ class RunsAndIncidents(Connected):
         )
         return [incident_row(r) for r in rows]
 
-    def latest_incident(self, run: str, rule: str) -> IncidentRow | None:
-        """The run's incident of `rule` that starts last."""
-        row = self.db.execute(f"{INCIDENT} WHERE run=? AND rule=? ORDER BY step DESC, id DESC LIMIT 1", (run, rule)).fetchone()
+    def latest_incident(self, run: str, rule: str, *, timeline: int) -> IncidentRow | None:
+        """The run's incident of `rule` on `timeline` that starts last."""
+        row = self.db.execute(f"{INCIDENT} WHERE run=? AND rule=? AND timeline=? ORDER BY step DESC, id DESC LIMIT 1", (run, rule, timeline)).fetchone()
         return None if row is None else incident_row(row)
 
     def ranks_running(self, run: str, *, but: str) -> int:

@@ -198,7 +198,7 @@ class Follower:
         named = iter(together([i for incidents in judged_now for i in incidents]))  # (the ranks that saw each, this pass)
         judged_now = [tuple(next(named) for _ in incidents) for incidents in judged_now]
         # (A rank apart from the others, raised ahead of its own slowdown: told as the straggler.)
-        self.replicas.judge(tx, runs, windows, now=now, quiet=new.quiet, report=report, source=lambda run: self.shown(_sources(new.frames[run])))
+        self.replicas.judge(tx, runs, windows, timelines_of, now=now, quiet=new.quiet, report=report, source=lambda run: self.shown(_sources(new.frames[run])))
         for k, run in enumerate(runs):
             timelines, incidents = timelines_of[k], judged_now[k]
             if incidents:
