@@ -167,6 +167,13 @@ def test_the_text_report_and_a_rules_file_know_a_run_by_its_name_whatever_its_ra
     assert "[rank" not in res.stdout
 
 
+def test_a_rank_folder_named_with_a_digit_that_is_no_number_is_no_rank_and_breaks_nothing(tmp_path):
+    torchrun_log(tmp_path, 0, hf_lines())
+    write(tmp_path / "none_k3j2x9ab" / "attempt_0" / "\u00b2" / "stdout.log", hf_lines())  # (`²`.isdigit(), yet no int)
+    found, problems = collect([tmp_path])
+    assert sorted(f.run for f in found) == ["none_k3j2x9ab [rank 0]", "none_k3j2x9ab/attempt_0/\u00b2"] and problems == []
+
+
 def test_discovery_names_each_ranks_files_a_stream_of_the_run(tmp_path):
     # (the daemon follows these streams, its state keyed by them: an alert names `run [rank N]`)
     torchrun_log(tmp_path, 0, "")

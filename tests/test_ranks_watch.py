@@ -214,7 +214,7 @@ def test_a_job_whose_ranks_all_hang_is_one_stalled_notice_and_one_resumed(tmp_pa
     for rank in range(8):
         append(runs, rank, lines(range(61, 70)))
     f.run_pass(1000.0)
-    assert [(n.kind, n.run) for n in f.run_pass(1700.0).notices] == [("stalled", "none_k3j2x9ab [rank 0]")]  # (an NCCL hang)
+    assert [(n.kind, n.run) for n in f.run_pass(1700.0).notices] == [("stalled", "none_k3j2x9ab [rank 7]")]  # (an NCCL hang: said as the last rank goes quiet)
     assert said(f.run_pass(2400.0)) == []
     for rank in range(8):
         append(runs, rank, lines(range(70, 75)))
@@ -290,4 +290,42 @@ def test_a_rank_behind_again_after_the_job_restarted_from_a_checkpoint_is_a_stra
     report = f.run_pass(3.0)
     assert [(n.kind, n.run, n.incident.step, n.incident.timeline) for n in report.notices] == [
         ("opened", "none_k3j2x9ab [rank 2]", 30, 1), ("resolved", "none_k3j2x9ab [rank 2]", 30, 1)]
+    state.close()
+
+
+def test_a_restarted_job_dying_again_at_the_same_step_is_alerted_again(tmp_path):
+    # (A crash loop: the same batch, the same OOM, each restart from the checkpoint before it.)
+    runs, state, f = started(tmp_path, 2, history=nanogpt(range(0, 30)), crash_after=60, stall_after=6000)
+    for rank in range(2):
+        append(runs, rank, nanogpt(range(30, 41)) + (OOM if rank == 1 else NCCL))
+    f.run_pass(1000.0)
+    assert [n.kind for n in f.run_pass(1100.0).notices] == ["opened"]
+    for rank in range(2):
+        torchrun_log(runs, rank, nanogpt(range(20, 30)), attempt=1)
+    f.run_pass(1200.0)
+    for rank in range(2):
+        with open(runs / "none_k3j2x9ab" / "attempt_1" / str(rank) / "stdout.log", "a") as fh:
+            fh.write(nanogpt(range(30, 41)) + (OOM if rank == 1 else NCCL))
+    f.run_pass(1210.0)
+    assert [(n.kind, n.incident.step) for n in f.run_pass(1300.0).notices] == [("opened", 40)]
+    state.close()
+    state, f = follower(tmp_path, crash_after=60, stall_after=6000)
+    assert said(f.run_pass(1400.0)) == [] and said(f.run_pass(1500.0)) == []
+    state.close()
+
+
+def test_one_rank_quiet_while_the_others_run_is_no_stall_of_the_job_and_its_stalls_and_resumes_pair_up(tmp_path):
+    runs, state, f = started(tmp_path, 2, stall_after=600)
+    append(runs, 0, lines(range(61, 70)))
+    append(runs, 1, lines(range(61, 70)))
+    f.run_pass(1000.0)
+    append(runs, 1, lines(range(70, 80)))  # (rank 0's output buffered: quiet, rank 1 goes on)
+    f.run_pass(1500.0)
+    assert said(f.run_pass(1700.0)) == []
+    assert [(n.kind, n.run) for n in f.run_pass(2200.0).notices] == [("stalled", "none_k3j2x9ab [rank 1]")]
+    append(runs, 0, lines(range(70, 90)))
+    assert [n.kind for n in f.run_pass(2300.0).notices] == ["resumed"]
+    append(runs, 0, lines(range(90, 95)))
+    f.run_pass(2400.0)
+    assert [n.kind for n in f.run_pass(3100.0).notices] == ["stalled"]  # (quiet again, rank 1 still quiet: the job stalled again)
     state.close()

@@ -14,6 +14,7 @@ from lossguard.watch.follow import Follower
 
 from .conftest import WAIT_FOR_EVERY_READ
 from .test_crash import FRAMES, OOM, hf_lines
+from .test_ranks import nanogpt_lines
 from .test_watch import NO_PLOTS, Watch
 
 
@@ -129,3 +130,28 @@ def test_the_daemon_says_a_growing_logs_oom_once_across_kill_9(tmp_path):
     assert mine[0]["lines"][0].startswith("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB")
     (zz,) = [e for e in ev if e["run"] == "zz"]
     assert (zz["event"], zz["step"], zz["tail"], zz["finished"]) == ("stalled", 4, None, False)  # a tracker file: no console tail
+
+
+def test_a_crashed_run_moved_on_by_lines_no_rule_judges_ends_its_crash_and_no_pass_fails(tmp_path):
+    # (Its metrics file goes on with an accuracy alone, from the checkpoint's step: the read moves the
+    # run on with no judged row; a pass that raised on it would hold back every other run's alert too.)
+    run = tmp_path / "runs" / "exp"
+    run.mkdir(parents=True)
+    (run / "train.log").write_text(nanogpt_lines(ms=150, steps=30))
+    (run / "metrics.jsonl").write_text("".join(f'{{"step": {s}, "loss": 2.0, "accuracy": 0.5}}\n' for s in range(0, 30)))
+    other = tmp_path / "runs" / "other" / "train.log"
+    other.parent.mkdir()
+    other.write_text(hf_lines(range(1, 61)))
+    state, f = follower(tmp_path, crash_after=60, stall_after=6000)
+    f.run_pass(1000.0)
+    with open(run / "train.log", "a") as fh:
+        fh.write("".join(f"iter {s}: loss {2.5 - s * 0.002:.4f}, time 150.00ms, mfu 30.00%\n" for s in range(30, 41)) + OOM)
+    f.run_pass(1010.0)
+    assert said(f.run_pass(1100.0)) == [("opened", "exp", "crash-cuda-oom", "CUDA out of memory", 40)]
+    with open(run / "metrics.jsonl", "a") as fh:
+        fh.write("".join(f'{{"step": {s}, "accuracy": 0.5}}\n' for s in range(20, 25)))
+    with open(other, "a") as fh:
+        fh.write("{'loss': 9.0, 'grad_norm': 1.2, 'learning_rate': 5e-05, 'epoch': 0.61}\n")
+    kinds = [(kind, run_) for kind, run_, *_ in said(f.run_pass(1200.0))]
+    assert ("resolved", "exp") in kinds and ("opened", "other") in kinds
+    state.close()

@@ -9,6 +9,8 @@ the clock passed in — Alertmanager's needsUpdate, for lossguard's lifecycle:
   (updated), at most every `update_every` seconds;
 - its recovery is announced once (resolved), carrying a revised cause if the label changed;
 - a changed top cause is announced (relabelled);
+- a crash said resolved (the run moved on) and found again at its step (the run, restarted, died
+  there again) is announced again (opened);
 - a firing within its run's noise (`folds`, detection.noise.fold) is folded: recorded, said only in
   the run's noisy notice, its growth and resolution never posted, unless it grows outside that
   noise, when it is announced (opened) at once, as new;
@@ -62,6 +64,9 @@ def decide(
         # It grew outside the run's noise: announced now, as a new incident would be.
         row = replace(row, notified_value=inc.value, notified_at=now)
         return Decision(("opened", "resolved") if inc.over else ("opened",), row)
+    if inc.is_crash and sent.status == "resolved" and row.status == "open":
+        # The run died again where it died before (a crash loop: the same batch, the same OOM after a restart).
+        return Decision(("opened",), replace(row, notified_value=inc.value, notified_at=now))
     top = inc.causes[0].cause if inc.causes else None
     relabelled = sent.top_cause is not None and top is not None and top != sent.top_cause
     previous = sent.top_cause if relabelled else None

@@ -96,7 +96,8 @@ class RunsAndIncidents(Connected):
         same event as (detection.ranks.same_event tells)."""
         which = ("json_extract(body, '$.error') IS NOT NULL", ()) if crash else ("rule=? AND step<=?", (rule, upto))
         rows = self.db.execute(
-            f"{INCIDENT} WHERE run >= ? AND run < ? AND timeline=? AND {which[0]} ORDER BY step DESC, id DESC LIMIT 16",
+            # (Crashes newest first: a restarted job's old crash, all its ranks at one step, must not hide a new one.)
+            f"{INCIDENT} WHERE run >= ? AND run < ? AND timeline=? AND {which[0]} ORDER BY {'id DESC' if crash else 'step DESC, id DESC'} LIMIT 16",
             (*rank_range(run), timeline, *which[1]),
         )
         return [incident_row(r) for r in rows]

@@ -65,7 +65,9 @@ class Crashes:
         for run, step in runs:
             for row in open_rows.get(run, ()):
                 if row.incident.is_crash:
-                    ended = replace(row.incident, end_step=step) if step > row.incident.step else replace(row.incident, resumed_from=min(int(f.get_column("step").min()) for f in frames[run]))
+                    # (A read of lines no rule judges moves the run on with no row: its new last step is the restart's.)
+                    firsts = [int(first) for f in frames.get(run, ()) if (first := f.get_column("step").min()) is not None]
+                    ended = replace(row.incident, end_step=step) if step > row.incident.step else replace(row.incident, resumed_from=min(firsts, default=step))
                     self.notices.incident(tx, ended, now=now, quiet=False, source=row.source, report=report, windows={})
 
     def judge(self, tx: Transaction, *, now: float, steady: float, report: PassReport) -> None:

@@ -76,7 +76,7 @@ class Stalls:
 
     def _first_of_its_job(self, run: str) -> bool:
         """Not a rank stream, or the first of its job's ranks to resume (in this pass, and none of
-        the others running already)."""
+        the others running already): the job was said stalled when its last running rank went quiet."""
         job, rank = split_rank(run)
         if rank is None:
             return True
@@ -88,18 +88,18 @@ class Stalls:
         """Mark and say the runs quiet for `stall_after`, measured on the steady clock (`active_runs`
         moved in this pass)."""
         steady = self.steady.now
-        rows = self.state.runs() if self.stall_after > 0 else []
-        # (A job written per rank stalls as one: said by its first rank to go quiet, the others marked.)
-        told = {split_rank(row.run)[0] for row in rows if row.stalled and split_rank(row.run)[1] is not None}
-        for row in rows:
+        told: set[str] = set()
+        for row in self.state.runs() if self.stall_after > 0 else ():
             row = replace(row, advanced_at=self._advanced_at.get(row.run, row.advanced_at))
             if row.run not in active_runs and stalled(row, now=steady, stall_after=self.stall_after):
                 said = self.before(tx, row.run, now=now, report=report) if self.before is not None else TailSays(False, None)
                 tx.mark_stalled(row.run)
                 job, rank = split_rank(row.run)
-                if isinstance(said, Incident) or (rank is not None and job in told):
+                if isinstance(said, Incident):
                     told.add(job)
-                    continue  # a crash supersedes the stall: it was said as the crash; a rank of a job said stalled
+                    continue  # a crash supersedes the stall: it was said as the crash
+                if rank is not None and (job in told or self.state.ranks_running(job, but=row.run)):
+                    continue  # (a job written per rank stalls as one: said when its last running rank goes quiet)
                 told.add(job)
                 minutes = round((steady - row.advanced_at) / 60, 1)
                 notice = Notice("stalled", row.run, step=row.last_step, minutes=minutes, tail=said.last_line, finished=said.finished)

@@ -22,7 +22,7 @@ TAIL_BYTES = 64 << 10
 MAX_TAIL_LINES = 2000
 """Lines kept of the tail (a tail of empty lines is still a bounded list)."""
 CONSOLE_SUFFIXES = (".log", ".out", ".err", ".txt", ".stdout", ".stderr")
-TORCHRUN_RANK = re.compile(r"^attempt_\d+$")
+TORCHRUN_RANK = re.compile(r"^attempt_[0-9]+$")
 """torchrun's `--log-dir` layout (torch/distributed/elastic/multiprocessing/api.py):
 `<log_dir>/<run_id>/attempt_<N>/<local_rank>/{stdout,stderr}.log`."""
 _ANSI = re.compile(ANSI)
@@ -37,7 +37,7 @@ def is_console(path: str) -> bool:
 def torchrun_rank(path: Path) -> str | None:
     """The local rank a file of torchrun's per-rank layout holds the output of; None for any other."""
     folder = path.parent
-    if path.name in ("stdout.log", "stderr.log") and folder.name.isdigit() and TORCHRUN_RANK.match(folder.parent.name):
+    if path.name in ("stdout.log", "stderr.log") and folder.name.isascii() and folder.name.isdigit() and TORCHRUN_RANK.match(folder.parent.name):
         return folder.name
     return None
 
