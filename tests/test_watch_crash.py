@@ -6,6 +6,7 @@ ended cleanly. The passes run in-process with the clock given; one test runs the
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from lossguard.detection.rules import default_rules
@@ -154,4 +155,22 @@ def test_a_crashed_run_moved_on_by_lines_no_rule_judges_ends_its_crash_and_no_pa
         fh.write("{'loss': 9.0, 'grad_norm': 1.2, 'learning_rate': 5e-05, 'epoch': 0.61}\n")
     kinds = [(kind, run_) for kind, run_, *_ in said(f.run_pass(1200.0))]
     assert ("resolved", "exp") in kinds and ("opened", "other") in kinds
+    state.close()
+
+
+def test_a_run_restarted_into_a_new_log_is_not_said_crashed_again_by_the_old_ones_error(tmp_path):
+    run = tmp_path / "runs" / "exp"
+    run.mkdir(parents=True)
+    (run / "train.log").write_text(hf_lines(range(1, 31)))
+    state, f = follower(tmp_path, crash_after=60, stall_after=6000)
+    f.run_pass(1000.0)
+    with open(run / "train.log", "a") as fh:
+        fh.write(hf_lines(range(31, 41)) + OOM)
+    f.run_pass(1010.0)
+    assert [k for k, *_ in said(f.run_pass(1100.0))] == ["opened"]
+    hour_ago = os.stat(run / "train.log").st_mtime - 3600  # (the restart comes an hour later, into a new file)
+    os.utime(run / "train.log", (hour_ago, hour_ago))
+    (run / "log.txt").write_text(hf_lines(range(20, 60)))
+    assert "resolved" in [k for k, *_ in said(f.run_pass(1200.0))]
+    assert said(f.run_pass(1300.0)) == [] and said(f.run_pass(1400.0)) == []  # (log.txt quiet: no crash in it)
     state.close()

@@ -99,7 +99,7 @@ class Crashes:
         if not mine:
             return None
         known = self.state.runs_of([run]).get(run)
-        return find_crash(tails_of(self._console_files(run), final=True), mine, run=run, last_step=known.last_step if known is not None else None)
+        return find_crash(tails_of(self._files(run), final=True, live=True), mine, run=run, last_step=known.last_step if known is not None else None)
 
     def _record(self, tx: Transaction, run: str, inc: Incident, *, source: str, now: float, quiet: bool, report: PassReport) -> None:
         self.notices.incident(tx, inc, now=now, quiet=quiet, source=source, report=report, windows={})
@@ -114,9 +114,10 @@ class Crashes:
         found = self.crash_of(tx, run, now=now, quiet=False, report=report)
         if found is not None:
             return found
-        tails = tails_of(self._console_files(run), final=True)
+        tails = tails_of(self._files(run), final=True, live=True)
         said = [tail_says(t.lines) for t in tails]
         return next((s for s in said if s.finished), next((s for s in said if s.last_line), TailSays(False, None)))
 
-    def _console_files(self, run: str) -> list[str]:
-        return sorted(p for p in self.state.files_of_runs([run]) if is_console(p))
+    def _files(self, run: str) -> list[str]:
+        """The run's files (tails_of reads the console ones, among those the run writes now)."""
+        return sorted(self.state.files_of_runs([run]))

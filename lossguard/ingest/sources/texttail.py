@@ -109,11 +109,30 @@ def latest_attempts(paths: list[str] | tuple[str, ...]) -> list[str]:
     return [p for p in paths if torchrun_rank(Path(p)) is None or int(Path(p).parent.parent.name.split("_")[1]) == latest[Path(p).parent.parent.parent]]
 
 
-def tails_of(paths: list[str] | tuple[str, ...], *, final: bool) -> list[Tail]:
-    """The tails of the console logs among `paths` (of a torchrun job, its latest attempt's); a
-    file that cannot be read now is left out (its reader says why)."""
+STALE = 600.0
+"""Seconds a console file's last write may lie behind the newest of its run's files and still be
+where the run ended: a run restarted into a new file leaves the old one ending in its old crash."""
+
+
+def current(paths: list[str] | tuple[str, ...]) -> list[str]:
+    """`paths` less the files last written more than STALE seconds before the newest of them (all of
+    them where their times cannot be read): what the run wrote last, not what it left behind."""
+    written: dict[str, float] = {}
+    for path in paths:
+        try:
+            written[path] = os.stat(path).st_mtime
+        except OSError:
+            continue
+    newest = max(written.values(), default=0.0)
+    return [p for p in paths if newest - written.get(p, newest) <= STALE]
+
+
+def tails_of(paths: list[str] | tuple[str, ...], *, final: bool, live: bool = False) -> list[Tail]:
+    """The tails of the console logs among `paths` (a run's files: of a torchrun job, its latest
+    attempt's; followed `live`, none its run left behind, `current`: files copied for an audit keep
+    no trustworthy times); a file that cannot be read now is left out (its reader says why)."""
     out = []
-    for path in latest_attempts(paths):
+    for path in current(latest_attempts(paths)) if live else latest_attempts(paths):
         if not is_console(path):
             continue
         try:
