@@ -105,8 +105,8 @@ class Notices:
         if lead is None and inc.kind in ("throughput", "straggler"):
             # A rank slower than its past and than the other ranks is one slow rank: told by the first raised.
             lead = next((row for row in self.state.paced(inc.run, upto=span(inc)[1]) if same_slowness(row.incident, inc)), None)
-        folded, joined = self.state.recorded_as(lead.id) if lead is not None else (False, None)
-        lead = lead if joined is None else self.state.incident_of(joined)  # (one that joined another: the one it joined)
+        folded = lead is not None and self.state.recorded_as(lead.id)[0]
+        lead = self._said_by(lead)
         if lead is not None and (folded or self.state.recorded_as(lead.id)[0]):
             return None  # (one rank's noise: another rank's firing is judged against its own noise, alerted if outside it)
         if lead is not None and lead.status == "resolved" and not inc.over and not self.state.open_joined(lead.id):
@@ -142,9 +142,12 @@ class Notices:
     def _parent(self, inc: Incident) -> IncidentRow | None:
         """The announced incident `inc` escalates: the grad-norm spike it follows, or, where that
         spike joined another rank's, the one that was announced."""
-        parent = self.state.incident(inc.run, *inc.follows) if inc.follows else None
-        joined = self.state.recorded_as(parent.id)[1] if parent is not None else None
-        return parent if joined is None else self.state.incident_of(joined)
+        return self._said_by(self.state.incident(inc.run, *inc.follows) if inc.follows else None)
+
+    def _said_by(self, row: IncidentRow | None) -> IncidentRow | None:
+        """`row`, or, where it joined another rank's incident, that one: the incident whose alert was sent."""
+        joined = self.state.recorded_as(row.id)[1] if row is not None else None
+        return row if joined is None else self.state.incident_of(joined)
 
     def _noisy(self, tx: Transaction, inc: Incident, *, points: int, ceiling: float, source: str, now: float, report: PassReport) -> None:
         """The run's noisy notice for the rule, once the firings it folded make it noisy as `scan`

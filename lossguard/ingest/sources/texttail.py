@@ -101,12 +101,16 @@ class Tail:
 def latest_attempts(paths: list[str] | tuple[str, ...]) -> list[str]:
     """`paths` less the output of torchrun's earlier attempts of a job (`attempt_0/` once
     `attempt_1/` is there): a restarted job ended, or not, as its latest attempt did."""
+    attempt_of = {p: Path(p).parent.parent for p in paths if torchrun_rank(Path(p)) is not None}
     latest: dict[Path, int] = {}
-    for path in paths:
-        if torchrun_rank(Path(path)) is not None:
-            attempt = Path(path).parent.parent
-            latest[attempt.parent] = max(latest.get(attempt.parent, 0), int(attempt.name.split("_")[1]))
-    return [p for p in paths if torchrun_rank(Path(p)) is None or int(Path(p).parent.parent.name.split("_")[1]) == latest[Path(p).parent.parent.parent]]
+    for attempt in attempt_of.values():
+        latest[attempt.parent] = max(latest.get(attempt.parent, 0), _number(attempt))
+    return [p for p in paths if p not in attempt_of or _number(attempt_of[p]) == latest[attempt_of[p].parent]]
+
+
+def _number(attempt: Path) -> int:
+    """N of torchrun's `attempt_N` folder."""
+    return int(attempt.name.split("_")[1])
 
 
 STALE = 600.0
